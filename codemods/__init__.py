@@ -1,0 +1,14 @@
+"""gradfix's codemods, one per file; :data:`ALL_RULES` lists them in code order."""
+
+from __future__ import annotations
+
+from gradfix.codemods.tensor_from_tensors import TensorFromTensors
+
+ALL_RULES = sorted(
+    [
+        TensorFromTensors,
+    ],
+    key=lambda rule: rule.code,
+)
+
+__all__ = ["ALL_RULES"]

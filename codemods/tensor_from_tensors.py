@@ -1,0 +1,228 @@
+"""GF101 tensor-from-tensors."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradfix.analysis import is_true
+from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+
+CONSTRUCTORS = frozenset(
+    {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.as_tensor"}
+)
+
+
+class TensorFromTensors(Rule):
+    """
+    ## What it does
+    Finds `torch.tensor([...])` (also `torch.Tensor`, `torch.FloatTensor`,
+    `torch.DoubleTensor`, `torch.as_tensor`) built from tensors that require grad, and
+    rewrites it to `torch.stack([...])` (`torch.cat` for 1-element slices).
+
+    ## Why is this bad?
+    `torch.tensor` copies the *values* of its elements into a new constant tensor: the
+    autograd graph is cut there. `backward()` then raises "element 0 of tensors does not
+    require grad and does not have a grad_fn", or the gradients silently stop at the copy
+    and the parameters before it are never trained. torch also warns "Converting a tensor
+    with requires_grad=True to a scalar may lead to unexpected behavior".
+
+    ## Example
+    ```python
+    a = torch.nn.Parameter(torch.rand(5))
+    a0 = a[0] * 2
+    a1 = torch.log(a[1] + 1)
+    A = torch.tensor([a0, a1])
+    A.sum().backward()  # RuntimeError: element 0 of tensors does not require grad
+    ```
+
+    ## Use instead
+    ```python
+    A = torch.stack([a0, a1])
+    ```
+    A `dtype=` argument becomes `.to(dtype)` and a `device=` argument `.to(device)`.
+
+    ## Fix safety
+    Safe when every element is a tensor in the graph: `stack` gives the same values and
+    shape for 0-d elements. Unsafe when the list mixes tensors and Python numbers (each
+    number is wrapped in `torch.as_tensor`, and the result dtype follows type promotion
+    instead of the default dtype). No fix when some element cannot be shown to be a tensor,
+    or with `requires_grad=True` (a deliberate new leaf). Python numbers, NumPy arrays,
+    `x.item()` values and index lists are correct uses of `torch.tensor` and are not
+    reported.
+    """
+
+    code = "GF101"
+    name = "tensor-from-tensors"
+    message = "`torch.tensor()` of tensors cuts the autograd graph; use `torch.stack()`"
+    fix_safety = FixSafety.SAFE
+    prefilter = ("tensor", "Tensor")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            lr = 0.1
+            t = torch.tensor([1.0, 2.0, lr])
+            """
+        ),
+        Valid(
+            """
+            import numpy as np
+            import torch
+            arr = np.zeros(3)
+            labels = torch.tensor([0, 2, 1])
+            t = torch.tensor(arr)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(3))
+            t = torch.tensor([w[0].item(), w[1].item()])
+            """
+        ),
+        Valid(
+            """
+            import torch
+            x = torch.rand(3)
+            stats = torch.tensor([x.min(), x.max()])  # data, no graph to cut
+            """
+        ),
+        Valid(
+            """
+            def f(torch, a):
+                return torch.tensor([a[0], a[1]])  # a local named torch
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            a = torch.nn.Parameter(torch.rand(5))
+            a0 = a[0] * 2
+            a1 = torch.log(a[1] + 1)
+            A1 = torch.tensor([a0, a1])
+            """,
+            """
+            import torch
+            a = torch.nn.Parameter(torch.rand(5))
+            a0 = a[0] * 2
+            a1 = torch.log(a[1] + 1)
+            A1 = torch.stack([a0, a1])
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.p = nn.Parameter(th.rand(2))
+
+                def forward(self, x):
+                    scale = th.FloatTensor([self.p[0], self.p[1] * 2])
+                    return x * scale
+            """,
+            """
+            import torch as th
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.p = nn.Parameter(th.rand(2))
+
+                def forward(self, x):
+                    scale = th.stack([self.p[0], self.p[1] * 2])
+                    return x * scale
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            v = torch.tensor([w[0], w[1] ** 2], dtype=torch.float64)
+            """,
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            v = torch.stack([w[0], w[1] ** 2]).to(torch.float64)
+            """,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.analysis.call_name(node)
+        if name not in CONSTRUCTORS or not node.args or node.args[0].keyword is not None:
+            return
+        data = node.args[0].value
+        elements = _elements(data)
+        if elements is None:
+            return
+        in_graph = [self.analysis.requires_grad(e, node) for e in elements]
+        if not any(in_graph):
+            return
+        self.report(node, fix=self._fix(node, data, elements, in_graph))
+
+    def _fix(
+        self,
+        node: cst.Call,
+        data: cst.BaseExpression,
+        elements: list[cst.BaseExpression],
+        in_graph: list[bool],
+    ) -> Fix | None:
+        conversions: list[cst.BaseExpression] = []
+        for arg in node.args[1:]:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in ("dtype", "device"):
+                conversions.append(arg.value)
+            elif keyword != "requires_grad" or is_true(arg.value):
+                return None  # positional extras, or a deliberate new leaf
+        numbers = [not g and _is_number(e) for e, g in zip(elements, in_graph)]
+        if not all(g or n for g, n in zip(in_graph, numbers)):
+            return None  # an element we cannot show to be a tensor
+        slices = [_is_slice(e) for e in elements]
+        if any(slices) and not all(slices):
+            return None
+        combine = "cat" if all(slices) else "stack"
+        new_data = self._wrap_numbers(data, numbers) if any(numbers) else data
+        new: cst.BaseExpression = cst.Call(self.analysis.torch_attr(combine), [cst.Arg(new_data)])
+        for value in conversions:
+            new = cst.Call(cst.Attribute(new, cst.Name("to")), [cst.Arg(value)])
+        safety = FixSafety.UNSAFE if any(numbers) else None
+        return self.replace(node, new, f"Use `torch.{combine}`", safety=safety)
+
+    def _wrap_numbers(self, data: cst.BaseExpression, numbers: list[bool]) -> cst.BaseExpression:
+        assert isinstance(data, (cst.List, cst.Tuple))
+        as_tensor = self.analysis.torch_attr("as_tensor")
+        elements = [
+            e.with_changes(value=cst.Call(as_tensor, [cst.Arg(e.value)])) if is_number else e
+            for e, is_number in zip(data.elements, numbers)
+        ]
+        return data.with_changes(elements=elements)
+
+
+def _elements(data: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    """The elements of a list/tuple literal or the element of a list comprehension."""
+    if isinstance(data, (cst.List, cst.Tuple)):
+        if not data.elements or any(isinstance(e, cst.StarredElement) for e in data.elements):
+            return None
+        return [e.value for e in data.elements]
+    if isinstance(data, cst.ListComp):
+        return [data.elt]
+    return None
+
+
+def _is_number(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.UnaryOperation):
+        return _is_number(expr.expression)
+    return isinstance(expr, (cst.Integer, cst.Float))
+
+
+def _is_slice(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Subscript) and any(
+        isinstance(s.slice, cst.Slice) for s in expr.slice
+    )

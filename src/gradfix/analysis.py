@@ -1,0 +1,859 @@
+"""Shared static analysis used by every rule: torch names, scopes, leaves, grad mode.
+
+One pass over the module (:class:`_Collector`) records, for every node, its parent and its
+pre-order index, and for every scope the names it binds. Questions are answered lazily:
+
+- :meth:`FileAnalysis.qualified_name` resolves ``th.nn.Parameter`` to
+  ``"torch.nn.Parameter"`` through the file's imports (``import torch as th``,
+  ``from torch import nn``, ``import torch.nn.functional as F``...); a local named
+  ``torch`` (a parameter, an assignment) is not torch.
+- :meth:`FileAnalysis.leaf_reason` tells why an expression holds a leaf tensor that
+  requires grad (``nn.Parameter``, a factory with ``requires_grad=True``,
+  ``.requires_grad_()``, ``t.requires_grad = True``, a loop over ``.parameters()``,
+  ``self.w`` set to a parameter in ``__init__``, ``layer.weight`` of an ``nn`` layer).
+- :meth:`FileAnalysis.in_no_grad` tells whether a node runs with grad mode off
+  (``with torch.no_grad():``, ``inference_mode``, ``set_grad_enabled(False)``, a
+  ``@torch.no_grad()`` function, or a function only ever called from such places).
+
+The analysis is flow-insensitive inside a scope except for one thing: a name's value at a
+use is the binding that textually precedes it (the last one before it). It prefers
+silence: what it cannot prove is not a tensor, not a leaf, not in no_grad.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+SCOPE_NODES = (
+    cst.Module,
+    cst.FunctionDef,
+    cst.Lambda,
+    cst.ClassDef,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
+)
+
+# Canonical spellings of torch names that have several import paths.
+_CANONICAL = {
+    "torch.nn.parameter.Parameter": "torch.nn.Parameter",
+    "torch.nn.modules.module.Module": "torch.nn.Module",
+    "torch.autograd.grad_mode.no_grad": "torch.no_grad",
+    "torch.autograd.no_grad": "torch.no_grad",
+    "torch.autograd.grad_mode.enable_grad": "torch.enable_grad",
+    "torch.autograd.grad_mode.inference_mode": "torch.inference_mode",
+    "torch.autograd.grad_mode.set_grad_enabled": "torch.set_grad_enabled",
+    "torch.functional.F": "torch.nn.functional",
+}
+
+#: torch functions that create a new tensor and accept ``requires_grad=``.
+FACTORIES = frozenset(
+    "torch." + name
+    for name in (
+        "tensor as_tensor zeros ones empty full rand randn randint arange linspace logspace eye "
+        "zeros_like ones_like empty_like full_like rand_like randn_like normal randperm "
+        "empty_strided sparse_coo_tensor"
+    ).split()
+)
+
+#: Tensor methods and torch functions whose result is not a tensor.
+NON_TENSOR_METHODS = frozenset(
+    "item tolist numpy size dim ndimension numel nelement is_contiguous is_floating_point "
+    "is_complex element_size data_ptr stride storage_offset __len__ get_device type "
+    "is_leaf requires_grad shape dtype device ndim".split()
+)
+NON_TENSOR_TORCH = frozenset(
+    "torch." + name
+    for name in (
+        "is_tensor is_storage is_floating_point is_complex numel get_default_dtype "
+        "is_grad_enabled is_inference_mode_enabled manual_seed seed initial_seed "
+        "set_default_dtype set_grad_enabled no_grad enable_grad inference_mode "
+        "device dtype Size finfo iinfo compile jit save load cuda backends "
+        "set_printoptions use_deterministic_algorithms equal"
+    ).split()
+)
+
+#: Attribute names of ``nn`` layers that are parameters.
+LAYER_PARAMETERS = frozenset(
+    "weight bias weight_ih_l0 weight_hh_l0 bias_ih_l0 bias_hh_l0 in_proj_weight "
+    "in_proj_bias".split()
+)
+
+#: Calls whose ``with`` block runs with gradients off.
+NO_GRAD_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
+
+
+@dataclass
+class Binding:
+    """One place where a scope binds a name."""
+
+    name: str
+    kind: str  # assign | augassign | for | with | param | import | def | class | other
+    node: cst.CSTNode  # the statement (or Param, For, WithItem...) that binds
+    value: cst.BaseExpression | None  # the bound value, when known
+    start: int  # pre-order index of the binding statement
+    end: int  # last pre-order index inside it: a use after ``end`` sees this binding
+    qualified: str | None = None  # for imports: the dotted module/object name
+    unpack_index: int | None = None  # for ``for a, b in it``: position of the name
+    annotation: cst.BaseExpression | None = None
+
+
+@dataclass
+class Scope:
+    node: cst.CSTNode
+    parent: Scope | None
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+
+    def bind(self, binding: Binding) -> None:
+        self.bindings.setdefault(binding.name, []).append(binding)
+
+    @property
+    def is_class(self) -> bool:
+        return isinstance(self.node, cst.ClassDef)
+
+
+@dataclass
+class LeafReason:
+    """Why an expression holds a leaf tensor that requires grad (for messages)."""
+
+    description: str
+    binding: Binding | None = None
+
+
+class _Collector(cst.CSTVisitor):
+    """One traversal: parents, pre-order indices, scopes and their bindings, call sites."""
+
+    def __init__(self) -> None:
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.order: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.scopes: dict[int, Scope] = {}
+        self.calls_by_name: dict[str, list[cst.Call]] = {}
+        self.subscript_assigns: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
+        self.class_attrs: dict[int, dict[str, list[tuple[cst.BaseExpression, Binding]]]] = {}
+        self._stack: list[cst.CSTNode] = []
+        self._scope_stack: list[Scope] = []
+        self._counter = 0
+        self._pending: list[tuple[Scope, Binding, cst.CSTNode]] = []
+
+    # -- generic bookkeeping -------------------------------------------------------------
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._stack:
+            self.parents[id(node)] = self._stack[-1]
+        self.order[id(node)] = self._counter
+        self._counter += 1
+        self._stack.append(node)
+        if isinstance(node, SCOPE_NODES):
+            self._enter_scope(node)
+        self._record(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.last[id(original_node)] = self._counter - 1
+        self._stack.pop()
+        if isinstance(original_node, SCOPE_NODES):
+            self._scope_stack.pop()
+
+    def _enter_scope(self, node: cst.CSTNode) -> None:
+        parent = self._scope_stack[-1] if self._scope_stack else None
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and parent is not None:
+            kind = "def" if isinstance(node, cst.FunctionDef) else "class"
+            self._bind(parent, node.name.value, kind, node, None)
+        scope = Scope(node, parent)
+        self.scopes[id(node)] = scope
+        self._scope_stack.append(scope)
+
+    @property
+    def _scope(self) -> Scope:
+        return self._scope_stack[-1]
+
+    def _bind(
+        self,
+        scope: Scope,
+        name: str,
+        kind: str,
+        node: cst.CSTNode,
+        value: cst.BaseExpression | None,
+        **extra: object,
+    ) -> Binding:
+        binding = Binding(name, kind, node, value, self.order[id(node)], -1, **extra)  # type: ignore[arg-type]
+        scope.bind(binding)
+        self._pending.append((scope, binding, node))
+        return binding
+
+    def finish(self) -> None:
+        for _scope, binding, node in self._pending:
+            binding.end = self.last.get(id(node), binding.start)
+
+    # -- what binds names ------------------------------------------------------------------
+    def _record(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._bind_target(target.target, node, node.value, "assign")
+                if isinstance(target.target, cst.Subscript):
+                    base = target.target.value
+                    if isinstance(base, cst.Name):
+                        entry = (node, node.value)
+                        self.subscript_assigns.setdefault(base.value, []).append(entry)
+        elif isinstance(node, cst.AnnAssign):
+            self._bind_target(node.target, node, node.value, "assign", annotation=node.annotation)
+        elif isinstance(node, cst.AugAssign):
+            self._bind_target(node.target, node, None, "augassign")
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            self._bind_target(node.target, node, node.iter, "for")
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            self._bind_target(node.asname.name, node, node.item, "with")
+        elif isinstance(node, cst.NamedExpr):
+            self._bind_target(node.target, node, node.value, "assign")
+        elif isinstance(node, cst.Param):
+            ann = node.annotation.annotation if node.annotation else None
+            self._bind(self._scope, node.name.value, "param", node, None, annotation=ann)
+        elif isinstance(node, cst.ExceptHandler) and node.name is not None:
+            self._bind_target(node.name.name, node, None, "other")
+        elif isinstance(node, (cst.Import, cst.ImportFrom)):
+            self._record_import(node)
+        elif isinstance(node, cst.Call):
+            self._record_call(node)
+
+    def _bind_target(
+        self,
+        target: cst.BaseExpression,
+        node: cst.CSTNode,
+        value: cst.BaseExpression | None,
+        kind: str,
+        unpack_index: int | None = None,
+        annotation: cst.BaseExpression | None = None,
+    ) -> None:
+        if isinstance(target, cst.Name):
+            self._bind(
+                self._scope, target.value, kind, node, value,
+                unpack_index=unpack_index, annotation=annotation,
+            )
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            values: Sequence[cst.BaseElement | None] = [None] * len(target.elements)
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(
+                target.elements
+            ):
+                values = value.elements
+            for index, element in enumerate(target.elements):
+                item = values[index]
+                if item is not None:
+                    self._bind_target(element.value, node, item.value, kind)
+                else:
+                    self._bind_target(element.value, node, value, kind, unpack_index=index)
+        elif isinstance(target, cst.Attribute) and value is not None and kind == "assign":
+            self._record_self_attribute(target, value, node)
+
+    def _record_self_attribute(
+        self, target: cst.Attribute, value: cst.BaseExpression, node: cst.CSTNode
+    ) -> None:
+        method = self._scope.node
+        class_scope = self._scope.parent
+        if not isinstance(method, cst.FunctionDef) or class_scope is None:
+            return
+        if not class_scope.is_class or not method.params.params:
+            return
+        self_name = method.params.params[0].name.value
+        if isinstance(target.value, cst.Name) and target.value.value == self_name:
+            binding = Binding(target.attr.value, "assign", node, value, self.order[id(node)], -1)
+            self._pending.append((self._scope, binding, node))
+            attrs = self.class_attrs.setdefault(id(class_scope.node), {})
+            attrs.setdefault(target.attr.value, []).append((value, binding))
+
+    def _record_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                dotted = _dotted(alias.name)
+                if alias.asname is not None:
+                    local = _dotted(alias.asname.name)
+                    self._bind(self._scope, local, "import", node, None, qualified=dotted)
+                else:
+                    head = dotted.split(".")[0]
+                    self._bind(self._scope, head, "import", node, None, qualified=head)
+            return
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = _dotted(node.module)
+        for alias in node.names:
+            name = _dotted(alias.name)
+            local = _dotted(alias.asname.name) if alias.asname else name
+            self._bind(self._scope, local, "import", node, None, qualified=f"{module}.{name}")
+
+    def _record_call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Name):
+            self.calls_by_name.setdefault(func.value, []).append(node)
+        elif isinstance(func, cst.Attribute):
+            self.calls_by_name.setdefault(func.attr.value, []).append(node)
+            if func.attr.value == "register_parameter" and len(node.args) >= 2:
+                name_arg = node.args[0].value
+                if isinstance(name_arg, cst.SimpleString) and isinstance(func.value, cst.Name):
+                    target = cst.Attribute(func.value, cst.Name(name_arg.evaluated_value))
+                    self._record_self_attribute(target, node.args[1].value, node)
+        # A function passed by reference (``model.apply(init_fn)``) runs where the call is.
+        for arg in node.args:
+            ref = arg.value
+            name = ref.value if isinstance(ref, cst.Name) else None
+            if isinstance(ref, cst.Attribute):
+                name = ref.attr.value
+            if name is not None:
+                self.calls_by_name.setdefault(name, []).append(node)
+
+
+def _dotted(node: cst.CSTNode) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+class FileAnalysis:
+    """Facts about one parsed module; see the module docstring."""
+
+    def __init__(self, module: cst.Module) -> None:
+        collector = _Collector()
+        module.visit(collector)
+        collector.finish()
+        self.module = module
+        self._parents = collector.parents
+        self._order = collector.order
+        self._last = collector.last
+        self._scopes = collector.scopes
+        self._calls_by_name = collector.calls_by_name
+        self._subscript_assigns = collector.subscript_assigns
+        self._class_attrs = collector.class_attrs
+        self._no_grad_cache: dict[int, bool] = {}
+        self._requires_grad_cache: dict[int, list[tuple[cst.CSTNode, bool]]] = {}
+        self._torch_alias: str | None | bool = False
+
+    # -- tree navigation -------------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(id(node))
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def index(self, node: cst.CSTNode) -> int:
+        """Pre-order position of ``node``: textual order of the source."""
+        return self._order[id(node)]
+
+    def end_index(self, node: cst.CSTNode) -> int:
+        return self._last[id(node)]
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        return self.index(outer) <= self.index(inner) <= self.end_index(outer)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        for ancestor in [node, *self.ancestors(node)]:
+            if id(ancestor) in self._scopes and ancestor is not node:
+                return self._scopes[id(ancestor)]
+        return self._scopes[id(self.module)]
+
+    def enclosing_statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        for ancestor in [node, *self.ancestors(node)]:
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return ancestor
+        return None
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                return ancestor
+        return None
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.ClassDef):
+                return ancestor
+        return None
+
+    # -- names -----------------------------------------------------------------------------
+    def bindings(self, name: cst.Name) -> list[Binding]:
+        """All bindings of ``name`` in the scope Python would look it up in."""
+        scope: Scope | None = self.scope_of(name)
+        from_inner = False
+        while scope is not None:
+            if not (scope.is_class and from_inner) and name.value in scope.bindings:
+                return scope.bindings[name.value]
+            from_inner = from_inner or not scope.is_class
+            scope = scope.parent
+        return []
+
+    def reaching_binding(self, name: cst.Name, at: cst.CSTNode | None = None) -> Binding | None:
+        """The binding of ``name`` that textually precedes ``at`` (default: the name)."""
+        position = self.index(at if at is not None else name)
+        candidates = [
+            b for b in self.bindings(name) if b.kind != "augassign" and b.end < position
+        ]
+        return max(candidates, key=lambda b: b.start) if candidates else None
+
+    def qualified_name(self, expr: cst.BaseExpression) -> str | None:
+        """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
+        if isinstance(expr, cst.Name):
+            bindings = self.bindings(expr)
+            imports = [b for b in bindings if b.kind == "import"]
+            others = [b for b in bindings if b.kind != "import" and not _is_none_assign(b)]
+            if not imports or others:
+                return None
+            return _CANONICAL.get(imports[-1].qualified or "", imports[-1].qualified)
+        if isinstance(expr, cst.Attribute):
+            base = self.qualified_name(expr.value)
+            if base is None:
+                return None
+            dotted = f"{base}.{expr.attr.value}"
+            return _CANONICAL.get(dotted, dotted)
+        return None
+
+    def call_name(self, call: cst.Call) -> str | None:
+        return self.qualified_name(call.func)
+
+    def is_torch_name(self, expr: cst.BaseExpression, *names: str) -> bool:
+        qualified = self.qualified_name(expr)
+        return qualified is not None and qualified in names
+
+    def imports_torch(self) -> bool:
+        """The file imports torch somewhere (rules find nothing in files that do not)."""
+        return any(
+            b.kind == "import" and (b.qualified or "").split(".")[0] == "torch"
+            for scope in self._scopes.values()
+            for bindings in scope.bindings.values()
+            for b in bindings
+        )
+
+    def torch_alias(self) -> str | None:
+        """The module-level name bound to the ``torch`` module, if any (``torch``, ``th``)."""
+        if self._torch_alias is False:
+            alias = None
+            for name, bindings in self._scopes[id(self.module)].bindings.items():
+                if any(b.kind == "import" and b.qualified == "torch" for b in bindings):
+                    if all(b.kind == "import" or _is_none_assign(b) for b in bindings):
+                        alias = name
+                        if name == "torch":
+                            break
+            self._torch_alias = alias
+        return self._torch_alias  # type: ignore[return-value]
+
+    def torch_attr(self, dotted: str) -> cst.BaseExpression:
+        """An expression for ``torch.<dotted>`` using the file's alias (``th.stack``)."""
+        expr: cst.BaseExpression = cst.Name(self.torch_alias() or "torch")
+        for part in dotted.split("."):
+            expr = cst.Attribute(expr, cst.Name(part))
+        return expr
+
+    # -- tensors and leaves ----------------------------------------------------------------
+    def leaf_reason(
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None, _depth: int = 0
+    ) -> LeafReason | None:
+        """Why ``expr`` (evaluated at ``at``) holds a leaf tensor that requires grad."""
+        if _depth > 8:
+            return None
+        at = at if at is not None else expr
+        if isinstance(expr, cst.Name):
+            return self._name_leaf_reason(expr, at, _depth)
+        if isinstance(expr, cst.Attribute):
+            return self._attribute_leaf_reason(expr, at, _depth)
+        return self.leaf_value_reason(expr, at, _depth)
+
+    def leaf_value_reason(
+        self, value: cst.BaseExpression, at: cst.CSTNode, _depth: int = 0
+    ) -> LeafReason | None:
+        """Why evaluating ``value`` creates a leaf that requires grad."""
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return self.leaf_reason(value, at, _depth + 1)
+        if not isinstance(value, cst.Call):
+            return None
+        name = self.call_name(value)
+        if name == "torch.nn.Parameter":
+            flag = _argument(value, "requires_grad", 1)
+            if flag is None or not _is_false(flag.value):
+                return LeafReason("an nn.Parameter")
+            return None
+        if name in FACTORIES:
+            flag = _argument(value, "requires_grad", None)
+            if flag is not None and _is_true(flag.value):
+                return LeafReason(f"created with requires_grad=True by {name}()")
+            return None
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+            flag = _argument(value, "requires_grad", 0)
+            if flag is None or _is_true(flag.value):
+                return LeafReason("marked with .requires_grad_()")
+        return None
+
+    def _name_leaf_reason(self, name: cst.Name, at: cst.CSTNode, depth: int) -> LeafReason | None:
+        binding = self.reaching_binding(name, at)
+        if binding is None:
+            return None
+        reason: LeafReason | None = None
+        if binding.kind == "assign" and binding.value is not None:
+            reason = self.leaf_value_reason(binding.value, binding.node, depth + 1)
+        elif binding.kind == "for" and binding.value is not None:
+            reason = self._parameter_iteration(binding.value, binding.unpack_index, depth)
+        elif binding.kind == "param" and binding.annotation is not None:
+            if self.is_torch_name(binding.annotation, "torch.nn.Parameter"):
+                reason = LeafReason("annotated nn.Parameter")
+        marked = self._requires_grad_marks(name.value, binding, at)
+        if marked is True and reason is None:
+            reason = LeafReason("marked with requires_grad = True")
+        if marked is False:
+            return None
+        if reason is not None:
+            reason.binding = binding
+        return reason
+
+    def _requires_grad_marks(self, name: str, binding: Binding, at: cst.CSTNode) -> bool | None:
+        """The last ``name.requires_grad = X`` / ``name.requires_grad_(X)`` between binding and at."""
+        scope = self.scope_of(at)
+        position = self.index(at)
+        last: tuple[int, bool] | None = None
+        for node, flag in self._requires_grad_statements(scope):
+            start = self.index(node)
+            if binding.end < start and self.end_index(node) < position:
+                if _target_name(node) != name:
+                    continue
+                if last is None or start > last[0]:
+                    last = (start, flag)
+        return None if last is None else last[1]
+
+    def _requires_grad_statements(self, scope: Scope) -> list[tuple[cst.CSTNode, bool]]:
+        key = id(scope.node)
+        if key not in self._requires_grad_cache:
+            finder = _RequiresGradFinder()
+            scope.node.visit(finder)
+            self._requires_grad_cache[key] = finder.found
+        return self._requires_grad_cache[key]
+
+    def _attribute_leaf_reason(
+        self, attr: cst.Attribute, at: cst.CSTNode, depth: int
+    ) -> LeafReason | None:
+        if _is_self(attr.value, self, at):
+            return self._self_attribute_leaf_reason(attr, at, depth)
+        if attr.attr.value in LAYER_PARAMETERS and self.is_nn_layer(attr.value, at):
+            return LeafReason(f"the .{attr.attr.value} parameter of an nn layer")
+        return None
+
+    def _self_attribute_leaf_reason(
+        self, attr: cst.Attribute, at: cst.CSTNode, depth: int
+    ) -> LeafReason | None:
+        cls = self.enclosing_class(at)
+        if cls is None:
+            return None
+        assigned = self._class_attrs.get(id(cls), {}).get(attr.attr.value, [])
+        if not assigned:
+            return None
+        reasons = [self.leaf_value_reason(value, b.node, depth + 1) for value, b in assigned]
+        if all(reasons):
+            return LeafReason(f"self.{attr.attr.value}, {reasons[0].description}")  # type: ignore[union-attr]
+        return None
+
+    def is_nn_layer(self, expr: cst.BaseExpression, at: cst.CSTNode, _depth: int = 0) -> bool:
+        """``expr`` holds an instance of a ``torch.nn`` layer class (``nn.Linear(...)``)."""
+        if _depth > 8:
+            return False
+        if isinstance(expr, cst.Call):
+            name = self.call_name(expr) or ""
+            head, _, last = name.rpartition(".")
+            return head == "torch.nn" and last[:1].isupper() and last not in _NN_NON_LAYERS
+        if isinstance(expr, cst.Name):
+            binding = self.reaching_binding(expr, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                return self.is_nn_layer(binding.value, binding.node, _depth + 1)
+            return False
+        if isinstance(expr, cst.Attribute) and _is_self(expr.value, self, at):
+            cls = self.enclosing_class(at)
+            if cls is None:
+                return False
+            assigned = self._class_attrs.get(id(cls), {}).get(expr.attr.value, [])
+            return bool(assigned) and all(
+                self.is_nn_layer(value, b.node, _depth + 1) for value, b in assigned
+            )
+        return False
+
+    def _parameter_iteration(
+        self, iterable: cst.BaseExpression, unpack_index: int | None, depth: int
+    ) -> LeafReason | None:
+        kind = self.parameter_iterable(iterable, depth)
+        if kind == "parameters" and unpack_index is None:
+            return LeafReason("a parameter from .parameters()")
+        if kind == "named_parameters" and unpack_index == 1:
+            return LeafReason("a parameter from .named_parameters()")
+        return None
+
+    def parameter_iterable(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """'parameters' / 'named_parameters' when iterating ``expr`` yields parameters."""
+        if depth > 8:
+            return None
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in (
+                "parameters",
+                "named_parameters",
+            ):
+                return func.attr.value
+            if isinstance(func, cst.Name) and func.value in ("list", "tuple", "filter") and expr.args:
+                return self.parameter_iterable(expr.args[-1].value, depth + 1)
+        if isinstance(expr, cst.Subscript) and _subscript_key(expr) == "params":
+            # ``for p in group["params"]`` with ``group`` from ``optimizer.param_groups``
+            base = expr.value
+            if isinstance(base, cst.Name):
+                binding = self.reaching_binding(base)
+                if binding and binding.kind == "for" and isinstance(binding.value, cst.Attribute):
+                    if binding.value.attr.value == "param_groups":
+                        return "parameters"
+        if isinstance(expr, cst.Name):
+            binding = self.reaching_binding(expr)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                return self.parameter_iterable(binding.value, depth + 1)
+        return None
+
+    def requires_grad(
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None, _depth: int = 0
+    ) -> bool:
+        """``expr`` evaluates to a tensor that requires grad (a leaf or a result of one).
+
+        Follows names to the binding that reaches ``at``, ``self.`` attributes, indexing,
+        arithmetic, torch functions, tensor methods, calls of ``nn`` layers, and index
+        assignments (``buf[0] = w[0]`` makes ``buf`` require grad).
+        """
+        if _depth > 12:
+            return False
+        at = at if at is not None else expr
+        if self.leaf_reason(expr, at, _depth) is not None:
+            return True
+        recurse = self.requires_grad
+        if isinstance(expr, cst.Name):
+            return self._name_requires_grad(expr, at, _depth)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in _PASS_THROUGH_ATTRIBUTES:
+                return recurse(expr.value, at, _depth + 1)
+            return False
+        if isinstance(expr, cst.Subscript):
+            return recurse(expr.value, at, _depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            return recurse(expr.left, at, _depth + 1) or recurse(expr.right, at, _depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return recurse(expr.expression, at, _depth + 1)
+        if isinstance(expr, cst.IfExp):
+            return recurse(expr.body, at, _depth + 1) or recurse(expr.orelse, at, _depth + 1)
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return any(recurse(e.value, at, _depth + 1) for e in expr.elements)
+        if isinstance(expr, cst.Call):
+            return self._call_requires_grad(expr, at, _depth)
+        return False
+
+    def _name_requires_grad(self, name: cst.Name, at: cst.CSTNode, depth: int) -> bool:
+        binding = self.reaching_binding(name, at)
+        if binding is None:
+            return False
+        if binding.kind == "for" and binding.value is not None:
+            if self._parameter_iteration(binding.value, binding.unpack_index, depth):
+                return True
+        if binding.kind == "assign" and binding.value is not None and binding.unpack_index is None:
+            if self.requires_grad(binding.value, binding.node, depth + 1):
+                return True
+        # ``buf[i] = value`` after the binding makes ``buf`` part of the graph.
+        for stmt, value in self._index_assignments(name.value, binding, at):
+            if self.requires_grad(value, stmt, depth + 1):
+                return True
+        return False
+
+    def _index_assignments(
+        self, name: str, binding: Binding, at: cst.CSTNode
+    ) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        position = self.index(at)
+        return [
+            (stmt, value)
+            for stmt, value in self._subscript_assigns.get(name, [])
+            if binding.end < self.index(stmt) and self.end_index(stmt) < position
+        ]
+
+    def _call_requires_grad(self, call: cst.Call, at: cst.CSTNode, depth: int) -> bool:
+        func = call.func
+        args = [a.value for a in call.args]
+        if self.is_nn_layer(func, at):
+            return True  # calling a layer: ``self.fc(x)``, ``layer(x)``
+        if isinstance(func, cst.Attribute) and self.qualified_name(func) is None:
+            method = func.attr.value
+            if method in _GRAD_CUTTING_METHODS or method in NON_TENSOR_METHODS:
+                return False
+            if self.requires_grad(func.value, at, depth + 1):
+                return True
+            return method in _TENSOR_METHODS and any(
+                self.requires_grad(a, at, depth + 1) for a in args
+            )
+        name = self.call_name(call)
+        if name is not None:
+            if not name.startswith("torch.") or name in NON_TENSOR_TORCH or name in FACTORIES:
+                return False
+            if name.startswith("torch.nn.") and name.rpartition(".")[2][:1].isupper():
+                return False  # constructing a layer
+            return any(self.requires_grad(a, at, depth + 1) for a in args)
+        return False
+
+    # -- grad mode ---------------------------------------------------------------------------
+    def in_no_grad(self, node: cst.CSTNode) -> bool:
+        """``node`` runs with autograd recording off (see the module docstring)."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                mode = self._with_grad_mode(ancestor)
+                if mode is not None:
+                    return not mode
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return self._function_in_no_grad(ancestor)
+        return False
+
+    def _with_grad_mode(self, node: cst.With) -> bool | None:
+        """False when the ``with`` turns grad off, True when it turns it on, else None."""
+        for item in node.items:
+            call = item.item
+            if not isinstance(call, cst.Call):
+                continue
+            name = self.call_name(call)
+            if name in NO_GRAD_CONTEXTS:
+                flag = _argument(call, "mode", 0)
+                return flag is not None and _is_false(flag.value)
+            if name == "torch.enable_grad":
+                return True
+            if name == "torch.set_grad_enabled" and call.args:
+                value = call.args[0].value
+                if _is_false(value):
+                    return False
+                if _is_true(value):
+                    return True
+        return None
+
+    def _function_in_no_grad(self, func: cst.FunctionDef | cst.Lambda) -> bool:
+        key = id(func)
+        if key in self._no_grad_cache:
+            return self._no_grad_cache[key]
+        self._no_grad_cache[key] = False  # recursion guard
+        result = False
+        if isinstance(func, cst.FunctionDef):
+            result = any(self._decorator_disables_grad(d.decorator) for d in func.decorators)
+            if not result and not any(
+                self._decorator_enables_grad(d.decorator) for d in func.decorators
+            ):
+                sites = self._calls_by_name.get(func.name.value, [])
+                result = bool(sites) and all(self.in_no_grad(site) for site in sites)
+        self._no_grad_cache[key] = result
+        return result
+
+    def _decorator_disables_grad(self, decorator: cst.BaseExpression) -> bool:
+        if isinstance(decorator, cst.Call):
+            if self.call_name(decorator) in NO_GRAD_CONTEXTS:
+                flag = _argument(decorator, "mode", 0)
+                return flag is None or not _is_false(flag.value)
+            return False
+        return self.qualified_name(decorator) in NO_GRAD_CONTEXTS
+
+    def _decorator_enables_grad(self, decorator: cst.BaseExpression) -> bool:
+        target = decorator.func if isinstance(decorator, cst.Call) else decorator
+        return self.qualified_name(target) == "torch.enable_grad"
+
+
+#: Attributes of a tensor that are views of it (and so carry its graph).
+_PASS_THROUGH_ATTRIBUTES = frozenset("T mT H mH real imag".split())
+#: Tensor methods whose result never requires grad.
+_GRAD_CUTTING_METHODS = frozenset("detach detach_ item tolist numpy argmax argmin".split())
+#: Tensor methods that combine the receiver with tensor arguments.
+_TENSOR_METHODS = frozenset(
+    "add sub mul div matmul mm bmm pow where masked_fill expand_as view_as type_as".split()
+)
+
+_NN_NON_LAYERS = frozenset(
+    "Module ModuleList ModuleDict Sequential ParameterList ParameterDict Parameter "
+    "Identity Flatten Unflatten Dropout ReLU GELU Tanh Sigmoid Softmax".split()
+)
+
+
+class _RequiresGradFinder(cst.CSTVisitor):
+    """Statements ``x.requires_grad = flag`` and ``x.requires_grad_(flag)`` in a scope."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[cst.CSTNode, bool]] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, cst.Attribute) and t.attr.value == "requires_grad":
+                if _is_true(node.value) or _is_false(node.value):
+                    self.found.append((node, _is_true(node.value)))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+            flag = _argument(node, "requires_grad", 0)
+            self.found.append((node, flag is None or _is_true(flag.value)))
+
+
+def _target_name(node: cst.CSTNode) -> str | None:
+    """The ``x`` of ``x.requires_grad = ...`` or ``x.requires_grad_()``."""
+    if isinstance(node, cst.Assign):
+        target = node.targets[0].target
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+            return target.value.value
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if isinstance(node.func.value, cst.Name):
+            return node.func.value.value
+    return None
+
+
+def _is_self(expr: cst.BaseExpression, analysis: FileAnalysis, at: cst.CSTNode) -> bool:
+    """``expr`` is the first parameter of the method enclosing ``at``."""
+    if not isinstance(expr, cst.Name):
+        return False
+    func = analysis.enclosing_function(at)
+    if func is None or not func.params.params:
+        return False
+    if analysis.enclosing_class(func) is None:
+        return False
+    return func.params.params[0].name.value == expr.value
+
+
+def _subscript_key(node: cst.Subscript) -> str | None:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    key = node.slice[0].slice.value
+    if isinstance(key, cst.SimpleString):
+        value = key.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _is_none_assign(binding: Binding) -> bool:
+    return binding.kind == "assign" and isinstance(binding.value, cst.Name) and (
+        binding.value.value == "None"
+    )
+
+
+def _is_true(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def _argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | None:
+    """The argument passed as ``keyword=`` or at ``position`` (positional only)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    if position is not None:
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if len(positional) > position:
+            return positional[position]
+    return None
+
+
+argument = _argument
+is_true = _is_true
+is_false = _is_false

@@ -1,0 +1,215 @@
+"""The engine: a pure function from source text to findings and fixed text.
+
+    result = lint_source(source, rules=all_rules(), fix=True)
+    result.findings   # what the rules reported on the original source
+    result.source     # the source with every applicable fix applied
+
+Fixing runs in passes: lint, pick the applicable fixes whose targets do not overlap
+(first by position wins; the others wait for the next pass), apply them with one
+transformer, add the imports they need, re-parse the result (a fix that breaks the syntax
+is dropped and reported), and lint again, until nothing changes or ``max_passes``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from gradfix.analysis import FileAnalysis
+from gradfix.rule import Finding, Fix, FixSafety, FixSummary, Report, Rule, RuleContext
+
+MAX_PASSES = 10
+
+
+class SourceError(Exception):
+    """The source cannot be parsed. ``str()`` is a one-line message."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding]
+    source: str
+    #: findings still present after fixing (those without an applicable fix)
+    remaining: list[Finding] = field(default_factory=list)
+    #: one line per fix that was dropped because it broke the syntax
+    dropped: list[str] = field(default_factory=list)
+    applied: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.applied > 0
+
+
+def parse(source: str) -> cst.Module:
+    """Parse with LibCST; raise :class:`SourceError` with the line of the problem."""
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        first = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
+        raise SourceError(f"syntax error at line {error.raw_line}: {first}", error.raw_line) from None
+    except (RecursionError, MemoryError) as error:
+        raise SourceError(f"cannot parse: {type(error).__name__}") from None
+
+
+def should_run(rule: type[Rule], source: str) -> bool:
+    return not rule.prefilter or any(token in source for token in rule.prefilter)
+
+
+def collect_reports(
+    module: cst.Module, rules: Sequence[type[Rule]], source: str, path: str
+) -> tuple[list[Report], MetadataWrapper]:
+    """Run ``rules`` over ``module`` in one batched traversal."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    analysis = FileAnalysis(module)
+    if not analysis.imports_torch():
+        return [], wrapper
+    context = RuleContext(path=path, source=source, analysis=analysis)
+    visitors = [rule(context) for rule in rules]
+    wrapper.visit_batched(visitors)
+    reports = [report for visitor in visitors for report in visitor.reports]
+    reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
+    return reports, wrapper
+
+
+def to_finding(report: Report) -> Finding:
+    start, end = report.position.start, report.position.end
+    summary = None
+    if report.fix is not None:
+        summary = FixSummary(report.fix.safety.value, report.fix.description)
+    return Finding(
+        line=start.line,
+        col=start.column + 1,
+        code=report.rule.code,
+        name=report.rule.name,
+        message=report.message,
+        end_line=end.line,
+        end_col=end.column + 1,
+        fix=summary,
+    )
+
+
+def lint_source(
+    source: str,
+    *,
+    rules: Sequence[type[Rule]],
+    path: str = "<stdin>",
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+    max_passes: int = MAX_PASSES,
+) -> LintResult:
+    """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source."""
+    active = [rule for rule in rules if should_run(rule, source)]
+    if not active:
+        return LintResult([], source)
+    module = parse(source)
+    reports, wrapper = collect_reports(module, active, source, path)
+    findings = [to_finding(r) for r in reports]
+    result = LintResult(findings, source, remaining=list(findings))
+    if not fix:
+        return result
+    for _ in range(max_passes):
+        fixes = _applicable(reports, unsafe_fixes)
+        if not fixes:
+            break
+        new_source, applied, dropped = _apply_pass(wrapper, fixes)
+        result.dropped.extend(dropped)
+        if not applied or new_source == result.source:
+            break
+        result.applied += applied
+        result.source = new_source
+        module = parse(new_source)
+        reports, wrapper = collect_reports(module, rules, new_source, path)
+    result.remaining = [to_finding(r) for r in reports]
+    return result
+
+
+def _applicable(reports: Iterable[Report], unsafe_fixes: bool) -> list[Fix]:
+    fixes: list[Fix] = []
+    seen: set[int] = set()
+    for report in reports:
+        fix = report.fix
+        if fix is None or id(fix) in seen:
+            continue
+        if fix.safety is FixSafety.UNSAFE and not unsafe_fixes:
+            continue
+        seen.add(id(fix))
+        fixes.append(fix)
+    return fixes
+
+
+def _apply_pass(wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int, list[str]]:
+    """Apply the non-overlapping ``fixes``; return (source, number applied, dropped notes)."""
+    positions = wrapper.resolve(PositionProvider)
+    chosen = _non_overlapping(fixes, positions)
+    module = wrapper.module
+    new_source = _render(module, chosen)
+    if _compiles(new_source):
+        return new_source, len(chosen), []
+    # Some fix breaks the syntax: keep only the ones that are fine on their own.
+    good = [f for f in chosen if _compiles(_render(module, [f]))]
+    dropped = [f"dropped a fix that broke the syntax: {f.description}" for f in chosen if f not in good]
+    while good:
+        new_source = _render(module, good)
+        if _compiles(new_source):
+            return new_source, len(good), dropped
+        dropped.append(f"dropped a fix that broke the syntax: {good[-1].description}")
+        good.pop()
+    return module.code, 0, dropped
+
+
+def _non_overlapping(fixes: list[Fix], positions: dict[cst.CSTNode, CodeRange]) -> list[Fix]:
+    def span(fix: Fix) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        spans = []
+        for edit in fix.edits:
+            where = positions[edit.target]
+            spans.append(((where.start.line, where.start.column), (where.end.line, where.end.column)))
+        return spans
+
+    ordered = sorted(fixes, key=lambda f: min(span(f)))
+    taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    chosen: list[Fix] = []
+    for fix in ordered:
+        spans = span(fix)
+        if any(a[0] < b[1] and b[0] < a[1] for a in spans for b in taken):
+            continue
+        taken.extend(spans)
+        chosen.append(fix)
+    return chosen
+
+
+class _ApplyEdits(cst.CSTTransformer):
+    def __init__(self, fixes: Sequence[Fix]) -> None:
+        super().__init__()
+        self.replacements = {id(e.target): e.replacement for f in fixes for e in f.edits}
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        return self.replacements.get(id(original_node), updated_node)
+
+
+def _render(module: cst.Module, fixes: Sequence[Fix]) -> str:
+    new_module = module.visit(_ApplyEdits(fixes))
+    imports = sorted({name for f in fixes for name in f.imports})
+    if imports:
+        context = CodemodContext()
+        for name in imports:
+            AddImportsVisitor.add_needed_import(context, name)
+        new_module = AddImportsVisitor(context).transform_module(new_module)
+    return new_module.code
+
+
+def _compiles(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True

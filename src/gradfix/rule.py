@@ -1,0 +1,202 @@
+"""The rule API: what a codemod is and how it reports.
+
+A codemod is a LibCST batchable visitor that only *reports* findings (Fixit, TorchFix).
+It never edits files: a finding may carry a :class:`Fix` made of node replacements,
+and the engine applies them.
+
+    class LeafInplace(Rule):
+        code = "GF201"
+        name = "leaf-inplace"
+        message = "In-place operation on a leaf tensor that requires grad"
+        fix_safety = FixSafety.SAFE
+
+        def visit_Call(self, node: cst.Call) -> None:
+            ...
+            self.report(node, fix=self.fix([Edit(stmt, new_stmt)], "Wrap in torch.no_grad()"))
+"""
+
+from __future__ import annotations
+
+import enum
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Union
+
+import libcst as cst
+from libcst.metadata import CodeRange, PositionProvider
+
+if TYPE_CHECKING:
+    from gradfix.analysis import FileAnalysis
+
+
+class FixSafety(str, enum.Enum):
+    """Whether a fix may be applied without the user asking for unsafe fixes."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``target`` (a node of the parsed module) by ``replacement``."""
+
+    target: cst.CSTNode
+    replacement: Replacement
+
+
+@dataclass(frozen=True, eq=False)
+class Fix:
+    """One logical rewrite: all its edits are applied together or not at all.
+
+    Several findings may share one ``Fix`` object (e.g. consecutive statements wrapped in
+    a single ``with torch.no_grad():`` block); the engine applies it once.
+    """
+
+    edits: tuple[Edit, ...]
+    safety: FixSafety
+    description: str
+    imports: tuple[str, ...] = ()  # modules the fixed code needs, e.g. ("torch",)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a rule reports: the engine turns it into a public :class:`Finding`."""
+
+    rule: type[Rule]
+    node: cst.CSTNode
+    position: CodeRange
+    message: str
+    fix: Fix | None
+
+
+@dataclass(frozen=True)
+class FixSummary:
+    safety: str
+    description: str
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """A finding in plain data (picklable, JSON-ready). Lines and columns are 1-based."""
+
+    line: int
+    col: int
+    code: str
+    name: str = field(compare=False)
+    message: str = field(compare=False)
+    end_line: int = field(compare=False)
+    end_col: int = field(compare=False)
+    fix: FixSummary | None = field(compare=False, default=None)
+
+    def to_dict(self, path: str) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "path": path,
+            "line": self.line,
+            "col": self.col,
+            "end_line": self.end_line,
+            "end_col": self.end_col,
+            "fix": None
+            if self.fix is None
+            else {"safety": self.fix.safety, "description": self.fix.description},
+        }
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must not report. Dedented before use."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report; ``expected_fix`` is the source after all fixes."""
+
+    code: str
+    expected_fix: str | None = None
+
+
+@dataclass
+class RuleContext:
+    path: str
+    source: str
+    analysis: FileAnalysis
+
+
+class Rule(cst.BatchableCSTVisitor):
+    """Base class of every codemod. Subclasses set the class data below."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    message: ClassVar[str]
+    fix_safety: ClassVar[FixSafety]
+    default_enabled: ClassVar[bool] = True
+    #: The rule can only fire on sources containing one of these substrings (cheap prefilter).
+    prefilter: ClassVar[tuple[str, ...]] = ()
+    VALID: ClassVar[Sequence[Valid]] = ()
+    INVALID: ClassVar[Sequence[Invalid]] = ()
+
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__()
+        self.context = context
+        self.analysis = context.analysis
+        self.reports: list[Report] = []
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first paragraph of the docstring's "What it does" section, on one line."""
+        return docs_section(cls, "What it does").split("\n\n")[0].replace("\n", " ").strip()
+
+    @classmethod
+    def docs(cls) -> str:
+        return textwrap.dedent(cls.__doc__ or "").strip()
+
+    def report(
+        self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
+    ) -> None:
+        position = self.get_metadata(PositionProvider, node)
+        self.reports.append(Report(type(self), node, position, message or self.message, fix))
+
+    def fix(
+        self,
+        edits: Sequence[Edit],
+        description: str,
+        *,
+        safety: FixSafety | None = None,
+        imports: Sequence[str] = (),
+    ) -> Fix:
+        """Build a fix with this rule's default safety unless ``safety`` overrides it."""
+        return Fix(tuple(edits), safety or self.fix_safety, description, tuple(imports))
+
+    def replace(
+        self,
+        target: cst.CSTNode,
+        replacement: Replacement,
+        description: str,
+        *,
+        safety: FixSafety | None = None,
+    ) -> Fix:
+        """A one-edit fix; adds ``import torch`` when the generated code needs it."""
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        return self.fix([Edit(target, replacement)], description, safety=safety, imports=imports)
+
+
+def docs_section(rule: type[Rule], title: str) -> str:
+    """The text under ``## title`` in a rule's docstring ('' if absent)."""
+    text = rule.docs()
+    marker = f"## {title}"
+    start = text.find(marker)
+    if start < 0:
+        return ""
+    body = text[start + len(marker) :]
+    end = body.find("\n## ")
+    return (body if end < 0 else body[:end]).strip()
