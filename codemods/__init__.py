@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
 
 ALL_RULES = sorted(
     [
         TensorFromTensors,
+        LeafInplace,
     ],
     key=lambda rule: rule.code,
 )

@@ -187,7 +187,12 @@ class _Collector(cst.CSTVisitor):
 
     def finish(self) -> None:
         for _scope, binding, node in self._pending:
-            binding.end = self.last.get(id(node), binding.start)
+            if isinstance(node, cst.CompFor):
+                binding.end = -1  # visible in the whole comprehension, element included
+            elif isinstance(node, cst.For):
+                binding.end = self.last[id(node.iter)]  # visible in the loop body
+            else:
+                binding.end = self.last.get(id(node), binding.start)
 
     # -- what binds names ------------------------------------------------------------------
     def _record(self, node: cst.CSTNode) -> None:

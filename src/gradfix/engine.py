@@ -17,8 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from gradfix.analysis import FileAnalysis
@@ -200,11 +198,53 @@ def _render(module: cst.Module, fixes: Sequence[Fix]) -> str:
     new_module = module.visit(_ApplyEdits(fixes))
     imports = sorted({name for f in fixes for name in f.imports})
     if imports:
-        context = CodemodContext()
-        for name in imports:
-            AddImportsVisitor.add_needed_import(context, name)
-        new_module = AddImportsVisitor(context).transform_module(new_module)
+        new_module = add_imports(new_module, imports)
     return new_module.code
+
+
+def add_imports(module: cst.Module, names: Sequence[str]) -> cst.Module:
+    """Insert ``import name`` lines before the first import (after the docstring and
+    ``__future__`` imports), taking over its leading comments; nothing else moves."""
+    body = list(module.body)
+    position = 0
+    for index, stmt in enumerate(body):
+        if _is_docstring(stmt) and index == 0 or _is_future_import(stmt):
+            position = index + 1
+            continue
+        if _is_import(stmt):
+            position = index
+        break
+    new = [cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(n))])]) for n in names]
+    if position < len(body) and _is_import(body[position]):
+        anchor = body[position]
+        new[0] = new[0].with_changes(leading_lines=anchor.leading_lines)
+        body[position] = anchor.with_changes(leading_lines=())
+    body[position:position] = new
+    return module.with_changes(body=body)
+
+
+def _small(stmt: cst.BaseStatement) -> cst.BaseSmallStatement | None:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        return stmt.body[0]
+    return None
+
+
+def _is_docstring(stmt: cst.BaseStatement) -> bool:
+    small = _small(stmt)
+    return isinstance(small, cst.Expr) and isinstance(
+        small.value, (cst.SimpleString, cst.ConcatenatedString)
+    )
+
+
+def _is_future_import(stmt: cst.BaseStatement) -> bool:
+    small = _small(stmt)
+    return isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and (
+        small.module.value == "__future__"
+    )
+
+
+def _is_import(stmt: cst.BaseStatement) -> bool:
+    return isinstance(_small(stmt), (cst.Import, cst.ImportFrom))
 
 
 def _compiles(source: str) -> bool:

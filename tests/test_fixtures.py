@@ -1,0 +1,99 @@
+"""Golden fixtures: fixtures/<codemod>/<case>.{before,after,clean}.py.
+
+- fixing ``before`` with the codemod's rule (unsafe fixes on) gives ``after`` byte for byte;
+- fixing ``after`` changes nothing (idempotence);
+- ``clean`` gets no finding from any rule;
+- ``before`` and ``after`` are executed and the verifier proves the rewrite
+  (same forward results, finite and correct gradients).
+
+``pytest --update-fixtures`` rewrites the ``after`` files from the fixer, on purpose only.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gradfix.codemods import ALL_RULES
+from gradfix.engine import lint_source
+from gradfix.rule import Rule
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+RULES_BY_MODULE = {rule.__module__.rsplit(".", 1)[-1]: rule for rule in ALL_RULES}
+
+
+def _cases(kind: str) -> list[Path]:
+    return sorted(FIXTURES.glob(f"*/*.{kind}.py"))
+
+
+def _rule_for(path: Path) -> type[Rule]:
+    return RULES_BY_MODULE[path.parent.name]
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8")
+
+
+def _fix(source: str, rule: type[Rule], path: Path) -> str:
+    return lint_source(source, rules=[rule], path=str(path), fix=True, unsafe_fixes=True).source
+
+
+def _case_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name.split('.')[0]}"
+
+
+def test_every_fixture_directory_belongs_to_a_codemod() -> None:
+    directories = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+    assert directories <= set(RULES_BY_MODULE), directories - set(RULES_BY_MODULE)
+    assert set(RULES_BY_MODULE) <= directories, set(RULES_BY_MODULE) - directories
+
+
+@pytest.mark.parametrize("before", _cases("before"), ids=_case_id)
+def test_fix_gives_after(before: Path, update_fixtures: bool) -> None:
+    rule = _rule_for(before)
+    after_path = before.with_name(before.name.replace(".before.py", ".after.py"))
+    source = _read(before)
+    result = lint_source(source, rules=[rule], path=str(before), fix=True, unsafe_fixes=True)
+    assert rule.code in {f.code for f in result.findings}, "the pitfall is not reported"
+    if update_fixtures:
+        after_path.write_bytes(result.source.encode("utf-8"))
+    assert result.source == _read(after_path)
+    assert not result.dropped
+
+
+@pytest.mark.parametrize("after", _cases("after"), ids=_case_id)
+def test_fix_is_idempotent(after: Path) -> None:
+    source = _read(after)
+    assert _fix(source, _rule_for(after), after) == source
+
+
+@pytest.mark.parametrize("clean", _cases("clean"), ids=_case_id)
+def test_clean_has_no_finding(clean: Path) -> None:
+    result = lint_source(_read(clean), rules=ALL_RULES, path=str(clean))
+    assert result.findings == []
+
+
+@pytest.fixture(scope="session")
+def verdicts() -> dict[Path, object]:
+    """Verify every before/after pair once, two at a time (each pair runs subprocesses)."""
+    pytest.importorskip("torch")
+    from gradfix.verify import verify_files
+
+    pairs = _cases("before")
+
+    def verify(before: Path) -> object:
+        after = before.with_name(before.name.replace(".before.py", ".after.py"))
+        return verify_files(before, after, timeout=120)
+
+    workers = max(1, min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(pairs, pool.map(verify, pairs)))
+
+
+@pytest.mark.parametrize("before", _cases("before"), ids=_case_id)
+def test_fix_is_verified_by_execution(before: Path, verdicts: dict[Path, object]) -> None:
+    verdict = verdicts[before]
+    assert verdict.status == "verified", f"{verdict.status}: {verdict.reason}"  # type: ignore[attr-defined]

@@ -1,0 +1,61 @@
+"""Every rule's embedded VALID / INVALID examples (Fixit style), collected automatically."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gradfix.codemods import ALL_RULES
+from gradfix.engine import lint_source
+from gradfix.rule import Rule
+
+
+def _dedent(code: str) -> str:
+    return textwrap.dedent(code).lstrip("\n")
+
+
+VALID_CASES = [
+    pytest.param(rule, example, id=f"{rule.code}-valid-{index}")
+    for rule in ALL_RULES
+    for index, example in enumerate(rule.VALID)
+]
+INVALID_CASES = [
+    pytest.param(rule, example, id=f"{rule.code}-invalid-{index}")
+    for rule in ALL_RULES
+    for index, example in enumerate(rule.INVALID)
+]
+
+
+@pytest.mark.parametrize(("rule", "example"), VALID_CASES)
+def test_valid_example_has_no_finding(rule: type[Rule], example) -> None:
+    result = lint_source(_dedent(example.code), rules=ALL_RULES)
+    assert result.findings == [], f"{rule.code} VALID example reported: {result.findings}"
+
+
+@pytest.mark.parametrize(("rule", "example"), INVALID_CASES)
+def test_invalid_example_is_reported_and_fixed(rule: type[Rule], example) -> None:
+    source = _dedent(example.code)
+    result = lint_source(source, rules=[rule], fix=True, unsafe_fixes=True)
+    assert rule.code in {f.code for f in result.findings}
+    if example.expected_fix is not None:
+        expected = _dedent(example.expected_fix)
+        assert result.source == expected
+        again = lint_source(expected, rules=[rule], fix=True, unsafe_fixes=True)
+        assert again.source == expected, "fix is not idempotent"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_rule_metadata_is_complete(rule: type[Rule]) -> None:
+    assert rule.code.startswith("GF") and len(rule.code) == 5
+    assert rule.name == rule.name.lower() and " " not in rule.name
+    assert rule.message
+    for section in ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety"):
+        assert f"## {section}" in rule.docs(), f"{rule.code} docs lack '## {section}'"
+    assert rule.summary()
+    assert rule.VALID and rule.INVALID
+
+
+def test_codes_and_names_are_unique() -> None:
+    assert len({r.code for r in ALL_RULES}) == len(ALL_RULES)
+    assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
