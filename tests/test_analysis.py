@@ -1,0 +1,210 @@
+"""Shared analysis: torch names, leaves, grad mode."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from gradfix.analysis import FileAnalysis
+
+
+def analyse(code: str) -> tuple[FileAnalysis, cst.Module]:
+    module = cst.parse_module(textwrap.dedent(code).lstrip("\n"))
+    return FileAnalysis(module), module
+
+
+def find(module: cst.Module, kind: type, predicate=lambda n: True) -> list:
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, kind) and predicate(node):
+                found.append(node)
+            return True
+
+    module.visit(Finder())
+    return found
+
+
+def calls(module: cst.Module) -> list[cst.Call]:
+    return find(module, cst.Call)
+
+
+@pytest.mark.parametrize(
+    ("imports", "expression", "expected"),
+    [
+        ("import torch", "torch.nn.Parameter", "torch.nn.Parameter"),
+        ("import torch as th", "th.tensor", "torch.tensor"),
+        ("import torch.nn as nn", "nn.Parameter", "torch.nn.Parameter"),
+        ("from torch import nn, tensor", "tensor", "torch.tensor"),
+        ("from torch.nn import Parameter", "Parameter", "torch.nn.Parameter"),
+        ("import torch.nn.functional as F", "F.relu", "torch.nn.functional.relu"),
+        ("from torch.nn import functional as F", "F.relu", "torch.nn.functional.relu"),
+        ("import torch.nn", "torch.nn.Parameter", "torch.nn.Parameter"),
+        ("from torch.nn.parameter import Parameter", "Parameter", "torch.nn.Parameter"),
+        ("import numpy as np", "np.zeros", "numpy.zeros"),
+        ("import numpy as torch", "torch.tensor", "numpy.tensor"),
+    ],
+)
+def test_qualified_names(imports: str, expression: str, expected: str) -> None:
+    analysis, module = analyse(f"{imports}\n{expression}(1)\n")
+    assert analysis.qualified_name(calls(module)[-1].func) == expected
+
+
+def test_local_named_torch_is_not_torch() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        def f(torch):
+            return torch.tensor(1)
+        def g():
+            torch = make()
+            return torch.tensor(2)
+        def h():
+            return torch.tensor(3)
+        """
+    )
+    names = [analysis.call_name(c) for c in calls(module) if c.args]
+    assert names == [None, None, "torch.tensor"]
+
+
+def test_optional_import_pattern_still_resolves() -> None:
+    analysis, module = analyse(
+        """
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        x = torch.zeros(1)
+        """
+    )
+    assert analysis.call_name(calls(module)[-1]) == "torch.zeros"
+    assert analysis.torch_alias() == "torch"
+
+
+def leaf_at_last_use(code: str, name: str) -> object:
+    analysis, module = analyse(code)
+    uses = find(module, cst.Name, lambda n: n.value == name)
+    return analysis.leaf_reason(uses[-1])
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\nw = torch.nn.Parameter(torch.rand(3))\nw\n",
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw\n",
+        "import torch\nw = torch.randn(3).mul(2).requires_grad_()\nw\n",
+        "import torch\nw = torch.FloatTensor(3)\nw.requires_grad = True\nw\n",
+        "import torch\nv = torch.ones(2, requires_grad=True)\nw = v\nw\n",
+        "import torch\nm = torch.nn.Linear(2, 2)\nfor w in m.parameters():\n    w\n",
+        "import torch\nm = torch.nn.Linear(2, 2)\nfor n, w in m.named_parameters():\n    w\n",
+        "import torch\ndef f(w: torch.nn.Parameter):\n    w\n",
+        "import torch\nw, b = torch.zeros(2, requires_grad=True), torch.zeros(1)\nw\n",
+    ],
+)
+def test_leaves(code: str) -> None:
+    assert leaf_at_last_use(code, "w") is not None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\nw = torch.randn(3, requires_grad=True) * 0.01\nw\n",
+        "import torch\nw = torch.randn(3)\nw\n",
+        "import torch\nw = torch.nn.Parameter(torch.rand(3), requires_grad=False)\nw\n",
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw = w * 2\nw\n",
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw.requires_grad_(False)\nw\n",
+        "import torch\nm = torch.nn.Linear(2, 2)\nfor w, p in m.named_parameters():\n    w\n",
+        "w = make()\nw\n",
+    ],
+)
+def test_not_leaves(code: str) -> None:
+    assert leaf_at_last_use(code, "w") is None
+
+
+def test_self_attributes_and_layer_parameters() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.zeros(3))
+                self.fc = nn.Linear(3, 3)
+                self.scale = 2.0
+            def go(self):
+                self.w
+                self.fc.weight
+                self.scale
+        """
+    )
+    attrs = find(module, cst.Attribute, lambda n: analysis.enclosing_function(n) is not None)
+    by_code = {cst.Module([]).code_for_node(a): a for a in attrs}
+    assert analysis.leaf_reason(by_code["self.w"]) is not None
+    assert analysis.leaf_reason(by_code["self.fc.weight"]) is not None
+    assert analysis.leaf_reason(by_code["self.scale"]) is None
+
+
+def test_no_grad_contexts() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        from torch import no_grad
+        with torch.no_grad():
+            a()
+            with torch.enable_grad():
+                b()
+        with no_grad():
+            c()
+        with torch.inference_mode():
+            d()
+        with torch.inference_mode(False):
+            e()
+        with torch.set_grad_enabled(False):
+            f()
+        @torch.no_grad()
+        def decorated():
+            g()
+        def helper():
+            h()
+        with torch.no_grad():
+            helper()
+        def sometimes():
+            i()
+        sometimes()
+        with torch.no_grad():
+            sometimes()
+        """
+    )
+    state = {
+        c.func.value: analysis.in_no_grad(c)
+        for c in calls(module)
+        if isinstance(c.func, cst.Name) and len(c.func.value) == 1
+    }
+    assert state == {
+        "a": True, "b": False, "c": True, "d": True, "e": False,
+        "f": True, "g": True, "h": True, "i": False,
+    }
+
+
+def test_requires_grad_follows_index_fill() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        p = torch.nn.Parameter(torch.rand(2))
+        buf = torch.zeros(3)
+        buf[0] = p[0]
+        out = buf * 2
+        data = torch.zeros(3)
+        data[0] = 1.0
+        other = data * 2
+        out
+        other
+        """
+    )
+    uses = {n.value: n for n in find(module, cst.Name) if n.value in ("out", "other")}
+    assert analysis.requires_grad(uses["out"])
+    assert not analysis.requires_grad(uses["other"])

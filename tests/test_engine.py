@@ -1,0 +1,165 @@
+"""The engine: pure source -> findings + fixed source."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from gradfix.codemods import ALL_RULES
+from gradfix.codemods.leaf_inplace import LeafInplace
+from gradfix.codemods.tensor_from_tensors import TensorFromTensors
+from gradfix.engine import SourceError, add_imports, lint_source
+from gradfix.rule import FixSafety, Rule
+
+
+def src(code: str) -> str:
+    return textwrap.dedent(code).lstrip("\n")
+
+
+GF101_SOURCE = src(
+    """
+    import torch
+    a = torch.nn.Parameter(torch.rand(3))
+    t = torch.tensor([a[0], a[1] * 2])
+    """
+)
+
+
+def test_check_reports_without_changing_source() -> None:
+    result = lint_source(GF101_SOURCE, rules=ALL_RULES)
+    assert [(f.code, f.line, f.col) for f in result.findings] == [("GF101", 3, 5)]
+    assert result.source == GF101_SOURCE
+    assert not result.changed
+
+
+def test_finding_columns_are_one_based_and_json_ready() -> None:
+    finding = lint_source(GF101_SOURCE, rules=ALL_RULES).findings[0]
+    data = finding.to_dict("x.py")
+    assert data["col"] == 5 and data["end_line"] == 3
+    assert data["fix"] == {"safety": "safe", "description": "Use `torch.stack`"}
+
+
+def test_syntax_error_is_one_line() -> None:
+    with pytest.raises(SourceError) as info:
+        lint_source("import torch\nx = (\n", rules=ALL_RULES)
+    message = str(info.value)
+    assert message.startswith("syntax error at line") and "\n" not in message
+
+
+def test_file_without_torch_has_no_finding() -> None:
+    code = "import numpy as np\nw = np.zeros(3)\nw[0] = w[1] / w[2]\nt = tensor([w[0]])\n"
+    assert lint_source(code, rules=ALL_RULES).findings == []
+
+
+def test_crlf_and_comments_are_kept() -> None:
+    code = GF101_SOURCE.replace("\n", "\r\n").replace("a[1] * 2])", "a[1] * 2])  # note")
+    fixed = lint_source(code, rules=ALL_RULES, fix=True).source
+    assert fixed == code.replace("torch.tensor(", "torch.stack(")
+
+
+def test_crlf_in_generated_block() -> None:
+    code = "import torch\r\nw = torch.randn(3, requires_grad=True)\r\nw.normal_()\r\n"
+    fixed = lint_source(code, rules=ALL_RULES, fix=True).source
+    assert fixed == (
+        "import torch\r\nw = torch.randn(3, requires_grad=True)\r\n"
+        "with torch.no_grad():\r\n    w.normal_()\r\n"
+    )
+
+
+def test_tab_indentation_is_reused() -> None:
+    code = "import torch\ndef f():\n\tw = torch.randn(3, requires_grad=True)\n\tw.zero_()\n"
+    fixed = lint_source(code, rules=ALL_RULES, fix=True).source
+    assert "\twith torch.no_grad():\n\t\tw.zero_()\n" in fixed
+
+
+def test_overlapping_fixes_are_applied_in_later_passes() -> None:
+    code = src(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        w.copy_(torch.tensor([w[0], w[1], w[2]]))
+        """
+    )
+    result = lint_source(code, rules=ALL_RULES, fix=True)
+    assert {f.code for f in result.findings} == {"GF101", "GF201"}
+    assert "with torch.no_grad():\n    w.copy_(torch.stack([w[0], w[1], w[2]]))" in result.source
+    assert result.remaining == []
+
+
+def test_unsafe_fixes_need_opt_in() -> None:
+    code = src(
+        """
+        import torch
+        w = torch.randn(2, requires_grad=True)
+        t = torch.tensor([w[0], 1.0])
+        """
+    )
+    safe_only = lint_source(code, rules=ALL_RULES, fix=True)
+    assert safe_only.source == code
+    assert safe_only.findings[0].fix is not None and safe_only.findings[0].fix.safety == "unsafe"
+    unsafe = lint_source(code, rules=ALL_RULES, fix=True, unsafe_fixes=True)
+    assert "torch.stack([w[0], torch.as_tensor(1.0)])" in unsafe.source
+
+
+class BreaksSyntax(Rule):
+    """
+    ## What it does
+    Test rule whose fix produces invalid code.
+    """
+
+    code = "GF999"
+    name = "breaks-syntax"
+    message = "test"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "rand":
+            broken = cst.Attribute(cst.Integer("1"), cst.Name("real"))  # `1.real`: invalid
+            self.report(node, fix=self.replace(node, broken, "break"))
+
+
+def test_fix_that_breaks_syntax_is_dropped() -> None:
+    code = "import torch\nx = torch.rand(3)\n"
+    result = lint_source(code, rules=[BreaksSyntax], fix=True)
+    assert result.source == code
+    assert result.dropped and "broke the syntax" in result.dropped[0]
+
+
+def test_import_is_added_when_file_has_no_torch_alias() -> None:
+    code = src(
+        '''
+        """Docstring."""
+        from __future__ import annotations
+
+        # models
+        from torch import nn
+        w = nn.Parameter(nn.Linear(2, 2).weight.new_ones(2))
+        w.zero_()
+        '''
+    )
+    fixed = lint_source(code, rules=[LeafInplace], fix=True).source
+    assert fixed.startswith(
+        '"""Docstring."""\nfrom __future__ import annotations\n\n# models\nimport torch\nfrom torch import nn\n'
+    )
+    assert "with torch.no_grad():\n    w.zero_()\n" in fixed
+
+
+def test_add_imports_on_file_without_imports() -> None:
+    module = add_imports(cst.parse_module("x = 1\n"), ["torch"])
+    assert module.code == "import torch\nx = 1\n"
+
+
+def test_fixing_is_idempotent_on_all_rule_examples() -> None:
+    for rule in ALL_RULES:
+        for example in rule.INVALID:
+            once = lint_source(src(example.code), rules=ALL_RULES, fix=True, unsafe_fixes=True)
+            twice = lint_source(once.source, rules=ALL_RULES, fix=True, unsafe_fixes=True)
+            assert twice.source == once.source, rule.code
+
+
+def test_prefilter_skips_rules_without_their_tokens() -> None:
+    assert TensorFromTensors.prefilter
+    code = "import torch\nx = 1\n"
+    assert lint_source(code, rules=[TensorFromTensors]).findings == []
