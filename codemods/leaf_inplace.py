@@ -277,10 +277,11 @@ class LeafInplace(Rule):
         collected: list[Site] = []
         for block in blocks:
             if isinstance(block, cst.SimpleStatementSuite):
-                sites = [self._site(small) for small in block.body]
-                if not all(sites) or not all(s.fixable for s in sites if s):
+                line_sites = [self._site(small) for small in block.body]
+                found = [s for s in line_sites if s is not None and s.fixable]
+                if len(found) < len(line_sites):
                     return None
-                collected.extend(s for s in sites if s is not None)
+                collected.extend(found)
                 continue
             assert isinstance(block, cst.IndentedBlock)
             for stmt in block.body:
@@ -311,7 +312,9 @@ class LeafInplace(Rule):
         if len(code) > 40:
             code = code[:37] + "..."
         target = cst.Module([]).code_for_node(site.target)
-        text = f"In-place `{code}` on leaf `{target}` that requires grad ({site.reason.description})"
+        text = (
+            f"In-place `{code}` on leaf `{target}` that requires grad ({site.reason.description})"
+        )
         if not site.fixable:
             text += "; it was used in the graph before: move the update before its first use"
         return text
@@ -348,6 +351,7 @@ class LeafInplace(Rule):
     # -- the fix -----------------------------------------------------------------------------
     def _wrap_in_no_grad(self, statements: list[cst.BaseStatement]) -> Fix:
         first = statements[0]
+        assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
         inner = [first.with_changes(leading_lines=()), *statements[1:]]
         block = cst.With(
             items=[cst.WithItem(cst.Call(self.analysis.torch_attr("no_grad")))],

@@ -185,8 +185,15 @@ def test_no_grad_contexts() -> None:
         if isinstance(c.func, cst.Name) and len(c.func.value) == 1
     }
     assert state == {
-        "a": True, "b": False, "c": True, "d": True, "e": False,
-        "f": True, "g": True, "h": True, "i": False,
+        "a": True,
+        "b": False,
+        "c": True,
+        "d": True,
+        "e": False,
+        "f": True,
+        "g": True,
+        "h": True,
+        "i": False,
     }
 
 

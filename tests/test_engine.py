@@ -141,7 +141,8 @@ def test_import_is_added_when_file_has_no_torch_alias() -> None:
     )
     fixed = lint_source(code, rules=[LeafInplace], fix=True).source
     assert fixed.startswith(
-        '"""Docstring."""\nfrom __future__ import annotations\n\n# models\nimport torch\nfrom torch import nn\n'
+        '"""Docstring."""\nfrom __future__ import annotations\n\n'
+        "# models\nimport torch\nfrom torch import nn\n"
     )
     assert "with torch.no_grad():\n    w.zero_()\n" in fixed
 

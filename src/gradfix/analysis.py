@@ -205,7 +205,9 @@ class _Collector(cst.CSTVisitor):
                         entry = (node, node.value)
                         self.subscript_assigns.setdefault(base.value, []).append(entry)
         elif isinstance(node, cst.AnnAssign):
-            self._bind_target(node.target, node, node.value, "assign", annotation=node.annotation)
+            self._bind_target(
+                node.target, node, node.value, "assign", annotation=node.annotation.annotation
+            )
         elif isinstance(node, cst.AugAssign):
             self._bind_target(node.target, node, None, "augassign")
         elif isinstance(node, (cst.For, cst.CompFor)):
@@ -235,8 +237,13 @@ class _Collector(cst.CSTVisitor):
     ) -> None:
         if isinstance(target, cst.Name):
             self._bind(
-                self._scope, target.value, kind, node, value,
-                unpack_index=unpack_index, annotation=annotation,
+                self._scope,
+                target.value,
+                kind,
+                node,
+                value,
+                unpack_index=unpack_index,
+                annotation=annotation,
             )
         elif isinstance(target, (cst.Tuple, cst.List)):
             values: Sequence[cst.BaseElement | None] = [None] * len(target.elements)
@@ -296,8 +303,13 @@ class _Collector(cst.CSTVisitor):
             self.calls_by_name.setdefault(func.attr.value, []).append(node)
             if func.attr.value == "register_parameter" and len(node.args) >= 2:
                 name_arg = node.args[0].value
-                if isinstance(name_arg, cst.SimpleString) and isinstance(func.value, cst.Name):
-                    target = cst.Attribute(func.value, cst.Name(name_arg.evaluated_value))
+                attr = name_arg.evaluated_value if isinstance(name_arg, cst.SimpleString) else None
+                if (
+                    isinstance(attr, str)
+                    and attr.isidentifier()
+                    and isinstance(func.value, cst.Name)
+                ):
+                    target = cst.Attribute(func.value, cst.Name(attr))
                     self._record_self_attribute(target, node.args[1].value, node)
         # A function passed by reference (``model.apply(init_fn)``) runs where the call is.
         for arg in node.args:
@@ -395,9 +407,7 @@ class FileAnalysis:
     def reaching_binding(self, name: cst.Name, at: cst.CSTNode | None = None) -> Binding | None:
         """The binding of ``name`` that textually precedes ``at`` (default: the name)."""
         position = self.index(at if at is not None else name)
-        candidates = [
-            b for b in self.bindings(name) if b.kind != "augassign" and b.end < position
-        ]
+        candidates = [b for b in self.bindings(name) if b.kind != "augassign" and b.end < position]
         return max(candidates, key=lambda b: b.start) if candidates else None
 
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
@@ -515,7 +525,7 @@ class FileAnalysis:
         return reason
 
     def _requires_grad_marks(self, name: str, binding: Binding, at: cst.CSTNode) -> bool | None:
-        """The last ``name.requires_grad = X`` / ``name.requires_grad_(X)`` between binding and at."""
+        """The last ``name.requires_grad = X`` or ``name.requires_grad_(X)`` after ``binding``."""
         scope = self.scope_of(at)
         position = self.index(at)
         last: tuple[int, bool] | None = None
@@ -603,7 +613,11 @@ class FileAnalysis:
                 "named_parameters",
             ):
                 return func.attr.value
-            if isinstance(func, cst.Name) and func.value in ("list", "tuple", "filter") and expr.args:
+            if (
+                isinstance(func, cst.Name)
+                and func.value in ("list", "tuple", "filter")
+                and expr.args
+            ):
                 return self.parameter_iterable(expr.args[-1].value, depth + 1)
         if isinstance(expr, cst.Subscript) and _subscript_key(expr) == "params":
             # ``for p in group["params"]`` with ``group`` from ``optimizer.param_groups``
@@ -834,8 +848,10 @@ def _subscript_key(node: cst.Subscript) -> str | None:
 
 
 def _is_none_assign(binding: Binding) -> bool:
-    return binding.kind == "assign" and isinstance(binding.value, cst.Name) and (
-        binding.value.value == "None"
+    return (
+        binding.kind == "assign"
+        and isinstance(binding.value, cst.Name)
+        and (binding.value.value == "None")
     )
 
 

@@ -13,7 +13,7 @@ is dropped and reported), and lint again, until nothing changes or ``max_passes`
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -54,7 +54,9 @@ def parse(source: str) -> cst.Module:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         first = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
-        raise SourceError(f"syntax error at line {error.raw_line}: {first}", error.raw_line) from None
+        raise SourceError(
+            f"syntax error at line {error.raw_line}: {first}", error.raw_line
+        ) from None
     except (RecursionError, MemoryError) as error:
         raise SourceError(f"cannot parse: {type(error).__name__}") from None
 
@@ -155,7 +157,9 @@ def _apply_pass(wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int, l
         return new_source, len(chosen), []
     # Some fix breaks the syntax: keep only the ones that are fine on their own.
     good = [f for f in chosen if _compiles(_render(module, [f]))]
-    dropped = [f"dropped a fix that broke the syntax: {f.description}" for f in chosen if f not in good]
+    dropped = [
+        f"dropped a fix that broke the syntax: {f.description}" for f in chosen if f not in good
+    ]
     while good:
         new_source = _render(module, good)
         if _compiles(new_source):
@@ -165,12 +169,14 @@ def _apply_pass(wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int, l
     return module.code, 0, dropped
 
 
-def _non_overlapping(fixes: list[Fix], positions: dict[cst.CSTNode, CodeRange]) -> list[Fix]:
+def _non_overlapping(fixes: list[Fix], positions: Mapping[cst.CSTNode, CodeRange]) -> list[Fix]:
     def span(fix: Fix) -> list[tuple[tuple[int, int], tuple[int, int]]]:
         spans = []
         for edit in fix.edits:
             where = positions[edit.target]
-            spans.append(((where.start.line, where.start.column), (where.end.line, where.end.column)))
+            spans.append(
+                ((where.start.line, where.start.column), (where.end.line, where.end.column))
+            )
         return spans
 
     ordered = sorted(fixes, key=lambda f: min(span(f)))
@@ -238,8 +244,10 @@ def _is_docstring(stmt: cst.BaseStatement) -> bool:
 
 def _is_future_import(stmt: cst.BaseStatement) -> bool:
     small = _small(stmt)
-    return isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and (
-        small.module.value == "__future__"
+    return (
+        isinstance(small, cst.ImportFrom)
+        and isinstance(small.module, cst.Name)
+        and (small.module.value == "__future__")
     )
 
 
