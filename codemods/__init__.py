@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from gradfix.codemods.leaf_inplace import LeafInplace
+from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
+from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
+from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
 
 ALL_RULES = sorted(
     [
         TensorFromTensors,
         LeafInplace,
+        MaskedUnsafeBranch,
+        WhereUnsafeBranch,
+        SelfReferencingIndexAssign,
     ],
     key=lambda rule: rule.code,
 )

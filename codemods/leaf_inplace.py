@@ -11,7 +11,9 @@ from gradfix.analysis import LeafReason
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
 
 #: Methods ending in ``_`` that do not modify the tensor's values.
-NOT_INPLACE = frozenset({"requires_grad_", "share_memory_", "record_stream_", "retain_grad_"})
+NOT_INPLACE = frozenset(
+    {"requires_grad_", "share_memory_", "detach_", "record_stream_", "retain_grad_"}
+)
 #: Reading these attributes of a leaf does not put it in the graph.
 NON_GRAPH_ATTRIBUTES = frozenset(
     "grad data shape dtype device requires_grad is_leaf grad_fn size dim numel ndim item "
@@ -149,6 +151,15 @@ class LeafInplace(Rule):
 
                 def _reset(self):
                     self.w.uniform_(-1, 1)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            model = nn.Linear(2, 2)
+            for name, param in model.named_parameters():
+                param.detach_()  # legal on a leaf: it stops requiring grad
             """
         ),
     ]

@@ -160,7 +160,7 @@ class TensorFromTensors(Rule):
             return
         data = node.args[0].value
         elements = _elements(data)
-        if elements is None:
+        if elements is None or self.analysis.in_no_grad(node):
             return
         in_graph = [self.analysis.requires_grad(e, node) for e in elements]
         if not any(in_graph):
@@ -184,15 +184,20 @@ class TensorFromTensors(Rule):
         numbers = [not g and _is_number(e) for e, g in zip(elements, in_graph)]
         if not all(g or n for g, n in zip(in_graph, numbers)):
             return None  # an element we cannot show to be a tensor
-        slices = [_is_slice(e) for e in elements]
-        if any(slices) and not all(slices):
+        shapes = {self.analysis.element_shape(e, node) for e, g in zip(elements, in_graph) if g}
+        if "piece" in shapes and shapes != {"piece"} or (any(numbers) and "piece" in shapes):
             return None
-        combine = "cat" if all(slices) else "stack"
+        combine = "cat" if shapes == {"piece"} else "stack"
         new_data = self._wrap_numbers(data, numbers) if any(numbers) else data
-        new: cst.BaseExpression = cst.Call(self.analysis.torch_attr(combine), [cst.Arg(new_data)])
+        # Keep the call's own layout: its parentheses, and the last argument's trailing comma.
+        first = node.args[0].with_changes(value=new_data, comma=node.args[-1].comma)
+        new: cst.BaseExpression = node.with_changes(
+            func=self.analysis.torch_attr(combine), args=[first]
+        )
         for value in conversions:
             new = cst.Call(cst.Attribute(new, cst.Name("to")), [cst.Arg(value)])
-        safety = FixSafety.UNSAFE if any(numbers) else None
+        exact = shapes <= {"scalar", "piece"} and not any(numbers)
+        safety = None if exact else FixSafety.UNSAFE
         return self.replace(node, new, f"Use `torch.{combine}`", safety=safety)
 
     def _wrap_numbers(self, data: cst.BaseExpression, numbers: list[bool]) -> cst.BaseExpression:
@@ -222,7 +227,3 @@ def _is_number(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, (cst.Integer, cst.Float))
 
 
-def _is_slice(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Subscript) and any(
-        isinstance(s.slice, cst.Slice) for s in expr.slice
-    )

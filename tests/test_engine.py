@@ -74,18 +74,35 @@ def test_tab_indentation_is_reused() -> None:
     assert "\twith torch.no_grad():\n\t\tw.zero_()\n" in fixed
 
 
+class RenameFoo(Rule):
+    """
+    ## What it does
+    Test rule: renames every call of `foo` to `bar` (nested calls overlap).
+    """
+
+    code = "GF998"
+    name = "rename-foo"
+    message = "test"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "foo":
+            self.report(node, fix=self.replace(node, node.with_changes(func=cst.Name("bar")), "r"))
+
+
 def test_overlapping_fixes_are_applied_in_later_passes() -> None:
-    code = src(
-        """
-        import torch
-        w = torch.randn(3, requires_grad=True)
-        w.copy_(torch.tensor([w[0], w[1], w[2]]))
-        """
-    )
-    result = lint_source(code, rules=ALL_RULES, fix=True)
-    assert {f.code for f in result.findings} == {"GF101", "GF201"}
-    assert "with torch.no_grad():\n    w.copy_(torch.stack([w[0], w[1], w[2]]))" in result.source
-    assert result.remaining == []
+    code = "import torch\nx = foo(foo(foo(1)))  # nested\n"
+    result = lint_source(code, rules=[RenameFoo], fix=True)
+    assert len(result.findings) == 3
+    assert result.source == "import torch\nx = bar(bar(bar(1)))  # nested\n"
+    assert result.applied == 3 and result.remaining == []
+
+
+def test_pass_limit_bounds_the_work() -> None:
+    code = "import torch\nx = foo(foo(foo(1)))\n"
+    result = lint_source(code, rules=[RenameFoo], fix=True, max_passes=1)
+    assert result.source == "import torch\nx = bar(foo(foo(1)))\n"
+    assert len(result.remaining) == 2
 
 
 def test_unsafe_fixes_need_opt_in() -> None:

@@ -678,11 +678,98 @@ class FileAnalysis:
         if binding.kind == "assign" and binding.value is not None and binding.unpack_index is None:
             if self.requires_grad(binding.value, binding.node, depth + 1):
                 return True
+        if binding.kind == "param" and isinstance(binding.node, cst.Param):
+            if self._argument_requires_grad(binding.node, depth):
+                return True
         # ``buf[i] = value`` after the binding makes ``buf`` part of the graph.
         for stmt, value in self._index_assignments(name.value, binding, at):
             if self.requires_grad(value, stmt, depth + 1):
                 return True
         return False
+
+    def _argument_requires_grad(self, param: cst.Param, depth: int) -> bool:
+        """Some call site of the function in this file passes a tensor that requires grad."""
+        func = next((a for a in self.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
+        if func is None or param not in func.params.params:
+            return False
+        position = list(func.params.params).index(param)
+        is_method = self.enclosing_class(func) is not None and not any(
+            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+            for d in func.decorators
+        )
+        for site in self._calls_by_name.get(func.name.value, []):
+            callee = site.func
+            if is_method and isinstance(callee, cst.Attribute):
+                index = position - 1
+            elif not is_method and isinstance(callee, cst.Name):
+                index = position
+            else:
+                continue
+            callee_name = callee.attr.value if isinstance(callee, cst.Attribute) else callee.value
+            if callee_name != func.name.value:
+                continue
+            arg = _argument(site, param.name.value, index if index >= 0 else None)
+            if arg is not None and self.requires_grad(arg.value, site, depth + 1):
+                return True
+        return False
+
+    def element_shape(
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None, _depth: int = 0
+    ) -> str | None:
+        """'scalar' for a 0-d tensor, 'piece' for a 1-element slice (``w[0:1] * 2``),
+        'number' for a Python number, None when unknown. Follows names and elementwise ops."""
+        if _depth > 8:
+            return None
+        at = at if at is not None else expr
+        shape = self.element_shape
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return "number"
+        if isinstance(expr, cst.UnaryOperation):
+            return shape(expr.expression, at, _depth + 1)
+        if isinstance(expr, cst.Subscript):
+            if any(isinstance(s.slice, cst.Slice) for s in expr.slice):
+                return "piece"
+            indices = [s.slice.value for s in expr.slice if isinstance(s.slice, cst.Index)]
+            if indices and all(isinstance(i, (cst.Integer, cst.Name)) for i in indices):
+                return "scalar"
+            return None
+        if isinstance(expr, cst.BinaryOperation):
+            kinds = {shape(expr.left, at, _depth + 1), shape(expr.right, at, _depth + 1)}
+            kinds.discard("number")
+            if kinds <= {"scalar"}:
+                return "scalar" if kinds else "number"
+            return "piece" if kinds == {"piece"} or kinds == {"piece", "scalar"} else None
+        if isinstance(expr, cst.Name):
+            binding = self.reaching_binding(expr, at)
+            if binding and binding.kind == "assign" and binding.value is not None:
+                if binding.unpack_index is None:
+                    return shape(binding.value, binding.node, _depth + 1)
+            return None
+        if isinstance(expr, cst.Call):
+            return self._call_shape(expr, at, _depth)
+        return None
+
+    def _call_shape(self, call: cst.Call, at: cst.CSTNode, depth: int) -> str | None:
+        func = call.func
+        name = self.call_name(call)
+        keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+        if name is None and isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in _REDUCTIONS and not call.args:
+                return "scalar"
+            if method in _ELEMENTWISE:
+                return self.element_shape(func.value, at, depth + 1)
+            return None
+        if name is None or not call.args:
+            return None
+        short = name.rpartition(".")[2]
+        is_loss = name.startswith("torch.nn.functional.") and short.endswith("_loss")
+        reduces_all = (short in _REDUCTIONS and len(call.args) == 1) or is_loss
+        if reduces_all and not ({"reduction", "dim"} & keywords):
+            return "scalar"
+        if short in _ELEMENTWISE:
+            return self.element_shape(call.args[0].value, at, depth + 1)
+        return None
 
     def _index_assignments(
         self, name: str, binding: Binding, at: cst.CSTNode
@@ -716,6 +803,129 @@ class FileAnalysis:
                 return False  # constructing a layer
             return any(self.requires_grad(a, at, depth + 1) for a in args)
         return False
+
+    # -- what backward keeps -----------------------------------------------------------------
+    def tensor_op(
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None
+    ) -> tuple[str, list[cst.BaseExpression]] | None:
+        """The torch op ``expr`` applies and its operands, or None.
+
+        ``a / b`` -> ``("div", [a, b])``; ``torch.log(x)`` and ``x.log()`` -> ``("log", [x])``;
+        list/tuple arguments are flattened (``torch.stack([a, b])`` -> ``[a, b]``). A method
+        counts only on a receiver shown to be a tensor; user functions are None.
+        """
+        at = at if at is not None else expr
+        if isinstance(expr, cst.BinaryOperation):
+            name = _BINARY_OPS.get(type(expr.operator))
+            return (name, [expr.left, expr.right]) if name else None
+        if isinstance(expr, cst.UnaryOperation):
+            name = _UNARY_OPS.get(type(expr.operator))
+            return (name, [expr.expression]) if name else None
+        if not isinstance(expr, cst.Call):
+            return None
+        operands = _flatten_operands(expr.args)
+        qualified = self.call_name(expr)
+        if qualified is not None:
+            for namespace in _OP_NAMESPACES:
+                short = qualified[len(namespace) :]
+                if qualified.startswith(namespace) and "." not in short:
+                    return short, operands
+            return None
+        func = expr.func
+        if isinstance(func, cst.Attribute) and self.is_tensor(func.value, at):
+            return func.attr.value, [func.value, *operands]
+        return None
+
+    def saved_operands(
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None
+    ) -> list[cst.BaseExpression] | None:
+        """The operands of ``expr`` that autograd saves for backward (see ``SAVES_*``),
+        assuming the op is recorded (grad mode on, some operand requires grad).
+
+        ``p[0] / p[1]`` -> both; ``p[0] / 2`` -> ``[2]``; ``p[0] + p[1]`` -> ``[]``. None when
+        ``expr`` is not an op of the tables: callers must then assume nothing.
+        """
+        op = self.tensor_op(expr, at)
+        if op is None:
+            return None
+        name, operands = op
+        if name in SAVES_INPUTS:
+            return operands
+        if name in SAVES_OTHER_OPERANDS:
+            grads = [self.requires_grad(o, at) for o in operands]
+            return [o for i, o in enumerate(operands) if any(grads[:i] + grads[i + 1 :])]
+        if name in SAVES_DIVISOR and len(operands) >= 2:
+            dividend, divisor = operands[0], operands[1]
+            return [dividend, divisor] if self.requires_grad(divisor, at) else [divisor]
+        if name in SAVES_OUTPUT or name in SAVES_NOTHING or name in VIEW_OPS:
+            return []
+        return None
+
+    def saves_output(self, expr: cst.BaseExpression, at: cst.CSTNode | None = None) -> bool:
+        """``expr`` is an op that saves its result (``torch.sigmoid(x)``, ``h.exp()``...)."""
+        op = self.tensor_op(expr, at)
+        return op is not None and op[0] in SAVES_OUTPUT
+
+    def is_tensor(
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None, _depth: int = 0
+    ) -> bool:
+        """``expr`` provably evaluates to one ``torch.Tensor`` (False when unsure).
+
+        Follows names to their reaching binding and ``self.`` attributes to ``__init__``;
+        knows torch factories and the ops of the ``SAVES_*`` tables, indexing, arithmetic,
+        calls of ``nn`` layers. A list of tensors, a dict, a NumPy array are not tensors.
+        """
+        if _depth > 12:
+            return False
+        at = at if at is not None else expr
+        if self.leaf_reason(expr, at, _depth) is not None:
+            return True
+        if isinstance(expr, cst.Name):
+            binding = self.reaching_binding(expr, at)
+            if binding is None or binding.unpack_index is not None:
+                return False
+            if binding.kind == "param" and binding.annotation is not None:
+                return self.is_torch_name(binding.annotation, "torch.Tensor")
+            value = binding.value
+            return binding.kind == "assign" and value is not None and (
+                self.is_tensor(value, binding.node, _depth + 1)
+            )
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in VIEW_ATTRIBUTES or expr.attr.value == "data":
+                return self.is_tensor(expr.value, at, _depth + 1)
+            return self._self_attribute_is_tensor(expr, at, _depth)
+        if isinstance(expr, cst.Subscript):
+            return self.is_tensor(expr.value, at, _depth + 1)
+        if isinstance(expr, cst.BinaryOperation):
+            if type(expr.operator) not in _BINARY_OPS:
+                return False
+            left, right = expr.left, expr.right
+            return self.is_tensor(left, at, _depth + 1) or self.is_tensor(right, at, _depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return type(expr.operator) in _UNARY_OPS and self.is_tensor(
+                expr.expression, at, _depth + 1
+            )
+        if isinstance(expr, cst.Call):
+            if self.call_name(expr) in FACTORIES or self.is_nn_layer(expr.func, at):
+                return True
+            op = self.tensor_op(expr, at)
+            return op is not None and op[0] in TENSOR_OPS
+        return False
+
+    def _self_attribute_is_tensor(self, attr: cst.Attribute, at: cst.CSTNode, depth: int) -> bool:
+        values = self.self_attribute_values(attr, at)
+        return bool(values) and all(self.is_tensor(v, b.node, depth + 1) for v, b in values)
+
+    def self_attribute_values(
+        self, attr: cst.Attribute, at: cst.CSTNode
+    ) -> list[tuple[cst.BaseExpression, Binding]]:
+        """The values ``self.<attr>`` is assigned anywhere in the class of the method
+        enclosing ``at`` (``[]`` when ``attr`` is not an attribute of ``self``)."""
+        if not _is_self(attr.value, self, at):
+            return []
+        cls = self.enclosing_class(at)
+        assigned = self._class_attrs.get(id(cls), {}) if cls is not None else {}
+        return list(assigned.get(attr.attr.value, []))
 
     # -- grad mode ---------------------------------------------------------------------------
     def in_no_grad(self, node: cst.CSTNode) -> bool:
@@ -779,12 +989,87 @@ class FileAnalysis:
 
 
 #: Attributes of a tensor that are views of it (and so carry its graph).
+#: Reductions that give a 0-d tensor when called without ``dim``.
+_REDUCTIONS = frozenset("sum mean prod norm max min std var amax amin logsumexp median".split())
+#: Elementwise functions and methods: the result has the shape of the first operand.
+_ELEMENTWISE = frozenset(
+    "exp log log1p log2 log10 sqrt rsqrt sin cos tan tanh sigmoid relu softplus abs neg "
+    "square pow clamp clip float double half to sign erf gelu silu elu leaky_relu "
+    "reciprocal atan asin acos sinh cosh".split()
+)
 _PASS_THROUGH_ATTRIBUTES = frozenset("T mT H mH real imag".split())
 #: Tensor methods whose result never requires grad.
 _GRAD_CUTTING_METHODS = frozenset("detach detach_ item tolist numpy argmax argmin".split())
 #: Tensor methods that combine the receiver with tensor arguments.
 _TENSOR_METHODS = frozenset(
     "add sub mul div matmul mm bmm pow where masked_fill expand_as view_as type_as".split()
+)
+
+# -- what autograd saves for backward -------------------------------------------------------
+# Autograd keeps some operands/results of an op for backward and checks their version
+# counters there: an in-place change to a saved tensor, or to any view sharing its storage,
+# fails at backward with "one of the variables needed for gradient computation has been
+# modified by an inplace operation". Op names are torch / torch.nn.functional / torch.linalg
+# function names and tensor method names; the tables follow torch 2.x ``derivatives.yaml``
+# and were checked one by one on torch 2.13.
+
+#: Ops that save every tensor operand (``log(x)``, ``x ** 2``, ``2 ** x``, ``atan2(a, b)``).
+SAVES_INPUTS = frozenset(
+    "log log2 log10 log1p sin cos asin acos atan arcsin arccos arctan sinh cosh asinh acosh "
+    "atanh abs absolute pow square erf erfc erfinv lgamma digamma sinc i0 logit atan2 arctan2 "
+    "hypot xlogy maximum minimum fmax fmin clamp clip clamp_min clamp_max amax amin prod "
+    "cumprod norm vector_norm dist var std logsumexp softplus gelu silu mish elu selu celu "
+    "leaky_relu hardtanh relu6 hardswish hardsigmoid logsigmoid softsign normalize layer_norm "
+    "group_norm batch_norm".split()
+)
+#: Ops that save their result (an in-place change to the *result* breaks backward, one to the
+#: input does not); ``prod``, ``norm``, ``std``, ``amax``... save both.
+SAVES_OUTPUT = frozenset(
+    "exp exp2 expm1 tanh sigmoid sqrt rsqrt reciprocal relu tan softmax log_softmax prod "
+    "cumprod norm vector_norm std logsumexp amax amin".split()
+)
+#: Products: an operand is saved when *another* operand requires grad (``x * c`` with a
+#: constant ``c`` saves only ``c``; ``x * w`` with ``w`` requiring grad saves both).
+SAVES_OTHER_OPERANDS = frozenset(
+    "mul multiply matmul mm bmm mv dot vdot inner outer ger cross einsum linear tensordot "
+    "kron".split()
+)
+#: Quotients: the divisor is always saved, the dividend when the divisor requires grad
+#: (``x / 2`` saves nothing of ``x``; ``c / x`` saves ``x``).
+SAVES_DIVISOR = frozenset("div divide true_divide".split())
+#: Differentiable ops that keep only shapes: nothing of theirs can be invalidated.
+SAVES_NOTHING = frozenset(
+    "add sub subtract neg negative positive sum mean nansum cumsum clone contiguous to float "
+    "double half cpu cuda cat concat concatenate stack hstack vstack where flip roll repeat "
+    "tile reshape flatten squeeze unsqueeze view view_as expand expand_as t transpose permute "
+    "narrow select diagonal movedim moveaxis swapaxes swapdims unfold tril triu floor ceil "
+    "round trunc sign".split()
+)
+#: Ops whose result is a view sharing storage *and version counter* with their first
+#: operand: an in-place change through either one is seen by the other's saved copies.
+#: (``detach()`` cuts the graph but shares the version counter; ``reshape``/``flatten``/
+#: ``contiguous`` copy only sometimes and are left out.)
+VIEW_OPS = frozenset(
+    "view view_as t transpose swapaxes swapdims permute movedim moveaxis unsqueeze squeeze "
+    "narrow select expand expand_as diagonal unfold as_strided detach".split()
+)
+#: Attributes of a tensor that are views of it.
+VIEW_ATTRIBUTES = frozenset("T mT H mH real imag".split())
+#: Python operators -> the torch op they call.
+_BINARY_OPS: dict[type[cst.BaseBinaryOp], str] = {
+    cst.Add: "add",
+    cst.Subtract: "sub",
+    cst.Multiply: "mul",
+    cst.Divide: "div",
+    cst.Power: "pow",
+    cst.MatrixMultiply: "matmul",
+}
+_UNARY_OPS: dict[type[cst.BaseUnaryOp], str] = {cst.Minus: "neg", cst.Plus: "positive"}
+#: Where the torch functions of the tables live.
+_OP_NAMESPACES = ("torch.", "torch.nn.functional.", "torch.linalg.")
+#: Every op name known to return one tensor.
+TENSOR_OPS = (
+    SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR | SAVES_NOTHING | VIEW_OPS
 )
 
 _NN_NON_LAYERS = frozenset(
@@ -845,6 +1130,18 @@ def _subscript_key(node: cst.Subscript) -> str | None:
         value = key.evaluated_value
         return value if isinstance(value, str) else None
     return None
+
+
+def _flatten_operands(args: Sequence[cst.Arg]) -> list[cst.BaseExpression]:
+    """Argument values, with the elements of list/tuple literals spliced in."""
+    operands: list[cst.BaseExpression] = []
+    for arg in args:
+        value = arg.value
+        if isinstance(value, (cst.List, cst.Tuple)):
+            operands.extend(e.value for e in value.elements)
+        else:
+            operands.append(value)
+    return operands
 
 
 def _is_none_assign(binding: Binding) -> bool:

@@ -1,0 +1,375 @@
+"""GF301 masked-unsafe-branch."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradfix.analysis import FileAnalysis
+from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.unsafe_branch import (
+    Mask,
+    UnsafeUse,
+    complement_of,
+    discards_singular_inputs,
+    factors,
+    guard,
+    indirect_unsafe_uses,
+    is_pure,
+    literal_number,
+    provably_constant,
+    replace_nodes,
+    resolve_mask,
+    strip_parens,
+    unsafe_uses,
+    without_factor,
+)
+
+
+class MaskedUnsafeBranch(Rule):
+    """
+    ## What it does
+    Finds mask-weighted blends `mask * a + (1 - mask) * b` (also `~mask * b`, masks on
+    either side, and a single `mask * b`) where a branch applies a function that is
+    singular where the mask discards it, and rewrites the blend to `torch.where` with a
+    guarded input (the "double where"). Unsafe functions are those of GF302: `sqrt`,
+    `rsqrt`, `log*`, `x ** p` with `p < 1` or fractional, `pow`, `reciprocal`, division
+    by `x`, `acos`, `asin`, `atanh`, as torch functions or tensor methods.
+
+    Precision rule: the mask must provably hold 0/1 (a comparison, `&`/`|`/`~` of
+    comparisons, a `.float()`/`.to(...)` of one, or a name bound to one of these) and it
+    must test the unsafe function's own input (same expression and bindings, directly,
+    through `abs()` or negated), with a discarded region that contains a singular input.
+    Soft weights (`lam * a + (1 - lam) * torch.sqrt(v)`), masks about something else
+    (`pad_mask * torch.log(p)`), smooth branches (`mask * x ** 2`), inputs already
+    guarded (`x.clamp(min=eps) ** 0.5`), data that cannot require grad and code under
+    `torch.no_grad()` are not reported. `0 * f(x)` with an unsafe `f` is reported
+    without a fix.
+
+    ## Why is this bad?
+    Both branches are computed and differentiated; the gradient of the discarded one is
+    multiplied by 0, and `0 * inf = nan`. `x ** 0.5` has an infinite derivative at 0, so
+    `mask * 12.9 * x + (1 - mask) * x ** 0.5` gives a `nan` gradient at `x == 0` although
+    the forward value is right there.
+
+    ## Example
+    ```python
+    def loss_function(x):
+        mask = (x < 0.003).float()
+        gamma_x = mask * 12.9 * x + (1 - mask) * (x ** 0.5)
+        return torch.mean((x - gamma_x) ** 2)
+
+    x = torch.tensor([0, 0.0025, 0.5, 0.8, 1], requires_grad=True)
+    loss_function(x).backward()
+    x.grad  # tensor([    nan,  0.1416, -0.0243, -0.0167,  0.0000])
+    ```
+
+    ## Use instead
+    ```python
+    gamma_x = torch.where(x < 0.003, 12.9 * x, torch.where(x < 0.003, torch.ones_like(x), x) ** 0.5)
+    ```
+    A float mask built from a comparison becomes that comparison again (`mask > 0` when
+    the comparison's names were rebound in between); a bool mask keeps its name. The
+    inner `where` feeds the unsafe function 1 (0 for `acos`, `asin`, `atanh`) exactly
+    where its result is discarded.
+
+    ## Fix safety
+    Safe for bool masks: the blend and `torch.where` agree wherever the blend was
+    finite (it gave `nan` where the discarded branch was infinite), with the same dtype.
+    Unsafe for float masks: the values agree, but the blend's dtype was promoted with the
+    mask's (a `.float()` mask over `float16` branches gave `float32`, `torch.where` keeps
+    `float16`). Also unsafe when the mask expression calls something that may not give
+    the same value twice. A branch that is a name bound earlier (`g = x ** 0.5`, then
+    `mask * a + (1 - mask) * g`) is reported without a fix.
+    """
+
+    code = "GF301"
+    name = "masked-unsafe-branch"
+    message = (
+        "Masked-out branch is singular (`0 * inf = nan` in its gradient); "
+        "use `torch.where` with a guarded input"
+    )
+    fix_safety = FixSafety.SAFE
+    prefilter = ("sqrt", "**", "log", "/", "reciprocal", "acos", "asin", "atanh", "pow", "div")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+
+            def soft_clip(x):
+                mask = (x < 0.5).float()
+                return mask * x ** 2 + (1 - mask) * (x - 0.25)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def gamma(x):
+                mask = (x < 0.003).float()
+                return mask * 12.9 * x + (1 - mask) * x.clamp(min=1e-8) ** 0.5
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def masked_nll(probs, labels):
+                pad = (labels != 0).float()
+                return -(pad * torch.log(probs)).sum() / pad.sum()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def blend(a, v, lam: float):
+                return lam * a + (1 - lam) * torch.sqrt(v)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            image = torch.rand(8)
+            dark = (image < 0.003).float()
+            encoded = dark * 12.9 * image + (1 - dark) * image ** 0.5
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            @torch.no_grad()
+            def encode(x):
+                mask = (x < 0.003).float()
+                return mask * 12.9 * x + (1 - mask) * x ** 0.5
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def loss_function(x):
+                mask = (x < 0.003).float()
+                gamma_x = (
+                    mask * 12.9 * x  # linear near black
+                    + (1-mask) * (x ** 0.5)
+                )
+                return torch.mean((x - gamma_x) ** 2)
+            """,
+            """
+            import torch
+
+            def loss_function(x):
+                mask = (x < 0.003).float()
+                gamma_x = (
+                    torch.where(x < 0.003, 12.9 * x,  # linear near black
+                        torch.where(x < 0.003, torch.ones_like(x), x) ** 0.5)
+                )
+                return torch.mean((x - gamma_x) ** 2)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def signed_sqrt(x, eps):
+                m = x.abs() < eps
+                y = m * x + ~m * x.abs() ** 0.5
+                return y
+            """,
+            """
+            import torch
+
+            def signed_sqrt(x, eps):
+                m = x.abs() < eps
+                y = torch.where(m, x, torch.where(m, torch.ones_like(x.abs()), x.abs()) ** 0.5)
+                return y
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+
+            def compress(d):
+                core = (d < 0.1).float()
+                y = core * 5 * d + (1 - core) * d ** 0.5
+                return y
+            """,
+            """
+            import torch as th
+
+            def compress(d):
+                core = (d < 0.1).float()
+                y = th.where(d < 0.1, 5 * d, th.where(d < 0.1, th.ones_like(d), d) ** 0.5)
+                return y
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def xlogx(p):
+                nz = p > 0
+                plogp = nz * p * torch.log(p)
+                return plogp.sum()
+            """,
+            """
+            import torch
+
+            def xlogx(p):
+                nz = p > 0
+                plogp = torch.where(nz, p * torch.log(torch.where(nz, p, torch.ones_like(p))), 0)
+                return plogp.sum()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def zero_weighted(x):
+                return (x - 0 * x ** 0.5).pow(2).mean()
+            """
+        ),
+    ]
+
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__(context)
+        self._in_blend: set[int] = set()  # products already reported as a blend's terms
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Add):
+            if not self.analysis.in_no_grad(node):
+                self._check_blend(node)
+        elif isinstance(node.operator, (cst.Multiply, cst.Divide)) and self._is_product_top(node):
+            if id(node) not in self._in_blend and not self.analysis.in_no_grad(node):
+                self._check_product(node)
+
+    def _is_product_top(self, node: cst.BinaryOperation) -> bool:
+        parent = self.analysis.parent(node)
+        if not isinstance(parent, cst.BinaryOperation):
+            return True
+        if isinstance(parent.operator, cst.Multiply):
+            return False
+        return not (isinstance(parent.operator, cst.Divide) and parent.left is node)
+
+    # -- mask * a + (1 - mask) * b ------------------------------------------------------------
+    def _check_blend(self, node: cst.BinaryOperation) -> None:
+        for kept, dropped in ((node.left, node.right), (node.right, node.left)):
+            for mask_factor in factors(kept):
+                mask = resolve_mask(mask_factor, node, self.analysis)
+                if mask is None:
+                    continue
+                for complement in factors(dropped):
+                    if complement_of(complement, mask_factor, node, self.analysis):
+                        branch_a = strip_parens(without_factor(kept, mask_factor))
+                        branch_b = strip_parens(without_factor(dropped, complement))
+                        if self._report(node, mask, branch_a, branch_b):
+                            self._in_blend.update((id(node.left), id(node.right)))
+                            return
+
+    # -- mask * b, 0 * b --------------------------------------------------------------------
+    def _check_product(self, node: cst.BinaryOperation) -> None:
+        parts = factors(node)
+        if any(literal_number(f) == 0.0 for f in parts):
+            constant = provably_constant(node, node, self.analysis)
+            if unsafe_uses(node, self.analysis) and not constant:
+                self.report(node, "`0 * f(x)` still back-propagates `0 * inf = nan` from `f`")
+            return
+        for mask_factor in parts:
+            mask = resolve_mask(mask_factor, node, self.analysis)
+            if mask is not None:
+                branch = strip_parens(without_factor(node, mask_factor))
+                if self._report(node, mask, branch, None):
+                    return
+
+    def _report(
+        self,
+        node: cst.BinaryOperation,
+        mask: Mask,
+        branch_a: cst.BaseExpression,
+        branch_b: cst.BaseExpression | None,
+    ) -> bool:
+        """Report ``node`` if a branch is singular where the mask discards it."""
+        uses_a = self._singular_uses(branch_a, True, mask, node)
+        uses_b = self._singular_uses(branch_b, False, mask, node) if branch_b is not None else []
+        if uses_a or uses_b:
+            new_a = _guarded(branch_a, uses_a, mask, True, self.analysis)
+            new_b: cst.BaseExpression = cst.Integer("0")
+            if branch_b is not None:
+                new_b = _guarded(branch_b, uses_b, mask, False, self.analysis)
+            self.report(node, fix=self._fix(node, mask, new_a, new_b))
+            return True
+        branches = [(branch_a, True), (branch_b, False)]
+        if any(self._singular_indirect(b, k, mask, node) for b, k in branches if b is not None):
+            self.report(node)
+            return True
+        return False
+
+    def _singular_uses(
+        self, branch: cst.BaseExpression, kept_when: bool, mask: Mask, node: cst.CSTNode
+    ) -> list[UnsafeUse]:
+        if provably_constant(branch, node, self.analysis):
+            return []
+        return [
+            use
+            for use in unsafe_uses(branch, self.analysis)
+            if discards_singular_inputs(mask.condition, kept_when, use, node, self.analysis)
+        ]
+
+    def _singular_indirect(
+        self, branch: cst.BaseExpression, kept_when: bool, mask: Mask, node: cst.CSTNode
+    ) -> bool:
+        if provably_constant(branch, node, self.analysis):
+            return False
+        return any(
+            discards_singular_inputs(mask.condition, kept_when, use, at, self.analysis)
+            for use, at in indirect_unsafe_uses(branch, node, self.analysis)
+        )
+
+    def _fix(
+        self,
+        node: cst.BinaryOperation,
+        mask: Mask,
+        branch_a: cst.BaseExpression,
+        branch_b: cst.BaseExpression,
+    ) -> Fix:
+        between = _comma_whitespace(node) if isinstance(node.operator, cst.Add) else None
+        comma = cst.Comma(whitespace_after=between or cst.SimpleWhitespace(" "))
+        arguments = [cst.Arg(mask.selector), cst.Arg(branch_a, comma=comma), cst.Arg(branch_b)]
+        where = self.analysis.torch_attr("where")
+        call = cst.Call(where, arguments, lpar=node.lpar, rpar=node.rpar)
+        safe = mask.is_bool and is_pure(mask.selector, self.analysis)
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        return self.fix(
+            [Edit(node, call)],
+            "Use `torch.where` and guard the singular input with an inner `torch.where`",
+            safety=None if safe else FixSafety.UNSAFE,
+            imports=imports,
+        )
+
+
+def _guarded(
+    branch: cst.BaseExpression,
+    uses: list[UnsafeUse],
+    mask: Mask,
+    kept_when: bool,
+    analysis: FileAnalysis,
+) -> cst.BaseExpression:
+    replacements = {id(u.argument): guard(u, mask.selector, kept_when, analysis) for u in uses}
+    return replace_nodes(branch, replacements)
+
+
+def _comma_whitespace(node: cst.BinaryOperation) -> cst.BaseParenthesizableWhitespace | None:
+    """Keep a line break (and its comment) that stood around the `+` of a multi-line blend,
+    indented one level more as a continuation line."""
+    operator = node.operator
+    for side in ("whitespace_before", "whitespace_after"):
+        whitespace = getattr(operator, side, None)
+        if isinstance(whitespace, cst.ParenthesizedWhitespace):
+            deeper = cst.SimpleWhitespace(whitespace.last_line.value + "    ")
+            return whitespace.with_changes(last_line=deeper)
+    return None

@@ -1,0 +1,673 @@
+"""GF202 self-referencing-index-assign."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from gradfix.analysis import (
+    FACTORIES,
+    SAVES_DIVISOR,
+    SAVES_INPUTS,
+    SAVES_OTHER_OPERANDS,
+    SAVES_OUTPUT,
+    VIEW_ATTRIBUTES,
+    VIEW_OPS,
+    Binding,
+    FileAnalysis,
+)
+from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+
+#: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
+MAX_STACK_ELEMENTS = 8
+#: Elementwise ops: applied to 0-d tensors and numbers they give a 0-d tensor, and applied
+#: to 1-D tensors a 1-D tensor of the broadcast length.
+POINTWISE_OPS = frozenset(
+    "add sub mul div pow neg log log2 log10 log1p exp exp2 expm1 sin cos tan asin acos atan "
+    "sinh cosh tanh asinh acosh atanh sigmoid sqrt rsqrt reciprocal abs square erf erfc "
+    "lgamma digamma atan2 hypot maximum minimum clamp clip softplus relu gelu silu clone".split()
+)
+#: Ops that may hand back their input itself (``x.float()`` on a float tensor is ``x``).
+MAY_RETURN_INPUT = frozenset("to float double half cpu cuda contiguous reshape flatten".split())
+#: ``torch.zeros(3)``-like factories whose positional arguments are the size.
+SIZED_FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty rand randn".split())
+LIKE_FACTORIES = frozenset(
+    f"torch.{n}" for n in "zeros_like ones_like empty_like rand_like randn_like full_like".split()
+)
+#: Producers of a fresh tensor: rebinding the name to a new tensor changes nothing else.
+FRESH_OPS = (SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR) | frozenset(
+    "add sub neg sum mean cumsum clone cat concat stack hstack vstack where flip roll repeat "
+    "tile".split()
+)
+
+
+class SelfReferencingIndexAssign(Rule):
+    """
+    ## What it does
+    Finds index assignments `p[k] = f(p)` into a tensor that requires grad whose right-hand
+    side reads `p` itself through an op that saves it for backward (`p[0] / p[1]`,
+    `p[0] * p[1]`, `p[0] ** 2`, `torch.log(p[1])`...), and rebuilds `p` out of place.
+
+    ## Why is this bad?
+    `p[0]` and `p[1]` are views of `p`: the division saves them for its backward, and the
+    assignment then changes `p` in place, which bumps the version counter they share.
+    `backward()` fails with "one of the variables needed for gradient computation has been
+    modified by an inplace operation: [torch.FloatTensor []], which is output 0 of
+    AsStridedBackward0, is at version 1; expected version 0 instead." Ops that save
+    nothing of `p` (`p[0] + p[1]`, `p[0] * 2`, `torch.exp(p[0])`) do not fail and are not
+    reported.
+
+    ## Example
+    ```python
+    paramn = torch.zeros([3])
+    paramn[0] = self.paramn_[0]  # R1n
+    paramn[1] = self.paramn_[1]  # R2n
+    param = paramn * (self.param_max - self.param_min) + self.param_min
+    param[2] = param[0] / param[1]  # k = R1 / R2
+    ```
+
+    ## Use instead
+    ```python
+    param = torch.stack([param[0], param[1], param[0] / param[1]])  # k = R1 / R2
+    ```
+    When the length of `p` is unknown (or large):
+    `p = torch.cat([p[:k], (f(p)).reshape(1), p[k + 1:]])`. Detaching the right-hand side
+    also silences the error but drops that gradient branch: it is not a fix.
+
+    ## Fix safety
+    Safe when `p` is a fresh 1-D tensor of known length (a sized constructor, a literal,
+    `torch.stack`, or elementwise arithmetic of those), the index is an integer literal,
+    the right-hand side is computed from elements of `p` and numbers only (so it is 0-d
+    with the dtype of `p`), and nothing else holds `p` (no alias, no loop carrying it).
+    Unsafe otherwise: the `cat` form is only right for a 1-D `p`, and a right-hand side
+    with other tensors may have another dtype or shape. Slices, multi-dimensional or
+    negative indices of unknown length, and `p` that may be a view of another tensor
+    are reported without a fix.
+    """
+
+    code = "GF202"
+    name = "self-referencing-index-assign"
+    message = (
+        "Index assignment into a tensor whose right-hand side reads it through an op that "
+        "saves it for backward: backward fails with 'modified by an inplace operation'"
+    )
+    fix_safety = FixSafety.SAFE
+    prefilter = ("] =", "]=")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            a = torch.nn.Parameter(torch.rand(5))
+            A2 = torch.zeros(5)
+            A2[0] = a[0] * 2
+            A2[1] = torch.log(a[1] + 1)
+            A2[2] = a[2] ** 2
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(3))
+            p = w * 1.0
+            p[2] = p[0] + p[1]  # add saves nothing
+            q = w * 1.0
+            q[2] = q[0] * 2 - torch.exp(q[1])  # constant factor, exp saves its output
+            """
+        ),
+        Valid(
+            """
+            import numpy as np
+            import torch
+            arr = np.ones(3)
+            arr[2] = arr[0] / arr[1]
+            t = torch.rand(3)
+            t[2] = t[0] / t[1]  # data: nothing requires grad
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(3))
+            p = w * 2.0
+            with torch.no_grad():
+                p[2] = p[0] / p[1]
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(3))
+            parts = [w[0] * 1, w[1] * 1, None]
+            parts[2] = parts[0] / parts[1]  # a list, not a tensor
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            class Example(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.paramn_ = torch.nn.Parameter(torch.rand(2))
+                    self.param_max = torch.tensor([2, 4, 2])
+                    self.param_min = torch.tensor([1, 2, 0])
+
+                @property
+                def Param(self):
+                    paramn = torch.zeros([3])
+                    paramn[0] = self.paramn_[0]  # R1n
+                    paramn[1] = self.paramn_[1]  # R2n
+                    param = paramn * (self.param_max - self.param_min) + self.param_min
+                    param[2] = param[0] / param[1]  # k = R1 / R2
+                    return (param - self.param_min) / (self.param_max - self.param_min)
+            """,
+            """
+            import torch
+
+            class Example(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.paramn_ = torch.nn.Parameter(torch.rand(2))
+                    self.param_max = torch.tensor([2, 4, 2])
+                    self.param_min = torch.tensor([1, 2, 0])
+
+                @property
+                def Param(self):
+                    paramn = torch.zeros([3])
+                    paramn[0] = self.paramn_[0]  # R1n
+                    paramn[1] = self.paramn_[1]  # R2n
+                    param = paramn * (self.param_max - self.param_min) + self.param_min
+                    param = torch.stack([param[0], param[1], param[0] / param[1]])  # k = R1 / R2
+                    return (param - self.param_min) / (self.param_max - self.param_min)
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+            from torch import nn
+
+            head = nn.Linear(4, 3)
+            out = head(th.rand(4))
+            out[1] = out[0] * out[2]
+            """,
+            """
+            import torch as th
+            from torch import nn
+
+            head = nn.Linear(4, 3)
+            out = head(th.rand(4))
+            out = th.cat([out[:1], (out[0] * out[2]).reshape(1), out[2:]])
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            v = w.exp()
+            v[-1] = torch.sin(v[0])
+            """,
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            v = w.exp()
+            v = torch.stack([v[0], v[1], v[2], torch.sin(v[0])])
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(2, 3))
+            h = w * 3.0
+            h[0, 2] = h[0, 0] / h[1, 1]
+            """
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(6))
+            p = torch.sigmoid(w)
+            p[3:] = p[:3] ** 2
+            """
+        ),
+    ]
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        target = node.targets[0].target
+        if not isinstance(target, cst.Subscript) or not isinstance(target.value, cst.Name):
+            return
+        index = _literal_index(target)
+        if index is None:  # a loop variable (GF203) or an index we cannot read
+            return
+        base = target.value
+        analysis = self.analysis
+        if analysis.in_no_grad(node) or analysis.leaf_reason(base, node) is not None:
+            return  # leaves raise at once: GF201 leaf-inplace
+        if not analysis.is_tensor(base, node) or not analysis.requires_grad(base, node):
+            return
+        binding = analysis.reaching_binding(base, node)
+        if binding is None or not _SelfReads(analysis, base.value, binding).saved_in(node.value):
+            return
+        message = (
+            f"`{base.value}[...] = ...` reads `{base.value}` through an op that saves it for "
+            "backward: backward fails with 'modified by an inplace operation'; rebuild "
+            f"`{base.value}` out of place"
+        )
+        self.report(node, message, fix=self._fix(node, base, binding, index))
+
+    def _fix(
+        self, node: cst.Assign, base: cst.Name, binding: Binding, index: int | str
+    ) -> Fix | None:
+        if not isinstance(index, int) or not _rebindable(self.analysis, node, binding):
+            return None
+        length = _vector_length(self.analysis, base, node)
+        if length is not None:
+            index = index + length if index < 0 else index
+            if not 0 <= index < length:
+                return None  # the original raises IndexError
+        reads = _SelfReads(self.analysis, base.value, binding)
+        if length is not None and length <= MAX_STACK_ELEMENTS:
+            combine, value = "stack", self._stacked(base.value, node.value, index, length)
+        elif index >= 0:  # (a known length has made the index non-negative)
+            combine, value = "cat", self._concatenated(base.value, node.value, index, length)
+        else:
+            return None  # a negative index into a tensor of unknown length
+        safe = (
+            length is not None
+            and reads.element_only(node.value)
+            and not _may_alias(self.analysis, node, base.value, binding)
+        )
+        new = node.with_changes(
+            targets=[node.targets[0].with_changes(target=cst.Name(base.value))], value=value
+        )
+        return self.replace(
+            node,
+            new,
+            f"Rebuild `{base.value}` out of place with `torch.{combine}`",
+            safety=None if safe else FixSafety.UNSAFE,
+        )
+
+    def _stacked(
+        self, name: str, value: cst.BaseExpression, index: int, length: int
+    ) -> cst.BaseExpression:
+        elements = [value if i == index else _element(name, i) for i in range(length)]
+        return _call(self.analysis.torch_attr("stack"), elements)
+
+    def _concatenated(
+        self, name: str, value: cst.BaseExpression, index: int, length: int | None
+    ) -> cst.BaseExpression:
+        reshaped = cst.Call(
+            cst.Attribute(_atomic(value), cst.Name("reshape")), [cst.Arg(cst.Integer("1"))]
+        )
+        pieces: list[cst.BaseExpression] = []
+        if index != 0:
+            pieces.append(_slice(name, None, index))
+        pieces.append(reshaped)
+        if length is None or index + 1 < length:
+            pieces.append(_slice(name, index + 1, None))
+        return _call(self.analysis.torch_attr("cat"), pieces)
+
+
+class _SelfReads:
+    """Reads of tensor ``name`` (as bound by ``binding``) inside a right-hand side."""
+
+    def __init__(self, analysis: FileAnalysis, name: str, binding: Binding) -> None:
+        self.analysis = analysis
+        self.name = name
+        self.binding = binding
+
+    def saved_in(self, expr: cst.BaseExpression) -> bool:
+        """Some op on the graph path of ``expr`` saves a view of the tensor for backward."""
+        if self.is_view(expr):
+            return False  # a read; whether it is saved depends on the op around it
+        if isinstance(expr, cst.Subscript) or (
+            isinstance(expr, cst.Attribute) and expr.attr.value in VIEW_ATTRIBUTES
+        ):
+            return self.saved_in(expr.value)  # a view of an intermediate result
+        op = self.analysis.tensor_op(expr, expr)
+        saved = self.analysis.saved_operands(expr, expr)
+        if op is None or saved is None or op[0] == "detach":
+            return False  # unknown op, or the graph is cut here
+        if any(self.is_view(o) for o in saved):
+            return True
+        return any(self.saved_in(o) for o in op[1])
+
+    def is_view(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """``expr`` shares storage and version counter with the tensor."""
+        if depth > 8:
+            return False
+        if isinstance(expr, cst.Name):
+            return self._is_self_or_alias(expr, depth)
+        if isinstance(expr, cst.Subscript):
+            return all(_is_basic_index(e) for e in expr.slice) and self.is_view(
+                expr.value, depth + 1
+            )
+        if isinstance(expr, cst.Attribute):
+            return expr.attr.value in VIEW_ATTRIBUTES and self.is_view(expr.value, depth + 1)
+        op = self.analysis.tensor_op(expr, expr)
+        return op is not None and op[0] in VIEW_OPS and bool(op[1]) and (
+            self.is_view(op[1][0], depth + 1)
+        )
+
+    def _is_self_or_alias(self, name: cst.Name, depth: int) -> bool:
+        binding = self.analysis.reaching_binding(name, name)
+        if binding is None:
+            return False
+        if name.value == self.name and binding is self.binding:
+            return True
+        # ``r1 = p[0]`` earlier: ``r1`` is a view of ``p``
+        if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
+            return False
+        return self._bound_view(binding.value, binding.node, depth + 1)
+
+    def _bound_view(self, value: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
+        names = [n for n in _names_in(value) if n.value == self.name]
+        same = all(self.analysis.reaching_binding(n, at) is self.binding for n in names)
+        return bool(names) and same and self.is_view(value, depth)
+
+    def element_only(self, expr: cst.BaseExpression) -> bool:
+        """``expr`` is computed elementwise from single elements ``p[i]`` and numbers."""
+        if _is_number(expr):
+            return True
+        if self.is_view(expr):
+            return self._is_element(expr)
+        op = self.analysis.tensor_op(expr, expr)
+        return op is not None and op[0] in POINTWISE_OPS and all(
+            self.element_only(o) for o in op[1]
+        )
+
+    def _is_element(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Name) and expr.value != self.name:
+            binding = self.analysis.reaching_binding(expr, expr)
+            return binding is not None and binding.value is not None and (
+                self._is_element(binding.value)
+            )
+        return (
+            isinstance(expr, cst.Subscript)
+            and len(expr.slice) == 1
+            and _integer(expr.slice[0].slice) is not None
+            and isinstance(expr.value, cst.Name)
+            and expr.value.value == self.name
+        )
+
+
+# -- the index ---------------------------------------------------------------------------
+def _literal_index(target: cst.Subscript) -> int | str | None:
+    """``p[2]`` -> 2, ``p[-1]`` -> -1; other literal indexing (``p[1:]``, ``p[0, 2]``) ->
+    "other"; an index with names in it -> None."""
+    if not all(_is_basic_index(e) and not _names_in(e) for e in target.slice):
+        return None
+    if len(target.slice) == 1:
+        k = _integer(target.slice[0].slice)
+        if k is not None:
+            return k
+    return "other"
+
+
+def _is_basic_index(element: cst.SubscriptElement) -> bool:
+    """Integer, slice, ``...`` or ``None``: indexing that returns a view."""
+    item = element.slice
+    if not isinstance(item, cst.Index):
+        return isinstance(item, cst.Slice)
+    value = item.value
+    if isinstance(value, cst.Ellipsis) or (isinstance(value, cst.Name) and value.value == "None"):
+        return True
+    return _integer(item) is not None
+
+
+def _integer(item: cst.BaseSlice) -> int | None:
+    if not isinstance(item, cst.Index):
+        return None
+    value = item.value
+    if isinstance(value, cst.Integer):
+        return int(value.evaluated_value)
+    if (
+        isinstance(value, cst.UnaryOperation)
+        and isinstance(value.operator, cst.Minus)
+        and isinstance(value.expression, cst.Integer)
+    ):
+        return -int(value.expression.evaluated_value)
+    return None
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value != "None":
+            self.names.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False  # ``.attr`` is not a variable
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False  # nor is ``keyword=``
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        return False
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.Name]:
+    collector = _NameCollector()
+    node.visit(collector)
+    return collector.names
+
+
+def _is_number(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return _is_number(expr.expression)
+    return isinstance(expr, (cst.Integer, cst.Float))
+
+
+# -- when rebinding is the same as writing in place ------------------------------------------
+def _rebindable(analysis: FileAnalysis, node: cst.Assign, binding: Binding) -> bool:
+    """``p = <new tensor>`` at ``node`` replaces the write: ``p`` is a fresh tensor bound
+    in the same scope, on every path to ``node``."""
+    if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
+        return False
+    if analysis.scope_of(binding.node).node is not analysis.scope_of(node).node:
+        return False  # assigning would make the name local to the inner scope
+    line = analysis.parent(binding.node)
+    block = analysis.parent(line) if line is not None else None
+    if block is None or not analysis.contains(block, node):
+        return False  # bound in a branch that may not run
+    return _is_fresh(analysis, binding.value, binding.node)
+
+
+def _is_fresh(analysis: FileAnalysis, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """``value`` makes a new tensor (not a view or an alias of another one)."""
+    if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)):
+        return analysis.tensor_op(value, at) is not None
+    if not isinstance(value, cst.Call):
+        return False
+    if analysis.call_name(value) in FACTORIES:
+        return True
+    if analysis.is_nn_layer(value.func, at):
+        return True
+    op = analysis.tensor_op(value, at)
+    return op is not None and op[0] in FRESH_OPS and op[0] not in MAY_RETURN_INPUT
+
+
+def _may_alias(analysis: FileAnalysis, node: cst.Assign, name: str, binding: Binding) -> bool:
+    """Something besides the name may hold the tensor: an alias made between the binding
+    and ``node``, or a loop around ``node`` that carries the tensor to the next iteration."""
+    for loop in analysis.ancestors(node):
+        if isinstance(loop, (cst.For, cst.While)) and not analysis.contains(loop, binding.node):
+            return True
+    scope = analysis.scope_of(node).node
+    start, end = binding.end, analysis.index(node)
+    for read in _names_in(scope):
+        if read.value != name or not start < analysis.index(read) < end:
+            continue
+        if not _in_fill(analysis, read, name):
+            return True
+    return False
+
+
+def _in_fill(analysis: FileAnalysis, read: cst.Name, name: str) -> bool:
+    """``read`` is inside a statement ``name[...] = value`` (filling the tensor)."""
+    statement = analysis.enclosing_statement(read)
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return False
+    target = assign.targets[0].target
+    return (
+        isinstance(target, cst.Subscript)
+        and isinstance(target.value, cst.Name)
+        and target.value.value == name
+    )
+
+
+# -- static length of a 1-D tensor ------------------------------------------------------------
+def _vector_length(
+    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
+) -> int | None:
+    """The length of ``expr`` when it is provably a 1-D tensor of known length."""
+    if depth > 10:
+        return None
+    if isinstance(expr, cst.Name):
+        binding = analysis.reaching_binding(expr, at)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            return None
+        if binding.unpack_index is not None:
+            return None
+        return _vector_length(analysis, binding.value, binding.node, depth + 1)
+    if isinstance(expr, cst.Attribute):
+        return _attribute_length(analysis, expr, at, depth)
+    if isinstance(expr, cst.Call):
+        return _call_length(analysis, expr, at, depth)
+    op = analysis.tensor_op(expr, at)
+    if op is not None and op[0] in POINTWISE_OPS:
+        return _broadcast_length(analysis, op[1], at, depth)
+    return None
+
+
+def _attribute_length(
+    analysis: FileAnalysis, attr: cst.Attribute, at: cst.CSTNode, depth: int
+) -> int | None:
+    """``self.w`` assigned in the class: the length all its assignments agree on."""
+    assigned = analysis.self_attribute_values(attr, at)
+    lengths = {_vector_length(analysis, v, b.node, depth + 1) for v, b in assigned}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def _call_length(
+    analysis: FileAnalysis, call: cst.Call, at: cst.CSTNode, depth: int
+) -> int | None:
+    name = analysis.call_name(call)
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    if name in SIZED_FACTORIES and len(positional) == 1:
+        return _size_length(positional[0])
+    if name == "torch.full" and positional:
+        return _size_length(positional[0])
+    if name in ("torch.tensor", "torch.as_tensor") and positional:
+        data = positional[0]
+        if isinstance(data, (cst.List, cst.Tuple)) and all(
+            _is_number(e.value) for e in data.elements
+        ):
+            return len(data.elements)
+        return None
+    if (name in LIKE_FACTORIES or name == "torch.nn.Parameter") and positional:
+        return _vector_length(analysis, positional[0], at, depth + 1)
+    op = analysis.tensor_op(call, at)
+    if op is None or any(a.keyword is not None and a.keyword.value == "dim" for a in call.args):
+        return None
+    if op[0] in ("stack", "cat") and len(positional) == 1:
+        return _joined_length(analysis, op[0], positional[0], at, depth)
+    if op[0] in POINTWISE_OPS:
+        return _broadcast_length(analysis, op[1], at, depth)
+    return None
+
+
+def _size_length(size: cst.BaseExpression) -> int | None:
+    """``3``, ``[3]``, ``(3,)`` -> 3."""
+    if isinstance(size, (cst.List, cst.Tuple)):
+        if len(size.elements) != 1:
+            return None
+        size = size.elements[0].value
+    return int(size.evaluated_value) if isinstance(size, cst.Integer) else None
+
+
+def _joined_length(
+    analysis: FileAnalysis, combine: str, data: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> int | None:
+    """``torch.stack([a, b, c])`` of 0-d tensors -> 3; ``torch.cat([x, y])`` of 1-D -> sum."""
+    if not isinstance(data, (cst.List, cst.Tuple)) or not data.elements:
+        return None
+    values = [e.value for e in data.elements]
+    if any(isinstance(e, cst.StarredElement) for e in data.elements):
+        return None
+    if combine == "stack":
+        scalar = all(_is_scalar(analysis, v, at, depth + 1) for v in values)
+        return len(values) if scalar else None
+    lengths = [_vector_length(analysis, v, at, depth + 1) for v in values]
+    return None if None in lengths else sum(n for n in lengths if n is not None)
+
+
+def _is_scalar(
+    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int
+) -> bool:
+    """``expr`` is a 0-d tensor: ``v[i]`` of a 1-D ``v``, or elementwise ops of such."""
+    if isinstance(expr, cst.Subscript):
+        return (
+            len(expr.slice) == 1
+            and _integer(expr.slice[0].slice) is not None
+            and _vector_length(analysis, expr.value, at, depth + 1) is not None
+        )
+    op = analysis.tensor_op(expr, at)
+    if op is None or op[0] not in POINTWISE_OPS or depth > 10:
+        return False
+    scalars = [_is_scalar(analysis, o, at, depth + 1) for o in op[1]]
+    return any(scalars) and all(s or _is_number(o) for s, o in zip(scalars, op[1]))
+
+
+def _broadcast_length(
+    analysis: FileAnalysis, operands: Sequence[cst.BaseExpression], at: cst.CSTNode, depth: int
+) -> int | None:
+    """The length of an elementwise op over 1-D operands, numbers and 0-d tensors."""
+    lengths: set[int] = set()
+    for operand in operands:
+        if _is_number(operand) or _is_scalar(analysis, operand, at, depth + 1):
+            continue
+        length = _vector_length(analysis, operand, at, depth + 1)
+        if length is None:
+            return None
+        lengths.add(length)
+    if len(lengths) > 1:
+        lengths.discard(1)  # length-1 operands broadcast
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+# -- building the replacement ------------------------------------------------------------------
+def _element(name: str, index: int) -> cst.Subscript:
+    return cst.Subscript(cst.Name(name), [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
+
+
+def _slice(name: str, lower: int | None, upper: int | None) -> cst.Subscript:
+    """``name[lower:upper]`` with non-negative bounds (None: omitted)."""
+    lower_bound = None if lower is None else cst.Integer(str(lower))
+    upper_bound = None if upper is None else cst.Integer(str(upper))
+    return cst.Subscript(
+        cst.Name(name), [cst.SubscriptElement(cst.Slice(lower=lower_bound, upper=upper_bound))]
+    )
+
+
+def _call(func: cst.BaseExpression, elements: Sequence[cst.BaseExpression]) -> cst.Call:
+    return cst.Call(func, [cst.Arg(cst.List([cst.Element(e) for e in elements]))])
+
+
+def _atomic(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` ready to take ``.reshape(1)``: parenthesised unless it binds tighter."""
+    if expr.lpar or isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

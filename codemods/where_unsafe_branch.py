@@ -1,0 +1,313 @@
+"""GF302 where-unsafe-branch."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradfix.analysis import argument
+from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
+from gradfix.unsafe_branch import (
+    UnsafeUse,
+    discards_singular_inputs,
+    guard,
+    indirect_unsafe_uses,
+    is_pure,
+    parse_condition,
+    provably_constant,
+    strip_parens,
+    unsafe_uses,
+)
+
+
+class WhereUnsafeBranch(Rule):
+    """
+    ## What it does
+    Finds `torch.where(cond, a, b)` whose branch applies a function that is singular
+    where `cond` discards it (`torch.where(d > 0, torch.sqrt(d), 0)`,
+    `torch.where(c != 0, 1 / c, 0)`, `torch.where(p > 0, p * torch.log(p), 0)`), and
+    guards the function's input with a second `torch.where` (the "double where").
+
+    Unsafe functions: `sqrt`, `rsqrt`, `log`, `log2`, `log10` (at 0 and below), `log1p`
+    (at -1 and below), `x ** p` / `pow` / `float_power` with `p < 1` or a fractional or
+    tensor exponent, `reciprocal` and division by `x` (at 0), `acos`, `asin`, `atanh` (at
+    ±1 and beyond), as torch functions or tensor methods (`x.sqrt()`, `x.pow(0.5)`).
+
+    Precision rule: the condition must test the unsafe function's own input (the same
+    expression with the same bindings, directly, through `abs()` or negated, possibly via
+    a name bound to the condition or combined with `&`, `|`, `~`), and the region it
+    discards for that branch must contain a singular input (literal bounds are checked
+    exactly; any other bound is assumed to sit at the singular point). Masks about
+    something else (`attention_mask`, padding, labels), branches without an unsafe
+    function (`torch.where(mask, x, torch.finfo(x.dtype).min)`), inputs already guarded
+    (`torch.sqrt(d.clamp(min=1e-12))`, an inner `where`), branches of data that cannot
+    require grad and code under `torch.no_grad()` are not reported.
+
+    ## Why is this bad?
+    `torch.where` computes both branches and back-propagates into both; the gradient of
+    the unselected branch is multiplied by 0, and `0 * inf = nan`, `0 * nan = nan`. So
+    `torch.sqrt(d)` at `d <= 0`, `1 / c` at `c == 0` or `log(p)` at `p == 0` put `nan` in
+    the gradient even though the forward result is fine. Both branches are
+    differentiated whatever the mask means, so a mask that "excludes the bad points"
+    does not help.
+
+    ## Example
+    ```python
+    d = torch.tensor([-1.0, 0.25, 4.0], requires_grad=True)
+    y = torch.where(d > 0, torch.sqrt(d), 0)
+    y.sum().backward()
+    d.grad  # tensor([   nan, 1.0000, 0.2500])
+    ```
+
+    ## Use instead
+    ```python
+    y = torch.where(d > 0, torch.sqrt(torch.where(d > 0, d, torch.ones_like(d))), 0)
+    ```
+    The inner `where` feeds the unsafe function a harmless value (1; 0 for `acos`,
+    `asin`, `atanh`) exactly where its result is discarded.
+
+    ## Fix safety
+    Safe: the kept positions see the same input, so forward values and dtypes do not
+    change, and the discarded positions' values never reach the result. Unsafe when the
+    condition calls something that may not give the same value twice (random or unknown
+    functions), since the fix evaluates it again. A branch that is a name bound earlier
+    (`s = torch.sqrt(d)`, then `torch.where(d > 0, s, 0)`) is reported without a fix:
+    the guard belongs where `s` is computed, and `s` may be used elsewhere.
+    """
+
+    code = "GF302"
+    name = "where-unsafe-branch"
+    message = (
+        "`torch.where` branch is singular where it is masked out (`0 * inf = nan` in its "
+        "gradient); guard its input with an inner `torch.where`"
+    )
+    fix_safety = FixSafety.SAFE
+    prefilter = ("where",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+
+            def mask_scores(scores, mask):
+                return torch.where(mask, scores, torch.finfo(scores.dtype).min)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def safe_sqrt(d):
+                d_safe = torch.where(d > 0, d, torch.ones_like(d))
+                a = torch.where(d > 0, torch.sqrt(d_safe), 0)
+                b = torch.where(d > 0, torch.sqrt(torch.where(d > 0, d, torch.ones_like(d))), 0)
+                return a + b + torch.where(d > 0, d.clamp(min=1e-12).sqrt(), 0)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def masked_log_probs(probs, attention_mask):
+                return torch.where(attention_mask.bool(), torch.log(probs), 0.0)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            depth = torch.rand(4, 4)
+            inverse_depth = torch.where(depth > 0, 1 / depth, 0)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def softplus(x):
+                return torch.where(x > 20, x, torch.log1p(torch.exp(x)))
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def clipped_root(x):
+                # the singular inputs (x <= 0) are on the selected side: no masked gradient
+                return torch.where(x > 1, x, torch.sqrt(x))
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def height(d):
+                h = torch.where(d > 0, torch.sqrt(d), 0)
+                return h
+            """,
+            """
+            import torch
+
+            def height(d):
+                h = torch.where(d > 0, torch.sqrt(torch.where(d > 0, d, torch.ones_like(d))), 0)
+                return h
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def inverse(c):
+                return torch.where(c != 0, 1 / c, 0)
+            """,
+            """
+            import torch
+
+            def inverse(c):
+                return torch.where(c != 0, 1 / torch.where(c != 0, c, torch.ones_like(c)), 0)
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+
+            def entropy(p):
+                e = th.where(p > 0, p * p.log(), 0.0)
+                return -e.sum()
+            """,
+            """
+            import torch as th
+
+            def entropy(p):
+                e = th.where(p > 0, p * th.where(p > 0, p, th.ones_like(p)).log(), 0.0)
+                return -e.sum()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def srgb_encode(x):
+                return torch.where(
+                    x <= 0.0031308,
+                    12.92 * x,
+                    1.055 * x.pow(1 / 2.4) - 0.055,
+                )
+            """,
+            """
+            import torch
+
+            def srgb_encode(x):
+                return torch.where(
+                    x <= 0.0031308,
+                    12.92 * x,
+                    1.055 * torch.where(x <= 0.0031308, torch.ones_like(x), x).pow(1 / 2.4) - 0.055,
+                )
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def angle(c):
+                ok = c.abs() < 1
+                a = torch.where(ok, torch.acos(c), 0.0)
+                return a
+            """,
+            """
+            import torch
+
+            def angle(c):
+                ok = c.abs() < 1
+                a = torch.where(ok, torch.acos(torch.where(ok, c, torch.zeros_like(c))), 0.0)
+                return a
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def root(d):
+                s = torch.sqrt(d)
+                return torch.where(d > 0, s, 0)
+            """
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.analysis.call_name(node) != "torch.where":
+            return
+        condition_arg = argument(node, "condition", 0)
+        kept = argument(node, "input", 1)
+        other = argument(node, "other", 2)
+        if condition_arg is None or kept is None or other is None:
+            return
+        if self.analysis.in_no_grad(node):
+            return
+        condition = parse_condition(condition_arg.value, node, self.analysis)
+        branches = ((kept.value, True), (other.value, False))
+        found = [
+            (use, kept_when)
+            for branch, kept_when in branches
+            for use in self._singular_uses(branch, kept_when, condition, node)
+        ]
+        if found:
+            self._report_fix(node, condition_arg.value, found)
+        elif any(self._singular_indirect(b, k, condition, node) for b, k in branches):
+            self.report(node)
+
+    def _singular_uses(
+        self, branch: cst.BaseExpression, kept_when: bool, condition, node: cst.Call
+    ) -> list[UnsafeUse]:
+        if provably_constant(branch, node, self.analysis):
+            return []
+        return [
+            use
+            for use in unsafe_uses(branch, self.analysis)
+            if discards_singular_inputs(condition, kept_when, use, node, self.analysis)
+        ]
+
+    def _singular_indirect(
+        self, branch: cst.BaseExpression, kept_when: bool, condition, node: cst.Call
+    ) -> bool:
+        if provably_constant(branch, node, self.analysis):
+            return False
+        return any(
+            discards_singular_inputs(condition, kept_when, use, at, self.analysis)
+            for use, at in indirect_unsafe_uses(branch, node, self.analysis)
+        )
+
+    def _report_fix(
+        self,
+        node: cst.Call,
+        condition: cst.BaseExpression,
+        found: list[tuple[UnsafeUse, bool]],
+    ) -> None:
+        selector = strip_parens(condition)
+        # An input that contains another unsafe call is guarded as a whole.
+        outer = [
+            (use, kept_when)
+            for use, kept_when in found
+            if not any(_inside(use.node, other.argument) for other, _ in found if other is not use)
+        ]
+        edits = [
+            Edit(use.argument, guard(use, selector, kept_when, self.analysis))
+            for use, kept_when in outer
+        ]
+        safety = None if is_pure(selector, self.analysis) else FixSafety.UNSAFE
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        names = ", ".join(sorted({use.function.name for use, _ in outer}))
+        fix = self.fix(
+            edits,
+            f"Guard the input of {names} with an inner `torch.where`",
+            safety=safety,
+            imports=imports,
+        )
+        self.report(node, fix=fix)
+
+
+def _inside(node: cst.CSTNode, tree: cst.CSTNode) -> bool:
+    if node is tree:
+        return True
+    return any(_inside(node, child) for child in tree.children)

@@ -1,0 +1,462 @@
+"""The ``gradfix`` command line: ``check``, ``fix``, ``rules``, ``explain``.
+
+The commands parse options, call :mod:`gradfix.runner` / :mod:`gradfix.registry` and
+format what they return. Output conventions (a public contract, see ``--help``):
+
+- stdout carries the results (finding lines, JSON, diffs, fixed stdin source, summaries of
+  ``check``); stderr carries one line per problem (``path: syntax error at line 3: ...``),
+  notes, warnings and the summary of ``fix``.
+- Exit status 2 means a file could not be processed or the command line is wrong; it beats
+  the other codes. Never a traceback, unless ``--verbose``.
+
+The engine and the codemods (LibCST) are imported inside the commands, so ``--help`` and
+option errors are quick, and torch is never imported.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import click
+import typer
+
+if TYPE_CHECKING:
+    from gradfix.rule import Finding, Rule
+    from gradfix.runner import FileResult, RunOptions, RunResult
+
+STDIN_PATH = "-"
+DEFAULT_STDIN_NAME = "<stdin>"
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class CheckFormat(str, enum.Enum):
+    text = "text"
+    concise = "concise"
+    json = "json"
+
+
+class RulesFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+app = typer.Typer(
+    name="gradfix",
+    help="Find, rewrite and verify PyTorch autograd pitfalls.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# --- shared options ------------------------------------------------------------------------
+
+PathsArgument = Annotated[
+    Optional[list[str]],  # typer evaluates annotations at run time: no `X | None` on 3.9
+    typer.Argument(
+        metavar="PATH",
+        help="Files or directories to process (default: `.`); `-` reads stdin.",
+        show_default=False,
+    ),
+]
+SelectOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--select",
+        metavar="CODES",
+        help="Comma-separated rule codes or prefixes to run (`GF1`, `GF201`, `ALL`); "
+        "repeatable. Default: the rules enabled by default.",
+        show_default=False,
+    ),
+]
+IgnoreOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--ignore",
+        metavar="CODES",
+        help="Comma-separated rule codes or prefixes not to run; repeatable.",
+        show_default=False,
+    ),
+]
+StdinFilenameOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--stdin-filename",
+        metavar="NAME",
+        help="The name of the stdin source in messages (reads stdin when no PATH is given).",
+        show_default=False,
+    ),
+]
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=0,
+        help="Worker processes for many files; 0: one per CPU, 1: no workers.",
+    ),
+]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors.")
+]
+
+
+def main() -> None:
+    """Console-script entry point (``gradfix = "gradfix.cli:main"``)."""
+    verbose = "--verbose" in sys.argv or "-v" in sys.argv
+    try:
+        app(prog_name="gradfix")
+    except Exception as error:  # a bug in gradfix itself: one line, not a traceback
+        if verbose:
+            raise
+        _error(
+            f"internal error: {type(error).__name__}: {_first_line(error)}"
+            " (run with --verbose for the traceback)"
+        )
+        sys.exit(EXIT_ERROR)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"gradfix {version('gradfix')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Find, rewrite and verify PyTorch autograd pitfalls."""
+
+
+# --- check ---------------------------------------------------------------------------------
+
+
+@app.command()
+def check(
+    paths: PathsArgument = None,
+    output_format: Annotated[
+        CheckFormat,
+        typer.Option(
+            "--format",
+            help="text: one line per finding and a summary; concise: the lines only; "
+            "json: an array of findings.",
+        ),
+    ] = CheckFormat.text,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
+    stdin_filename: StdinFilenameOption = None,
+    jobs: JobsOption = 0,
+    verbose: VerboseOption = False,
+) -> None:
+    """Report autograd pitfalls, one `path:line:col: CODE message` line per finding.
+
+    \b
+    Exit status:
+      0  no findings
+      1  findings
+      2  a file could not be processed (the others are still checked),
+         or a bad option (e.g. an unknown rule code)
+    """
+    from gradfix.runner import RunOptions
+
+    options = RunOptions(rules=_select_or_exit(select, ignore))
+    run, _ = _run(paths, options, stdin_filename, jobs)
+    _report_problems(run, verbose)
+    findings = sorted(
+        ((result.path, finding) for result in run.files for finding in result.findings),
+        key=lambda item: (item[0], item[1]),
+    )
+    if output_format is CheckFormat.json:
+        typer.echo(json.dumps([finding.to_dict(path) for path, finding in findings], indent=2))
+    else:
+        for path, finding in findings:
+            typer.echo(finding_line(path, finding))
+        if output_format is CheckFormat.text:
+            typer.echo(check_summary([finding for _, finding in findings], len(run.errors)))
+    if run.errors:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
+
+
+def finding_line(path: str, finding: Finding) -> str:
+    return f"{path}:{finding.line}:{finding.col}: {finding.code} {finding.message}"
+
+
+def check_summary(findings: Sequence[Finding], errors: int = 0) -> str:
+    """``Found 3 findings (2 fixable with `gradfix fix`, 1 with --unsafe-fixes).``"""
+    if not findings:
+        text = "No findings." if errors else "All checks passed."
+    else:
+        safe = sum(1 for f in findings if f.fix is not None and f.fix.safety == "safe")
+        unsafe = sum(1 for f in findings if f.fix is not None and f.fix.safety == "unsafe")
+        fixable = []
+        if safe:
+            fixable.append(f"{safe} fixable with `gradfix fix`")
+        if unsafe:
+            fixable.append(
+                f"{unsafe} with --unsafe-fixes"
+                if safe
+                else f"{unsafe} fixable with `gradfix fix --unsafe-fixes`"
+            )
+        details = f" ({', '.join(fixable)})" if fixable else ""
+        text = f"Found {_count(len(findings), 'finding')}{details}."
+    return text + _errors_sentence(errors)
+
+
+# --- fix -----------------------------------------------------------------------------------
+
+
+@app.command()
+def fix(
+    paths: PathsArgument = None,
+    write: Annotated[
+        bool, typer.Option("--write", "-w", help="Apply the fixes to the files.")
+    ] = False,
+    unsafe_fixes: Annotated[
+        bool, typer.Option("--unsafe-fixes", help="Also apply fixes marked unsafe.")
+    ] = False,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
+    stdin_filename: StdinFilenameOption = None,
+    jobs: JobsOption = 0,
+    verbose: VerboseOption = False,
+) -> None:
+    """Show the fixes as a unified diff (patience algorithm); write them with --write.
+
+    Without --write nothing is written: the diff goes to stdout (`a/PATH` / `b/PATH`
+    headers, `git apply` / `patch -p1` apply it) and a summary to stderr. With --write
+    the files are replaced atomically (encoding, newlines and mode kept), the findings
+    left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
+    fixed and the whole fixed source goes to stdout.
+
+    \b
+    Exit status:
+      without --write   0 nothing to change, 1 there is a diff
+      --write, or `-`   0 no finding left, 1 findings left that were not fixed
+      always            2 a file could not be processed or written (the others
+                        are still fixed), or a bad option
+    """
+    from gradfix.runner import RunOptions
+
+    rules = _select_or_exit(select, ignore)
+    options = RunOptions(rules=rules, fix=True, unsafe_fixes=unsafe_fixes, write=write)
+    run, stdin_data = _run(paths, options, stdin_filename, jobs)
+    _report_problems(run, verbose)
+    if stdin_data is not None:
+        _emit_fixed_stdin(run.files[0], stdin_data)
+    elif write:
+        for path, finding in _remaining(run):
+            typer.echo(finding_line(path, finding))
+    else:
+        _emit_diffs(run)
+    applied = write or stdin_data is not None
+    _error(fix_summary(run, applied=applied, unsafe_fixes=unsafe_fixes))
+    raise typer.Exit(_fix_exit_code(run, applied=applied))
+
+
+def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) -> str:
+    """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write."""
+    fixed = sum(result.fixed_count for result in run.files)
+    remaining = sum(len(result.remaining) for result in run.files)
+    files = sum(1 for result in run.files if result.changed)
+    if fixed:
+        verb = "Fixed" if applied else "Would fix"
+        text = f"{verb} {_count(fixed, 'finding')} in {_count(files, 'file')}"
+    elif files:  # the fixes changed the code without removing a finding
+        text = f"{'Changed' if applied else 'Would change'} {_count(files, 'file')}"
+    else:
+        text = "Nothing to fix" if not remaining else "No fixes available"
+    if remaining:
+        unsafe = 0 if unsafe_fixes else sum(len(r.unsafe_remaining()) for r in run.files)
+        more = f", {unsafe} fixable with --unsafe-fixes" if unsafe else ""
+        text += f" ({remaining} remaining{more})"
+    return text + "." + _errors_sentence(len(run.errors))
+
+
+def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
+    if run.errors:
+        return EXIT_ERROR
+    if applied:
+        return EXIT_FINDINGS if any(result.remaining for result in run.files) else EXIT_CLEAN
+    return EXIT_FINDINGS if any(result.changed for result in run.files) else EXIT_CLEAN
+
+
+def _emit_diffs(run: RunResult) -> None:
+    from gradfix.diff import file_diff
+
+    for result in sorted(run.files, key=lambda r: r.path):
+        if result.changed and result.original is not None and result.fixed is not None:
+            diff = file_diff(result.original, result.fixed, result.path, result.encoding)
+            click.echo(diff, nl=False)
+
+
+def _emit_fixed_stdin(result: FileResult, data: bytes) -> None:
+    """The fixed source, encoded like the input; the input unchanged when it failed."""
+    from gradfix.files import FileError, encode_source
+
+    output = data
+    if result.error is None and result.fixed is not None:
+        try:
+            output = encode_source(result.fixed, result.encoding)
+        except FileError as error:
+            result.error = str(error)
+            _error(f"{result.path}: {error}")
+    click.echo(output, nl=False)
+
+
+def _remaining(run: RunResult) -> list[tuple[str, Finding]]:
+    pairs = [(result.path, finding) for result in run.files for finding in result.remaining]
+    return sorted(pairs, key=lambda item: (item[0], item[1]))
+
+
+# --- rules and explain -----------------------------------------------------------------------
+
+
+@app.command()
+def rules(
+    output_format: Annotated[
+        RulesFormat, typer.Option("--format", help="text: a table; json: an array.")
+    ] = RulesFormat.text,
+) -> None:
+    """List the rules: code, name, fix safety, default state and summary."""
+    from gradfix.registry import all_rules
+
+    known = all_rules()
+    if output_format is RulesFormat.json:
+        typer.echo(json.dumps([rule_to_dict(rule) for rule in known], indent=2))
+        return
+    rows = [("CODE", "NAME", "FIX", "DEFAULT", "SUMMARY")]
+    rows += [
+        (rule.code, rule.name, rule.fix_safety.value, _default_state(rule), rule.summary())
+        for rule in known
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths)]
+        typer.echo("  ".join([*cells, row[4]]).rstrip())
+
+
+def rule_to_dict(rule: type[Rule]) -> dict[str, object]:
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "message": rule.message,
+        "safety": rule.fix_safety.value,
+        "default_enabled": rule.default_enabled,
+        "summary": rule.summary(),
+    }
+
+
+@app.command()
+def explain(
+    code: Annotated[str, typer.Argument(metavar="CODE", help="A rule code or kebab name.")],
+) -> None:
+    """Show a rule's documentation (`gradfix explain GF101`)."""
+    from gradfix.registry import SelectionError, find_rule
+
+    try:
+        rule = find_rule(code)
+    except SelectionError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    typer.echo(f"# {rule.code} {rule.name}\n")
+    typer.echo(
+        f"Fix safety: {rule.fix_safety.value}. {_default_state(rule).capitalize()} by default.\n"
+    )
+    typer.echo(rule.docs())
+
+
+def _default_state(rule: type[Rule]) -> str:
+    return "enabled" if rule.default_enabled else "disabled"
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _select_or_exit(select: list[str] | None, ignore: list[str] | None) -> list[type[Rule]]:
+    from gradfix.registry import SelectionError, select_rules
+
+    try:
+        return select_rules(select, ignore)
+    except SelectionError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def _run(
+    paths: list[str] | None, options: RunOptions, stdin_filename: str | None, jobs: int = 1
+) -> tuple[RunResult, bytes | None]:
+    """Process ``paths`` (or stdin); the stdin bytes are returned for ``fix -``."""
+    from gradfix.runner import RunResult, process_bytes, process_paths
+
+    if not paths:
+        paths = [STDIN_PATH] if stdin_filename is not None else ["."]
+    if STDIN_PATH not in paths:
+        return process_paths(paths, options, jobs=jobs or _cpu_count()), None
+    if len(paths) > 1:
+        _error("error: `-` (stdin) cannot be combined with other paths")
+        raise typer.Exit(EXIT_ERROR)
+    data = click.get_binary_stream("stdin").read()
+    result = process_bytes(data, stdin_filename or DEFAULT_STDIN_NAME, options)
+    return RunResult(files=[result]), data
+
+
+def _report_problems(run: RunResult, verbose: bool) -> None:
+    """One stderr line per warning, per file that failed and per dropped fix."""
+    for warning in run.warnings:
+        _error(f"warning: {warning}")
+    for result in run.files:
+        for note in result.dropped:
+            _error(f"{result.path}: note: {note}")
+        if result.error is None:
+            continue
+        hint = ""
+        if result.traceback is not None and not verbose:
+            hint = " (run with --verbose for the traceback)"
+        _error(f"{result.path}: {result.error}{hint}")
+        if result.traceback is not None and verbose:
+            _error(result.traceback.rstrip())
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
+
+
+def _errors_sentence(errors: int) -> str:
+    if not errors:
+        return ""
+    return f" {_count(errors, 'file')} could not be processed."
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _error(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,251 @@
+"""File I/O: find Python files, read them as text, write fixed text back safely.
+
+Reading keeps everything needed to write the file back byte-for-byte where nothing
+changed: the encoding (PEP 263 cookie, UTF-8 BOM) is detected with
+:func:`tokenize.detect_encoding` and the bytes are decoded by hand, so newlines (``\\n``,
+``\\r\\n``, mixed) and the presence of a final newline reach the engine untouched.
+
+Writing is atomic: the new bytes go to a temporary file in the same directory, which is
+fsynced, given the original file's mode and moved over the original with
+:func:`os.replace`. A file that changed on disk since it was read is not overwritten.
+
+    source = read_source("model.py")
+    write_source(source, fixed_text)   # raises FileError with a one-line message
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+#: Directory names never entered while walking a directory (an explicitly given
+#: directory is always walked, whatever its name). Hidden directories are skipped too.
+EXCLUDED_DIRS = frozenset(
+    {"__pycache__", ".git", "venv", ".venv", "node_modules", "build", "dist", "site-packages"}
+)
+PYTHON_SUFFIX = ".py"
+
+
+class FileError(Exception):
+    """A file cannot be read, decoded or written. ``str()`` is a one-line message
+    without the path (the caller prefixes it)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A path to process, or a path given by the user that yields nothing to process."""
+
+    path: str
+    #: one-line reason the path cannot be processed (it counts as an error)
+    error: str | None = None
+    #: one-line remark about a path that holds nothing to process (not an error)
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class DecodedSource:
+    text: str
+    #: codec name from :func:`tokenize.detect_encoding` (``utf-8-sig`` when there is a BOM)
+    encoding: str
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file as read: its text, how to encode it back and how to recognise it on disk."""
+
+    path: str
+    text: str
+    encoding: str
+    digest: str
+    mode: int
+
+
+# --- discovery ---------------------------------------------------------------------------
+
+
+def discover(paths: Iterable[str]) -> list[Candidate]:
+    """Expand ``paths`` (files or directories) into the files to process, in order.
+
+    A directory yields its ``*.py`` files recursively, sorted, skipping hidden and
+    :data:`EXCLUDED_DIRS` directories. An explicit file is always taken, whatever its
+    suffix. A file reached twice (``. a.py``) is taken once, under its first name.
+    """
+    candidates: list[Candidate] = []
+    seen: set[str] = set()
+    for path in paths:
+        for candidate in _expand(path):
+            if candidate.error is None and candidate.warning is None:
+                key = os.path.realpath(candidate.path)
+                if key in seen:
+                    continue
+                seen.add(key)
+            candidates.append(candidate)
+    return candidates
+
+
+def _expand(path: str) -> Iterator[Candidate]:
+    if os.path.isdir(path):
+        files = list(walk_python_files(path))
+        if not files:
+            yield Candidate(path, warning="no Python files found")
+        yield from (Candidate(file) for file in files)
+    elif os.path.lexists(path) and not os.path.exists(path):
+        yield Candidate(path, error="broken symbolic link")
+    elif os.path.exists(path):
+        yield Candidate(path)
+    else:
+        yield Candidate(path, error="no such file or directory")
+
+
+def walk_python_files(root: str) -> Iterator[str]:
+    """The ``*.py`` files under ``root``, sorted by path; symlinked directories are not
+    followed."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [name for name in dirnames if not is_excluded_dir(name)]
+        found += [os.path.join(dirpath, name) for name in filenames if name.endswith(PYTHON_SUFFIX)]
+    yield from sorted(_display_path(path) for path in found)
+
+
+def is_excluded_dir(name: str) -> bool:
+    return name.startswith(".") or name in EXCLUDED_DIRS
+
+
+def _display_path(path: str) -> str:
+    """``./a.py`` -> ``a.py``: paths found under ``.`` print like ruff's."""
+    prefix = "." + os.sep
+    while path.startswith(prefix):
+        path = path[len(prefix) :]
+    return path
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def read_source(path: str) -> SourceFile:
+    """Read and decode ``path``; raise :class:`FileError` with a one-line message."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+            mode = os.fstat(handle.fileno()).st_mode
+    except OSError as error:
+        raise FileError(_os_error_message(error)) from None
+    decoded = decode_source(data)
+    return SourceFile(path, decoded.text, decoded.encoding, _digest(data), stat.S_IMODE(mode))
+
+
+def decode_source(data: bytes) -> DecodedSource:
+    """Decode Python source bytes like the interpreter does, newlines untouched."""
+    if b"\0" in data:
+        raise FileError("binary file (it contains NUL bytes); not a Python source, skipped")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        raise FileError(f"cannot decode: {error.msg}") from None
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise FileError(
+            f"cannot decode as {_pretty_encoding(encoding)}: {error.reason} at line {line}"
+            " (re-encode the file or declare its encoding, PEP 263)"
+        ) from None
+    return DecodedSource(text, encoding)
+
+
+def encode_source(text: str, encoding: str) -> bytes:
+    """The inverse of :func:`decode_source` (``utf-8-sig`` writes the BOM back)."""
+    try:
+        return text.encode(encoding)
+    except UnicodeEncodeError as error:
+        raise FileError(
+            f"cannot encode the fixed source as {_pretty_encoding(encoding)}: {error.reason}"
+        ) from None
+
+
+def _pretty_encoding(encoding: str) -> str:
+    return "utf-8" if encoding == "utf-8-sig" else codecs.lookup(encoding).name
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _os_error_message(error: OSError) -> str:
+    if isinstance(error, FileNotFoundError):
+        return "no such file or directory"
+    if isinstance(error, PermissionError):
+        return "permission denied"
+    if isinstance(error, IsADirectoryError):
+        return "is a directory"
+    return f"cannot read: {error.strerror or error}"
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+def write_source(source: SourceFile, text: str) -> None:
+    """Replace ``source.path`` with ``text`` atomically, keeping encoding and mode.
+
+    Raises :class:`FileError` (and leaves the file alone) when the file changed on disk
+    since :func:`read_source`, or when it cannot be written.
+    """
+    data = encode_source(text, source.encoding)
+    target = os.path.realpath(source.path)  # replace a symlink's target, not the link
+    _check_unchanged(source, target)
+    directory = os.path.dirname(target) or "."
+    try:
+        handle, temporary = tempfile.mkstemp(
+            dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".gradfix-tmp"
+        )
+    except OSError as error:
+        raise FileError(f"cannot write: {error.strerror or error}") from None
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, source.mode)
+        os.replace(temporary, target)
+    except OSError as error:
+        _remove_quietly(temporary)
+        raise FileError(f"cannot write: {error.strerror or error}") from None
+    _fsync_directory(directory)
+
+
+def _check_unchanged(source: SourceFile, target: str) -> None:
+    try:
+        with open(target, "rb") as handle:
+            current = handle.read()
+    except OSError as error:
+        raise FileError(f"not written: {_os_error_message(error)}") from None
+    if _digest(current) != source.digest:
+        raise FileError("changed on disk while gradfix was running; not overwritten, run again")
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename durable; not every platform can open a directory."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,198 @@
+"""Process paths into per-file results: the library behind the CLI, an LSP and batch runs.
+
+Nothing here prints. Every problem with one file (missing, undecodable, binary, syntax
+error, a crash inside a rule) becomes that file's ``error`` (one line, without the path);
+the other files are processed as usual.
+
+    options = RunOptions(rules=select_rules(), fix=True)
+    run = process_paths(["src/"], options)
+    for result in run.files:
+        print(result.path, result.findings, result.error)
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import traceback
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+from gradfix.engine import SourceError, lint_source
+from gradfix.files import (
+    FileError,
+    SourceFile,
+    decode_source,
+    discover,
+    read_source,
+    write_source,
+)
+from gradfix.rule import Finding, FixSafety, Rule
+
+#: fewer files per worker than this and starting the workers costs more than it saves
+MIN_FILES_PER_WORKER = 8
+#: what sending an unpicklable rule (defined in a function, say) to a worker raises
+PICKLING_ERRORS = (pickle.PicklingError, AttributeError, TypeError)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    rules: Sequence[type[Rule]]
+    #: compute the fixed source (``FileResult.fixed``)
+    fix: bool = False
+    unsafe_fixes: bool = False
+    #: write fixed sources back to their files (implies ``fix``)
+    write: bool = False
+
+
+@dataclass
+class FileResult:
+    path: str
+    #: findings on the source as read
+    findings: list[Finding] = field(default_factory=list)
+    #: findings left after fixing, positions in the fixed source (== findings without fix)
+    remaining: list[Finding] = field(default_factory=list)
+    original: str | None = None
+    #: the source after the applicable fixes (== original when nothing applies)
+    fixed: str | None = None
+    encoding: str = "utf-8"
+    #: one line per fix the engine dropped because it broke the syntax
+    dropped: list[str] = field(default_factory=list)
+    #: one-line reason the file could not be processed (or written)
+    error: str | None = None
+    #: the traceback of an unexpected exception, for ``--verbose``
+    traceback: str | None = None
+    written: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed is not None and self.fixed != self.original
+
+    @property
+    def fixed_count(self) -> int:
+        """Findings the fixes removed."""
+        return max(0, len(self.findings) - len(self.remaining)) if self.changed else 0
+
+    def unsafe_remaining(self) -> list[Finding]:
+        """Remaining findings that ``unsafe_fixes`` would fix."""
+        return [f for f in self.remaining if f.fix and f.fix.safety == FixSafety.UNSAFE.value]
+
+
+@dataclass
+class RunResult:
+    files: list[FileResult] = field(default_factory=list)
+    #: one line per given path that holds nothing to process (``docs: no Python files found``)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[FileResult]:
+        return [result for result in self.files if result.error is not None]
+
+
+def process_paths(paths: Iterable[str], options: RunOptions, *, jobs: int = 1) -> RunResult:
+    """Discover the Python files under ``paths`` and process each of them.
+
+    With ``jobs`` > 1, files are processed in that many worker processes when there are
+    enough of them to pay for starting the workers; results keep the discovery order.
+    """
+    run = RunResult()
+    slots: list[FileResult | None] = []
+    to_process: list[str] = []
+    for candidate in discover(paths):
+        if candidate.warning is not None:
+            run.warnings.append(f"{candidate.path}: {candidate.warning}")
+        elif candidate.error is not None:
+            slots.append(FileResult(candidate.path, error=candidate.error))
+        else:
+            slots.append(None)
+            to_process.append(candidate.path)
+    processed = iter(process_files(to_process, options, jobs=jobs))
+    run.files = [slot if slot is not None else next(processed) for slot in slots]
+    return run
+
+
+def process_files(paths: Sequence[str], options: RunOptions, *, jobs: int = 1) -> list[FileResult]:
+    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes."""
+    workers = min(jobs, len(paths) // MIN_FILES_PER_WORKER)
+    if workers > 1:
+        try:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                return list(pool.map(process_file, paths, itertools.repeat(options)))
+        except (OSError, NotImplementedError, BrokenProcessPool, *PICKLING_ERRORS):
+            pass  # no worker processes here (sandbox, unpicklable rule): do it in this one
+    return [process_file(path, options) for path in paths]
+
+
+def process_file(path: str, options: RunOptions) -> FileResult:
+    """Read, lint, fix and (with ``options.write``) write back one file."""
+    try:
+        return _process_file(path, options)
+    except Exception as error:  # whatever happens to one file, the run goes on
+        return _internal_error(FileResult(path), error)
+
+
+def _process_file(path: str, options: RunOptions) -> FileResult:
+    try:
+        source = read_source(path)
+    except FileError as error:
+        return FileResult(path, error=str(error))
+    result = process_text(source.text, path, options, encoding=source.encoding)
+    if options.write and result.error is None and result.changed:
+        _write(source, result)
+    return result
+
+
+def process_bytes(data: bytes, path: str, options: RunOptions) -> FileResult:
+    """Decode and process source bytes (e.g. stdin); ``options.write`` is ignored."""
+    try:
+        decoded = decode_source(data)
+    except FileError as error:
+        return FileResult(path, error=str(error))
+    try:
+        return process_text(decoded.text, path, options, encoding=decoded.encoding)
+    except Exception as error:
+        return _internal_error(FileResult(path), error)
+
+
+def process_text(
+    text: str, path: str, options: RunOptions, *, encoding: str = "utf-8"
+) -> FileResult:
+    """Lint (and fix) decoded source ``text``; ``path`` only names it. No I/O."""
+    result = FileResult(path, original=text, encoding=encoding)
+    fix = options.fix or options.write
+    try:
+        lint = lint_source(
+            text, rules=options.rules, path=path, fix=fix, unsafe_fixes=options.unsafe_fixes
+        )
+    except SourceError as error:
+        result.error = str(error)
+        return result
+    except Exception as error:  # a bug in a rule or the engine must not stop the run
+        return _internal_error(result, error)
+    result.findings = sorted(lint.findings)
+    result.remaining = sorted(lint.remaining if fix else lint.findings)
+    result.fixed = lint.source if fix else text
+    result.dropped = list(lint.dropped)
+    return result
+
+
+def _write(source: SourceFile, result: FileResult) -> None:
+    assert result.fixed is not None
+    try:
+        write_source(source, result.fixed)
+    except FileError as error:
+        result.error = str(error)
+        result.remaining = list(result.findings)  # nothing was fixed on disk
+        result.fixed = result.original
+        return
+    result.written = True
+
+
+def _internal_error(result: FileResult, error: Exception) -> FileResult:
+    lines = str(error).strip().splitlines()
+    detail = f": {lines[0]}" if lines else ""
+    result.error = f"internal error: {type(error).__name__}{detail}"
+    result.traceback = traceback.format_exc()
+    return result

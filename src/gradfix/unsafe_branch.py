@@ -1,0 +1,892 @@
+"""Masked unsafe branches (GF301, GF302): which functions are unsafe where, and the guard.
+
+`torch.where(c, a, b)` and `mask * a + (1 - mask) * b` differentiate *both* branches and
+multiply the unselected one's gradient by 0. A branch whose value or derivative is
+infinite or nan at a masked-out position (`sqrt` at 0 or below, `log` at 0, `1 / x` at 0,
+`acos` at ±1...) therefore poisons the gradient there: `0 * inf = nan`.
+
+This module answers three questions for both rules:
+
+- **Which calls are unsafe, and where?** :func:`unsafe_uses` lists the unsafe calls in an
+  expression (`torch.sqrt(x)`, `x.sqrt()`, `x ** 0.5`, `torch.pow(x, -1)`, `a / x`,
+  `torch.log(x)`, `torch.acos(x)`...), each with the input to guard and the set of input
+  values where the function is singular (:class:`UnsafeFunction`).
+- **Does the mask discard singular inputs?** :func:`parse_condition` reads a condition
+  (`d > 0`, `(x < 0.003).float()`, `c.abs() > 1e-6`, `~m`, `a & b`, a name bound to one
+  of these) and :func:`discards_singular_inputs` decides whether a position the mask
+  discards can hold a singular input. This is the *precision rule*: a finding needs the
+  condition to test the unsafe function's own input (the same expression with the same
+  bindings, possibly through `abs()` or negation), and the region it discards must meet
+  the singular set (literal bounds are checked exactly; a bound that is not a literal is
+  assumed to sit at the singular point). A mask about something else (padding,
+  attention, labels) proves nothing about the input and is not reported.
+- **What is the fix?** :func:`guard` builds the "double where": the unsafe input is
+  replaced by `torch.where(cond, x, torch.ones_like(x))` so that the discarded positions
+  see a harmless value (1 for sqrt/log/reciprocal/pow, 0 for acos/asin/atanh) and the
+  kept positions are untouched: forward values do not change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Union
+
+import libcst as cst
+
+from gradfix.analysis import FACTORIES, FileAnalysis, argument, is_true
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A real interval; the ends are included when ``closed_*``."""
+
+    low: float
+    high: float
+    closed_low: bool = True
+    closed_high: bool = True
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low or (self.closed_low and value == self.low)
+        below = value < self.high or (self.closed_high and value == self.high)
+        return above and below
+
+
+@dataclass(frozen=True)
+class UnsafeFunction:
+    """A function whose value or derivative is infinite or nan on ``singular`` inputs."""
+
+    name: str
+    singular: tuple[Interval, ...]
+    safe_value: int  # an input where the function and its derivative are finite
+
+    def is_singular(self, value: float) -> bool:
+        return any(value in interval for interval in self.singular)
+
+    def endpoints(self) -> list[float]:
+        ends = [e for i in self.singular for e in (i.low, i.high)]
+        return [e for e in ends if math.isfinite(e)]
+
+
+_NONPOSITIVE = (Interval(-INF, 0.0, closed_low=False),)  # sqrt, log, x ** 0.5: 0 and below
+_NEGATIVE = (Interval(-INF, 0.0, closed_low=False, closed_high=False),)  # x ** 1.5
+_ZERO = (Interval(0.0, 0.0),)  # 1 / x, x ** -1
+_UNIT_BOUNDARY = (  # acos, asin, atanh: |x| >= 1
+    Interval(-INF, -1.0, closed_low=False),
+    Interval(1.0, INF, closed_high=False),
+)
+
+SQRT = UnsafeFunction("sqrt", _NONPOSITIVE, 1)
+RSQRT = UnsafeFunction("rsqrt", _NONPOSITIVE, 1)
+LOG = UnsafeFunction("log", _NONPOSITIVE, 1)
+LOG1P = UnsafeFunction("log1p", (Interval(-INF, -1.0, closed_low=False),), 1)
+RECIPROCAL = UnsafeFunction("reciprocal", _ZERO, 1)
+DIVISION = UnsafeFunction("division", _ZERO, 1)
+ACOS = UnsafeFunction("acos", _UNIT_BOUNDARY, 0)
+ASIN = UnsafeFunction("asin", _UNIT_BOUNDARY, 0)
+ATANH = UnsafeFunction("atanh", _UNIT_BOUNDARY, 0)
+
+#: One-argument functions, by their name as a torch function and as a tensor method.
+_ELEMENTWISE = {
+    "sqrt": SQRT,
+    "rsqrt": RSQRT,
+    "log": LOG,
+    "log2": UnsafeFunction("log2", _NONPOSITIVE, 1),
+    "log10": UnsafeFunction("log10", _NONPOSITIVE, 1),
+    "log1p": LOG1P,
+    "reciprocal": RECIPROCAL,
+    "acos": ACOS,
+    "arccos": ACOS,
+    "asin": ASIN,
+    "arcsin": ASIN,
+    "atanh": ATANH,
+    "arctanh": ATANH,
+}
+_POWER_NAMES = frozenset({"pow", "float_power"})
+_DIVISION_NAMES = frozenset({"div", "divide", "true_divide"})
+
+
+@dataclass(frozen=True)
+class UnsafeUse:
+    """An unsafe call in the source: ``node`` applies ``function`` to ``argument``."""
+
+    node: cst.BaseExpression
+    argument: cst.BaseExpression
+    function: UnsafeFunction
+
+
+def power_function(exponent: cst.BaseExpression) -> UnsafeFunction | None:
+    """What `x ** exponent` is unsafe at: None for 0, 1, 2, 3...; a tensor or unknown
+    exponent counts as fractional (its gradient also needs `log(x)`)."""
+    value = literal_number(exponent)
+    if value is None:
+        return UnsafeFunction("pow", _NONPOSITIVE, 1)
+    if not math.isfinite(value):
+        return None
+    if value == int(value):
+        return None if value >= 0 else UnsafeFunction("pow", _ZERO, 1)
+    return UnsafeFunction("pow", _NONPOSITIVE if value < 1 else _NEGATIVE, 1)
+
+
+def unsafe_use(node: cst.CSTNode, analysis: FileAnalysis) -> UnsafeUse | None:
+    """The unsafe function ``node`` applies, if it is one (see the module docstring)."""
+    if isinstance(node, cst.BinaryOperation):
+        if isinstance(node.operator, cst.Power) and literal_number(node.left) is None:
+            function = power_function(node.right)
+            return UnsafeUse(node, node.left, function) if function else None
+        if isinstance(node.operator, cst.Divide) and literal_number(node.right) is None:
+            return UnsafeUse(node, node.right, DIVISION)
+        return None
+    if isinstance(node, cst.Call):
+        name = analysis.call_name(node)
+        if name is not None:
+            return _torch_function_use(node, name)
+        if isinstance(node.func, cst.Attribute):
+            return _method_use(node, node.func)
+    return None
+
+
+def _torch_function_use(call: cst.Call, name: str) -> UnsafeUse | None:
+    head, _, short = name.rpartition(".")
+    if head != "torch":
+        return None
+    first = argument(call, "input", 0)
+    if first is None:
+        return None
+    if short in _ELEMENTWISE:
+        return UnsafeUse(call, first.value, _ELEMENTWISE[short])
+    second = argument(call, "exponent" if short in _POWER_NAMES else "other", 1)
+    if second is None:
+        return None
+    if short in _POWER_NAMES and literal_number(first.value) is None:
+        function = power_function(second.value)
+        return UnsafeUse(call, first.value, function) if function else None
+    if short in _DIVISION_NAMES and literal_number(second.value) is None:
+        if argument(call, "rounding_mode", None) is None:
+            return UnsafeUse(call, second.value, DIVISION)
+    return None
+
+
+def _method_use(call: cst.Call, func: cst.Attribute) -> UnsafeUse | None:
+    method = func.attr.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if method in _ELEMENTWISE and not call.args:
+        return UnsafeUse(call, func.value, _ELEMENTWISE[method])
+    if method in _POWER_NAMES and len(call.args) == 1 and positional:
+        function = power_function(positional[0].value)
+        return UnsafeUse(call, func.value, function) if function else None
+    if method in _DIVISION_NAMES and len(call.args) == 1 and positional:
+        if literal_number(positional[0].value) is None:
+            return UnsafeUse(call, positional[0].value, DIVISION)
+    return None
+
+
+def unsafe_uses(expr: cst.CSTNode, analysis: FileAnalysis) -> list[UnsafeUse]:
+    """The unsafe calls inside ``expr``, in source order (not inside lambdas or
+    comprehensions, which run elsewhere)."""
+    found: list[UnsafeUse] = []
+    for node in _walk(expr):
+        use = unsafe_use(node, analysis)
+        if use is not None:
+            found.append(use)
+    return found
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        if not isinstance(child, (cst.Lambda, cst.BaseComp, cst.FunctionDef)):
+            yield from _walk(child)
+
+
+# -- numbers ---------------------------------------------------------------------------------
+
+
+def literal_number(expr: cst.BaseExpression) -> float | None:
+    """The value of a numeric literal expression (`0.5`, `-1`, `1 / 3`, `(1/2.4)`)."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return float(expr.evaluated_value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        inner = literal_number(expr.expression)
+        if inner is None:
+            return None
+        return -inner if isinstance(expr.operator, cst.Minus) else inner
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = literal_number(expr.left), literal_number(expr.right)
+        if left is None or right is None:
+            return None
+        return _arithmetic(expr.operator, left, right)
+    return None
+
+
+def _arithmetic(operator: cst.BaseBinaryOp, left: float, right: float) -> float | None:
+    try:
+        if isinstance(operator, cst.Add):
+            return left + right
+        if isinstance(operator, cst.Subtract):
+            return left - right
+        if isinstance(operator, cst.Multiply):
+            return left * right
+        if isinstance(operator, cst.Divide):
+            return left / right
+        if isinstance(operator, cst.Power):
+            value = left**right
+            return value if isinstance(value, float) else None
+    except (ZeroDivisionError, OverflowError):
+        return None
+    return None
+
+
+# -- conditions ------------------------------------------------------------------------------
+
+_COMPARISONS = {
+    cst.LessThan: "<",
+    cst.LessThanEqual: "<=",
+    cst.GreaterThan: ">",
+    cst.GreaterThanEqual: ">=",
+    cst.Equal: "==",
+    cst.NotEqual: "!=",
+}
+_COMPARISON_FUNCTIONS = {
+    "lt": "<", "less": "<", "le": "<=", "less_equal": "<=", "gt": ">", "greater": ">",
+    "ge": ">=", "greater_equal": ">=", "eq": "==", "ne": "!=", "not_equal": "!=",
+}  # fmt: skip
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+#: Conversions that keep a 0/1 mask a 0/1 mask; ``bool`` is the only one giving a bool.
+_MASK_CONVERSIONS = frozenset(
+    "float double half bfloat16 long int short bool to type type_as".split()
+)
+
+
+@dataclass(frozen=True)
+class ValueTest:
+    """``left op right`` evaluated at ``at``; a side that is not a number may be tied to
+    the unsafe input."""
+
+    left: cst.BaseExpression
+    op: str
+    right: cst.BaseExpression
+    at: cst.CSTNode
+
+
+@dataclass(frozen=True)
+class Not:
+    inner: Condition
+
+
+@dataclass(frozen=True)
+class All:
+    parts: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    parts: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A condition the analysis cannot read (`torch.isfinite(x)`, a function argument)."""
+
+
+Condition = Union[ValueTest, Not, All, AnyOf, Opaque]
+
+
+def parse_condition(
+    expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis, depth: int = 0
+) -> Condition:
+    """Read a bool (or 0/1) tensor expression, following names to their bindings."""
+    if depth > 8:
+        return Opaque()
+    recurse = lambda e, where=at: parse_condition(e, where, analysis, depth + 1)  # noqa: E731
+    if isinstance(expr, cst.Comparison):
+        return _parse_comparison(expr, at, analysis, depth)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
+        return Not(recurse(expr.expression))
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.BitAnd):
+            return All((recurse(expr.left), recurse(expr.right)))
+        if isinstance(expr.operator, cst.BitOr):
+            return AnyOf((recurse(expr.left), recurse(expr.right)))
+        if isinstance(expr.operator, cst.Subtract) and literal_number(expr.left) == 1.0:
+            return Not(recurse(expr.right))  # 1 - mask
+        return Opaque()
+    if isinstance(expr, cst.Call):
+        return _parse_condition_call(expr, at, analysis, depth)
+    if isinstance(expr, cst.Name):
+        binding = analysis.reaching_binding(expr, at)
+        if binding and binding.kind == "assign" and binding.value is not None:
+            if binding.unpack_index is None:
+                return recurse(binding.value, binding.node)
+    return Opaque()
+
+
+def _parse_comparison(
+    expr: cst.Comparison, at: cst.CSTNode, analysis: FileAnalysis, depth: int
+) -> Condition:
+    operands = [expr.left] + [target.comparator for target in expr.comparisons]
+    parts: list[Condition] = []
+    for index, target in enumerate(expr.comparisons):
+        op = _COMPARISONS.get(type(target.operator))
+        if op is None:
+            return Opaque()
+        parts.append(_comparison(operands[index], op, operands[index + 1], at, analysis, depth))
+    return parts[0] if len(parts) == 1 else All(tuple(parts))
+
+
+def _comparison(
+    left: cst.BaseExpression,
+    op: str,
+    right: cst.BaseExpression,
+    at: cst.CSTNode,
+    analysis: FileAnalysis,
+    depth: int,
+) -> Condition:
+    """``left op right``; `mask > 0` on a 0/1 mask reads as the mask's own condition."""
+    if literal_number(left) is not None:
+        left, op, right = right, _FLIPPED[op], left
+    bound = literal_number(right)
+    if bound is not None and 0.0 <= bound <= 1.0 and resolve_mask(left, at, analysis, depth + 1):
+        inner = parse_condition(left, at, analysis, depth + 1)
+        as_mask = _mask_comparison(op, bound)
+        if as_mask is True:
+            return inner
+        if as_mask is False:
+            return Not(inner)
+    return ValueTest(left, op, right, at)
+
+
+def _mask_comparison(op: str, bound: float) -> bool | None:
+    """Whether ``mask op bound`` is the mask (True), its negation (False), or neither."""
+    truth = {value: _compare(value, op, bound) for value in (0.0, 1.0)}
+    if truth == {0.0: False, 1.0: True}:
+        return True
+    if truth == {0.0: True, 1.0: False}:
+        return False
+    return None
+
+
+def _parse_condition_call(
+    call: cst.Call, at: cst.CSTNode, analysis: FileAnalysis, depth: int
+) -> Condition:
+    name = analysis.call_name(call)
+    func = call.func
+    args = [a.value for a in call.args if a.keyword is None and not a.star]
+    if name is not None and name.startswith("torch."):
+        short = name[len("torch.") :]
+        if short in _COMPARISON_FUNCTIONS and len(args) == 2:
+            return _comparison(args[0], _COMPARISON_FUNCTIONS[short], args[1], at, analysis, depth)
+        if short in ("logical_not", "bitwise_not") and len(args) == 1:
+            return Not(parse_condition(args[0], at, analysis, depth + 1))
+        if short in ("logical_and", "logical_or") and len(args) == 2:
+            parts = tuple(parse_condition(a, at, analysis, depth + 1) for a in args)
+            return All(parts) if short == "logical_and" else AnyOf(parts)
+        return Opaque()
+    if name is None and isinstance(func, cst.Attribute):
+        method, receiver = func.attr.value, func.value
+        if method in _COMPARISON_FUNCTIONS and len(args) == 1:
+            op = _COMPARISON_FUNCTIONS[method]
+            return _comparison(receiver, op, args[0], at, analysis, depth)
+        if method in _MASK_CONVERSIONS:
+            return parse_condition(receiver, at, analysis, depth + 1)
+        if method == "logical_not" and not args:
+            return Not(parse_condition(receiver, at, analysis, depth + 1))
+        if method in ("logical_and", "logical_or") and len(args) == 1:
+            parts = (
+                parse_condition(receiver, at, analysis, depth + 1),
+                parse_condition(args[0], at, analysis, depth + 1),
+            )
+            return All(parts) if method == "logical_and" else AnyOf(parts)
+    return Opaque()
+
+
+def _compare(value: float, op: str, bound: float) -> bool:
+    if op == "<":
+        return value < bound
+    if op == "<=":
+        return value <= bound
+    if op == ">":
+        return value > bound
+    if op == ">=":
+        return value >= bound
+    if op == "==":
+        return value == bound
+    return value != bound
+
+
+def _tests(condition: Condition) -> Iterator[ValueTest]:
+    if isinstance(condition, ValueTest):
+        yield condition
+    elif isinstance(condition, Not):
+        yield from _tests(condition.inner)
+    elif isinstance(condition, (All, AnyOf)):
+        for part in condition.parts:
+            yield from _tests(part)
+
+
+# -- tying a test to the unsafe input ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Tie:
+    """A test tied to the unsafe input: both derive from one base value ``t``."""
+
+    tested: str  # how the tested side derives from t: "id", "abs" or "neg"
+    used: str  # how the unsafe input derives from t
+    bound: float | None  # the literal on the other side, or None when unknown
+    op: str
+
+
+def _peel(expr: cst.BaseExpression, analysis: FileAnalysis) -> tuple[cst.BaseExpression, str]:
+    """``x.abs()`` / ``torch.abs(x)`` / ``abs(x)`` -> (x, "abs"); ``-x`` -> (x, "neg")."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return expr.expression, "neg"
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        name = analysis.call_name(expr)
+        if name in ("torch.abs", "torch.absolute") and len(expr.args) == 1:
+            return expr.args[0].value, "abs"
+        if isinstance(func, cst.Name) and func.value == "abs" and not analysis.bindings(func):
+            if len(expr.args) == 1:
+                return expr.args[0].value, "abs"
+        if name is None and isinstance(func, cst.Attribute) and not expr.args:
+            if func.attr.value in ("abs", "absolute"):
+                return func.value, "abs"
+    return expr, "id"
+
+
+def _apply(transform: str, value: float) -> float:
+    if transform == "abs":
+        return abs(value)
+    if transform == "neg":
+        return -value
+    return value
+
+
+def same_value(
+    first: cst.BaseExpression,
+    first_at: cst.CSTNode,
+    second: cst.BaseExpression,
+    second_at: cst.CSTNode,
+    analysis: FileAnalysis,
+) -> bool:
+    """The two expressions are spelled alike and each name in them is the same binding."""
+    if normalized_code(first) != normalized_code(second):
+        return False
+    for name_a, name_b in zip(_names(first), _names(second)):
+        binding_a = analysis.reaching_binding(name_a, first_at)
+        binding_b = analysis.reaching_binding(name_b, second_at)
+        if binding_a is not binding_b:
+            return False
+    return True
+
+
+def _names(expr: cst.CSTNode) -> list[cst.Name]:
+    """The names an expression reads (not attribute names or keywords)."""
+    found: list[cst.Name] = []
+    for node in _walk(expr):
+        if isinstance(node, cst.Name):
+            found.append(node)
+    attribute_names = {id(n.attr) for n in _walk(expr) if isinstance(n, cst.Attribute)}
+    keywords = {id(a.keyword) for a in _walk(expr) if isinstance(a, cst.Arg) and a.keyword}
+    return [n for n in found if id(n) not in attribute_names and id(n) not in keywords]
+
+
+def normalized_code(expr: cst.BaseExpression) -> str:
+    """The code of ``expr`` without outer parentheses and whitespace."""
+    code = cst.Module([]).code_for_node(expr.with_changes(lpar=[], rpar=[]))
+    return "".join(code.split())
+
+
+def _tie(
+    test: ValueTest, use: UnsafeUse, use_at: cst.CSTNode, analysis: FileAnalysis
+) -> _Tie | None:
+    """The tested side is the left one (`x > eps`; literals were moved to the right): with
+    two tensors, `x.abs() < eps` tests `x`, not the threshold `eps`."""
+    base, used = _peel(use.argument, analysis)
+    tested_base, tested = _peel(test.left, analysis)
+    if same_value(tested_base, test.at, base, use_at, analysis):
+        return _Tie(tested, used, literal_number(test.right), test.op)
+    return None
+
+
+def discards_singular_inputs(
+    condition: Condition,
+    kept_when: bool,
+    use: UnsafeUse,
+    use_at: cst.CSTNode,
+    analysis: FileAnalysis,
+) -> bool:
+    """Some position the condition discards (where it is ``not kept_when``) can feed
+    ``use`` a singular input. Needs a test tied to the input (the precision rule)."""
+    ties = {id(t): tie for t in _tests(condition) if (tie := _tie(t, use, use_at, analysis))}
+    if not ties:
+        return False
+    used = next(iter(ties.values())).used
+    ends = use.function.endpoints() or [0.0]
+    unknown = any(tie.bound is None for tie in ties.values())
+    substitutes = sorted({e + d for e in ends for d in (-1e-3, 0.0, 1e-3)}) if unknown else [0.0]
+    for substitute in substitutes:
+        bounds = [tie.bound if tie.bound is not None else substitute for tie in ties.values()]
+        for value in _sample_points(ends + bounds):
+            if not use.function.is_singular(_apply(used, value)):
+                continue
+            if _evaluate(condition, value, ties, substitute) is (not kept_when):
+                return True
+    return False
+
+
+def _sample_points(ends: list[float]) -> list[float]:
+    """One point in each cell of the partition of the line by ``±ends``."""
+    cuts = sorted({c for e in ends for c in (e, -e)})
+    points = list(cuts) + [cuts[0] - 1.0, cuts[-1] + 1.0]
+    points += [(a + b) / 2 for a, b in zip(cuts, cuts[1:])]
+    return points
+
+
+def _evaluate(
+    condition: Condition, value: float, ties: dict[int, _Tie], substitute: float
+) -> bool | None:
+    """Three-valued: True/False when the tied tests decide it, None when unknown."""
+    if isinstance(condition, ValueTest):
+        tie = ties.get(id(condition))
+        if tie is None:
+            return None
+        bound = tie.bound if tie.bound is not None else substitute
+        return _compare(_apply(tie.tested, value), tie.op, bound)
+    if isinstance(condition, Not):
+        inner = _evaluate(condition.inner, value, ties, substitute)
+        return None if inner is None else not inner
+    if isinstance(condition, (All, AnyOf)):
+        results = [_evaluate(p, value, ties, substitute) for p in condition.parts]
+        decisive = isinstance(condition, AnyOf)  # True decides an `or`, False an `and`
+        if decisive in results:
+            return decisive
+        return None if None in results else not decisive
+    return None
+
+
+# -- masks (GF301) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A 0/1 mask tensor and a bool expression that selects where it is 1."""
+
+    condition: Condition
+    selector: cst.BaseExpression  # valid at the use site, for `torch.where(selector, ...)`
+    is_bool: bool
+
+
+def resolve_mask(
+    expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis, depth: int = 0
+) -> Mask | None:
+    """``expr`` provably holds 0/1 values: a comparison (bool), a conversion of one
+    (`(x < 0.003).float()`), or a name bound to one of these."""
+    if depth > 8:
+        return None
+    if _is_bool_expression(expr, analysis):
+        condition = parse_condition(expr, at, analysis, depth + 1)
+        return Mask(condition, strip_parens(expr), is_bool=True)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if analysis.call_name(expr) is None and expr.func.attr.value in _MASK_CONVERSIONS:
+            inner = resolve_mask(expr.func.value, at, analysis, depth + 1)
+            if inner is None:
+                return None
+            return Mask(inner.condition, inner.selector, expr.func.attr.value == "bool")
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+        inner = resolve_mask(expr.right, at, analysis, depth + 1)
+        if literal_number(expr.left) == 1.0 and inner is not None:
+            return Mask(Not(inner.condition), negated(inner.selector), is_bool=False)
+    if isinstance(expr, cst.Name):
+        return _resolve_mask_name(expr, at, analysis, depth)
+    return None
+
+
+def negated(selector: cst.BaseExpression) -> cst.BaseExpression:
+    """``~selector``, parenthesised when it is an operation (`~(x < 0.003)`)."""
+    if not isinstance(selector, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        selector = selector.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(cst.BitInvert(), selector)
+
+
+def _resolve_mask_name(
+    name: cst.Name, at: cst.CSTNode, analysis: FileAnalysis, depth: int
+) -> Mask | None:
+    binding = analysis.reaching_binding(name, at)
+    if binding is None or binding.kind != "assign" or binding.value is None:
+        return None
+    if binding.unpack_index is not None:
+        return None
+    inner = resolve_mask(binding.value, binding.node, analysis, depth + 1)
+    if inner is None:
+        return None
+    if inner.is_bool:
+        return Mask(inner.condition, name, is_bool=True)
+    # A float mask: select with the comparison it was built from, when its names still
+    # mean the same here; otherwise compare the mask itself.
+    selector = inner.selector
+    if not _means_the_same_at(selector, at, analysis):
+        selector = cst.Comparison(name, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])
+    return Mask(inner.condition, selector, is_bool=False)
+
+
+def _means_the_same_at(expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis) -> bool:
+    scope = analysis.scope_of(at)
+    for name in _names(expr):
+        if analysis.scope_of(name) is not scope:
+            return False
+        if analysis.reaching_binding(name) is not analysis.reaching_binding(name, at):
+            return False
+    return True
+
+
+def _is_bool_expression(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
+    """A comparison or a logical combination of comparisons (always a bool tensor)."""
+    if isinstance(expr, cst.Comparison):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
+        return _is_bool_expression(expr.expression, analysis)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.BitAnd, cst.BitOr)):
+        return _is_bool_expression(expr.left, analysis) and _is_bool_expression(
+            expr.right, analysis
+        )
+    if isinstance(expr, cst.Call):
+        name = analysis.call_name(expr)
+        short = name[len("torch.") :] if name and name.startswith("torch.") else None
+        if name is None and isinstance(expr.func, cst.Attribute):
+            short = expr.func.attr.value
+        return short in _COMPARISON_FUNCTIONS or short in (
+            "logical_not", "logical_and", "logical_or", "isfinite", "isnan", "isinf"
+        )  # fmt: skip
+    return False
+
+
+def complement_of(
+    expr: cst.BaseExpression, mask_expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis
+) -> bool:
+    """``expr`` is `1 - mask`, `~mask`, `mask.logical_not()`, `torch.logical_not(mask)`
+    (possibly converted: `(~mask).float()`)."""
+    expr = strip_parens(expr)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        method = expr.func.attr.value
+        if analysis.call_name(expr) is None and method in _MASK_CONVERSIONS:
+            return complement_of(expr.func.value, mask_expr, at, analysis)
+        if method == "logical_not" and not expr.args:
+            return same_value(expr.func.value, at, mask_expr, at, analysis)
+    if _negates(expr, mask_expr, at, analysis):
+        return True
+    inner: cst.BaseExpression | None = None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+        if literal_number(expr.left) == 1.0:
+            inner = expr.right
+    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
+        inner = expr.expression
+    elif isinstance(expr, cst.Call) and analysis.call_name(expr) == "torch.logical_not":
+        inner = expr.args[0].value if len(expr.args) == 1 else None
+    return inner is not None and same_value(
+        strip_parens(inner), at, strip_parens(mask_expr), at, analysis
+    )
+
+
+_COMPLEMENTARY = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
+
+
+def _negates(
+    expr: cst.BaseExpression, mask_expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis
+) -> bool:
+    """Two masks built from complementary comparisons (`x < c` and `x >= c`)."""
+    mask, other = resolve_mask(mask_expr, at, analysis), resolve_mask(expr, at, analysis)
+    if mask is None or other is None:
+        return False
+    first, second = mask.condition, other.condition
+    if not isinstance(first, ValueTest) or not isinstance(second, ValueTest):
+        return False
+    return (
+        _COMPLEMENTARY[first.op] == second.op
+        and same_value(first.left, first.at, second.left, second.at, analysis)
+        and same_value(first.right, first.at, second.right, second.at, analysis)
+    )
+
+
+def indirect_unsafe_uses(
+    branch: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis
+) -> Iterator[tuple[UnsafeUse, cst.CSTNode]]:
+    """Unsafe uses bound to a name that the branch multiplies (`s` in
+    `torch.where(d > 0, s, 0)` after `s = torch.sqrt(d)`), with the binding statement."""
+    for factor in factors(strip_parens(branch)):
+        if not isinstance(factor, cst.Name):
+            continue
+        binding = analysis.reaching_binding(factor, at)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            continue
+        if binding.unpack_index is None:
+            for use in unsafe_uses(binding.value, analysis):
+                yield use, binding.node
+
+
+# -- products --------------------------------------------------------------------------------
+
+
+def factors(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The multiplicative factors of a product (`a * b / c` -> a, b; not the divisor)."""
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.Multiply):
+            return factors(expr.left) + factors(expr.right)
+        if isinstance(expr.operator, cst.Divide):
+            return factors(expr.left)
+    return [expr]
+
+
+def without_factor(product: cst.BaseExpression, factor: cst.BaseExpression) -> cst.BaseExpression:
+    """``product`` with the factor ``factor`` (a node inside it) taken out."""
+    if product is factor or not isinstance(product, cst.BinaryOperation):
+        return cst.Integer("1")
+    left, right = product.left, product.right
+    if isinstance(product.operator, cst.Multiply):
+        if left is factor:
+            return right
+        if right is factor:
+            return left
+    if _contains(left, factor):
+        return product.with_changes(left=without_factor(left, factor))
+    return product.with_changes(right=without_factor(right, factor))
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in _walk(tree))
+
+
+# -- fixing ----------------------------------------------------------------------------------
+
+
+def strip_parens(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``(x)`` -> ``x``, unless the parentheses hold a comment or a line break."""
+    if not expr.lpar:
+        return expr
+    whitespace = [p.whitespace_after for p in expr.lpar] + [p.whitespace_before for p in expr.rpar]
+    if any(not isinstance(w, cst.SimpleWhitespace) for w in whitespace):
+        return expr
+    return expr.with_changes(lpar=[], rpar=[])
+
+
+def guard(
+    use: UnsafeUse, selector: cst.BaseExpression, kept_when: bool, analysis: FileAnalysis
+) -> cst.Call:
+    """The unsafe input with a harmless value where the branch is discarded:
+    `torch.where(cond, x, torch.ones_like(x))` (kept where cond) or
+    `torch.where(cond, torch.ones_like(x), x)` (kept where not cond)."""
+    value = strip_parens(use.argument)
+    like = "ones_like" if use.function.safe_value == 1 else "zeros_like"
+    harmless = cst.Call(analysis.torch_attr(like), [cst.Arg(value)])
+    kept, discarded = (value, harmless) if kept_when else (harmless, value)
+    arguments = [cst.Arg(strip_parens(selector)), cst.Arg(kept), cst.Arg(discarded)]
+    return cst.Call(analysis.torch_attr("where"), arguments)
+
+
+class _ReplaceNodes(cst.CSTTransformer):
+    def __init__(self, replacements: dict[int, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        return self.replacements.get(id(original_node), updated_node)
+
+
+def replace_nodes(
+    tree: cst.BaseExpression, replacements: dict[int, cst.BaseExpression]
+) -> cst.BaseExpression:
+    """``tree`` with the nodes whose ``id`` is a key replaced (original nodes of ``tree``)."""
+    if id(tree) in replacements:
+        return replacements[id(tree)]
+    result = tree.visit(_ReplaceNodes(replacements))
+    assert isinstance(result, cst.BaseExpression)
+    return result
+
+
+#: Random or stateful torch functions: a condition calling them cannot be evaluated twice.
+_IMPURE_TORCH = frozenset(
+    "rand rand_like randn randn_like randint randint_like randperm bernoulli multinomial "
+    "normal poisson dropout".split()
+)
+_PURE_METHODS = frozenset(
+    "abs absolute float double half bfloat16 long int bool to type type_as detach "
+    "logical_not logical_and logical_or isfinite isnan isinf sum mean amax amin max min "
+    "norm unsqueeze squeeze view reshape expand expand_as sign".split()
+) | frozenset(_COMPARISON_FUNCTIONS)
+
+
+def is_pure(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
+    """Evaluating ``expr`` twice gives the same value (no random or unknown calls)."""
+    for node in _walk(expr):
+        if not isinstance(node, cst.Call):
+            continue
+        name = analysis.call_name(node)
+        if name is not None:
+            if not name.startswith("torch.") or name.rpartition(".")[2] in _IMPURE_TORCH:
+                return False
+            continue
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS:
+            continue
+        if isinstance(func, cst.Name) and func.value == "abs" and not analysis.bindings(func):
+            continue
+        return False
+    return True
+
+
+# -- what cannot carry a gradient ----------------------------------------------------------
+
+
+def provably_constant(
+    expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis, depth: int = 0
+) -> bool:
+    """``expr`` is data: numbers, tensors made by factories without `requires_grad=True`,
+    `.detach()`ed values, and arithmetic on those. Unknowns (arguments) are not."""
+    if depth > 10 or analysis.requires_grad(expr, at):
+        return False
+    recurse = lambda e, where=at: provably_constant(e, where, analysis, depth + 1)  # noqa: E731
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(expr, cst.Name):
+        binding = analysis.reaching_binding(expr, at)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            return False
+        if binding.unpack_index is not None or analysis.leaf_reason(expr, at) is not None:
+            return False
+        return recurse(binding.value, binding.node)
+    if isinstance(expr, cst.BinaryOperation):
+        return recurse(expr.left) and recurse(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return recurse(expr.expression)
+    if isinstance(expr, (cst.Subscript, cst.Attribute)):
+        return recurse(expr.value)
+    if isinstance(expr, cst.Call):
+        return _call_is_constant(expr, at, analysis, depth)
+    return False
+
+
+def _call_is_constant(call: cst.Call, at: cst.CSTNode, analysis: FileAnalysis, depth: int) -> bool:
+    name = analysis.call_name(call)
+    args = [a.value for a in call.args if a.keyword is None or a.keyword.value != "dtype"]
+    if name in FACTORIES:
+        flag = argument(call, "requires_grad", None)
+        return flag is None or not is_true(flag.value)
+    if name == "torch.from_numpy":
+        return True
+    func = call.func
+    if name is None and isinstance(func, cst.Attribute):
+        if func.attr.value == "detach":
+            return True
+        if func.attr.value.endswith("_"):
+            return False  # `requires_grad_()` and other in-place changes
+        receiver_constant = provably_constant(func.value, at, analysis, depth + 1)
+        return receiver_constant and all(
+            provably_constant(a, at, analysis, depth + 1) for a in args
+        )
+    if name is not None and name.startswith("torch.") and not name.startswith("torch.nn."):
+        return all(provably_constant(a, at, analysis, depth + 1) for a in args)
+    return False
