@@ -1,0 +1,138 @@
+"""The execution oracle: prove a rewrite by running the code before and after it.
+
+Example::
+
+    from gradfix.verify import verify_sources
+    verdict = verify_sources(before_src, after_src, filename="train.py")
+    verdict.status   # "verified" | "rejected" | "unverified"
+    verdict.reason   # one line
+    verdict.to_dict()
+
+Each script runs in its own process (:mod:`.runner`; forked from a fork server that
+imported torch once, see :mod:`.process`) in a fresh temporary directory, with a fixed seed,
+deterministic algorithms, no GPU, a memory cap and a time limit. Instrumentation
+(:mod:`.instrument`) records the leaves, the root values and gradients of every backward
+call, the final outcome and the module-level tensors. When a reference gradient is missing
+from BEFORE's trace (its backward raised, or gave ``None`` or nan), or AFTER's gradient
+differs from BEFORE's (BEFORE may have cut its graph silently), the same process estimates
+it by finite differences of BEFORE's forward (:mod:`.finite_diff`). The traces
+are compared by :func:`compare_traces` (:mod:`.oracle`, whose docstring states the rules,
+including what happens when BEFORE dies before its first backward call).
+
+Importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gradfix.verify.oracle import Verdict, compare_traces, plan_fd
+from gradfix.verify.process import (
+    DEFAULT_MEMORY_LIMIT,
+    RunnerFailure,
+    RunnerProcess,
+    shutdown_fork_server,
+)
+
+__all__ = ["Verdict", "compare_traces", "plan_fd", "shutdown_fork_server", "verify_files",
+           "verify_sources"]
+
+FD_BUDGET = 200
+_SKIPPED = {"runner_error": {"kind": "skipped", "message": "not run"}}
+
+
+def verify_sources(before_src: str, after_src: str, *, filename: str = "snippet.py",
+                   seed: int = 0, timeout: float = 60.0, fd_budget: int = FD_BUDGET,
+                   memory_limit: int = DEFAULT_MEMORY_LIMIT,
+                   source_dir: str | None = None) -> Verdict:
+    """Execute BEFORE and AFTER and decide whether AFTER is a proven fix.
+
+    ``timeout`` bounds each phase of each subprocess (the trace, the finite differences).
+    ``source_dir`` is put on ``sys.path`` so the script's local imports resolve.
+    """
+    early = _check_syntax(before_src, after_src, filename)
+    if early is not None:
+        return early
+    options = {"filename": filename, "seed": seed, "source_dir": source_dir,
+               "memory_limit": memory_limit}
+    try:
+        return _verify(before_src, after_src, options, timeout, fd_budget)
+    except RunnerFailure as failure:
+        return Verdict("unverified", f"could not start the runner: {failure}",
+                       {"filename": filename})
+
+
+def _verify(before_src: str, after_src: str, options: dict[str, Any], timeout: float,
+            fd_budget: int) -> Verdict:
+    with RunnerProcess(before_src, **options) as before_proc, \
+            RunnerProcess(after_src, **options) as after_proc:
+        procs = {"before": before_proc, "after": after_proc}
+        traces = {source: _send(proc, "trace", timeout) for source, proc in procs.items()}
+        before: dict[str, Any] = traces["before"] or _receive(
+            before_proc, before_proc.started + timeout, timeout)
+        after: dict[str, Any] = _SKIPPED  # if before failed, the verdict is decided
+        if "runner_error" not in before:
+            after = traces["after"] or _receive(after_proc, after_proc.started + timeout,
+                                                timeout)
+        plan = plan_fd(before, after)
+        sent = {source: _send(procs[source], "fd", timeout, targets=targets,
+                              budget=fd_budget, time_budget=0.8 * timeout)
+                for source, targets in plan.items()}
+        deadline = time.monotonic() + timeout
+        fd = {source: failed or _receive(procs[source], deadline, timeout)
+              for source, failed in sent.items()}
+    verdict = compare_traces(before, after, fd or None)
+    verdict.evidence["filename"] = options["filename"]
+    verdict.evidence["seed"] = options["seed"]
+    verdict.evidence["duration_s"] = {
+        "before": before.get("duration_s"), "after": after.get("duration_s"),
+        **{f"fd_{source}": result.get("duration_s") for source, result in fd.items()},
+    }
+    return verdict
+
+
+def verify_files(before_path: str | os.PathLike[str], after_path: str | os.PathLike[str],
+                 **options: Any) -> Verdict:
+    """:func:`verify_sources` on two files (read only, never written)."""
+    before = Path(before_path)
+    options.setdefault("filename", before.name)
+    options.setdefault("source_dir", str(before.resolve().parent))
+    return verify_sources(before.read_text(encoding="utf-8"),
+                          Path(after_path).read_text(encoding="utf-8"), **options)
+
+
+def _check_syntax(before_src: str, after_src: str, filename: str) -> Verdict | None:
+    for label, source in (("after", after_src), ("before", before_src)):
+        try:
+            compile(source, filename, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            status = "rejected" if label == "after" else "unverified"
+            return Verdict(status, f"{label} does not compile: {filename}:{exc.lineno}: "
+                           f"{exc.msg}", {"stage": "compile"})
+    return None
+
+
+def _send(proc: RunnerProcess, mode: str, timeout: float,
+          **fields: Any) -> dict[str, Any] | None:
+    """Send a request; None when sent, else a ``runner_error`` entry."""
+    try:
+        proc.send(mode, timeout=timeout, **fields)
+    except RunnerFailure as failure:
+        return _failure(failure, timeout)
+    return None
+
+
+def _failure(failure: RunnerFailure, timeout: float) -> dict[str, Any]:
+    message = f"timeout after {timeout:g} s" if failure.kind == "timeout" else str(failure)
+    return {"runner_error": {"kind": failure.kind, "message": message}}
+
+
+def _receive(proc: RunnerProcess, deadline: float, timeout: float) -> dict[str, Any]:
+    """The runner's answer, or a ``runner_error`` entry saying why there is none."""
+    try:
+        return proc.receive(deadline)
+    except RunnerFailure as failure:
+        return _failure(failure, timeout)

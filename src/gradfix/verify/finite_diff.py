@@ -1,0 +1,254 @@
+"""Finite-difference gradients of a script's backward roots (runner subprocess side).
+
+The quantity differentiated at backward event m is its *objective*: the sum over the roots
+of ``(root * grad_output).sum()`` (``root.sum()`` when no ``gradient=`` is given), i.e. what
+``backward`` back-propagates. For one element j of leaf k the script is re-executed from
+scratch with the same seed, and the element is moved by ``±h`` right before the leaf's use
+that starts the graph of event m (see :class:`~gradfix.verify.instrument.UseTracker`);
+the run stops as soon as event m's roots are known. ``h = 1e-3 * max(1, |value|)`` (1e-2
+in half precision), and the step actually applied after rounding to the leaf's dtype is
+the one divided by:
+
+* central: ``(f(+h) - f(-h)) / (x(+h) - x(-h))``;
+* when one side is not finite (``sqrt`` of a negative number in a masked-out branch), the
+  second-order one-sided formula through ``f(0)``, ``f(±h)``, ``f(±2h)`` on the finite
+  side, exact for quadratics;
+* otherwise the element is *undefined* (nan) and the oracle does not compare it.
+
+A central estimate is also checked for a *kink*: when the right slope
+``(f(+h) - f(0)) / h`` and the left slope differ by more than twice the tolerance, they
+are measured again at ``h/2``. With smooth curvature the gap halves; if it does not (``|x|``
+or ``relu`` at 0, ``sqrt`` at 0 behind a ``where``), the derivative does not exist and the
+entry carries the interval between the slopes: the oracle accepts any gradient inside it
+(a one-dimensional generalised gradient), e.g. the 0 that a guarded ``where`` gives.
+
+Each estimate carries a rounding-noise bound ``8 * eps * |f| * sum|weights|`` (eps of the
+roots' dtype) that the oracle adds to its absolute tolerance. A leaf with no use before
+event m gets an exact zero without any run. At most ``budget`` elements are estimated
+(spread evenly over the requested leaves) and no run starts after the time budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gradfix.verify.oracle import FD_ATOL, FD_RTOL
+
+NOISE_FACTOR = 8.0
+KINK_GAP = 2.0
+
+
+def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Answer an ``fd`` request: ``{"targets": [{"event", "leaf", "elements"}], ...}``."""
+    started = time.monotonic()
+    deadline = started + float(request.get("time_budget", 50.0))
+    targets = request.get("targets", [])
+    if not targets:
+        return {"entries": [], "evaluations": 0, "capped": False}
+    last_event = max(int(t["event"]) for t in targets)
+    probe, probe_outcome = _run(session, stop_after=last_event, perturbation=None)
+    estimator = _Estimator(session, probe, deadline)
+    entries = [estimator.prepare(t) for t in targets]
+    chosen, capped = _allocate(entries, int(request.get("budget", 200)))
+    estimator.fill(_interleave(entries, chosen))
+    return {
+        "entries": [e.payload() for e in entries],
+        "evaluations": estimator.evaluations,
+        "capped": capped or estimator.out_of_time,
+        "out_of_time": estimator.out_of_time,
+        "probe_outcome": probe_outcome,
+        "probe_objectives": {str(m): _encode(v) for m, v in probe.objectives.items()},
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+
+
+def _run(session: Any, *, stop_after: int, perturbation: Any) -> tuple[Any, dict[str, Any]]:
+    recorder = session.instrument.Recorder(session.path, record_values=False)
+    recorder.stop_after_event = stop_after
+    recorder.perturbation = perturbation
+    outcome, _ = session.execute(recorder, track_uses=True)
+    return recorder, outcome
+
+
+def _encode(value: float | None) -> float | str | None:
+    return None if value is None else (value if math.isfinite(value) else str(value))
+
+
+class _Entry:
+    """Estimates for one (event, leaf) pair."""
+
+    def __init__(self, target: dict[str, Any], numel: int, first_use: int | None,
+                 error: str | None) -> None:
+        self.event = int(target["event"])
+        self.leaf = int(target["leaf"])
+        self.numel = numel
+        requested = target.get("elements")
+        self.requested = list(range(numel)) if requested is None else [
+            int(j) for j in requested if 0 <= int(j) < numel]
+        self.first_use = first_use
+        self.error = error
+        self.indices: list[int] = []
+        self.values: list[float] = []
+        self.methods: list[str] = []
+        self.noise: list[float] = []
+        self.intervals: list[tuple[float, float] | None] = []
+
+    @property
+    def unused(self) -> bool:
+        return self.error is None and self.first_use is None
+
+    @property
+    def needs_runs(self) -> bool:
+        return self.error is None and self.first_use is not None
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "event": self.event, "leaf": self.leaf, "numel": self.numel,
+            "requested": len(self.requested), "unused": self.unused, "error": self.error,
+            "indices": self.indices, "values": [_encode(v) for v in self.values],
+            "methods": self.methods, "noise": self.noise,
+            "intervals": [None if i is None else list(i) for i in self.intervals],
+        }
+
+
+def _allocate(entries: list[_Entry], budget: int) -> tuple[list[list[int]], bool]:
+    """Choose which elements to estimate: round-robin quotas, evenly spaced picks."""
+    quotas = [0] * len(entries)
+    open_entries = [i for i, e in enumerate(entries) if e.needs_runs and e.requested]
+    remaining = budget
+    while remaining > 0 and open_entries:
+        for i in list(open_entries):
+            if remaining == 0:
+                break
+            quotas[i] += 1
+            remaining -= 1
+            if quotas[i] == len(entries[i].requested):
+                open_entries.remove(i)
+    capped = bool(open_entries)
+    chosen = []
+    for entry, quota in zip(entries, quotas):
+        n = len(entry.requested)
+        chosen.append([entry.requested[(i * n) // quota] for i in range(quota)] if quota else [])
+    return chosen, capped
+
+
+def _interleave(entries: list[_Entry], chosen: list[list[int]]) -> list[tuple[_Entry, int]]:
+    """Round-robin order over the entries, so running out of time spreads the loss."""
+    work: list[tuple[_Entry, int]] = []
+    for rank in range(max((len(c) for c in chosen), default=0)):
+        work.extend((entry, elements[rank]) for entry, elements in zip(entries, chosen)
+                    if rank < len(elements) and not entry.unused)
+    return work
+
+
+class _Estimator:
+    def __init__(self, session: Any, probe: Any, deadline: float) -> None:
+        self.session = session
+        self.probe = probe
+        self.deadline = deadline
+        self.evaluations = 0
+        self.out_of_time = False
+
+    def prepare(self, target: dict[str, Any]) -> _Entry:
+        m, k = int(target["event"]), int(target["leaf"])
+        numel = self.probe.leaves[k].numel() if k < len(self.probe.leaves) else 0
+        if m not in self.probe.objectives:
+            return _Entry(target, numel, None, f"the probe run did not reach backward #{m}")
+        if k >= self.probe.leaf_counts.get(m, 0):
+            return _Entry(target, numel, None, f"leaf {k} did not exist at backward #{m}")
+        return _Entry(target, numel, self.probe.first_uses[m].get(k), None)
+
+    def fill(self, work: list[tuple[_Entry, int]]) -> None:
+        """Estimate each (entry, element) in turn until done or out of time."""
+        for entry, j in work:
+            if time.monotonic() > self.deadline:
+                self.out_of_time = True
+                return
+            estimate = self._element(entry, j)
+            entry.indices.append(j)
+            entry.values.append(estimate.value)
+            entry.methods.append(estimate.method)
+            entry.noise.append(estimate.noise)
+            entry.intervals.append(estimate.interval)
+
+    def _objective(self, entry: _Entry, element: int, multiple: float) -> tuple[float, float]:
+        """Objective of event m with the element moved by ``multiple * h``, and the step."""
+        perturbation = self.session.instrument.Perturbation(
+            leaf=entry.leaf, use=entry.first_use, element=element, multiple=multiple)
+        self.evaluations += 1
+        recorder, _ = _run(self.session, stop_after=entry.event, perturbation=perturbation)
+        value = recorder.objectives.get(entry.event)
+        if value is None or perturbation.step is None or perturbation.step == 0.0:
+            return math.nan, math.nan
+        return value, perturbation.step
+
+    def _element(self, entry: _Entry, j: int) -> _Estimate:
+        f0 = self.probe.objectives.get(entry.event)
+        eps = self.probe.root_eps.get(entry.event, 1.2e-7)
+        plus = self._objective(entry, j, +1)
+        minus = self._objective(entry, j, -1)
+        if _finite(*plus, *minus):
+            return self._central(entry, j, f0, eps, plus, minus)
+        return self._one_sided(entry, j, f0, eps, plus if _finite(*plus) else minus)
+
+    def _central(self, entry: _Entry, j: int, f0: float | None, eps: float,
+                 plus: tuple[float, float], minus: tuple[float, float]) -> _Estimate:
+        (f_plus, x_plus), (f_minus, x_minus) = plus, minus
+        width = x_plus - x_minus
+        noise = NOISE_FACTOR * eps * max(abs(f_plus), abs(f_minus)) * 2 / width
+        estimate = _Estimate((f_plus - f_minus) / width, "central", noise)
+        if f0 is None or not math.isfinite(f0):
+            return estimate
+        gap, low, high = _one_sided_gap(f0, plus, minus)
+        one_sided_noise = NOISE_FACTOR * eps * max(abs(f0), abs(f_plus), abs(f_minus)) * 2 / min(
+            x_plus, -x_minus)
+        if gap <= KINK_GAP * (FD_ATOL + FD_RTOL * max(abs(low), abs(high)) + one_sided_noise):
+            return estimate
+        # The slopes on either side disagree: a kink, or strong curvature. With curvature
+        # the gap halves with the step; at a kink it stays (or grows, as for sqrt at 0).
+        half_plus, half_minus = self._objective(entry, j, 0.5), self._objective(entry, j, -0.5)
+        if not _finite(*half_plus, *half_minus):
+            return estimate
+        half_gap, half_low, half_high = _one_sided_gap(f0, half_plus, half_minus)
+        if half_gap < 0.75 * gap:
+            return estimate
+        return _Estimate(estimate.value, "kink", noise, (min(low, half_low), max(high, half_high)))
+
+    def _one_sided(self, entry: _Entry, j: int, f0: float | None, eps: float,
+                   near: tuple[float, float]) -> _Estimate:
+        """Second-order one-sided difference through 0, x1 and x2 = 2 x1 (on the finite
+        side), exact for quadratics."""
+        f1, x1 = near
+        if f0 is None or not _finite(f0, f1, x1):
+            return _Estimate(math.nan, "undefined")
+        f2, x2 = self._objective(entry, j, 2 if x1 > 0 else -2)
+        if not _finite(f2, x2) or x2 == x1:
+            return _Estimate(math.nan, "undefined")
+        weights = (-(x1 + x2) / (x1 * x2), -x2 / (x1 * (x1 - x2)), -x1 / (x2 * (x2 - x1)))
+        value = weights[0] * f0 + weights[1] * f1 + weights[2] * f2
+        scale = max(abs(f0), abs(f1), abs(f2))
+        noise = NOISE_FACTOR * eps * scale * sum(abs(w) for w in weights)
+        return _Estimate(value, "one-sided+" if x1 > 0 else "one-sided-", noise)
+
+
+@dataclass
+class _Estimate:
+    value: float
+    method: str
+    noise: float = 0.0
+    interval: tuple[float, float] | None = None  # [left, right] slopes at a kink
+
+
+def _one_sided_gap(f0: float, plus: tuple[float, float],
+                   minus: tuple[float, float]) -> tuple[float, float, float]:
+    """|right slope - left slope| and the two slopes in increasing order."""
+    right = (plus[0] - f0) / plus[1]
+    left = (f0 - minus[0]) / -minus[1]
+    return abs(right - left), min(left, right), max(left, right)
+
+
+def _finite(*values: float | None) -> bool:
+    return all(v is not None and math.isfinite(v) for v in values)

@@ -1,0 +1,484 @@
+"""Hooks that record leaves and backward calls while a script runs (subprocess side).
+
+Imported only by the runner subprocess: it imports torch. ``install()`` patches torch once
+per process; each execution of a script then gets a fresh :class:`Recorder` through
+``activate(recorder)``. The patches do nothing while no recorder is active.
+
+What is recorded:
+
+* **leaves**, in creation order: tensors that come out of a torch factory with
+  ``requires_grad=True``, ``nn.Parameter(...)``, ``t.requires_grad_()`` and
+  ``t.requires_grad = True``. The position in that list is the leaf's identity across the
+  buggy and the fixed script.
+* **backward events**: every top-level call of ``Tensor.backward``,
+  ``torch.autograd.backward`` and ``torch.autograd.grad``. Before calling the real function
+  the root values (the forward result) are recorded; afterwards the gradient each tracked
+  leaf received *from this call* (``.grad`` after minus ``.grad`` before, ``None`` when
+  ``.grad`` stays ``None``), or the returned gradients of ``autograd.grad``.
+
+For finite differences the recorder can also count the *uses* of each leaf (through a
+``TorchFunctionMode``) and perturb one element of one leaf at a chosen use, see
+:class:`UseTracker`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+FACTORY_FUNCTIONS = (
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
+    "arange", "range", "linspace", "logspace", "eye", "normal", "empty_strided",
+    "scalar_tensor", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
+    "randn_like",
+)  # fmt: skip
+TENSOR_FACTORY_METHODS = ("new_tensor", "new_zeros", "new_ones", "new_full", "new_empty")
+MAX_RECORDED_EVENTS = 50
+MAX_TENSOR_ELEMENTS = 100_000
+# Relative finite-difference step by leaf dtype (half precision needs a coarser step).
+FD_STEP = {torch.float16: 1e-2, torch.bfloat16: 1e-2}
+FD_DEFAULT_STEP = 1e-3
+
+# The C getset descriptor behind `Tensor.requires_grad` (typed as a bool by the stubs).
+_BASE_REQUIRES_GRAD: Any = torch._C.TensorBase.requires_grad
+_ACTIVE: Recorder | None = None
+_INSTALLED = False
+
+
+class StopScript(BaseException):
+    """Ends a finite-difference run once the backward event of interest was evaluated.
+
+    A ``BaseException`` so that the script's own ``except Exception`` does not swallow it.
+    """
+
+
+def encode_float(value: float) -> float | str:
+    """JSON-safe float: nan and infinities become the strings ``float()`` reads back."""
+    return value if math.isfinite(value) else str(value)
+
+
+def encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
+    """Values of ``tensor`` as a flat float64 list (row-major) plus shape and dtype.
+
+    Tensors whose values cannot be read this way (sparse, quantized, meta) keep their
+    shape and dtype with no values, marked ``truncated``.
+    """
+    try:
+        return _encode_strided(tensor)
+    except Exception:  # noqa: BLE001 - never let the instrumentation break the script
+        return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", ""),
+                "numel": tensor.numel(), "values": [], "truncated": True}
+
+
+def _encode_strided(tensor: torch.Tensor) -> dict[str, Any]:
+    data = tensor.detach()
+    if data.is_complex():
+        data = torch.view_as_real(data)
+    if data.layout != torch.strided or data.is_quantized or data.device.type == "meta":
+        raise ValueError("no strided values")
+    flat = data.reshape(-1).cpu()
+    truncated = flat.numel() > MAX_TENSOR_ELEMENTS
+    values = flat[:MAX_TENSOR_ELEMENTS].to(torch.float64).tolist()
+    return {
+        "shape": list(tensor.shape),
+        "dtype": str(tensor.dtype).replace("torch.", ""),
+        "numel": flat.numel(),
+        "values": [encode_float(v) for v in values],
+        "truncated": truncated,
+    }
+
+
+@dataclass
+class Perturbation:
+    """Add ``multiple * h`` to element ``element`` of leaf ``leaf`` at its ``use``-th use."""
+
+    leaf: int
+    use: int
+    element: int
+    multiple: float
+    value: float | None = None  # the element's value just before the perturbation
+    step: float | None = None  # the change actually applied (after rounding to the dtype)
+
+
+class Recorder:
+    """State of one execution of one script."""
+
+    def __init__(self, filename: str, *, record_values: bool = True) -> None:
+        self.filename = filename
+        self.record_values = record_values
+        self.leaves: list[torch.Tensor] = []
+        self.leaf_info: list[dict[str, Any]] = []
+        self._leaf_index: dict[int, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self.event_count = 0
+        self.objectives: dict[int, float | None] = {}
+        self.root_eps: dict[int, float] = {}
+        self.leaf_counts: dict[int, int] = {}
+        self.depth = 0
+        self.internal = False
+        # Finite-difference support (see UseTracker).
+        self.stop_after_event: int | None = None
+        self.perturbation: Perturbation | None = None
+        self.use_counts: dict[int, int] = {}
+        self.data_epoch: dict[int, int] = {}
+        self._group_token: dict[int, tuple[int, int]] = {}
+        self._group_first_use: dict[int, int] = {}
+        self.first_uses: dict[int, dict[int, int | None]] = {}
+
+    # ----------------------------------------------------------------- leaves
+    def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
+        if id(tensor) in self._leaf_index:
+            return
+        self._leaf_index[id(tensor)] = len(self.leaves)
+        self.leaves.append(tensor)
+        self.leaf_info.append({
+            "index": len(self.leaf_info),
+            "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).replace("torch.", ""),
+            "origin": origin,
+            "line": self.script_line(),
+        })
+
+    def leaf_index(self, obj: object) -> int | None:
+        return self._leaf_index.get(id(obj)) if isinstance(obj, torch.Tensor) else None
+
+    def script_line(self) -> int | None:
+        """Line of the innermost frame that belongs to the executed script."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.filename:
+                return frame.f_lineno
+            frame = frame.f_back
+        return None
+
+    # ----------------------------------------------------------------- events
+    def run_event(self, kind: str, roots: list[Any], grad_outputs: list[Any],
+                  inputs: Any, call: Callable[[], Any]) -> Any:
+        """Record one backward call around ``call`` (the real autograd function)."""
+        if self.depth:
+            return call()
+        index = self.event_count
+        self.event_count += 1
+        self.internal = True
+        try:
+            self.objectives[index] = objective_value(roots, grad_outputs)
+            self.root_eps[index] = _rounding_unit(roots)
+            self.leaf_counts[index] = len(self.leaves)
+            self.first_uses[index] = dict(self._group_first_use)
+            record = self._begin_record(index, kind, roots) if self.record_values else None
+            grads_before = self._grad_snapshot() if record and kind == "backward" else None
+        finally:
+            self.internal = False
+        if self.stop_after_event == index:
+            raise StopScript
+        self.depth += 1
+        try:
+            result = call()
+        except Exception as exc:
+            if record is not None:
+                record["error"] = {"type": type(exc).__name__, "message": one_line(exc)}
+            raise
+        finally:
+            self.depth -= 1
+        if record is not None:
+            self.internal = True
+            try:
+                record["grads"] = self._event_grads(kind, grads_before, inputs, result)
+            finally:
+                self.internal = False
+        return result
+
+    def _begin_record(self, index: int, kind: str, roots: list[Any]) -> dict[str, Any] | None:
+        if index >= MAX_RECORDED_EVENTS:
+            return None
+        record = {
+            "index": index,
+            "kind": kind,
+            "line": self.script_line(),
+            "roots": [encode_tensor(r) for r in roots if isinstance(r, torch.Tensor)],
+            "objective": _maybe_encode(self.objectives[index]),
+            "error": None,
+            "grads": {},
+        }
+        self.events.append(record)
+        return record
+
+    def _grad_snapshot(self) -> list[torch.Tensor | None]:
+        return [None if leaf.grad is None else leaf.grad.detach().clone() for leaf in self.leaves]
+
+    def _event_grads(self, kind: str, grads_before: list[torch.Tensor | None] | None,
+                     inputs: Any, result: Any) -> dict[str, Any]:
+        if kind == "grad":
+            return {str(k): None if g is None else encode_tensor(g)
+                    for k, g in self._returned_grads(inputs, result)}
+        grads: dict[str, Any] = {}
+        for k, leaf in enumerate(self.leaves):
+            before = grads_before[k] if grads_before and k < len(grads_before) else None
+            grads[str(k)] = _grad_increment(leaf.grad, before)
+        return grads
+
+    def _returned_grads(self, inputs: Any, result: Any) -> Iterator[tuple[int, Any]]:
+        if isinstance(inputs, dict):
+            pairs = [(inputs[key], result[key]) for key in inputs]
+        else:
+            seq = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+            pairs = list(zip(seq, result))
+        for tensor, grad in pairs:
+            k = self.leaf_index(tensor)
+            if k is not None:
+                yield k, grad
+
+    # ----------------------------------------------------------- leaf uses
+    def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Count grad-mode uses of tracked leaves; apply a pending perturbation."""
+        owner = getattr(func, "__self__", None)
+        if type(owner).__name__ == "getset_descriptor":
+            # `.data` reads/writes bypass the version counter: treat them as a possible
+            # mutation so the next use starts a new group (`w.data.normal_()` inits).
+            if getattr(owner, "__name__", None) == "data" and args:
+                k = self.leaf_index(args[0])
+                if k is not None:
+                    self.data_epoch[k] = self.data_epoch.get(k, 0) + 1
+            return
+        if not torch.is_grad_enabled():
+            return
+        for k in sorted(set(self._leaf_args(args, kwargs))):
+            self._count_use(k)
+
+    def _leaf_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[int]:
+        for value in (*args, *kwargs.values()):
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for item in items:
+                k = self.leaf_index(item)
+                if k is not None:
+                    yield k
+
+    def _count_use(self, k: int) -> None:
+        use = self.use_counts.get(k, 0) + 1
+        self.use_counts[k] = use
+        leaf = self.leaves[k]
+        token = (leaf._version, self.data_epoch.get(k, 0))
+        if self._group_token.get(k) != token:
+            self._group_token[k] = token
+            self._group_first_use[k] = use
+        p = self.perturbation
+        if p is not None and p.leaf == k and p.use == use and p.step is None:
+            _apply_perturbation(leaf, p)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    message = text[0] if text else ""
+    return message if len(message) <= 300 else message[:297] + "..."
+
+
+def _maybe_encode(value: float | None) -> float | str | None:
+    return None if value is None else encode_float(value)
+
+
+def _grad_increment(after: torch.Tensor | None, before: torch.Tensor | None) -> Any:
+    if after is None:
+        return None
+    if before is None or before.shape != after.shape:
+        return encode_tensor(after)
+    try:
+        return encode_tensor(after.detach().to(torch.float64) - before.to(torch.float64))
+    except Exception:  # noqa: BLE001 - e.g. sparse gradients: report the total instead
+        return encode_tensor(after)
+
+
+def objective_value(roots: list[Any], grad_outputs: list[Any]) -> float | None:
+    """The scalar that backward differentiates: sum over roots of (root * grad_output)."""
+    total = 0.0
+    try:
+        with torch.no_grad():
+            for i, root in enumerate(roots):
+                if not isinstance(root, torch.Tensor):
+                    continue
+                value = root.detach().to(torch.float64)
+                weight = grad_outputs[i] if i < len(grad_outputs) else None
+                if isinstance(weight, torch.Tensor):
+                    value = value * weight.detach().to(torch.float64)
+                total += float(value.sum())
+    except Exception:  # noqa: BLE001 - complex roots, shape mismatches: no objective
+        return None
+    return total
+
+
+def _rounding_unit(roots: list[Any]) -> float:
+    """Machine epsilon of the least precise floating root (float32 when none is)."""
+    eps = [torch.finfo(r.dtype).eps for r in roots
+           if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex())]
+    return max(eps) if eps else torch.finfo(torch.float32).eps
+
+
+def _apply_perturbation(leaf: torch.Tensor, p: Perturbation) -> None:
+    with torch.no_grad():
+        index = _unravel(p.element, tuple(leaf.shape))
+        element = leaf.detach()[index]
+        value = float(element)
+        h = FD_STEP.get(leaf.dtype, FD_DEFAULT_STEP) * max(1.0, abs(value))
+        element.add_(p.multiple * h)
+        p.value = value
+        p.step = float(element) - value
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+class UseTracker(TorchFunctionMode):
+    """Sees every torch call while active; reports leaf uses to the active recorder.
+
+    A *use* is a torch function called in grad mode with a tracked leaf among its
+    arguments. Uses are grouped by the leaf's version counter (and `.data` accesses): the
+    gradient at backward event m is the derivative with respect to the leaf's value at the
+    first use of the group that was current when event m happened, so a finite-difference
+    run perturbs the leaf right before that use. This also covers leaves initialised in
+    place after creation (`nn.Linear` runs `reset_parameters` under no_grad) and training
+    loops whose optimizer updates the leaf between events.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        recorder = _ACTIVE
+        if recorder is not None and not recorder.internal:
+            recorder.observe_call(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ patches
+def activate(recorder: Recorder | None) -> None:
+    global _ACTIVE
+    _ACTIVE = recorder
+
+
+def _register(result: Any, origin: str) -> None:
+    recorder = _ACTIVE
+    if recorder is None or recorder.internal or not isinstance(result, torch.Tensor):
+        return
+    if _BASE_REQUIRES_GRAD.__get__(result) and result.is_leaf:
+        recorder.add_leaf(result, origin)
+
+
+def _wrap_factory(fn: Callable[..., Any], origin: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        _register(result, origin)
+        return result
+
+    return factory
+
+
+def _wrap_event(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    signature = inspect.signature(fn)
+    record_kind = "grad" if kind == "grad" else "backward"
+
+    @functools.wraps(fn)
+    def event(*args: Any, **kwargs: Any) -> Any:
+        recorder = _ACTIVE
+        if recorder is None or recorder.depth:
+            return fn(*args, **kwargs)
+        roots, grad_outputs, inputs = _event_arguments(signature, kind, args, kwargs)
+        return recorder.run_event(record_kind, roots, grad_outputs, inputs,
+                                  lambda: fn(*args, **kwargs))
+
+    return event
+
+
+def _event_arguments(signature: inspect.Signature, kind: str, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return [], [], None
+    if kind == "tensor.backward":
+        return [bound.get("self")], [bound.get("gradient")], None
+    root_name, weight_name = ("outputs", "grad_outputs") if kind == "grad" else (
+        "tensors", "grad_tensors")
+    weights = bound.get(weight_name)
+    if weights is None:
+        weights = bound.get("grad_variables")  # the deprecated spelling
+    roots = _as_list(bound.get(root_name))
+    weights = _as_list(weights)
+    return roots, weights, bound.get("inputs")
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        return [value]
+
+
+def install() -> None:
+    """Patch torch (idempotent). The patches are inert while no recorder is active."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _INSTALLED = True
+    for name in FACTORY_FUNCTIONS:
+        if hasattr(torch, name):
+            setattr(torch, name, _wrap_factory(getattr(torch, name), f"torch.{name}"))
+    for name in TENSOR_FACTORY_METHODS:
+        setattr(torch.Tensor, name, _wrap_factory(getattr(torch.Tensor, name), f"Tensor.{name}"))
+    _patch_leaf_marking()
+    _patch_backward()
+
+
+def _patch_leaf_marking() -> None:
+    parameter_new = torch.nn.Parameter.__new__
+
+    def new_parameter(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
+        parameter: Any = parameter_new(cls, data, requires_grad)
+        _register(parameter, "nn.Parameter")
+        return parameter
+
+    torch.nn.Parameter.__new__ = staticmethod(new_parameter)  # type: ignore[assignment]
+
+    requires_grad_ = torch.Tensor.requires_grad_
+
+    def mark_requires_grad(self: torch.Tensor, requires_grad: bool = True) -> torch.Tensor:
+        result = requires_grad_(self, requires_grad)
+        if requires_grad:
+            _register(self, "requires_grad_()")
+        return result
+
+    torch.Tensor.requires_grad_ = mark_requires_grad  # type: ignore[assignment,method-assign]
+
+    def get_requires_grad(self: torch.Tensor) -> bool:
+        return bool(_BASE_REQUIRES_GRAD.__get__(self))
+
+    def set_requires_grad(self: torch.Tensor, value: bool) -> None:
+        _BASE_REQUIRES_GRAD.__set__(self, value)
+        if value:
+            _register(self, "requires_grad = True")
+
+    torch.Tensor.requires_grad = property(  # type: ignore[assignment,method-assign]
+        get_requires_grad, set_requires_grad, doc=_BASE_REQUIRES_GRAD.__doc__)
+
+
+def _patch_backward() -> None:
+    torch.Tensor.backward = _wrap_event(  # type: ignore[method-assign]
+        torch.Tensor.backward, "tensor.backward")
+    torch.autograd.backward = _wrap_event(torch.autograd.backward, "backward")
+    torch.autograd.grad = _wrap_event(torch.autograd.grad, "grad")

@@ -1,0 +1,768 @@
+"""Decide from two execution traces whether a rewrite is proven (pure Python, no torch).
+
+``compare_traces(before, after, fd)`` takes the JSON traces the runner produced for the
+buggy script (BEFORE) and the rewrite (AFTER), plus optional finite-difference estimates,
+and returns a :class:`Verdict`:
+
+* ``verified``: AFTER ran without error; every forward result (the roots of each backward
+  call, and module-level tensors present in both) equals BEFORE's where BEFORE's is finite;
+  every gradient AFTER produced is finite and equals the reference: BEFORE's own autograd
+  gradient where that is a finite tensor (unless finite differences show it is not the
+  true derivative: a silent graph cut, below), otherwise (BEFORE's backward raised, gave
+  ``None`` or non-finite values) a central finite-difference estimate of BEFORE's forward.
+* ``rejected``: a forward result changed, AFTER raised, AFTER has a None/nan/inf gradient
+  where one is expected, a gradient differs from its reference, or the backward calls or
+  leaves do not line up.
+* ``unverified``: a script could not run at all (missing module or data file, CUDA,
+  timeout, crash), there is nothing to compare, or a needed reference is unavailable.
+
+BEFORE's finite autograd gradient is the reference only while nothing disproves it: a
+*silent* graph cut (``torch.tensor([w[0] * 2, ...])``, a stray ``.detach()``) runs and gives
+a finite gradient that misses a path, and the fix restores the true derivative. So where
+AFTER's gradient of a (backward call, leaf) differs from BEFORE's finite one, those elements
+are estimated by finite differences of BEFORE's forward (planned by :func:`plan_fd` like
+any other estimate; without them the gradient changed):
+AFTER is accepted there only if the estimate agrees with AFTER and disagrees with BEFORE's
+autograd gradient (both within the finite-difference tolerance, or the slopes of a kink).
+The evidence then lists the elements under ``silent_graph_cuts`` and a note says "before's
+autograd gradient differs from finite differences of its forward (a silent graph cut)", and
+BEFORE's gradient counts as broken from that call on (see below). If the estimate agrees
+with BEFORE's autograd gradient, agrees with neither, is undefined or was not computed,
+the gradient changed: ``rejected``. A gradient both versions agree on is never estimated,
+so an intentional ``.detach()`` kept by the fix costs nothing; but where an intentional
+detach and a repaired cut reach the same element, the estimate (which sees every path)
+agrees with neither and the fix is rejected: a conservative answer.
+
+Backward calls are matched by order, leaves by creation index. A leaf whose gradient is
+``None`` in both versions (after a backward that ran) is left alone: the rewrite did not
+touch its reachability. AFTER's ``None`` counts as zero only against a finite-difference
+reference; against a gradient BEFORE really produced it is a lost gradient.
+
+When BEFORE dies (a code error, not an environment problem) before some backward call
+AFTER makes — e.g. ``w.normal_()`` on a leaf raises before any forward result exists —
+BEFORE's forward function is unknown past that point. Those calls are then checked for
+self-consistency: AFTER's gradients must be finite and equal the finite differences of
+AFTER's *own* forward, which still rejects detached or otherwise cut gradients; the
+evidence says so. If BEFORE completed, AFTER may not add backward calls.
+
+The same self-consistency check takes over when BEFORE keeps running on a broken gradient
+(its backward raised and the script caught it, gave ``None`` or nan, or missed a path
+through a silent graph cut) and a later
+forward result of AFTER then differs from BEFORE's: BEFORE's trajectory after a step with a
+broken gradient is no reference. For the same reason module-level tensors that differ are
+only noted, not rejected, once BEFORE's gradient was broken.
+
+Finite differences are noisier than autograd, so they use a looser tolerance (rtol 1e-2,
+atol 1e-3 plus the estimate's rounding-noise bound); elements whose estimate is undefined
+(non-finite on both sides) are not compared, but AFTER's gradient must still be finite, and
+if no needed element has a defined estimate the verdict is ``unverified``.
+
+Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "numel",
+"values", "truncated"}`` with row-major float values, nan/inf as strings)::
+
+    {"outcome": {"status": "ok"} | {"status": "error", "type", "message", "line",
+                                    "category": "env" | "code"},
+     "leaves": [{"index", "shape", "dtype", "origin", "line"}, ...],
+     "events": [{"index", "kind": "backward" | "grad", "line", "roots": [tensor],
+                 "objective", "error": None | {"type", "message"},
+                 "grads": {"<leaf index>": tensor | None}}, ...],
+     "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
+     "seed"}
+    or {"runner_error": {"kind": "timeout" | "crash" | ..., "message"}}
+
+``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
+GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
+FD_RTOL, FD_ATOL = 1e-2, 1e-3
+TOLERANCES = {
+    "forward": {"rtol": FORWARD_RTOL, "atol": FORWARD_ATOL},
+    "gradient": {"rtol": GRAD_RTOL, "atol": GRAD_ATOL},
+    "finite_difference": {"rtol": FD_RTOL, "atol": FD_ATOL, "plus": "rounding-noise bound"},
+}
+
+
+@dataclass
+class Verdict:
+    """Outcome of one verification: ``status`` is verified, rejected or unverified."""
+
+    status: str
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        return self.status == "verified"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason,
+                "evidence": copy.deepcopy(self.evidence)}
+
+
+class _Rejected(Exception):
+    pass
+
+
+class _Unverifiable(Exception):
+    pass
+
+
+@dataclass
+class _Stats:
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    count: int = 0
+
+    def add(self, actual: float, expected: float) -> None:
+        diff = abs(actual - expected)
+        self.max_abs_diff = max(self.max_abs_diff, diff)
+        if diff:
+            self.max_rel_diff = max(self.max_rel_diff, diff / max(abs(expected), 1e-12))
+        self.count += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_abs_diff": self.max_abs_diff, "max_rel_diff": self.max_rel_diff,
+                "values_compared": self.count}
+
+
+def compare_traces(before: dict[str, Any], after: dict[str, Any],
+                   fd: dict[str, Any] | None = None) -> Verdict:
+    """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
+
+    ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers.
+    """
+    return _Comparison(before, after, fd).run()
+
+
+def plan_fd(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Finite-difference targets the comparison needs, by script (empty when none): missing
+    or non-finite reference gradients, and the elements where AFTER's gradient differs from
+    BEFORE's (a possible silent graph cut in BEFORE).
+
+    Nothing is planned when the verdict is already decided without them (a rejection).
+    """
+    comparison = _Comparison(before, after, None, planning=True)
+    verdict = comparison.run()
+    if verdict.status == "rejected":
+        return {}
+    return {source: targets for source, targets in comparison.needs.items() if targets}
+
+
+def _values(tensor: dict[str, Any]) -> list[float]:
+    return [float(v) for v in tensor.get("values", [])]
+
+
+def _at_line(line: int | None) -> str:
+    return f" at line {line}" if line else ""
+
+
+def _outcome_text(outcome: dict[str, Any]) -> str:
+    return f"{outcome.get('type')}{_at_line(outcome.get('line'))}: {outcome.get('message')}"
+
+
+def _short_outcome(outcome: dict[str, Any]) -> str:
+    return f"{outcome.get('type')}{_at_line(outcome.get('line'))}"
+
+
+def _format(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _fd_bounds(estimate: float, noise: float,
+               interval: tuple[float, float] | list[float] | None) -> tuple[float, float]:
+    """The range of gradients a finite-difference estimate accepts: the estimate, or the
+    slopes on either side of a kink, widened by the FD tolerance and the noise bound."""
+    low, high = (estimate, estimate) if interval is None else (interval[0], interval[1])
+    return (low - (FD_ATOL + noise + FD_RTOL * abs(low)),
+            high + (FD_ATOL + noise + FD_RTOL * abs(high)))
+
+
+def _estimate_text(estimate: float, interval: tuple[float, float] | list[float] | None) -> str:
+    if interval is None:
+        return _format(estimate)
+    return f"a kink with slopes {_format(interval[0])} and {_format(interval[1])}"
+
+
+def _estimates(entry: dict[str, Any]) -> dict[int, tuple[float, str, float, Any]]:
+    """Element -> (estimate, method, noise, kink interval or None) of one FD entry."""
+    if entry.get("unused"):  # the leaf does not reach the call: exactly zero
+        return {j: (0.0, "unused", 0.0, None) for j in range(int(entry.get("numel", 0)))}
+    intervals = entry.get("intervals") or [None] * len(entry["indices"])
+    found = {}
+    for j, value, method, noise, interval in zip(entry["indices"], entry["values"],
+                                                 entry["methods"], entry["noise"], intervals):
+        kink = method == "kink" and interval is not None
+        found[int(j)] = (float(value), method, float(noise),
+                         (float(interval[0]), float(interval[1])) if kink else None)
+    return found
+
+
+@dataclass
+class _GradientChange:
+    """AFTER's autograd gradient of one leaf differs from BEFORE's at some elements."""
+
+    label: str
+    leaf: str
+    before: list[float]
+    after: list[float]
+
+    def message(self, j: int) -> str:
+        return (f"gradient changed: {self.label} gives {self.leaf} the gradient "
+                f"{_format(self.after[j])} at element {j}, before's autograd gives "
+                f"{_format(self.before[j])} (rtol {GRAD_RTOL}, atol {GRAD_ATOL})")
+
+
+class _Comparison:
+    def __init__(self, before: dict[str, Any], after: dict[str, Any],
+                 fd: dict[str, Any] | None, planning: bool = False) -> None:
+        self.before = before
+        self.after = after
+        self.fd = fd
+        self.planning = planning  # collecting FD targets: a changed gradient is one
+        self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        self.forward = _Stats()
+        self.gradient = _Stats()
+        self.finite = _Stats()
+        self.fd_details: dict[str, Any] = {"one_sided": [], "kinks": [], "undefined": 0,
+                                           "uncompared": 0, "capped": False}
+        self.kink_checks = 0
+        self.notes: list[str] = []
+        self.leaves_compared: set[int] = set()
+        self.events_compared = 0
+        self.self_checked_events = 0
+        self.globals_compared: list[str] = []
+        self.no_gradient_either: set[int] = set()
+        self.broken_at: int | None = None  # first event where before's gradient is broken
+        self.diverged_at: int | None = None  # first event whose forward parts from before's
+        self._determinism_checked: set[tuple[str, int]] = set()
+        self.fd_consulted = False
+        self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
+
+    # ------------------------------------------------------------- driver
+    def run(self) -> Verdict:
+        try:
+            self._check_runs()
+            self._check_counts()
+            for i in range(len(self.after.get("events", []))):
+                self._compare_event(i)
+            self._compare_globals()
+        except _Rejected as exc:
+            return Verdict("rejected", str(exc), self.evidence())
+        except _Unverifiable as exc:
+            return Verdict("unverified", str(exc), self.evidence())
+        return self._conclude()
+
+    def _conclude(self) -> Verdict:
+        missing = sum(len(t) for t in self.needs.values())
+        if missing:
+            return Verdict("unverified", "a finite-difference reference is needed for "
+                           f"{missing} (backward call, leaf) pair(s) but was not computed",
+                           self.evidence())
+        undefined = self.fd_details["undefined"]
+        if undefined and not (self.finite.count or self.gradient.count or self.kink_checks):
+            return Verdict("unverified", f"the finite-difference reference is undefined (not "
+                           f"finite) at all {undefined} gradient element(s) that need it",
+                           self.evidence())
+        if self.events_compared == 0 and self.self_checked_events == 0:
+            return self._conclude_without_gradients()
+        parts = []
+        if self.events_compared:
+            parts.append(f"forward results and gradients match over {self.events_compared} "
+                         f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)")
+        if self.silent_cuts:
+            parts.append("before's autograd gradient differs from finite differences of its "
+                         f"forward (a silent graph cut) at {len(self.silent_cuts)} element(s): "
+                         "compared against finite differences")
+        if self.self_checked_events and self.diverged_at is not None:
+            parts.append(f"before's gradient is broken at backward call #{self._broken_call()}"
+                         f" and its trajectory parts from the fix's at #{self.diverged_at + 1}:"
+                         f" {self.self_checked_events} call(s) compared against the fix's own "
+                         "finite differences")
+        elif self.self_checked_events:
+            count = self.before.get("event_count", 0)
+            where = "any forward result" if count == 0 else f"backward call #{count + 1}"
+            parts.append(f"before raised {_short_outcome(self.before['outcome'])} before "
+                         f"{where}: compared against the fix's own finite differences over "
+                         f"{self.self_checked_events} backward call(s)")
+        if self.finite.count:
+            parts.append(f"{self.finite.count} gradient element(s) checked against finite "
+                         "differences")
+        if self.kink_checks:
+            parts.append(f"{self.kink_checks} element(s) at a kink of the forward function "
+                         "accepted between its one-sided slopes")
+        if self.fd_details.get("capped"):
+            parts.append("finite differences were capped (see evidence)")
+        return Verdict("verified", "; ".join(parts), self.evidence())
+
+    def _conclude_without_gradients(self) -> Verdict:
+        outcome = self.before["outcome"]
+        if outcome.get("category") == "env":
+            return Verdict("unverified", f"could not run: {_outcome_text(outcome)}",
+                           self.evidence())
+        if outcome.get("status") != "ok":
+            return Verdict("unverified", f"before raised {_outcome_text(outcome)} and "
+                           "neither version calls backward: nothing to compare", self.evidence())
+        if not self.globals_compared:
+            return Verdict("unverified", "nothing to compare: neither version calls backward "
+                           "and they share no module-level tensors", self.evidence())
+        return Verdict("verified", f"forward values equal ({len(self.globals_compared)} "
+                       "module-level tensor(s)); no gradients were exercised", self.evidence())
+
+    def evidence(self) -> dict[str, Any]:
+        fd_used = self.fd_consulted
+        grads = _Stats(max(self.gradient.max_abs_diff, self.finite.max_abs_diff),
+                       max(self.gradient.max_rel_diff, self.finite.max_rel_diff),
+                       self.gradient.count + self.finite.count)
+        return {
+            "seed": self.before.get("seed"),
+            "backward_events": {"before": self.before.get("event_count", 0),
+                                "after": self.after.get("event_count", 0)},
+            "events_compared": self.events_compared,
+            "events_self_checked": self.self_checked_events,
+            "leaves_compared": sorted(self.leaves_compared),
+            "leaves_without_gradient": sorted(self.no_gradient_either),
+            "fd_used": fd_used,
+            "max_abs_diff": grads.max_abs_diff,
+            "max_rel_diff": grads.max_rel_diff,
+            "tolerances": copy.deepcopy(TOLERANCES),
+            "forward": self.forward.as_dict(),
+            "gradient": self.gradient.as_dict(),
+            "finite_difference": dict(self.finite.as_dict(), **self.fd_details,
+                                      evaluations=sum(r.get("evaluations", 0)
+                                                      for r in (self.fd or {}).values())),
+            "silent_graph_cuts": copy.deepcopy(self.silent_cuts),
+            "globals_compared": list(self.globals_compared),
+            "before_outcome": self.before.get("outcome"),
+            "after_outcome": self.after.get("outcome"),
+            "notes": list(self.notes),
+        }
+
+    # ------------------------------------------------------ whole-run checks
+    def _check_runs(self) -> None:
+        for label, trace in (("before", self.before), ("after", self.after)):
+            failure = trace.get("runner_error")
+            if failure:
+                raise _Unverifiable(f"{label} could not be executed: {failure.get('message')}")
+        ob, oa = self.before["outcome"], self.after["outcome"]
+        same = (ob.get("type"), ob.get("message")) == (oa.get("type"), oa.get("message"))
+        if ob.get("category") == "env" and not (oa.get("category") == "env" and same):
+            raise _Unverifiable(f"before could not run: {_outcome_text(ob)}")
+        if oa.get("category") == "env":
+            if not same:
+                raise _Unverifiable(f"after could not run: {_outcome_text(oa)}")
+            self.notes.append(f"both versions stop at {_outcome_text(oa)}")
+            return
+        if oa.get("status") == "error":
+            raise _Rejected(f"after raised {_outcome_text(oa)}")
+
+    def _check_counts(self) -> None:
+        nb, na = self.before.get("event_count", 0), self.after.get("event_count", 0)
+        before_died = self.before["outcome"].get("status") == "error"
+        if na < nb:
+            raise _Rejected(f"after makes {na} backward call(s), before makes {nb}")
+        if na > nb and not before_died:
+            raise _Rejected(f"after makes {na} backward call(s), before only {nb}")
+        lb, la = len(self.before.get("leaves", [])), len(self.after.get("leaves", []))
+        if la < lb or (la > lb and not before_died):
+            raise _Rejected(f"after creates {la} leaf tensor(s) that require grad, before {lb}")
+        for k in range(min(lb, la)):
+            self._check_leaf(k)
+        if self.after.get("events_truncated"):
+            self.notes.append(f"only the first {len(self.after['events'])} backward calls "
+                              "were recorded and compared")
+
+    def _check_leaf(self, k: int) -> None:
+        leaf_b, leaf_a = self.before["leaves"][k], self.after["leaves"][k]
+        shape_b, shape_a = leaf_b.get("shape"), leaf_a.get("shape")
+        if math.prod(shape_b) != math.prod(shape_a):
+            raise _Rejected(f"leaf {k} has shape {tuple(shape_b)} in before "
+                            f"(line {leaf_b.get('line')}) but {tuple(shape_a)} in after")
+        if shape_b != shape_a:
+            self.notes.append(f"leaf {k} reshaped {tuple(shape_b)} -> {tuple(shape_a)}; "
+                              "gradients compared element by element")
+        if leaf_b.get("dtype") != leaf_a.get("dtype"):
+            self.notes.append(f"leaf {k} dtype {leaf_b.get('dtype')} -> {leaf_a.get('dtype')}")
+
+    # ---------------------------------------------------------------- events
+    def _compare_event(self, i: int) -> None:
+        ea = self.after["events"][i]
+        label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
+        if ea.get("error"):
+            raise _Rejected(f"after: {label} raised {ea['error']['type']}: "
+                            f"{ea['error']['message']}")
+        if i >= self.before.get("event_count", 0):
+            if self.self_checked_events == 0:
+                self.notes.append(f"before raised {_short_outcome(self.before['outcome'])} "
+                                  f"before {label}: from there on the fix is compared against "
+                                  "its own finite differences; its forward results cannot be "
+                                  "checked")
+            self._self_check_event(i, ea)
+            return
+        if self.diverged_at is not None:
+            self._self_check_event(i, ea)
+            return
+        before_events = self.before.get("events", [])
+        if i >= len(before_events):
+            return  # beyond the recorded window (noted in _check_counts)
+        eb = before_events[i]
+        mismatch = self._roots_mismatch(eb, ea, label)
+        if mismatch is None:
+            self._compare_event_grads(i, eb, ea, label)
+            self.events_compared += 1
+            return
+        if self.broken_at is None:
+            raise _Rejected(mismatch)
+        # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
+        # trajectory is not what the fixed code should reproduce.
+        self.diverged_at = i
+        self.notes.append(f"{mismatch}; before's gradient was broken at backward call "
+                          f"#{self._broken_call()}, so its later trajectory is no reference: "
+                          "from here on the fix is compared against its own finite "
+                          "differences")
+        self._self_check_event(i, ea)
+
+    def _roots_mismatch(self, eb: dict[str, Any], ea: dict[str, Any],
+                        label: str) -> str | None:
+        roots_b, roots_a = eb.get("roots", []), ea.get("roots", [])
+        if len(roots_b) != len(roots_a):
+            return (f"forward changed: {label} differentiates {len(roots_a)} tensor(s), "
+                    f"before {len(roots_b)}")
+        for rb, ra in zip(roots_b, roots_a):
+            if rb.get("shape") != ra.get("shape") or rb.get("dtype") != ra.get("dtype"):
+                return (f"forward changed: the result of {label} is {ra.get('dtype')}"
+                        f"{tuple(ra.get('shape', []))}, before {rb.get('dtype')}"
+                        f"{tuple(rb.get('shape', []))}")
+            mismatch = self._forward_mismatch(_values(rb), _values(ra),
+                                              f"the result of {label}",
+                                              nan_matters=self.broken_at is not None)
+            if mismatch:
+                return mismatch
+        return None
+
+    def _forward_mismatch(self, expected: list[float], actual: list[float], what: str,
+                          nan_matters: bool = False) -> str | None:
+        """Where ``expected`` is finite, ``actual`` must be close; elsewhere it is undefined
+        (``nan_matters``: after a broken gradient, a nan in before that after does not
+        have shows the trajectories parted)."""
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            if not math.isfinite(e):
+                if nan_matters and math.isfinite(a):
+                    return (f"forward results part: {what} is {_format(e)} at element {j} "
+                            f"in before, {_format(a)} in after")
+                continue
+            if not abs(a - e) <= FORWARD_ATOL + FORWARD_RTOL * abs(e):
+                return (f"forward changed: {what} differs at element {j}: before "
+                        f"{_format(e)}, after {_format(a)} (rtol {FORWARD_RTOL}, "
+                        f"atol {FORWARD_ATOL})")
+            self.forward.add(a, e)
+        return None
+
+    def _event_keys(self, eb: dict[str, Any] | None, ea: dict[str, Any]) -> list[int]:
+        keys_a = set(ea.get("grads", {}))
+        if eb is None or eb.get("error"):
+            keys = keys_a
+        elif eb.get("kind") == "grad":
+            keys = set(eb.get("grads", {}))
+        elif ea.get("kind") == "grad":
+            keys = keys_a
+        else:
+            keys = keys_a | set(eb.get("grads", {}))
+        return sorted(int(k) for k in keys)
+
+    def _compare_event_grads(self, i: int, eb: dict[str, Any], ea: dict[str, Any],
+                             label: str) -> None:
+        for k in self._event_keys(eb, ea):
+            self._require_leaf(k, label)
+            key = str(k)
+            if key not in ea.get("grads", {}):
+                raise _Rejected(f"after: {label} does not compute the gradient of "
+                                f"{self._leaf_name(k)}")
+            grad_a = ea["grads"][key]
+            if eb.get("error"):
+                self._mark_broken(i)
+                self._compare_to_fd("before", i, k, grad_a, None, label)
+                continue
+            grad_b = eb.get("grads", {}).get(key)
+            if grad_b is None and grad_a is None:
+                self.no_gradient_either.add(k)
+                continue
+            if grad_b is None or not all(math.isfinite(v) for v in _values(grad_b)):
+                self._mark_broken(i)
+            self.leaves_compared.add(k)
+            self._require_finite(grad_a, k, label)
+            if grad_b is None:
+                self._compare_to_fd("before", i, k, grad_a, None, label)
+                continue
+            if grad_a is None:
+                raise _Rejected(f"after: {label} leaves the gradient of {self._leaf_name(k)} "
+                                "None where before computes one")
+            self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _broken_call(self) -> int:
+        """1-based number of the first backward call where before's gradient is broken."""
+        return (self.broken_at or 0) + 1
+
+    def _mark_broken(self, i: int) -> None:
+        if self.broken_at is None:
+            self.broken_at = i
+
+    def _self_check_event(self, i: int, ea: dict[str, Any]) -> None:
+        """AFTER's gradients at event i against finite differences of AFTER itself."""
+        label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
+        for k in self._event_keys(None, ea):
+            grad_a = ea["grads"][str(k)]
+            self._compare_to_fd("after", i, k, grad_a, None, label)
+        self.self_checked_events += 1
+
+    def _require_leaf(self, k: int, label: str) -> None:
+        if k >= len(self.before.get("leaves", [])):
+            raise _Rejected(f"after creates {self._leaf_name(k)} that requires grad and "
+                            f"reaches {label}; before has no such leaf")
+
+    def _leaf_name(self, k: int, trace: dict[str, Any] | None = None) -> str:
+        leaves = (trace or self.after).get("leaves", [])
+        if k < len(leaves):
+            leaf = leaves[k]
+            return f"leaf {k} ({leaf.get('origin')}{_at_line(leaf.get('line'))})"
+        return f"leaf {k}"
+
+    def _require_finite(self, grad: dict[str, Any] | None, k: int, label: str) -> None:
+        if grad is None:
+            return
+        for j, value in enumerate(_values(grad)):
+            if not math.isfinite(value):
+                raise _Rejected(f"after: {label} gives {self._leaf_name(k)} a non-finite "
+                                f"gradient ({value}) at element {j}")
+
+    # ----------------------------------------------------------- references
+    def _compare_to_autograd(self, i: int, k: int, grad_b: dict[str, Any],
+                             grad_a: dict[str, Any], label: str) -> None:
+        expected, actual = _values(grad_b), _values(grad_a)
+        undefined, mismatched = [], []
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            if not math.isfinite(e):
+                undefined.append(j)
+            elif abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e):
+                self.gradient.add(a, e)
+            else:
+                mismatched.append(j)
+        if not mismatched:
+            if undefined:
+                self._compare_to_fd("before", i, k, grad_a, undefined, label)
+            return
+        # Before's autograd gradient is the reference unless finite differences of its
+        # forward disprove it (a silent graph cut); its trajectory is then no reference
+        # either. Marked now so that the planning run also plans the later calls.
+        self._mark_broken(i)
+        changed = _GradientChange(label, self._leaf_name(k), expected, actual)
+        try:
+            entry = self._fd_entry("before", i, k, sorted(undefined + mismatched))
+        except _Unverifiable as exc:
+            raise _Rejected(f"{changed.message(mismatched[0])}; finite differences of "
+                            f"before's forward could not check it: {exc}") from None
+        if entry is None and self.planning:
+            return  # decided once the estimates are there
+        if entry is None:
+            raise _Rejected(f"{changed.message(mismatched[0])}; finite differences of "
+                            "before's forward were not computed to check it")
+        self._check_silent_cut(i, k, entry, mismatched, changed)
+        if undefined:
+            self._check_fd_entry("before", i, k, grad_a, entry, undefined, label)
+
+    def _check_silent_cut(self, i: int, k: int, entry: dict[str, Any], mismatched: list[int],
+                          changed: _GradientChange) -> None:
+        """Accept AFTER's differing elements only where finite differences of BEFORE's
+        forward agree with AFTER and not with BEFORE's autograd gradient."""
+        estimates = _estimates(entry)
+        found = [dict(self._judge_changed_element(j, estimates.get(j), changed),
+                      event=i, leaf=k) for j in mismatched]
+        self.silent_cuts.extend(found)
+        first = found[0]
+        self.notes.append(
+            f"{changed.label}, {changed.leaf}: before's autograd gradient differs from finite "
+            "differences of its forward (a silent graph cut): compared against finite "
+            f"differences at {len(found)} element(s), e.g. element {first['element']}: "
+            f"before's autograd {_format(first['before_autograd'])}, after "
+            f"{_format(first['after'])}, finite differences "
+            f"{_estimate_text(first['finite_difference'], first['interval'])}")
+
+    def _judge_changed_element(self, j: int, estimate: tuple[float, str, float, Any] | None,
+                               changed: _GradientChange) -> dict[str, Any]:
+        """The evidence of a silent graph cut at element ``j``, or a rejection."""
+        if estimate is None:
+            raise _Rejected(f"{changed.message(j)}; no finite-difference estimate of "
+                            "before's forward was computed there to check it")
+        value, method, noise, interval = estimate
+        if not math.isfinite(value):
+            raise _Rejected(f"{changed.message(j)}; the finite-difference derivative of "
+                            "before's forward is undefined there")
+        low, high = _fd_bounds(value, noise, interval)
+        before, after = changed.before[j], changed.after[j]
+        shown = _estimate_text(value, interval)
+        if low <= before <= high:
+            raise _Rejected(f"{changed.message(j)}; the finite-difference derivative of "
+                            f"before's forward agrees with before's autograd: {shown}")
+        if not low <= after <= high:
+            raise _Rejected(f"gradient wrong: {changed.label} gives {changed.leaf} the "
+                            f"gradient {_format(after)} at element {j}, the finite-difference "
+                            f"derivative of before's forward is {shown} (before's autograd "
+                            f"gives {_format(before)}; rtol {FD_RTOL}, atol "
+                            f"{_format(FD_ATOL + noise)})")
+        if interval is None:
+            self.finite.add(after, value)
+        else:
+            self.kink_checks += 1
+        return {"element": j, "before_autograd": before, "after": after,
+                "finite_difference": value, "method": method,
+                "interval": None if interval is None else list(interval)}
+
+    def _compare_to_fd(self, source: str, i: int, k: int, grad_a: dict[str, Any] | None,
+                       elements: list[int] | None, label: str) -> None:
+        """Compare AFTER's gradient with a finite-difference estimate (of ``source``)."""
+        self._require_finite(grad_a, k, label)
+        entry = self._fd_entry(source, i, k, elements)
+        if entry is None:
+            return
+        self.leaves_compared.add(k)
+        self._check_fd_entry(source, i, k, grad_a, entry, elements, label)
+
+    def _check_fd_entry(self, source: str, i: int, k: int, grad_a: dict[str, Any] | None,
+                        entry: dict[str, Any], elements: list[int] | None, label: str) -> None:
+        actual = _values(grad_a) if grad_a is not None else None
+        wanted = None if elements is None else set(elements)
+        if entry.get("unused"):
+            for j, value in enumerate(actual or []):
+                if wanted is None or j in wanted:
+                    self._check_fd_element(k, j, value, 0.0, 0.0, source, label)
+            return
+        done = set()
+        intervals = entry.get("intervals") or [None] * len(entry["indices"])
+        for j, value, method, noise, interval in zip(entry["indices"], entry["values"],
+                                                     entry["methods"], entry["noise"],
+                                                     intervals):
+            if wanted is not None and j not in wanted:
+                continue
+            done.add(j)
+            a = actual[j] if actual is not None and j < len(actual) else None
+            self._check_fd_estimate(source, i, k, j, a, float(value), method, float(noise),
+                                    interval, label)
+        requested = entry.get("requested", 0) if wanted is None else len(wanted)
+        self.fd_details["uncompared"] += max(0, requested - len(done))
+
+    def _check_fd_estimate(self, source: str, i: int, k: int, j: int, actual: float | None,
+                           estimate: float, method: str, noise: float,
+                           interval: list[float] | None, label: str) -> None:
+        where = {"source": source, "event": i, "leaf": k, "element": j}
+        if not math.isfinite(estimate):
+            self.fd_details["undefined"] += 1
+        elif method == "kink" and interval is not None:
+            low, high = float(interval[0]), float(interval[1])
+            self.fd_details["kinks"].append(dict(where, interval=[low, high]))
+            self._check_fd_interval(k, j, actual, low, high, noise, source, label)
+        else:
+            if method != "central":
+                self.fd_details["one_sided"].append(dict(where, method=method))
+            self._check_fd_element(k, j, actual, estimate, noise, source, label)
+
+    def _check_fd_element(self, k: int, j: int, actual: float | None, estimate: float,
+                          noise: float, source: str, label: str) -> None:
+        """``actual`` None: AFTER left ``.grad`` None, which is right only for zero."""
+        atol = FD_ATOL + noise
+        value = 0.0 if actual is None else actual
+        if not abs(value - estimate) <= atol + FD_RTOL * abs(estimate):
+            whose = "before's forward" if source == "before" else "the fix's own forward"
+            got = "no gradient (None)" if actual is None else _format(value)
+            raise _Rejected(f"gradient wrong: {label} gives {self._leaf_name(k)} the "
+                            f"gradient {got} at element {j}, the finite-difference "
+                            f"derivative of {whose} is {_format(estimate)} "
+                            f"(rtol {FD_RTOL}, atol {_format(atol)})")
+        self.finite.add(value, estimate)
+
+    def _check_fd_interval(self, k: int, j: int, actual: float | None, low: float,
+                           high: float, noise: float, source: str, label: str) -> None:
+        """At a kink any gradient between the left and right slopes is acceptable."""
+        value = 0.0 if actual is None else actual
+        lower, upper = _fd_bounds(low, noise, (low, high))
+        if not lower <= value <= upper:
+            whose = "before's forward" if source == "before" else "the fix's own forward"
+            got = "no gradient (None)" if actual is None else _format(value)
+            raise _Rejected(f"gradient wrong: {label} gives {self._leaf_name(k)} the "
+                            f"gradient {got} at element {j}, where {whose} has a kink with "
+                            f"slopes {_format(low)} and {_format(high)} on either side")
+        self.kink_checks += 1
+
+    def _fd_entry(self, source: str, i: int, k: int,
+                  elements: list[int] | None) -> dict[str, Any] | None:
+        target = {"event": i, "leaf": k, "elements": elements}
+        result = (self.fd or {}).get(source)
+        if result is None:
+            self.needs[source].append(target)
+            return None
+        failure = result.get("runner_error") or {}
+        if failure or result.get("error"):
+            detail = failure.get("message") or result.get("error")
+            raise _Unverifiable(f"finite differences of {source} failed: {detail}")
+        self._check_determinism(source, i, result)
+        self.fd_consulted = True
+        self.fd_details["capped"] = bool(self.fd_details.get("capped") or result.get("capped"))
+        for entry in result.get("entries", []):
+            if entry.get("event") == i and entry.get("leaf") == k:
+                error = entry.get("error")
+                if error and "did not exist" in error:
+                    raise _Rejected(f"after's {self._leaf_name(k)} reaches backward call "
+                                    f"#{i + 1}, but {source} has no such leaf at that point")
+                if error:
+                    raise _Unverifiable(f"finite differences of {source} failed: {error}")
+                return entry
+        self.needs[source].append(target)
+        return None
+
+    def _check_determinism(self, source: str, i: int, result: dict[str, Any]) -> None:
+        if (source, i) in self._determinism_checked:
+            return
+        self._determinism_checked.add((source, i))
+        trace = self.before if source == "before" else self.after
+        events = trace.get("events", [])
+        probe = result.get("probe_objectives", {}).get(str(i))
+        if i >= len(events) or probe is None or events[i].get("objective") is None:
+            return
+        recorded, replayed = float(events[i]["objective"]), float(probe)
+        if math.isfinite(recorded) and not abs(recorded - replayed) <= 1e-6 * (1 + abs(recorded)):
+            raise _Unverifiable(f"{source} is not deterministic under a fixed seed: backward "
+                                f"call #{i + 1} differentiates {_format(recorded)} in one run "
+                                f"and {_format(replayed)} in another")
+
+    # --------------------------------------------------------------- globals
+    def _compare_globals(self) -> None:
+        if self.before["outcome"].get("status") != "ok":
+            return
+        if self.after["outcome"].get("status") != "ok":
+            return
+        tensors_b, tensors_a = self.before.get("globals", {}), self.after.get("globals", {})
+        leaf_names = set(self.before.get("leaf_globals", [])) | set(
+            self.after.get("leaf_globals", []))
+        for name in sorted(set(tensors_b) & set(tensors_a) - leaf_names):
+            tb, ta = tensors_b[name], tensors_a[name]
+            if tb.get("shape") != ta.get("shape") or tb.get("dtype") != ta.get("dtype"):
+                self.notes.append(f"module-level '{name}' differs in shape or dtype; "
+                                  "not compared")
+                continue
+            if self.diverged_at is not None:
+                self.notes.append(f"module-level '{name}' not compared (trajectories parted)")
+                continue
+            mismatch = self._forward_mismatch(_values(tb), _values(ta), f"module-level '{name}'")
+            if mismatch and self.broken_at is None:
+                raise _Rejected(mismatch)
+            if mismatch:
+                self.notes.append(f"{mismatch}; not a reference after before's broken gradient "
+                                  f"at backward call #{self._broken_call()}")
+                continue
+            self.globals_compared.append(name)

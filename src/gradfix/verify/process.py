@@ -1,0 +1,291 @@
+"""Parent side of the oracle: start runners and talk to them. No torch import here.
+
+Every script runs in its own process (``gradfix.verify.runner``), in a fresh temporary
+working directory holding a copy of the script, with its output going to files there. The
+parent and the runner exchange JSON lines over a Unix socket that the parent listens on,
+so nothing the script prints can corrupt an answer. A runner serves one script: its trace,
+then (torch still imported) its finite differences.
+
+Importing torch costs about two seconds per process, more than most scripts take to run. On
+Linux the runners are therefore forked from a *fork server*: one long-lived process
+(``python -m gradfix.verify.runner --fork-server``, started on first use, with the runner
+environment) that imports torch once and forks a fresh, never-used child per script.
+Elsewhere, or with ``GRADFIX_VERIFY_FORK_SERVER=0``, each runner is a new
+``python -m gradfix.verify.runner --child`` subprocess. Both give the same isolation: one
+process per script, a new session (process group), the memory cap, the time limit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MEMORY_LIMIT = 4 << 30
+# Where `gradfix` lives (src/ in a source tree, site-packages when installed).
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+RUNNER = [sys.executable, "-m", "gradfix.verify.runner"]
+
+
+class RunnerFailure(Exception):
+    """The runner could not answer (``kind``: timeout or crash); the message is one line."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def runner_env() -> dict[str, str]:
+    """Environment of the runners: deterministic hashing, no GPU, finds this `gradfix`."""
+    env = dict(os.environ)
+    paths = [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update({
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        "PYTHONHASHSEED": "0",
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "MPLBACKEND": "Agg",
+    })
+    return env
+
+
+def use_fork_server() -> bool:
+    enabled = os.environ.get("GRADFIX_VERIFY_FORK_SERVER", "1") != "0"
+    return enabled and sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+class ForkServer:
+    """The long-lived process that forks runners (one per parent process, thread-safe)."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self._home = tempfile.mkdtemp(prefix="gradfix-forkserver-")
+        self._log = Path(self._home) / "stderr.txt"
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(
+                [*RUNNER, "--fork-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, cwd=self._home, env=runner_env(), start_new_session=True,
+            )
+        self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self._proc.poll() is None
+
+    def spawn(self, spec: dict[str, Any]) -> int:
+        """Fork a runner for ``spec``; returns its pid."""
+        with self._lock:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            self._proc.stdin.write(json.dumps(spec).encode("utf-8") + b"\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        if not line:
+            tail = self._log.read_text(encoding="utf-8", errors="replace").strip()
+            last = tail.splitlines()[-1] if tail else "no output"
+            raise RunnerFailure("crash", f"the verifier's fork server exited: {last[:300]}")
+        return int(json.loads(line)["pid"])
+
+    def stop(self) -> None:
+        if self.owner != os.getpid():
+            return  # a forked copy of the parent: the server belongs to the original
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()  # the server exits on end of input
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+_SERVER: ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+
+
+def fork_server() -> ForkServer:
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is None or not _SERVER.alive():
+            _SERVER = ForkServer()
+            atexit.register(_SERVER.stop)
+        return _SERVER
+
+
+def shutdown_fork_server() -> None:
+    """Stop the fork server now (it is also stopped at interpreter exit)."""
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is not None:
+            _SERVER.stop()
+            _SERVER = None
+
+
+class RunnerProcess:
+    """One runner executing one script (use as a context manager)."""
+
+    def __init__(self, source: str, *, filename: str = "snippet.py", seed: int = 0,
+                 source_dir: str | None = None,
+                 memory_limit: int = DEFAULT_MEMORY_LIMIT) -> None:
+        self.job_dir = Path(tempfile.mkdtemp(prefix="gradfix-verify-"))
+        work = self.job_dir / "work"
+        work.mkdir()
+        script = work / (Path(filename).name or "snippet.py")
+        script.write_text(source, encoding="utf-8")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(self.job_dir / "runner.sock"))
+        self._server.listen(1)
+        self._conn: socket.socket | None = None
+        self._buffer = b""
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._pending = 0
+        self._base = {"source": source, "path": str(script), "filename": filename,
+                      "seed": seed, "source_dir": source_dir}
+        spec = {"socket": str(self.job_dir / "runner.sock"), "cwd": str(work),
+                "stdout": str(self.job_dir / "stdout.txt"),
+                "stderr": str(self.job_dir / "stderr.txt"), "memory_limit": memory_limit}
+        try:
+            self.pid = self._launch(spec)
+        except BaseException:
+            self._server.close()
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+            raise
+        # After the launch: a fork server's start-up (torch import) is not the script's time.
+        self.started = time.monotonic()
+
+    def _launch(self, spec: dict[str, Any]) -> int:
+        if use_fork_server():
+            return fork_server().spawn(spec)
+        with open(spec["stdout"], "wb") as out, open(spec["stderr"], "wb") as err:
+            self._popen = subprocess.Popen(
+                [*RUNNER, "--child", json.dumps(spec)], stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, cwd=spec["cwd"], env=runner_env(),
+                start_new_session=True,
+            )
+        return self._popen.pid
+
+    def __enter__(self) -> RunnerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ protocol
+    def send(self, mode: str, *, timeout: float, **fields: Any) -> None:
+        """Send a request; the runner ends the process if it runs past ``timeout``."""
+        request = dict(self._base, mode=mode, timeout=timeout, **fields)
+        conn = self._connection(time.monotonic() + max(timeout, 10.0))
+        try:
+            conn.sendall(json.dumps(request).encode("utf-8") + b"\n")
+            self._pending += 1
+        except OSError as exc:
+            raise RunnerFailure("crash", self._death_reason()) from exc
+
+    def receive(self, deadline: float) -> dict[str, Any]:
+        """The next answer, waiting until ``deadline`` (a ``time.monotonic()`` value)."""
+        conn = self._connection(deadline)
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise RunnerFailure("timeout", "timeout")
+            conn.settimeout(min(remaining, 1.0))
+            try:
+                chunk = conn.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not chunk:
+                if time.monotonic() >= deadline - 1.0:
+                    raise RunnerFailure("timeout", "timeout")
+                raise RunnerFailure("crash", self._death_reason())
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        self._pending -= 1
+        return json.loads(line)
+
+    def _connection(self, deadline: float) -> socket.socket:
+        if self._conn is not None:
+            return self._conn
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise RunnerFailure("timeout", "timeout")
+            if not self._alive():
+                raise RunnerFailure("crash", self._death_reason())
+            self._server.settimeout(min(remaining, 0.2))
+            try:
+                self._conn, _ = self._server.accept()
+                return self._conn
+            except socket.timeout:
+                continue
+
+    # ------------------------------------------------------------ lifetime
+    def _alive(self) -> bool:
+        if self._popen is not None:
+            return self._popen.poll() is None
+        try:
+            os.kill(self.pid, 0)  # forked runners are reaped by the fork server
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def _death_reason(self) -> str:
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                return "the runner stopped answering"
+        tail = (self.job_dir / "stderr.txt").read_bytes()[-4000:] if (
+            self.job_dir / "stderr.txt").exists() else b""
+        lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
+        code = self._popen.returncode if self._popen is not None else None
+        if code is not None and code < 0 or not lines:
+            return "the runner process died (killed by a signal, e.g. the memory cap)"
+        return f"the runner process died: {lines[-1].strip()[:300]}"
+
+    def kill(self) -> None:
+        """Kill the runner's process group (the runner and anything the script started)."""
+        if not self._alive():
+            return
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            # A forked runner that has not yet made its own session (process group).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        except PermissionError:
+            pass
+        if self._popen is not None:
+            self._popen.wait()
+
+    def close(self) -> None:
+        if self._conn is None or self._pending:
+            self.kill()  # never connected, or busy with a request nobody waits for
+        else:
+            try:
+                self._conn.sendall(b'{"mode": "exit"}\n')
+            except OSError:
+                pass
+        if self._conn is not None:
+            self._conn.close()
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._server.close()
+        shutil.rmtree(self.job_dir, ignore_errors=True)

@@ -1,0 +1,791 @@
+"""Tests of the execution oracle (gradfix.verify).
+
+The first half runs real BEFORE/AFTER pairs through subprocesses (one fork server per test
+session, so each pair costs a fraction of a second after the first); the second half feeds
+hand-built traces to the pure comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradfix.verify import Verdict, compare_traces, plan_fd, verify_files, verify_sources
+
+TIMEOUT = 30.0
+
+# --------------------------------------------------------------------------- pairs
+# Seed 000, "tensor from tensors": torch.tensor() copies values and cuts the graph.
+TENSOR_FROM_TENSORS = """\
+import torch
+
+a = torch.nn.Parameter(torch.rand(5))
+a0 = a[0] * 2
+a1 = torch.log(a[1] + 1)
+A1 = torch.tensor([a0, a1])
+A1.sum().backward()
+"""
+TENSOR_FROM_TENSORS_FIX = TENSOR_FROM_TENSORS.replace(
+    "torch.tensor([a0, a1])", "torch.stack([a0, a1])")
+TENSOR_FROM_TENSORS_DOUBLED = TENSOR_FROM_TENSORS.replace(
+    "torch.tensor([a0, a1])", "torch.stack([a0, a1]) * 2")
+
+# Seed 000, the R1/R2/k normalisation: `param[2] = param[0] / param[1]` in place.
+SELF_INDEX_ASSIGN = """\
+import torch
+
+
+class Example(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.paramn_ = torch.nn.Parameter(torch.rand(2), requires_grad=True)
+        self.eta_estimator = torch.nn.Sequential(torch.nn.Linear(3, 1))
+        self.eta_estimator.train(False)
+        self.param_max = torch.tensor([2, 4, 2])
+        self.param_min = torch.tensor([1, 2, 0])
+
+    @property
+    def Param(self):
+        paramn = torch.zeros([3])
+        paramn[0] = self.paramn_[0]
+        paramn[1] = self.paramn_[1]
+        param = paramn * (self.param_max - self.param_min) + self.param_min
+        param[2] = param[0] / param[1]
+        paramn = (param - self.param_min) / (self.param_max - self.param_min)
+        return paramn
+
+    @property
+    def eta(self):
+        return self.eta_estimator(self.Param)
+
+
+torch.manual_seed(0)
+test = Example()
+print(test.eta)
+test.Param.sum().backward()
+print(test.paramn_.grad)
+"""
+SELF_INDEX_ASSIGN_FIX = SELF_INDEX_ASSIGN.replace(
+    "param[2] = param[0] / param[1]",
+    "param = torch.stack([param[0], param[1], param[0] / param[1]])")
+SELF_INDEX_ASSIGN_DETACH = SELF_INDEX_ASSIGN.replace(
+    "param[2] = param[0] / param[1]", "param[2] = (param[0] / param[1]).detach()")
+
+# Seed 004, gamma correction: the masked-out sqrt branch poisons the gradient at x = 0.
+GAMMA = """\
+import torch
+
+
+def loss_function(x):
+    mask = (x < 0.003).float()
+    gamma_x = mask * 12.9 * x + (1 - mask) * (x ** 0.5)
+    loss = torch.mean((x - gamma_x) ** 2)
+    return loss
+
+
+x = torch.tensor([0, 0.0025, 0.5, 0.8, 1], requires_grad=True)
+loss = loss_function(x)
+loss.backward()
+print(x.grad)
+"""
+GAMMA_BLEND = "gamma_x = mask * 12.9 * x + (1 - mask) * (x ** 0.5)"
+GAMMA_FIX = GAMMA.replace(GAMMA_BLEND, "gamma_x = torch.where(x < 0.003, 12.9 * x, "
+                          "torch.where(x < 0.003, torch.ones_like(x), x) ** 0.5)")
+GAMMA_SINGLE_WHERE = GAMMA.replace(GAMMA_BLEND,
+                                   "gamma_x = torch.where(x < 0.003, 12.9 * x, x ** 0.5)")
+
+# In-place initialisation of a leaf: raises before any forward result exists.
+LEAF_INPLACE = """\
+import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+w.normal_()
+loss = (w * 2).sum()
+loss.backward()
+"""
+LEAF_INPLACE_FIX = LEAF_INPLACE.replace("w.normal_()", "with torch.no_grad():\n    w.normal_()")
+# Same forward value, but half of it is detached: the gradient is 1 instead of 2.
+LEAF_INPLACE_DETACHED = LEAF_INPLACE_FIX.replace(
+    "loss = (w * 2).sum()", "loss = (w + w.detach()).sum()")
+
+TRAINING_LOOP = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+torch.manual_seed(0)
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 4)
+y = torch.randn(16, 1)
+for step in range(3):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+final = model(x).detach()
+"""
+
+# Backward twice through a freed graph; the second call raises.
+BACKWARD_TWICE = """\
+import torch
+
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+y = x.exp().sum()
+y.backward()
+y.backward()
+"""
+BACKWARD_TWICE_FIX = BACKWARD_TWICE.replace("y.backward()\ny.backward()",
+                                            "y.backward(retain_graph=True)\ny.backward()")
+
+# GF302: where(x > 0, sqrt(x), 0) has a nan gradient at x = 0, where sqrt has a kink.
+WHERE_SQRT = """\
+import torch
+
+x = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
+y = torch.where(x > 0, torch.sqrt(x), torch.zeros_like(x)).sum()
+y.backward()
+"""
+WHERE_SQRT_FIX = WHERE_SQRT.replace(
+    "torch.sqrt(x)", "torch.sqrt(torch.where(x > 0, x, torch.ones_like(x)))")
+# Same forward, but a gradient of -5 at x = 0, outside sqrt's slopes [0, +inf) there.
+WHERE_SQRT_WRONG = WHERE_SQRT_FIX.replace(
+    "y = torch.where(", "y = -5 * ((x - x.detach()) * (x == 0)).sum() + torch.where(")
+
+# Parameters of nn.Linear are initialised in place after their creation: the finite
+# differences must perturb them at their first use in the graph, not when created.
+LINEAR_TENSOR_FROM_TENSORS = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+lin = nn.Linear(3, 2)
+x = torch.randn(4, 3)
+out = lin(x)
+vals = torch.tensor([out[0, 0], out[1, 1]])
+vals.sum().backward()
+"""
+LINEAR_STACK = LINEAR_TENSOR_FROM_TENSORS.replace(
+    "torch.tensor([out[0, 0], out[1, 1]])", "torch.stack([out[0, 0], out[1, 1]])")
+LINEAR_STACK_DETACHED = LINEAR_TENSOR_FROM_TENSORS.replace(
+    "torch.tensor([out[0, 0], out[1, 1]])", "torch.stack([out[0, 0], out[1, 1].detach()])")
+
+# A training loop whose every step has a nan gradient at w[0]: the estimate at step m must
+# perturb w as the optimizer left it, not as it was created.
+MASKED_SQRT_LOOP = """\
+import torch
+
+w = torch.tensor([0.0, 0.5, 1.5], requires_grad=True)
+opt = torch.optim.SGD([w], lr=0.5)
+for step in range(3):
+    opt.zero_grad()
+    mask = (w < 0.003).float()
+    g = mask * 12.9 * w + (1 - mask) * (w ** 0.5)
+    loss = ((w - g) ** 2).sum()
+    loss.backward()
+    with torch.no_grad():
+        w.grad.nan_to_num_(0.0)
+    opt.step()
+"""
+MASKED_SQRT_LOOP_FIX = MASKED_SQRT_LOOP.replace(
+    "g = mask * 12.9 * w + (1 - mask) * (w ** 0.5)",
+    "g = torch.where(w < 0.003, 12.9 * w, torch.where(w < 0.003, torch.ones_like(w), w) ** 0.5)")
+
+# A *silent* graph cut: torch.tensor() copies values, the script still runs and w.grad is
+# finite, but it misses the path through `scale` (true d loss / d w[1] is 1 + 2 w[1], not 1).
+SILENT_CUT = """\
+import torch
+
+w = torch.nn.Parameter(torch.rand(3))
+scale = torch.tensor([w[0] * 2, w[1] ** 2])  # constant copy: graph cut here
+loss = (w.sum() + (scale * torch.arange(2.)).sum())
+loss.backward()
+"""
+SILENT_CUT_COPY = "torch.tensor([w[0] * 2, w[1] ** 2])"
+SILENT_CUT_FIX = SILENT_CUT.replace(SILENT_CUT_COPY, "torch.stack([w[0] * 2, w[1] ** 2])")
+SILENT_CUT_DOUBLED = SILENT_CUT_FIX.replace("loss = (w.sum()", "loss = 2 * (w.sum()")
+# Same forward as the fix, but half of the restored path is detached: 1 + w[1], neither
+# before's 1 nor the true 1 + 2 w[1].
+SILENT_CUT_HALF = SILENT_CUT.replace(SILENT_CUT_COPY,
+                                     "torch.stack([w[0] * 2, w[1] * w[1].detach()])")
+# The fix as BEFORE (correct gradient), and an AFTER that cuts it: the finite differences
+# side with BEFORE's autograd gradient.
+SILENT_CUT_FIX_DETACHED = SILENT_CUT.replace(
+    SILENT_CUT_COPY, "torch.stack([w[0] * 2, (w[1] ** 2).detach()])")
+# An intentional detach (a stop-gradient) that the rewrite keeps as it is.
+INTENTIONAL_DETACH = SILENT_CUT_FIX.replace("loss = (w.sum()", "loss = ((w * w.detach()).sum()")
+# In a training loop the incomplete gradient moves before's w elsewhere: from step 2 on
+# the fix is checked against its own finite differences.
+SILENT_CUT_LOOP = """\
+import torch
+
+w = torch.nn.Parameter(torch.tensor([0.5, 1.5, -0.5]))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    scale = torch.tensor([w[0] * 2, w[1] ** 2])
+    loss = (w ** 2).sum() + (scale * torch.arange(2.)).sum()
+    loss.backward()
+    opt.step()
+"""
+SILENT_CUT_LOOP_FIX = SILENT_CUT_LOOP.replace(SILENT_CUT_COPY,
+                                              "torch.stack([w[0] * 2, w[1] ** 2])")
+
+
+def verify(before: str, after: str, **options: object) -> Verdict:
+    options.setdefault("timeout", TIMEOUT)
+    return verify_sources(before, after, **options)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ subprocess tests
+def test_tensor_from_tensors_fix_is_verified_by_finite_differences() -> None:
+    verdict = verify(TENSOR_FROM_TENSORS, TENSOR_FROM_TENSORS_FIX)
+    assert verdict.status == "verified", verdict.reason
+    evidence = verdict.evidence
+    assert evidence["fd_used"] is True
+    assert evidence["finite_difference"]["values_compared"] == 5
+    assert evidence["backward_events"] == {"before": 1, "after": 1}
+    assert evidence["leaves_compared"] == [0]
+    assert evidence["before_outcome"]["type"] == "RuntimeError"
+    json.dumps(verdict.to_dict())  # JSON-safe
+
+
+def test_changed_forward_is_rejected() -> None:
+    verdict = verify(TENSOR_FROM_TENSORS, TENSOR_FROM_TENSORS_DOUBLED)
+    assert verdict.status == "rejected"
+    assert "forward" in verdict.reason
+
+
+def test_self_index_assign_stack_fix_is_verified() -> None:
+    verdict = verify(SELF_INDEX_ASSIGN, SELF_INDEX_ASSIGN_FIX)
+    assert verdict.status == "verified", verdict.reason
+    # paramn_ and the Linear's weight and bias (which the root does not reach: zero).
+    assert verdict.evidence["leaves_compared"] == [0, 1, 2]
+
+
+def test_detach_workaround_is_rejected() -> None:
+    verdict = verify(SELF_INDEX_ASSIGN, SELF_INDEX_ASSIGN_DETACH)
+    assert verdict.status == "rejected"
+    assert "gradient" in verdict.reason and "leaf 0" in verdict.reason
+
+
+def test_silent_graph_cut_fix_is_verified_against_finite_differences() -> None:
+    verdict = verify(SILENT_CUT, SILENT_CUT_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert "(a silent graph cut) at 1 element(s): compared against finite differences" in (
+        verdict.reason)
+    evidence = verdict.evidence
+    assert evidence["fd_used"] is True
+    [cut] = evidence["silent_graph_cuts"]
+    assert (cut["event"], cut["leaf"], cut["element"]) == (0, 0, 1)
+    assert cut["before_autograd"] == pytest.approx(1.0)
+    assert cut["after"] == pytest.approx(cut["finite_difference"], rel=1e-3)
+    assert cut["after"] > 1.5  # 1 + 2 w[1]
+    [note] = evidence["notes"]
+    assert ("before's autograd gradient differs from finite differences of its forward "
+            "(a silent graph cut): compared against finite differences") in note
+    json.dumps(verdict.to_dict())
+
+
+def test_silent_graph_cut_fix_with_changed_forward_is_rejected() -> None:
+    verdict = verify(SILENT_CUT, SILENT_CUT_DOUBLED)
+    assert verdict.status == "rejected"
+    assert verdict.reason.startswith("forward changed")
+
+
+def test_silent_graph_cut_kept_as_it_is_is_verified_without_finite_differences() -> None:
+    verdict = verify(SILENT_CUT, SILENT_CUT)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["fd_used"] is False
+    assert verdict.evidence["silent_graph_cuts"] == []
+
+
+def test_intentional_detach_kept_by_the_fix_needs_no_finite_differences() -> None:
+    verdict = verify(INTENTIONAL_DETACH, INTENTIONAL_DETACH)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["fd_used"] is False
+
+
+def test_silent_graph_cut_fix_with_a_wrong_gradient_is_rejected() -> None:
+    verdict = verify(SILENT_CUT, SILENT_CUT_HALF)  # neither before's nor the true gradient
+    assert verdict.status == "rejected"
+    assert verdict.reason.startswith("gradient wrong:")
+    assert "finite-difference derivative of before's forward" in verdict.reason
+    assert "before's autograd gives 1;" in verdict.reason
+
+
+def test_changed_gradient_that_finite_differences_confirm_in_before_is_rejected() -> None:
+    verdict = verify(SILENT_CUT_FIX, SILENT_CUT_FIX_DETACHED)
+    assert verdict.status == "rejected"
+    assert verdict.reason.startswith("gradient changed:")
+    assert "agrees with before's autograd" in verdict.reason
+
+
+def test_silent_graph_cut_in_a_training_loop_parts_the_trajectories() -> None:
+    verdict = verify(SILENT_CUT_LOOP, SILENT_CUT_LOOP_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert "(a silent graph cut)" in verdict.reason
+    assert "parts from the fix's at #2" in verdict.reason
+    assert verdict.evidence["events_self_checked"] == 2
+
+
+def test_unchanged_after_that_still_raises_is_rejected() -> None:
+    verdict = verify(SELF_INDEX_ASSIGN, SELF_INDEX_ASSIGN)
+    assert verdict.status == "rejected"
+    assert verdict.reason.startswith("after raised RuntimeError at line 31")
+    assert "\n" not in verdict.reason
+
+
+def test_gamma_double_where_is_verified_with_one_sided_difference() -> None:
+    verdict = verify(GAMMA, GAMMA_FIX)
+    assert verdict.status == "verified", verdict.reason
+    fd = verdict.evidence["finite_difference"]
+    # Only x[0] had a nan gradient; x - h < 0 makes the central estimate nan there.
+    assert fd["values_compared"] == 1
+    assert [(e["element"], e["method"]) for e in fd["one_sided"]] == [(0, "one-sided+")]
+    assert verdict.evidence["gradient"]["values_compared"] == 4
+
+
+def test_after_with_nan_gradient_is_rejected() -> None:
+    verdict = verify(GAMMA, GAMMA_SINGLE_WHERE)
+    assert verdict.status == "rejected"
+    assert "non-finite gradient (nan) at element 0" in verdict.reason
+
+
+def test_guarded_where_is_accepted_at_the_kink_between_the_one_sided_slopes() -> None:
+    verdict = verify(WHERE_SQRT, WHERE_SQRT_FIX)
+    assert verdict.status == "verified", verdict.reason
+    kinks = verdict.evidence["finite_difference"]["kinks"]
+    assert [(k["element"], k["interval"][0]) for k in kinks] == [(0, 0.0)]
+    assert kinks[0]["interval"][1] > 10  # sqrt's right slope grows as the step shrinks
+    wrong = verify(WHERE_SQRT, WHERE_SQRT_WRONG)  # same forward, gradient -5 at x = 0
+    assert wrong.status == "rejected"
+    assert "kink" in wrong.reason
+
+
+def test_leaf_inplace_fix_is_checked_against_its_own_finite_differences() -> None:
+    verdict = verify(LEAF_INPLACE, LEAF_INPLACE_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert "before raised RuntimeError at line 5 before any forward result" in verdict.reason
+    assert "own finite differences" in verdict.reason
+    assert verdict.evidence["events_self_checked"] == 1
+
+
+def test_leaf_inplace_fix_with_detached_branch_is_rejected() -> None:
+    verdict = verify(LEAF_INPLACE, LEAF_INPLACE_DETACHED)
+    assert verdict.status == "rejected"
+    assert "finite-difference derivative of the fix's own forward" in verdict.reason
+
+
+def test_module_parameters_are_perturbed_after_their_initialisation() -> None:
+    verdict = verify(LINEAR_TENSOR_FROM_TENSORS, LINEAR_STACK)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["finite_difference"]["values_compared"] == 8  # weight + bias
+    detached = verify(LINEAR_TENSOR_FROM_TENSORS, LINEAR_STACK_DETACHED)
+    assert detached.status == "rejected"
+    assert "leaf 0 (nn.Parameter at line 5)" in detached.reason
+
+
+def test_nan_gradients_in_a_training_loop_are_estimated_per_step() -> None:
+    verdict = verify(MASKED_SQRT_LOOP, MASKED_SQRT_LOOP_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["events_compared"] == 3
+    one_sided = verdict.evidence["finite_difference"]["one_sided"]
+    assert [(e["event"], e["element"]) for e in one_sided] == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_finite_difference_budget_is_capped_and_said_so() -> None:
+    before = TENSOR_FROM_TENSORS.replace("torch.rand(5)", "torch.rand(40)")
+    after = TENSOR_FROM_TENSORS_FIX.replace("torch.rand(5)", "torch.rand(40)")
+    verdict = verify(before, after, fd_budget=4)
+    assert verdict.status == "verified", verdict.reason
+    fd = verdict.evidence["finite_difference"]
+    assert fd["capped"] is True and "capped" in verdict.reason
+    assert (fd["values_compared"], fd["uncompared"]) == (4, 36)
+
+
+def test_backward_twice_fix_is_verified() -> None:
+    verdict = verify(BACKWARD_TWICE, BACKWARD_TWICE_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["backward_events"] == {"before": 2, "after": 2}
+
+
+def test_training_loop_is_verified_against_itself() -> None:
+    verdict = verify(TRAINING_LOOP, TRAINING_LOOP)
+    assert verdict.status == "verified", verdict.reason
+    evidence = verdict.evidence
+    assert evidence["backward_events"] == {"before": 3, "after": 3}
+    assert evidence["leaves_compared"] == [0, 1, 2, 3]
+    assert evidence["fd_used"] is False
+    assert "final" in evidence["globals_compared"]
+
+
+def test_missing_module_is_unverified() -> None:
+    source = "import nonexistent_pkg\n"
+    verdict = verify(source, source)
+    assert verdict.status == "unverified"
+    assert "ModuleNotFoundError" in verdict.reason
+
+
+def test_cuda_is_unverified() -> None:
+    source = "import torch\nx = torch.zeros(3, device='cuda', requires_grad=True)\n"
+    verdict = verify(source, source)
+    assert verdict.status == "unverified"
+    assert "CUDA" in verdict.reason
+
+
+def test_infinite_loop_times_out_as_unverified() -> None:
+    verdict = verify("while True:\n    pass\n", "x = 1\n", timeout=3)
+    assert verdict.status == "unverified"
+    assert "timeout" in verdict.reason
+
+
+def test_after_that_does_not_compile_is_rejected() -> None:
+    verdict = verify(TENSOR_FROM_TENSORS, "x = (\n")
+    assert verdict.status == "rejected"
+    assert "does not compile" in verdict.reason
+
+
+def test_verify_files_reads_without_writing(tmp_path: Path) -> None:
+    before, after = tmp_path / "case.before.py", tmp_path / "case.after.py"
+    before.write_text(GAMMA)
+    after.write_text(GAMMA_FIX)
+    stamps = [(p.stat().st_mtime_ns, p.read_text()) for p in (before, after)]
+    verdict = verify_files(before, after, timeout=TIMEOUT)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["filename"] == "case.before.py"
+    assert [(p.stat().st_mtime_ns, p.read_text()) for p in (before, after)] == stamps
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["case.after.py", "case.before.py"]
+
+
+def test_importing_the_package_does_not_import_torch() -> None:
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
+    code = "import sys, gradfix.verify; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+# --------------------------------------------------------- hand-built traces
+OK = {"status": "ok"}
+
+
+def tensor(values: list[float], shape: list[int] | None = None,
+           dtype: str = "float32") -> dict[str, object]:
+    return {"shape": [len(values)] if shape is None else shape, "dtype": dtype,
+            "numel": len(values), "truncated": False,
+            "values": [v if math.isfinite(v) else str(v) for v in values]}
+
+
+def scalar(value: float) -> dict[str, object]:
+    return tensor([value], shape=[])
+
+
+def leaf(shape: tuple[int, ...] = (2,)) -> dict[str, object]:
+    return {"index": 0, "shape": list(shape), "dtype": "float32", "origin": "torch.randn",
+            "line": 3}
+
+
+def event(root: float, grads: dict[int, dict[str, object] | None], *,
+          error: str | None = None, line: int = 5) -> dict[str, object]:
+    return {"index": 0, "kind": "backward", "line": line, "roots": [scalar(root)],
+            "objective": root, "grads": {} if error else {str(k): g for k, g in grads.items()},
+            "error": {"type": "RuntimeError", "message": error} if error else None}
+
+
+def trace(*events: dict[str, object], leaves: int = 1, outcome: dict[str, object] = OK,
+          tensors: dict[str, object] | None = None) -> dict[str, object]:
+    return {"outcome": outcome, "leaves": [leaf() for _ in range(leaves)],
+            "events": list(events), "event_count": len(events), "events_truncated": False,
+            "globals": tensors or {}, "leaf_globals": [], "seed": 0}
+
+
+def fd_entry(event_index: int, leaf_index: int, values: list[float],
+             noise: float = 0.0, unused: bool = False) -> dict[str, object]:
+    return {"event": event_index, "leaf": leaf_index, "numel": len(values),
+            "requested": len(values), "unused": unused, "error": None,
+            "indices": [] if unused else list(range(len(values))),
+            "values": [] if unused else [v if math.isfinite(v) else str(v) for v in values],
+            "methods": [] if unused else ["central"] * len(values),
+            "noise": [] if unused else [noise] * len(values)}
+
+
+def fd(*entries: dict[str, object], probe: dict[str, float] | None = None
+       ) -> dict[str, object]:
+    return {"entries": list(entries), "evaluations": 2 * len(entries), "capped": False,
+            "probe_objectives": probe or {}}
+
+
+RAISED = trace(event(1.0, {}, error="element 0 of tensors does not require grad"),
+               outcome={"status": "error", "type": "RuntimeError", "message": "element 0",
+                        "line": 5, "category": "code"})
+
+
+@pytest.mark.parametrize(("after_value", "status"), [
+    (1.0 + 1.0e-4, "verified"),  # |diff| <= 1e-5 + 1e-4 * 1.0
+    (1.0 + 1.2e-4, "rejected"),
+])
+def test_gradient_tolerance_edge(after_value: float, status: str) -> None:
+    before = trace(event(3.0, {0: tensor([1.0, -2.0])}))
+    after = trace(event(3.0, {0: tensor([after_value, -2.0])}))
+    verdict = compare_traces(before, after)
+    assert verdict.status == status, verdict.reason
+    assert verdict.evidence["tolerances"]["gradient"] == {"rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.mark.parametrize(("after_root", "status"), [
+    (10.0 + 0.9e-4, "verified"),  # |diff| <= 1e-6 + 1e-5 * 10
+    (10.0 + 1.2e-4, "rejected"),
+])
+def test_forward_tolerance_edge(after_root: float, status: str) -> None:
+    grads = {0: tensor([1.0, 1.0])}
+    verdict = compare_traces(trace(event(10.0, grads)), trace(event(after_root, grads)))
+    assert verdict.status == status, verdict.reason
+    if status == "rejected":
+        assert verdict.reason.startswith("forward changed")
+
+
+def test_nan_forward_in_before_is_not_compared() -> None:
+    before = trace(event(math.nan, {0: tensor([math.nan, 1.0])}))
+    after = trace(event(0.5, {0: tensor([0.0, 1.0])}))
+    fix = {"before": fd(fd_entry(0, 0, [0.0, 1.0]))}
+    verdict = compare_traces(before, after, fix)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["forward"]["values_compared"] == 0
+
+
+@pytest.mark.parametrize(("after_value", "noise", "status"), [
+    (2.02, 0.0, "verified"),  # |diff| <= 1e-3 + 1e-2 * 2.0
+    (2.03, 0.0, "rejected"),
+    (2.03, 0.02, "verified"),  # the estimate's rounding-noise bound widens atol
+])
+def test_finite_difference_tolerance_edge(after_value: float, noise: float,
+                                          status: str) -> None:
+    after = trace(event(1.0, {0: tensor([after_value, 0.0])}))
+    verdict = compare_traces(RAISED, after, {"before": fd(fd_entry(0, 0, [2.0, 0.0], noise))})
+    assert verdict.status == status, verdict.reason
+    assert verdict.evidence["fd_used"] is True
+
+
+def test_undefined_estimate_is_skipped_but_after_must_be_finite() -> None:
+    entry = fd_entry(0, 0, [math.nan, 1.0])
+    finite = trace(event(1.0, {0: tensor([5.0, 1.0])}))
+    verdict = compare_traces(RAISED, finite, {"before": fd(entry)})
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["finite_difference"]["undefined"] == 1
+    nan = trace(event(1.0, {0: tensor([math.nan, 1.0])}))
+    assert compare_traces(RAISED, nan, {"before": fd(entry)}).status == "rejected"
+
+
+def test_reference_undefined_everywhere_is_unverified() -> None:
+    after = trace(event(1.0, {0: tensor([5.0, 1.0])}))
+    undefined = {"before": fd(fd_entry(0, 0, [math.nan, math.nan]))}
+    verdict = compare_traces(RAISED, after, undefined)
+    assert verdict.status == "unverified" and "undefined" in verdict.reason
+
+
+@pytest.mark.parametrize(("after_value", "status"), [
+    (0.0, "verified"), (-1.0, "verified"), (-1.2, "rejected")])
+def test_kink_accepts_any_gradient_between_the_slopes(after_value: float, status: str) -> None:
+    entry = fd_entry(0, 0, [0.0, 2.0])
+    entry["methods"][0] = "kink"
+    entry["intervals"] = [[-1.0, 1.0], None]
+    after = trace(event(1.0, {0: tensor([after_value, 2.0])}))
+    verdict = compare_traces(RAISED, after, {"before": fd(entry)})
+    assert verdict.status == status, verdict.reason
+
+
+def test_none_gradient_in_after_counts_as_zero_only_against_finite_differences() -> None:
+    after = trace(event(1.0, {0: None}))
+    unused = {"before": fd(fd_entry(0, 0, [0.0, 0.0], unused=True))}
+    assert compare_traces(RAISED, after, unused).status == "verified"
+    needed = {"before": fd(fd_entry(0, 0, [1.0, 0.0]))}
+    verdict = compare_traces(RAISED, after, needed)
+    assert verdict.status == "rejected"
+    assert "no gradient (None)" in verdict.reason
+    lost = compare_traces(trace(event(1.0, {0: tensor([0.0, 0.0])})), after)
+    assert lost.status == "rejected" and "None where before computes one" in lost.reason
+
+
+def test_no_gradient_in_either_version_is_left_alone() -> None:
+    both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    verdict = compare_traces(both, both)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["leaves_without_gradient"] == [1]
+
+
+def test_missing_reference_is_planned_then_unverified_without_it() -> None:
+    after = trace(event(1.0, {0: tensor([2.0, 0.0])}))
+    assert plan_fd(RAISED, after) == {"before": [{"event": 0, "leaf": 0, "elements": None}]}
+    verdict = compare_traces(RAISED, after)
+    assert verdict.status == "unverified"
+    assert "finite-difference" in verdict.reason
+
+
+def test_nothing_is_planned_when_already_rejected() -> None:
+    after = trace(event(2.0, {0: tensor([2.0, 0.0])}))  # forward changed
+    assert plan_fd(RAISED, after) == {}
+
+
+def test_partially_nan_gradient_plans_only_those_elements() -> None:
+    before = trace(event(1.0, {0: tensor([math.nan, 3.0])}))
+    after = trace(event(1.0, {0: tensor([0.0, 3.0])}))
+    assert plan_fd(before, after) == {"before": [{"event": 0, "leaf": 0, "elements": [0]}]}
+
+
+def test_fewer_backward_calls_after_a_raising_backward_is_rejected() -> None:
+    verdict = compare_traces(RAISED, trace())
+    assert verdict.status == "rejected"
+    assert "after makes 0 backward call(s), before makes 1" in verdict.reason
+
+
+def test_error_in_after_event_is_rejected() -> None:
+    after = trace(event(1.0, {}, error="still broken"),
+                  outcome={"status": "error", "type": "RuntimeError",
+                           "message": "still broken", "line": 5, "category": "code"})
+    verdict = compare_traces(RAISED, after)
+    assert verdict.status == "rejected"
+    assert "still broken" in verdict.reason
+
+
+def test_extra_leaf_in_after_is_rejected() -> None:
+    before = trace(event(1.0, {0: tensor([1.0, 1.0])}))
+    after = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: tensor([1.0, 1.0])}), leaves=2)
+    verdict = compare_traces(before, after)
+    assert verdict.status == "rejected"
+    assert "leaf" in verdict.reason
+
+
+def test_runner_failure_and_environment_errors_are_unverified() -> None:
+    timeout = {"runner_error": {"kind": "timeout", "message": "timeout after 3 s"}}
+    verdict = compare_traces(timeout, trace())
+    assert verdict.status == "unverified" and "timeout after 3 s" in verdict.reason
+    missing = {"status": "error", "type": "FileNotFoundError", "message": "data.csv",
+               "line": 2, "category": "env"}
+    verdict = compare_traces(trace(outcome=missing), trace(outcome=missing))
+    assert verdict.status == "unverified" and "FileNotFoundError" in verdict.reason
+
+
+def test_nondeterministic_script_is_unverified() -> None:
+    after = trace(event(1.0, {0: tensor([2.0, 0.0])}))
+    replay = {"before": fd(fd_entry(0, 0, [2.0, 0.0]), probe={"0": 1.5})}
+    verdict = compare_traces(RAISED, after, replay)
+    assert verdict.status == "unverified" and "not deterministic" in verdict.reason
+
+
+def test_module_level_tensors_without_backward() -> None:
+    same = trace(tensors={"y": tensor([0.0, 2.0])})
+    verdict = compare_traces(same, same)
+    assert verdict.status == "verified"
+    assert "no gradients were exercised" in verdict.reason
+    changed = trace(tensors={"y": tensor([0.0, 3.0])})
+    assert compare_traces(same, changed).status == "rejected"
+    assert compare_traces(trace(), trace()).status == "unverified"
+
+
+def test_trajectory_after_a_broken_gradient_is_self_checked() -> None:
+    # Before's first backward leaves the leaf without gradient (a silent graph cut), so
+    # its optimizer never moves it; the fixed run moves, and its next loss differs.
+    before = trace(event(4.0, {0: None}), event(4.0, {0: None}, line=9))
+    after = trace(event(4.0, {0: tensor([1.0, 1.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
+    plan = plan_fd(before, after)
+    assert plan == {"before": [{"event": 0, "leaf": 0, "elements": None}],
+                    "after": [{"event": 1, "leaf": 0, "elements": None}]}
+    references = {"before": fd(fd_entry(0, 0, [1.0, 1.0])),
+                  "after": fd(fd_entry(1, 0, [0.5, 0.5]))}
+    verdict = compare_traces(before, after, references)
+    assert verdict.status == "verified", verdict.reason
+    assert "parts from the fix's at #2" in verdict.reason
+
+
+def test_changed_gradient_plans_finite_differences_of_the_changed_elements() -> None:
+    before = trace(event(1.0, {0: tensor([math.nan, 1.0, 3.0])}))
+    after = trace(event(1.0, {0: tensor([0.0, 1.0, 5.0])}))
+    assert plan_fd(before, after) == {"before": [{"event": 0, "leaf": 0, "elements": [0, 2]}]}
+
+
+SILENT_BEFORE = trace(event(1.0, {0: tensor([1.0, 1.0])}))
+SILENT_AFTER = trace(event(1.0, {0: tensor([1.0, 3.0])}))
+
+
+def test_changed_gradient_without_finite_differences_is_rejected() -> None:
+    verdict = compare_traces(SILENT_BEFORE, SILENT_AFTER)
+    assert verdict.status == "rejected"
+    assert verdict.reason.startswith("gradient changed:")
+    assert "not computed to check it" in verdict.reason
+
+
+@pytest.mark.parametrize(("estimate", "status", "reason"), [
+    (3.02, "verified", "(a silent graph cut) at 1 element(s)"),  # FD tolerance
+    (1.0, "rejected", "agrees with before's autograd"),
+    (2.0, "rejected", "gradient wrong:"),  # agrees with neither
+    (math.nan, "rejected", "undefined there"),
+])
+def test_changed_gradient_is_judged_by_finite_differences_of_before(
+        estimate: float, status: str, reason: str) -> None:
+    entry = fd_entry(0, 0, [math.nan, estimate])
+    entry.update(indices=[1], values=entry["values"][1:], methods=["central"], noise=[0.0])
+    verdict = compare_traces(SILENT_BEFORE, SILENT_AFTER, {"before": fd(entry)})
+    assert verdict.status == status, verdict.reason
+    assert reason in verdict.reason
+    if status == "verified":
+        assert verdict.evidence["silent_graph_cuts"] == [
+            {"event": 0, "leaf": 0, "element": 1, "before_autograd": 1.0, "after": 3.0,
+             "finite_difference": 3.02, "method": "central", "interval": None}]
+        assert verdict.evidence["gradient"]["values_compared"] == 1  # element 0
+
+
+def test_changed_gradient_estimates_at_a_kink_and_when_missing() -> None:
+    def entry(interval: list[float] | None) -> dict[str, object]:
+        built = fd_entry(0, 0, [2.0])
+        built.update(indices=[1], methods=["kink" if interval else "central"],
+                     intervals=[interval])
+        return built
+    inside = compare_traces(SILENT_BEFORE, SILENT_AFTER, {"before": fd(entry([2.0, 4.0]))})
+    assert inside.status == "verified", inside.reason
+    assert inside.evidence["silent_graph_cuts"][0]["interval"] == [2.0, 4.0]
+    both = compare_traces(SILENT_BEFORE, SILENT_AFTER, {"before": fd(entry([0.0, 4.0]))})
+    assert both.status == "rejected" and "kink" in both.reason
+    capped = fd_entry(0, 0, [1.0, 1.0])
+    capped.update(indices=[0], values=[1.0], methods=["central"], noise=[0.0])
+    missing = compare_traces(SILENT_BEFORE, SILENT_AFTER, {"before": fd(capped)})
+    assert missing.status == "rejected" and "no finite-difference estimate" in missing.reason
+
+
+def test_changed_gradient_whose_finite_differences_fail_is_rejected() -> None:
+    failed = {"before": {"runner_error": {"kind": "timeout", "message": "timeout after 3 s"}}}
+    verdict = compare_traces(SILENT_BEFORE, SILENT_AFTER, failed)
+    assert verdict.status == "rejected"
+    assert "could not check it" in verdict.reason and "timeout after 3 s" in verdict.reason
+
+
+def test_changed_gradient_plans_the_later_calls_of_a_parted_trajectory() -> None:
+    before = trace(event(4.0, {0: tensor([1.0, 1.0])}), event(4.0, {0: tensor([1.0, 1.0])}))
+    after = trace(event(4.0, {0: tensor([1.0, 3.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
+    assert plan_fd(before, after) == {
+        "before": [{"event": 0, "leaf": 0, "elements": [1]}],
+        "after": [{"event": 1, "leaf": 0, "elements": None}]}
+    cut = fd_entry(0, 0, [1.0, 3.0])
+    references = {"before": fd(cut), "after": fd(fd_entry(1, 0, [0.5, 0.5]))}
+    verdict = compare_traces(before, after, references)
+    assert verdict.status == "verified", verdict.reason
+    assert "parts from the fix's at #2" in verdict.reason
+    cut["values"] = [1.0, 1.0]  # before's autograd was right after all
+    verdict = compare_traces(before, after, references)
+    assert verdict.status == "rejected" and "backward call #1" in verdict.reason
