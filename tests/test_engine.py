@@ -181,3 +181,13 @@ def test_prefilter_skips_rules_without_their_tokens() -> None:
     assert TensorFromTensors.prefilter
     code = "import torch\nx = 1\n"
     assert lint_source(code, rules=[TensorFromTensors]).findings == []
+
+
+def test_syntax_errors_are_reported_even_when_no_rule_runs() -> None:
+    with pytest.raises(SourceError, match=r"syntax error at line 1: .*print"):
+        lint_source('print "hi"\n', rules=ALL_RULES)
+
+
+def test_syntax_error_message_is_pythons() -> None:
+    with pytest.raises(SourceError, match=r"^syntax error at line 2: '\(' was never closed$"):
+        lint_source("import torch\nx = (\n", rules=ALL_RULES)

@@ -53,12 +53,36 @@ def parse(source: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        first = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
-        raise SourceError(
-            f"syntax error at line {error.raw_line}: {first}", error.raw_line
-        ) from None
+        raise _syntax_error(source, error) from None
     except (RecursionError, MemoryError) as error:
         raise SourceError(f"cannot parse: {type(error).__name__}") from None
+
+
+def _check_syntax(source: str) -> None:
+    try:
+        ast.parse(source)
+    except SyntaxError as error:
+        raise SourceError(
+            f"syntax error at line {error.lineno}: {error.msg}", error.lineno
+        ) from None
+    except (ValueError, RecursionError, MemoryError) as error:
+        raise SourceError(f"cannot parse: {error}") from None
+
+
+def _syntax_error(source: str, error: cst.ParserSyntaxError) -> SourceError:
+    """Python's own message when it rejects the code too (clearer than LibCST's)."""
+    try:
+        ast.parse(source)
+    except SyntaxError as python_error:
+        line = python_error.lineno or error.raw_line
+        return SourceError(f"syntax error at line {line}: {python_error.msg}", line)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    first = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
+    return SourceError(
+        f"syntax error at line {error.raw_line}: {first} (LibCST cannot parse this syntax)",
+        error.raw_line,
+    )
 
 
 def should_run(rule: type[Rule], source: str) -> bool:
@@ -110,6 +134,7 @@ def lint_source(
     """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source."""
     active = [rule for rule in rules if should_run(rule, source)]
     if not active:
+        _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
         return LintResult([], source)
     module = parse(source)
     reports, wrapper = collect_reports(module, active, source, path)
