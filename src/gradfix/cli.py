@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Optional
 
-import click
 import typer
 
 if TYPE_CHECKING:
@@ -301,7 +300,7 @@ def _emit_diffs(run: RunResult) -> None:
     for result in sorted(run.files, key=lambda r: r.path):
         if result.changed and result.original is not None and result.fixed is not None:
             diff = file_diff(result.original, result.fixed, result.path, result.encoding)
-            click.echo(diff, nl=False)
+            typer.echo(diff, nl=False)
 
 
 def _emit_fixed_stdin(result: FileResult, data: bytes) -> None:
@@ -315,7 +314,7 @@ def _emit_fixed_stdin(result: FileResult, data: bytes) -> None:
         except FileError as error:
             result.error = str(error)
             _error(f"{result.path}: {error}")
-    click.echo(output, nl=False)
+    typer.echo(output, nl=False)
 
 
 def _remaining(run: RunResult) -> list[tuple[str, Finding]]:
@@ -410,7 +409,7 @@ def _run(
     if len(paths) > 1:
         _error("error: `-` (stdin) cannot be combined with other paths")
         raise typer.Exit(EXIT_ERROR)
-    data = click.get_binary_stream("stdin").read()
+    data = sys.stdin.buffer.read()
     result = process_bytes(data, stdin_filename or DEFAULT_STDIN_NAME, options)
     return RunResult(files=[result]), data
 
