@@ -16,7 +16,6 @@ from gradfix.unsafe_branch import (
     indirect_unsafe_uses,
     is_pure,
     literal_number,
-    provably_constant,
     replace_nodes,
     resolve_mask,
     strip_parens,
@@ -41,9 +40,9 @@ class MaskedUnsafeBranch(Rule):
     through `abs()` or negated), with a discarded region that contains a singular input.
     Soft weights (`lam * a + (1 - lam) * torch.sqrt(v)`), masks about something else
     (`pad_mask * torch.log(p)`), smooth branches (`mask * x ** 2`), inputs already
-    guarded (`x.clamp(min=eps) ** 0.5`), data that cannot require grad and code under
-    `torch.no_grad()` are not reported. `0 * f(x)` with an unsafe `f` is reported
-    without a fix.
+    guarded (`x.clamp(min=eps) ** 0.5`) and code under `torch.no_grad()` are not
+    reported. The branch must be shown to require grad, as for GF302. `0 * f(x)` with an
+    unsafe `f` is reported without a fix.
 
     ## Why is this bad?
     Both branches are computed and differentiated; the gradient of the discarded one is
@@ -159,6 +158,9 @@ class MaskedUnsafeBranch(Rule):
                     + (1-mask) * (x ** 0.5)
                 )
                 return torch.mean((x - gamma_x) ** 2)
+
+
+            loss_function(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
@@ -170,6 +172,9 @@ class MaskedUnsafeBranch(Rule):
                         torch.where(x < 0.003, torch.ones_like(x), x) ** 0.5)
                 )
                 return torch.mean((x - gamma_x) ** 2)
+
+
+            loss_function(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -180,6 +185,9 @@ class MaskedUnsafeBranch(Rule):
                 m = x.abs() < eps
                 y = m * x + ~m * x.abs() ** 0.5
                 return y
+
+
+            signed_sqrt(torch.rand(4, requires_grad=True), 0.1)
             """,
             """
             import torch
@@ -188,6 +196,9 @@ class MaskedUnsafeBranch(Rule):
                 m = x.abs() < eps
                 y = torch.where(m, x, torch.where(m, torch.ones_like(x.abs()), x.abs()) ** 0.5)
                 return y
+
+
+            signed_sqrt(torch.rand(4, requires_grad=True), 0.1)
             """,
         ),
         Invalid(
@@ -198,6 +209,9 @@ class MaskedUnsafeBranch(Rule):
                 core = (d < 0.1).float()
                 y = core * 5 * d + (1 - core) * d ** 0.5
                 return y
+
+
+            compress(th.rand(4, requires_grad=True))
             """,
             """
             import torch as th
@@ -206,6 +220,9 @@ class MaskedUnsafeBranch(Rule):
                 core = (d < 0.1).float()
                 y = th.where(d < 0.1, 5 * d, th.where(d < 0.1, th.ones_like(d), d) ** 0.5)
                 return y
+
+
+            compress(th.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -216,6 +233,9 @@ class MaskedUnsafeBranch(Rule):
                 nz = p > 0
                 plogp = nz * p * torch.log(p)
                 return plogp.sum()
+
+
+            xlogx(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
@@ -224,6 +244,9 @@ class MaskedUnsafeBranch(Rule):
                 nz = p > 0
                 plogp = torch.where(nz, p * torch.log(torch.where(nz, p, torch.ones_like(p))), 0)
                 return plogp.sum()
+
+
+            xlogx(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -232,6 +255,9 @@ class MaskedUnsafeBranch(Rule):
 
             def zero_weighted(x):
                 return (x - 0 * x ** 0.5).pow(2).mean()
+
+
+            zero_weighted(torch.rand(4, requires_grad=True))
             """
         ),
     ]
@@ -275,7 +301,7 @@ class MaskedUnsafeBranch(Rule):
     def _check_product(self, node: cst.BinaryOperation) -> None:
         parts = factors(node)
         if any(literal_number(f) == 0.0 for f in parts):
-            constant = provably_constant(node, node, self.analysis)
+            constant = not self.analysis.requires_grad(node, node)
             if unsafe_uses(node, self.analysis) and not constant:
                 self.report(node, "`0 * f(x)` still back-propagates `0 * inf = nan` from `f`")
             return
@@ -312,7 +338,7 @@ class MaskedUnsafeBranch(Rule):
     def _singular_uses(
         self, branch: cst.BaseExpression, kept_when: bool, mask: Mask, node: cst.CSTNode
     ) -> list[UnsafeUse]:
-        if provably_constant(branch, node, self.analysis):
+        if not self.analysis.requires_grad(branch, node):
             return []
         return [
             use
@@ -323,7 +349,7 @@ class MaskedUnsafeBranch(Rule):
     def _singular_indirect(
         self, branch: cst.BaseExpression, kept_when: bool, mask: Mask, node: cst.CSTNode
     ) -> bool:
-        if provably_constant(branch, node, self.analysis):
+        if not self.analysis.requires_grad(branch, node):
             return False
         return any(
             discards_singular_inputs(mask.condition, kept_when, use, at, self.analysis)

@@ -13,7 +13,6 @@ from gradfix.unsafe_branch import (
     indirect_unsafe_uses,
     is_pure,
     parse_condition,
-    provably_constant,
     strip_parens,
     unsafe_uses,
 )
@@ -39,8 +38,11 @@ class WhereUnsafeBranch(Rule):
     exactly; any other bound is assumed to sit at the singular point). Masks about
     something else (`attention_mask`, padding, labels), branches without an unsafe
     function (`torch.where(mask, x, torch.finfo(x.dtype).min)`), inputs already guarded
-    (`torch.sqrt(d.clamp(min=1e-12))`, an inner `where`), branches of data that cannot
-    require grad and code under `torch.no_grad()` are not reported.
+    (`torch.sqrt(d.clamp(min=1e-12))`, an inner `where`) and code under `torch.no_grad()`
+    are not reported. The branch must be shown to require grad (it derives from a
+    parameter, a tensor created with `requires_grad=True`, an input of `nn.Module.forward`,
+    or a function argument that a call in the same file passes such a tensor): counts,
+    filters and quantisation scales computed from data are not reported.
 
     ## Why is this bad?
     `torch.where` computes both branches and back-propagates into both; the gradient of
@@ -84,6 +86,17 @@ class WhereUnsafeBranch(Rule):
     prefilter = ("where",)
 
     VALID = [
+        Valid(
+            """
+            import torch
+
+            def stability(mask_logits, delta):
+                # counts of comparisons: data, nothing to differentiate
+                area_i = torch.sum(mask_logits > delta, dim=-1).float()
+                area_u = torch.sum(mask_logits > -delta, dim=-1).float()
+                return torch.where(area_u > 0, area_i / area_u, 1.0)
+            """
+        ),
         Valid(
             """
             import torch
@@ -145,6 +158,9 @@ class WhereUnsafeBranch(Rule):
             def height(d):
                 h = torch.where(d > 0, torch.sqrt(d), 0)
                 return h
+
+
+            height(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
@@ -152,6 +168,9 @@ class WhereUnsafeBranch(Rule):
             def height(d):
                 h = torch.where(d > 0, torch.sqrt(torch.where(d > 0, d, torch.ones_like(d))), 0)
                 return h
+
+
+            height(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -160,12 +179,18 @@ class WhereUnsafeBranch(Rule):
 
             def inverse(c):
                 return torch.where(c != 0, 1 / c, 0)
+
+
+            inverse(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
 
             def inverse(c):
                 return torch.where(c != 0, 1 / torch.where(c != 0, c, torch.ones_like(c)), 0)
+
+
+            inverse(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -175,6 +200,9 @@ class WhereUnsafeBranch(Rule):
             def entropy(p):
                 e = th.where(p > 0, p * p.log(), 0.0)
                 return -e.sum()
+
+
+            entropy(th.rand(4, requires_grad=True))
             """,
             """
             import torch as th
@@ -182,6 +210,9 @@ class WhereUnsafeBranch(Rule):
             def entropy(p):
                 e = th.where(p > 0, p * th.where(p > 0, p, th.ones_like(p)).log(), 0.0)
                 return -e.sum()
+
+
+            entropy(th.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -194,6 +225,9 @@ class WhereUnsafeBranch(Rule):
                     12.92 * x,
                     1.055 * x.pow(1 / 2.4) - 0.055,
                 )
+
+
+            srgb_encode(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
@@ -204,6 +238,9 @@ class WhereUnsafeBranch(Rule):
                     12.92 * x,
                     1.055 * torch.where(x <= 0.0031308, torch.ones_like(x), x).pow(1 / 2.4) - 0.055,
                 )
+
+
+            srgb_encode(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -214,6 +251,9 @@ class WhereUnsafeBranch(Rule):
                 ok = c.abs() < 1
                 a = torch.where(ok, torch.acos(c), 0.0)
                 return a
+
+
+            angle(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
@@ -222,6 +262,9 @@ class WhereUnsafeBranch(Rule):
                 ok = c.abs() < 1
                 a = torch.where(ok, torch.acos(torch.where(ok, c, torch.zeros_like(c))), 0.0)
                 return a
+
+
+            angle(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -231,6 +274,9 @@ class WhereUnsafeBranch(Rule):
             def root(d):
                 s = torch.sqrt(d)
                 return torch.where(d > 0, s, 0)
+
+
+            root(torch.rand(4, requires_grad=True))
             """
         ),
     ]
@@ -260,7 +306,7 @@ class WhereUnsafeBranch(Rule):
     def _singular_uses(
         self, branch: cst.BaseExpression, kept_when: bool, condition, node: cst.Call
     ) -> list[UnsafeUse]:
-        if provably_constant(branch, node, self.analysis):
+        if not self.analysis.requires_grad(branch, node):
             return []
         return [
             use
@@ -271,7 +317,7 @@ class WhereUnsafeBranch(Rule):
     def _singular_indirect(
         self, branch: cst.BaseExpression, kept_when: bool, condition, node: cst.Call
     ) -> bool:
-        if provably_constant(branch, node, self.analysis):
+        if not self.analysis.requires_grad(branch, node):
             return False
         return any(
             discards_singular_inputs(condition, kept_when, use, at, self.analysis)

@@ -679,13 +679,32 @@ class FileAnalysis:
             if self.requires_grad(binding.value, binding.node, depth + 1):
                 return True
         if binding.kind == "param" and isinstance(binding.node, cst.Param):
-            if self._argument_requires_grad(binding.node, depth):
+            if self._is_forward_input(binding.node) or self._argument_requires_grad(
+                binding.node, depth
+            ):
                 return True
         # ``buf[i] = value`` after the binding makes ``buf`` part of the graph.
         for stmt, value in self._index_assignments(name.value, binding, at):
             if self.requires_grad(value, stmt, depth + 1):
                 return True
         return False
+
+    def _is_forward_input(self, param: cst.Param) -> bool:
+        """A tensor argument of ``forward`` of an ``nn.Module`` subclass: an activation."""
+        func = next((a for a in self.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
+        if func is None or func.name.value != "forward" or param is func.params.params[0]:
+            return False
+        if param not in func.params.params:
+            return False  # *args, keyword-only, defaults: configuration more often than data
+        cls = self.enclosing_class(func)
+        if cls is None or not any(self._is_module_base(base.value) for base in cls.bases):
+            return False
+        annotation = param.annotation.annotation if param.annotation else None
+        return annotation is None or self.is_torch_name(annotation, "torch.Tensor")
+
+    def _is_module_base(self, base: cst.BaseExpression) -> bool:
+        name = self.qualified_name(base) or ""
+        return name.startswith("torch.nn.") and name.rpartition(".")[2][:1].isupper()
 
     def _argument_requires_grad(self, param: cst.Param, depth: int) -> bool:
         """Some call site of the function in this file passes a tensor that requires grad."""

@@ -35,7 +35,7 @@ from typing import Union
 
 import libcst as cst
 
-from gradfix.analysis import FACTORIES, FileAnalysis, argument, is_true
+from gradfix.analysis import FileAnalysis, argument
 
 INF = math.inf
 
@@ -839,54 +839,3 @@ def is_pure(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
 
 
 # -- what cannot carry a gradient ----------------------------------------------------------
-
-
-def provably_constant(
-    expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis, depth: int = 0
-) -> bool:
-    """``expr`` is data: numbers, tensors made by factories without `requires_grad=True`,
-    `.detach()`ed values, and arithmetic on those. Unknowns (arguments) are not."""
-    if depth > 10 or analysis.requires_grad(expr, at):
-        return False
-    recurse = lambda e, where=at: provably_constant(e, where, analysis, depth + 1)  # noqa: E731
-    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
-        return True
-    if isinstance(expr, cst.Name):
-        binding = analysis.reaching_binding(expr, at)
-        if binding is None or binding.kind != "assign" or binding.value is None:
-            return False
-        if binding.unpack_index is not None or analysis.leaf_reason(expr, at) is not None:
-            return False
-        return recurse(binding.value, binding.node)
-    if isinstance(expr, cst.BinaryOperation):
-        return recurse(expr.left) and recurse(expr.right)
-    if isinstance(expr, cst.UnaryOperation):
-        return recurse(expr.expression)
-    if isinstance(expr, (cst.Subscript, cst.Attribute)):
-        return recurse(expr.value)
-    if isinstance(expr, cst.Call):
-        return _call_is_constant(expr, at, analysis, depth)
-    return False
-
-
-def _call_is_constant(call: cst.Call, at: cst.CSTNode, analysis: FileAnalysis, depth: int) -> bool:
-    name = analysis.call_name(call)
-    args = [a.value for a in call.args if a.keyword is None or a.keyword.value != "dtype"]
-    if name in FACTORIES:
-        flag = argument(call, "requires_grad", None)
-        return flag is None or not is_true(flag.value)
-    if name == "torch.from_numpy":
-        return True
-    func = call.func
-    if name is None and isinstance(func, cst.Attribute):
-        if func.attr.value == "detach":
-            return True
-        if func.attr.value.endswith("_"):
-            return False  # `requires_grad_()` and other in-place changes
-        receiver_constant = provably_constant(func.value, at, analysis, depth + 1)
-        return receiver_constant and all(
-            provably_constant(a, at, analysis, depth + 1) for a in args
-        )
-    if name is not None and name.startswith("torch.") and not name.startswith("torch.nn."):
-        return all(provably_constant(a, at, analysis, depth + 1) for a in args)
-    return False
