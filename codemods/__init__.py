@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
+from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
 from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
 
 ALL_RULES = sorted(
     [
         TensorFromTensors,
+        TensorCopyConstruct,
+        IntegerRequiresGrad,
         LeafInplace,
         MaskedUnsafeBranch,
         WhereUnsafeBranch,

@@ -1,0 +1,215 @@
+"""GF105 integer-requires-grad."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from gradfix.analysis import argument, is_false, is_true
+from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+
+#: torch dtypes that cannot require gradients (``torch.long``, ``torch.int32``...).
+INTEGER_DTYPES = frozenset(
+    "torch." + name for name in "uint8 int8 int16 short int32 int int64 long".split()
+)
+PARAMETER = "torch.nn.Parameter"
+#: Decimal integer literals (``12``, ``1_000``): they become ``12.0``.
+_DECIMAL = re.compile(r"[0-9][0-9_]*")
+
+
+class IntegerRequiresGrad(Rule):
+    """
+    ## What it does
+    Finds tensors created with an integer dtype that are asked to require gradients:
+    `torch.tensor([1, 2, 3], requires_grad=True)`, `torch.arange(5, requires_grad=True)`,
+    an integer `dtype=` with `requires_grad=True`, and `nn.Parameter(torch.tensor([1, 2]))`.
+
+    ## Why is this bad?
+    Only floating point and complex tensors take part in autograd. A list of Python ints,
+    `arange` of ints or `full` with an int fill value gives an `int64` tensor, and asking
+    it for gradients raises at once: "Only Tensors of floating point and complex dtype can
+    require gradients".
+
+    ## Example
+    ```python
+    x = torch.tensor([1, 2, 3], requires_grad=True)
+    steps = torch.arange(5, requires_grad=True)
+    ```
+
+    ## Use instead
+    ```python
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    steps = torch.arange(5, requires_grad=True, dtype=torch.float32)
+    ```
+    Integer literals get a `.0` (nested lists too, signs kept); `arange` of integer
+    literals gets `dtype=torch.float32`; an explicit integer dtype becomes `torch.float32`.
+
+    ## Fix safety
+    The original code raises before producing anything, so the fixed code has no forward
+    result to disagree with. Float literals (and a float fill value of `torch.full`) give
+    the values the integers meant, in the default dtype: safe. `arange` gets an explicit
+    `torch.float32` (not `torch.get_default_dtype()`: shorter, and what users write);
+    its values are the same integers: safe. Replacing an explicit integer `dtype=` is
+    unsafe: the author asked for integers, and the intent may have been an index tensor
+    that should not require grad at all. Only literal integers are judged: `arange(n)`
+    with a name, or a list of names, is not reported.
+    """
+
+    code = "GF105"
+    name = "integer-requires-grad"
+    message = "Integer tensor cannot require gradients; use a floating point dtype"
+    fix_safety = FixSafety.SAFE
+    prefilter = ("requires_grad", "Parameter")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+            y = torch.arange(5.0, requires_grad=True)
+            z = torch.tensor([1, 2], dtype=torch.float64, requires_grad=True)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            labels = torch.tensor([0, 2, 1])
+            index = torch.arange(4)
+            mask = torch.tensor([1, 0, 1], requires_grad=False)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            steps = nn.Parameter(torch.arange(3), requires_grad=False)
+            w = nn.Parameter(torch.tensor([0.5, 1.5]))
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            x = torch.tensor([[1, -2], [3, 4]], requires_grad=True)
+            """,
+            """
+            import torch
+            x = torch.tensor([[1.0, -2.0], [3.0, 4.0]], requires_grad=True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+            t = th.arange(1, 6, requires_grad=True)
+            """,
+            """
+            import torch as th
+            t = th.arange(1, 6, requires_grad=True, dtype=th.float32)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            scale = nn.Parameter(torch.tensor([2, 3]))
+            ids = torch.zeros(3, dtype=torch.long, requires_grad=True)
+            """,
+            """
+            import torch
+            from torch import nn
+            scale = nn.Parameter(torch.tensor([2.0, 3.0]))
+            ids = torch.zeros(3, dtype=torch.float32, requires_grad=True)
+            """,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = self.analysis.call_name(node)
+        if name is None or not self._asks_for_grad(node, name):
+            return
+        fix = self._fix(node, name)
+        if fix is not None:
+            self.report(node, fix=fix)
+
+    def _asks_for_grad(self, node: cst.Call, name: str) -> bool:
+        """``requires_grad=True`` on the call, or the call is the data of ``nn.Parameter``."""
+        flag = argument(node, "requires_grad", None)
+        if flag is not None:
+            return is_true(flag.value)
+        wrapper = self.analysis.parent(self.analysis.parent(node) or node)
+        if not isinstance(wrapper, cst.Call) or self.analysis.call_name(wrapper) != PARAMETER:
+            return False
+        data = argument(wrapper, "data", 0)
+        if data is None or data.value is not node:
+            return False
+        flag = argument(wrapper, "requires_grad", 1)
+        return flag is None or not is_false(flag.value)
+
+    def _fix(self, node: cst.Call, name: str) -> Fix | None:
+        """The rewrite of an integer-typed constructor (``None``: not provably integer)."""
+        dtype = argument(node, "dtype", None)
+        if dtype is not None:
+            if self.analysis.qualified_name(dtype.value) not in INTEGER_DTYPES:
+                return None
+            new_dtype = dtype.with_changes(value=self.analysis.torch_attr("float32"))
+            new = node.with_changes(args=[new_dtype if a is dtype else a for a in node.args])
+            return self.replace(node, new, "Use `torch.float32`", safety=FixSafety.UNSAFE)
+        if name == "torch.tensor":
+            return self._float_literal_fix(node, argument(node, "data", 0))
+        if name == "torch.full":
+            return self._float_literal_fix(node, argument(node, "fill_value", 1))
+        if name == "torch.arange":
+            return self._arange_fix(node)
+        return None
+
+    def _float_literal_fix(self, node: cst.Call, data: cst.Arg | None) -> Fix | None:
+        if data is None or not _all_integer_literals(data.value):
+            return None
+        new_value = data.value.visit(_FloatLiterals())
+        new = node.with_changes(
+            args=[a.with_changes(value=new_value) if a is data else a for a in node.args]
+        )
+        return self.replace(node, new, "Use float literals")
+
+    def _arange_fix(self, node: cst.Call) -> Fix | None:
+        bounds = [a for a in node.args if a.keyword is None]
+        if not bounds or any(a.star or not _all_integer_literals(a.value) for a in bounds):
+            return None
+        if any(
+            a.keyword is not None and a.keyword.value in ("start", "end", "step") for a in node.args
+        ):
+            return None
+        last = node.args[-1]
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        dtype = cst.Arg(
+            self.analysis.torch_attr("float32"),
+            keyword=cst.Name("dtype"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            comma=last.comma,
+        )
+        args = [*node.args[:-1], last.with_changes(comma=comma), dtype]
+        return self.replace(node, node.with_changes(args=args), "Add `dtype=torch.float32`")
+
+
+def _all_integer_literals(expr: cst.BaseExpression) -> bool:
+    """``3``, ``-2``, ``[1, 2]``, ``((1, 2), (3, 4))``: nothing but decimal integers."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _all_integer_literals(expr.expression)
+    if isinstance(expr, cst.Integer):
+        return _DECIMAL.fullmatch(expr.value) is not None
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        return bool(expr.elements) and all(
+            isinstance(e, cst.Element) and _all_integer_literals(e.value) for e in expr.elements
+        )
+    return False
+
+
+class _FloatLiterals(cst.CSTTransformer):
+    """``1`` -> ``1.0``: the literal's own text, so its spelling (``1_000``) is kept."""
+
+    def leave_Integer(self, original_node: cst.Integer, updated_node: cst.Integer) -> cst.Float:
+        return cst.Float(
+            value=updated_node.value + ".0", lpar=updated_node.lpar, rpar=updated_node.rpar
+        )

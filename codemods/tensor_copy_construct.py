@@ -1,0 +1,200 @@
+"""GF104 tensor-copy-construct."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradfix.analysis import argument, is_false, is_true
+from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+
+#: Expressions that can take ``.detach()`` without parentheses.
+_ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
+
+
+class TensorCopyConstruct(Rule):
+    """
+    ## What it does
+    Finds `torch.tensor(t)` where `t` is already a tensor and rewrites it to
+    `t.detach().clone()`.
+
+    ## Why is this bad?
+    `torch.tensor()` is meant for Python data (numbers, lists, NumPy arrays). Given a
+    tensor, it silently makes a detached copy: gradients stop there, which may or may not be
+    what the author meant, and torch warns "To copy construct from a tensor, it is
+    recommended to use sourceTensor.detach().clone() or
+    sourceTensor.detach().clone().requires_grad_(True), rather than
+    torch.tensor(sourceTensor)."
+
+    ## Example
+    ```python
+    w = torch.randn(3, requires_grad=True)
+    w0 = torch.tensor(w)
+    start = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    ```
+
+    ## Use instead
+    ```python
+    w0 = w.detach().clone()
+    start = w.detach().clone().to(torch.float64).requires_grad_(True)
+    ```
+    A `dtype=` or `device=` argument becomes `.to(...)`, `requires_grad=True` becomes
+    `.requires_grad_(True)`; `torch.as_tensor(t)` is the choice when no copy is needed.
+
+    ## Fix safety
+    Safe: `torch.tensor(t)` keeps `t`'s dtype, device and strides, copies its storage and
+    does not require grad, and so does `t.detach().clone()` (checked on torch 2.13);
+    `.to(dtype, device)` after the copy converts exactly as the constructor does. With other
+    arguments (`pin_memory=`, positional extras) the finding has no fix. Only arguments the
+    analysis proves to be one tensor are reported: lists and tuples (GF101's business),
+    NumPy arrays, Python data and unknown values are not. `torch.Tensor(t)` is not reported:
+    it returns an alias of `t` (same storage, same `requires_grad`), not a copy, and does
+    not warn. `torch.as_tensor(t)` does not copy and is correct.
+    """
+
+    code = "GF104"
+    name = "tensor-copy-construct"
+    message = "`torch.tensor()` of a tensor; use `t.detach().clone()`"
+    fix_safety = FixSafety.SAFE
+    prefilter = ("tensor(",)
+
+    VALID = [
+        Valid(
+            """
+            import numpy as np
+            import torch
+            arr = np.ones(3)
+            values = [1.0, 2.0]
+            a = torch.tensor(arr)
+            b = torch.tensor(values)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            x = torch.rand(3)
+            y = torch.as_tensor(x)
+            z = x.detach().clone()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def load(batch):
+                return torch.tensor(batch["ids"])  # unknown data
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            w0 = torch.tensor(w)
+            """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            w0 = w.detach().clone()
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+            x = th.rand(2, 2)
+            start = th.tensor(x * 2, dtype=th.float64, requires_grad=True)
+            """,
+            """
+            import torch as th
+            x = th.rand(2, 2)
+            start = (x * 2).detach().clone().to(th.float64).requires_grad_(True)
+            """,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.analysis.call_name(node) != "torch.tensor":
+            return
+        data = argument(node, "data", 0)
+        if data is None or data.star or not self.analysis.is_tensor(data.value, node):
+            return
+        self.report(node, fix=self._fix(node, data))
+
+    def _fix(self, node: cst.Call, data: cst.Arg) -> Fix | None:
+        receiver = _receiver_keeping_layout(node, data)
+        if receiver is None:
+            return None
+        new = _method(receiver, "detach")
+        new = _method(new, "clone")
+        requires_grad = False
+        for arg in node.args:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if arg is data or keyword == "requires_grad" and is_false(arg.value):
+                continue
+            if keyword in ("dtype", "device"):
+                new = _method(new, "to", arg.value)
+            elif keyword == "requires_grad" and is_true(arg.value):
+                requires_grad = True
+            else:
+                return None  # pin_memory=, positional extras, a computed requires_grad
+        if requires_grad:
+            new = _method(new, "requires_grad_", cst.Name("True"))
+        new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
+        return self.replace(node, new, "Use `.detach().clone()`")
+
+
+def _receiver_keeping_layout(node: cst.Call, data: cst.Arg) -> cst.BaseExpression | None:
+    """The copied tensor, keeping a multi-line call's layout and the comment after it:
+
+        torch.tensor(            (
+            x,  # why       ->       x  # why
+            dtype=d,             ).detach().clone().to(d)
+        )
+
+    ``None`` when comments sit elsewhere in the call (they would be lost).
+    """
+    placeholder = data.with_changes(value=cst.Name("_"))
+    if not _has_comment(
+        node.with_changes(args=[placeholder if a is data else a for a in node.args])
+    ):
+        return _receiver(data.value)  # nothing to keep but line breaks: one line
+    others = [a for a in node.args if a is not data]
+    if others and any(_has_comment(a.with_changes(value=cst.Name("_"))) for a in others[:-1]):
+        return None
+    if others and _has_comment(others[-1].with_changes(value=cst.Name("_"), comma=None)):
+        return None
+    after_data = _whitespace_after(data)
+    closing = _whitespace_after(node.args[-1])
+    if not isinstance(after_data, cst.ParenthesizedWhitespace) or not isinstance(
+        closing, cst.ParenthesizedWhitespace
+    ):
+        return None
+    if closing is not after_data and closing.first_line.comment is not None:
+        return None
+    before = after_data.with_changes(indent=closing.indent, last_line=closing.last_line)
+    return data.value.with_changes(
+        lpar=[cst.LeftParen(whitespace_after=node.whitespace_before_args), *data.value.lpar],
+        rpar=[*data.value.rpar, cst.RightParen(whitespace_before=before)],
+    )
+
+
+def _whitespace_after(arg: cst.Arg) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace after ``arg`` and its comma, if any."""
+    if isinstance(arg.comma, cst.Comma):
+        return arg.comma.whitespace_after
+    return arg.whitespace_after_arg
+
+
+def _has_comment(node: cst.CSTNode) -> bool:
+    return "#" in cst.Module([]).code_for_node(node)
+
+
+def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` ready to take a method call: parenthesised unless it is an atom."""
+    if isinstance(expr, _ATOMS) or expr.lpar:
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression) -> cst.Call:
+    return cst.Call(cst.Attribute(receiver, cst.Name(name)), [cst.Arg(a) for a in args])
