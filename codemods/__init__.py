@@ -5,6 +5,7 @@ from __future__ import annotations
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
+from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
@@ -17,6 +18,7 @@ ALL_RULES = sorted(
         IntegerRequiresGrad,
         LeafInplace,
         MaskedUnsafeBranch,
+        NonleafGradRead,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
     ],
