@@ -60,6 +60,19 @@ class TensorCopyConstruct(Rule):
     VALID = [
         Valid(
             """
+            import torch
+
+            def collate(batch):
+                targets = [item[1] for item in batch]
+                if isinstance(targets[0], torch.Tensor):
+                    targets = torch.stack(targets)
+                else:
+                    targets = torch.tensor(targets, dtype=torch.int64)  # a list here
+                return targets
+            """
+        ),
+        Valid(
+            """
             import numpy as np
             import torch
             arr = np.ones(3)

@@ -215,3 +215,23 @@ def test_requires_grad_follows_index_fill() -> None:
     uses = {n.value: n for n in find(module, cst.Name) if n.value in ("out", "other")}
     assert analysis.requires_grad(uses["out"])
     assert not analysis.requires_grad(uses["other"])
+
+
+def test_binding_in_another_branch_does_not_reach() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        t = [1, 2]
+        if cond:
+            t = torch.stack(t)
+        else:
+            t
+        t
+        """
+    )
+    uses = [n for n in find(module, cst.Name) if n.value == "t"]
+    in_else, after = uses[-2], uses[-1]
+    first = analysis.reaching_binding(in_else)
+    assert first is not None and isinstance(first.value, cst.List)
+    last = analysis.reaching_binding(after)
+    assert last is not None and isinstance(last.value, cst.Call)

@@ -405,10 +405,30 @@ class FileAnalysis:
         return []
 
     def reaching_binding(self, name: cst.Name, at: cst.CSTNode | None = None) -> Binding | None:
-        """The binding of ``name`` that textually precedes ``at`` (default: the name)."""
-        position = self.index(at if at is not None else name)
-        candidates = [b for b in self.bindings(name) if b.kind != "augassign" and b.end < position]
+        """The binding of ``name`` that textually precedes ``at`` (default: the name).
+
+        A binding in one branch of an ``if`` does not reach a use in another branch."""
+        at = at if at is not None else name
+        position = self.index(at)
+        candidates = [
+            b
+            for b in self.bindings(name)
+            if b.kind != "augassign" and b.end < position and not self._exclusive(b.node, at)
+        ]
         return max(candidates, key=lambda b: b.start) if candidates else None
+
+    def _exclusive(self, binding: cst.CSTNode, use: cst.CSTNode) -> bool:
+        """``binding`` and ``use`` sit in different branches of the same ``if``."""
+        child = binding
+        for ancestor in self.ancestors(binding):
+            if isinstance(ancestor, cst.If) and self.contains(ancestor, use):
+                branch = ancestor.orelse
+                in_orelse = branch is not None and self.contains(branch, child)
+                use_in_orelse = branch is not None and self.contains(branch, use)
+                use_in_body = self.contains(ancestor.body, use)
+                return (in_orelse and use_in_body) or (not in_orelse and use_in_orelse)
+            child = ancestor
+        return False
 
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
