@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gradfix.codemods.backward_twice import BackwardTwice
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
@@ -21,6 +22,7 @@ ALL_RULES = sorted(
         NonleafGradRead,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
+        BackwardTwice,
     ],
     key=lambda rule: rule.code,
 )
