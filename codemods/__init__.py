@@ -5,6 +5,7 @@ from __future__ import annotations
 from gradfix.codemods.backward_twice import BackwardTwice
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
+from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
@@ -23,6 +24,7 @@ ALL_RULES = sorted(
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         BackwardTwice,
+        LossAccumulation,
     ],
     key=lambda rule: rule.code,
 )
