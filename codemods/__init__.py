@@ -9,6 +9,7 @@ from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
+from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
 from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
@@ -25,6 +26,7 @@ ALL_RULES = sorted(
         SelfReferencingIndexAssign,
         BackwardTwice,
         LossAccumulation,
+        SqrtOfSquares,
     ],
     key=lambda rule: rule.code,
 )

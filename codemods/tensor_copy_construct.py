@@ -62,6 +62,16 @@ class TensorCopyConstruct(Rule):
             """
             import torch
 
+            def normalize(latents: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+                # callers pass config lists despite the annotation
+                mean = torch.tensor(mean).view(1, -1, 1, 1)
+                return latents - mean
+            """
+        ),
+        Valid(
+            """
+            import torch
+
             def collate(batch):
                 targets = [item[1] for item in batch]
                 if isinstance(targets[0], torch.Tensor):
@@ -131,7 +141,17 @@ class TensorCopyConstruct(Rule):
         data = argument(node, "data", 0)
         if data is None or data.star or not self.analysis.is_tensor(data.value, node):
             return
+        if self._rests_on_parameter(data.value, node):
+            return  # `torch.tensor(x)` on an argument is a defensive conversion of lists too
         self.report(node, fix=self._fix(node, data))
+
+    def _rests_on_parameter(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """A bare name in ``expr`` is a function parameter: its annotation is no proof."""
+        return any(
+            (binding := self.analysis.reaching_binding(n, at)) is not None
+            and binding.kind == "param"
+            for n in _names(expr)
+        )
 
     def _fix(self, node: cst.Call, data: cst.Arg) -> Fix | None:
         receiver = _receiver_keeping_layout(node, data)
@@ -211,3 +231,20 @@ def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def _method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression) -> cst.Call:
     return cst.Call(cst.Attribute(receiver, cst.Name(name)), [cst.Arg(a) for a in args])
+
+
+def _names(expr: cst.BaseExpression) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            return False  # ``self.w``: evidence from the class, not from a parameter
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            return False  # a call's result is a tensor because of the callee
+
+    expr.visit(Collect())
+    return found
