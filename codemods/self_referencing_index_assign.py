@@ -16,6 +16,7 @@ from gradfix.analysis import (
     VIEW_OPS,
     Binding,
     FileAnalysis,
+    is_number_literal,
 )
 from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
 
@@ -372,7 +373,7 @@ class _SelfReads:
 
     def element_only(self, expr: cst.BaseExpression) -> bool:
         """``expr`` is computed elementwise from single elements ``p[i]`` and numbers."""
-        if _is_number(expr):
+        if is_number_literal(expr):
             return True
         if self.is_view(expr):
             return self._is_element(expr)
@@ -459,12 +460,6 @@ def _names_in(node: cst.CSTNode) -> list[cst.Name]:
     collector = _NameCollector()
     node.visit(collector)
     return collector.names
-
-
-def _is_number(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        return _is_number(expr.expression)
-    return isinstance(expr, (cst.Integer, cst.Float))
 
 
 # -- when rebinding is the same as writing in place ------------------------------------------
@@ -573,7 +568,7 @@ def _call_length(
     if name in ("torch.tensor", "torch.as_tensor") and positional:
         data = positional[0]
         if isinstance(data, (cst.List, cst.Tuple)) and all(
-            _is_number(e.value) for e in data.elements
+            is_number_literal(e.value) for e in data.elements
         ):
             return len(data.elements)
         return None
@@ -628,7 +623,7 @@ def _is_scalar(
     if op is None or op[0] not in POINTWISE_OPS or depth > 10:
         return False
     scalars = [_is_scalar(analysis, o, at, depth + 1) for o in op[1]]
-    return any(scalars) and all(s or _is_number(o) for s, o in zip(scalars, op[1]))
+    return any(scalars) and all(s or is_number_literal(o) for s, o in zip(scalars, op[1]))
 
 
 def _broadcast_length(
@@ -637,7 +632,7 @@ def _broadcast_length(
     """The length of an elementwise op over 1-D operands, numbers and 0-d tensors."""
     lengths: set[int] = set()
     for operand in operands:
-        if _is_number(operand) or _is_scalar(analysis, operand, at, depth + 1):
+        if is_number_literal(operand) or _is_scalar(analysis, operand, at, depth + 1):
             continue
         length = _vector_length(analysis, operand, at, depth + 1)
         if length is None:

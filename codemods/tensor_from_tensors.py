@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradfix.analysis import is_true
+from gradfix.analysis import is_number_literal, is_true
 from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 CONSTRUCTORS = frozenset(
@@ -181,7 +181,7 @@ class TensorFromTensors(Rule):
                 conversions.append(arg.value)
             elif keyword != "requires_grad" or is_true(arg.value):
                 return None  # positional extras, or a deliberate new leaf
-        numbers = [not g and _is_number(e) for e, g in zip(elements, in_graph)]
+        numbers = [not g and is_number_literal(e) for e, g in zip(elements, in_graph)]
         if not all(g or n for g, n in zip(in_graph, numbers)):
             return None  # an element we cannot show to be a tensor
         shapes = {self.analysis.element_shape(e, node) for e, g in zip(elements, in_graph) if g}
@@ -219,11 +219,3 @@ def _elements(data: cst.BaseExpression) -> list[cst.BaseExpression] | None:
     if isinstance(data, cst.ListComp):
         return [data.elt]
     return None
-
-
-def _is_number(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.UnaryOperation):
-        return _is_number(expr.expression)
-    return isinstance(expr, (cst.Integer, cst.Float))
-
-

@@ -1191,6 +1191,13 @@ def _is_none_assign(binding: Binding) -> bool:
     )
 
 
+def is_number_literal(expr: cst.BaseExpression) -> bool:
+    """``3``, ``0.5``, ``-2``, ``+1e-3``: a Python number written in the source."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return is_number_literal(expr.expression)
+    return isinstance(expr, (cst.Integer, cst.Float))
+
+
 def _is_true(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
