@@ -10,14 +10,14 @@ from gradfix.unsafe_branch import (
     Mask,
     UnsafeUse,
     complement_of,
-    discards_singular_inputs,
     factors,
     guard,
-    indirect_unsafe_uses,
     is_pure,
     literal_number,
     replace_nodes,
     resolve_mask,
+    singular_indirect,
+    singular_uses,
     strip_parens,
     unsafe_uses,
     without_factor,
@@ -320,8 +320,12 @@ class MaskedUnsafeBranch(Rule):
         branch_b: cst.BaseExpression | None,
     ) -> bool:
         """Report ``node`` if a branch is singular where the mask discards it."""
-        uses_a = self._singular_uses(branch_a, True, mask, node)
-        uses_b = self._singular_uses(branch_b, False, mask, node) if branch_b is not None else []
+        uses_a = singular_uses(branch_a, True, mask.condition, node, self.analysis)
+        uses_b = (
+            singular_uses(branch_b, False, mask.condition, node, self.analysis)
+            if branch_b is not None
+            else []
+        )
         if uses_a or uses_b:
             new_a = _guarded(branch_a, uses_a, mask, True, self.analysis)
             new_b: cst.BaseExpression = cst.Integer("0")
@@ -330,31 +334,14 @@ class MaskedUnsafeBranch(Rule):
             self.report(node, fix=self._fix(node, mask, new_a, new_b))
             return True
         branches = [(branch_a, True), (branch_b, False)]
-        if any(self._singular_indirect(b, k, mask, node) for b, k in branches if b is not None):
+        if any(
+            singular_indirect(b, k, mask.condition, node, self.analysis)
+            for b, k in branches
+            if b is not None
+        ):
             self.report(node)
             return True
         return False
-
-    def _singular_uses(
-        self, branch: cst.BaseExpression, kept_when: bool, mask: Mask, node: cst.CSTNode
-    ) -> list[UnsafeUse]:
-        if not self.analysis.requires_grad(branch, node):
-            return []
-        return [
-            use
-            for use in unsafe_uses(branch, self.analysis)
-            if discards_singular_inputs(mask.condition, kept_when, use, node, self.analysis)
-        ]
-
-    def _singular_indirect(
-        self, branch: cst.BaseExpression, kept_when: bool, mask: Mask, node: cst.CSTNode
-    ) -> bool:
-        if not self.analysis.requires_grad(branch, node):
-            return False
-        return any(
-            discards_singular_inputs(mask.condition, kept_when, use, at, self.analysis)
-            for use, at in indirect_unsafe_uses(branch, node, self.analysis)
-        )
 
     def _fix(
         self,

@@ -8,13 +8,12 @@ from gradfix.analysis import argument
 from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
 from gradfix.unsafe_branch import (
     UnsafeUse,
-    discards_singular_inputs,
     guard,
-    indirect_unsafe_uses,
     is_pure,
     parse_condition,
+    singular_indirect,
+    singular_uses,
     strip_parens,
-    unsafe_uses,
 )
 
 
@@ -296,33 +295,12 @@ class WhereUnsafeBranch(Rule):
         found = [
             (use, kept_when)
             for branch, kept_when in branches
-            for use in self._singular_uses(branch, kept_when, condition, node)
+            for use in singular_uses(branch, kept_when, condition, node, self.analysis)
         ]
         if found:
             self._report_fix(node, condition_arg.value, found)
-        elif any(self._singular_indirect(b, k, condition, node) for b, k in branches):
+        elif any(singular_indirect(b, k, condition, node, self.analysis) for b, k in branches):
             self.report(node)
-
-    def _singular_uses(
-        self, branch: cst.BaseExpression, kept_when: bool, condition, node: cst.Call
-    ) -> list[UnsafeUse]:
-        if not self.analysis.requires_grad(branch, node):
-            return []
-        return [
-            use
-            for use in unsafe_uses(branch, self.analysis)
-            if discards_singular_inputs(condition, kept_when, use, node, self.analysis)
-        ]
-
-    def _singular_indirect(
-        self, branch: cst.BaseExpression, kept_when: bool, condition, node: cst.Call
-    ) -> bool:
-        if not self.analysis.requires_grad(branch, node):
-            return False
-        return any(
-            discards_singular_inputs(condition, kept_when, use, at, self.analysis)
-            for use, at in indirect_unsafe_uses(branch, node, self.analysis)
-        )
 
     def _report_fix(
         self,

@@ -671,7 +671,7 @@ class FileAnalysis:
         if isinstance(expr, cst.Name):
             return self._name_requires_grad(expr, at, _depth)
         if isinstance(expr, cst.Attribute):
-            if expr.attr.value in _PASS_THROUGH_ATTRIBUTES:
+            if expr.attr.value in VIEW_ATTRIBUTES:
                 return recurse(expr.value, at, _depth + 1)
             return False
         if isinstance(expr, cst.Subscript):
@@ -926,8 +926,10 @@ class FileAnalysis:
             if binding.kind == "param" and binding.annotation is not None:
                 return self.is_torch_name(binding.annotation, "torch.Tensor")
             value = binding.value
-            return binding.kind == "assign" and value is not None and (
-                self.is_tensor(value, binding.node, _depth + 1)
+            return (
+                binding.kind == "assign"
+                and value is not None
+                and (self.is_tensor(value, binding.node, _depth + 1))
             )
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in VIEW_ATTRIBUTES or expr.attr.value == "data":
@@ -1036,7 +1038,6 @@ _ELEMENTWISE = frozenset(
     "square pow clamp clip float double half to sign erf gelu silu elu leaky_relu "
     "reciprocal atan asin acos sinh cosh".split()
 )
-_PASS_THROUGH_ATTRIBUTES = frozenset("T mT H mH real imag".split())
 #: Tensor methods whose result never requires grad.
 _GRAD_CUTTING_METHODS = frozenset("detach detach_ item tolist numpy argmax argmin".split())
 #: Tensor methods that combine the receiver with tensor arguments.

@@ -839,3 +839,37 @@ def is_pure(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
 
 
 # -- what cannot carry a gradient ----------------------------------------------------------
+
+
+def singular_uses(
+    branch: cst.BaseExpression,
+    kept_when: bool,
+    condition: Condition,
+    node: cst.CSTNode,
+    analysis: FileAnalysis,
+) -> list[UnsafeUse]:
+    """Unsafe uses in ``branch`` (kept where ``condition`` is ``kept_when``) that see a
+    singular input where the branch is discarded; none unless the branch requires grad."""
+    if not analysis.requires_grad(branch, node):
+        return []
+    return [
+        use
+        for use in unsafe_uses(branch, analysis)
+        if discards_singular_inputs(condition, kept_when, use, node, analysis)
+    ]
+
+
+def singular_indirect(
+    branch: cst.BaseExpression,
+    kept_when: bool,
+    condition: Condition,
+    node: cst.CSTNode,
+    analysis: FileAnalysis,
+) -> bool:
+    """Like :func:`singular_uses`, through names bound earlier (reported without a fix)."""
+    if not analysis.requires_grad(branch, node):
+        return False
+    return any(
+        discards_singular_inputs(condition, kept_when, use, at, analysis)
+        for use, at in indirect_unsafe_uses(branch, node, analysis)
+    )
