@@ -17,7 +17,9 @@ class TensorFromTensors(Rule):
     ## What it does
     Finds `torch.tensor([...])` (also `torch.Tensor`, `torch.FloatTensor`,
     `torch.DoubleTensor`, `torch.as_tensor`) built from tensors that require grad, and
-    rewrites it to `torch.stack([...])` (`torch.cat` for 1-element slices).
+    rewrites it to `torch.stack([...])` (`torch.cat` for 1-element slices). The list may be
+    a literal, a comprehension, or a list name filled before the call
+    (`xs = []; for ...: xs.append(t)`; `torch.tensor(xs)` -> `torch.stack(xs)`).
 
     ## Why is this bad?
     `torch.tensor` copies the *values* of its elements into a new constant tensor: the
@@ -46,7 +48,9 @@ class TensorFromTensors(Rule):
     shape for 0-d elements. Unsafe when the list mixes tensors and Python numbers (each
     number is wrapped in `torch.as_tensor`, and the result dtype follows type promotion
     instead of the default dtype). No fix when some element cannot be shown to be a tensor,
-    or with `requires_grad=True` (a deliberate new leaf). Python numbers, NumPy arrays,
+    or with `requires_grad=True` (a deliberate new leaf). Unsafe for a list filled by
+    `append` in a loop or branch that may not run: `torch.stack([])` raises where
+    `torch.tensor([])` gave an empty tensor. Python numbers, NumPy arrays,
     `x.item()` values and index lists are correct uses of `torch.tensor` and are not
     reported.
     """
@@ -152,6 +156,24 @@ class TensorFromTensors(Rule):
             v = torch.stack([w[0], w[1] ** 2]).to(torch.float64)
             """,
         ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            parts = []
+            for i in range(3):
+                parts.append(w[i] ** 2)
+            total = torch.tensor(parts).sum()
+            """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            parts = []
+            for i in range(3):
+                parts.append(w[i] ** 2)
+            total = torch.stack(parts).sum()
+            """,
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -159,21 +181,35 @@ class TensorFromTensors(Rule):
         if name not in CONSTRUCTORS or not node.args or node.args[0].keyword is not None:
             return
         data = node.args[0].value
-        elements = _elements(data)
-        if elements is None or self.analysis.in_no_grad(node):
+        located = self._elements(node, data)
+        if located is None or self.analysis.in_no_grad(node):
             return
-        in_graph = [self.analysis.requires_grad(e, node) for e in elements]
+        elements, certain = located
+        in_graph = [self.analysis.requires_grad(e, at) for e, at in elements]
         if not any(in_graph):
             return
-        self.report(node, fix=self._fix(node, data, elements, in_graph))
+        self.report(node, fix=self._fix(node, data, elements, in_graph, certain))
+
+    def _elements(
+        self, node: cst.Call, data: cst.BaseExpression
+    ) -> tuple[list[tuple[cst.BaseExpression, cst.CSTNode]], bool] | None:
+        """The elements with where they are evaluated, and whether the list is certainly
+        non-empty: a list/tuple literal, a list comprehension, or a list name built by
+        ``append`` / ``extend`` / ``+=`` before the call (``xs.append(t)``)."""
+        if isinstance(data, cst.Name):
+            return self.analysis.list_elements(data, node)
+        literal = _elements(data)
+        return None if literal is None else ([(e, node) for e in literal], True)
 
     def _fix(
         self,
         node: cst.Call,
         data: cst.BaseExpression,
-        elements: list[cst.BaseExpression],
+        located: list[tuple[cst.BaseExpression, cst.CSTNode]],
         in_graph: list[bool],
+        certain: bool,
     ) -> Fix | None:
+        elements = [element for element, _ in located]
         conversions: list[cst.BaseExpression] = []
         for arg in node.args[1:]:
             keyword = arg.keyword.value if arg.keyword is not None else None
@@ -184,7 +220,9 @@ class TensorFromTensors(Rule):
         numbers = [not g and is_number_literal(e) for e, g in zip(elements, in_graph)]
         if not all(g or n for g, n in zip(in_graph, numbers)):
             return None  # an element we cannot show to be a tensor
-        shapes = {self.analysis.element_shape(e, node) for e, g in zip(elements, in_graph) if g}
+        if any(numbers) and isinstance(data, cst.Name):
+            return None  # numbers appended to a list cannot be wrapped where they are added
+        shapes = {self.analysis.element_shape(e, at) for (e, at), g in zip(located, in_graph) if g}
         if "piece" in shapes and shapes != {"piece"} or (any(numbers) and "piece" in shapes):
             return None
         combine = "cat" if shapes == {"piece"} else "stack"
@@ -196,7 +234,8 @@ class TensorFromTensors(Rule):
         )
         for value in conversions:
             new = cst.Call(cst.Attribute(new, cst.Name("to")), [cst.Arg(value)])
-        exact = shapes <= {"scalar", "piece"} and not any(numbers)
+        # ``torch.stack([])`` raises where ``torch.tensor([])`` gave an empty tensor.
+        exact = shapes <= {"scalar", "piece"} and not any(numbers) and certain
         safety = None if exact else FixSafety.UNSAFE
         return self.replace(node, new, f"Use `torch.{combine}`", safety=safety)
 

@@ -235,3 +235,116 @@ def test_binding_in_another_branch_does_not_reach() -> None:
     assert first is not None and isinstance(first.value, cst.List)
     last = analysis.reaching_binding(after)
     assert last is not None and isinstance(last.value, cst.Call)
+
+
+def last_use(module: cst.Module, name: str) -> cst.Name:
+    return [n for n in find(module, cst.Name) if n.value == name][-1]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\ndef make():\n    return torch.randn(3, requires_grad=True)\nw = make()\nw\n",
+        "import torch\ndef make():\n    v = torch.nn.Parameter(torch.rand(2))\n    return v\n"
+        "w = make()\nw\n",
+        "import torch\ndef init():\n    return torch.zeros(1), torch.ones(2, requires_grad=True)\n"
+        "b, w = init()\nw\n",
+        "import torch\nclass M(torch.nn.Module):\n    def build(self):\n"
+        "        return torch.nn.Parameter(torch.rand(2))\n    def go(self):\n"
+        "        w = self.build()\n        w\n",
+    ],
+)
+def test_leaves_returned_by_functions_of_the_file(code: str) -> None:
+    assert leaf_at_last_use(code, "w") is not None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # the other element of the returned tuple
+        "import torch\ndef init():\n    return torch.zeros(1), torch.ones(2, requires_grad=True)\n"
+        "w, b = init()\nw\n",
+        # some path returns something else
+        "import torch\ndef make(f):\n    if f:\n        return None\n"
+        "    return torch.ones(2, requires_grad=True)\nw = make(1)\nw\n",
+        # a generator, and a name bound twice
+        "import torch\ndef make():\n    yield torch.ones(2, requires_grad=True)\nw = make()\nw\n",
+        "import torch\ndef make():\n    return torch.ones(2, requires_grad=True)\nmake = g\n"
+        "w = make()\nw\n",
+    ],
+)
+def test_not_leaves_through_functions(code: str) -> None:
+    assert leaf_at_last_use(code, "w") is None
+
+
+def test_requires_grad_through_returned_values_and_modules() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+                self.p = nn.Parameter(torch.rand(4))
+
+            def scaled(self):
+                return self.p * 2
+
+            def forward(self, x):
+                s = self.scaled()
+                h = self.body(x)
+                s
+                h
+
+        def run(model, x):
+            out = model(x)
+            out
+
+        def plain(x):
+            return x * 2
+
+        run(Net(), torch.rand(3))
+        d = plain(torch.rand(3))
+        d
+        """
+    )
+    assert analysis.requires_grad(last_use(module, "s"))
+    assert analysis.requires_grad(last_use(module, "h"))
+    assert analysis.requires_grad(last_use(module, "out"))
+    assert not analysis.requires_grad(last_use(module, "d"))
+    assert analysis.is_tensor(last_use(module, "s"))
+
+
+@pytest.mark.parametrize(
+    ("code", "count", "certain"),
+    [
+        ("xs = []\nfor i in range(3):\n    xs.append(i)\nxs\n", 1, True),
+        ("xs = [a]\nxs.append(b)\nxs += [c, d]\nxs.extend([e])\nxs\n", 5, True),
+        ("xs = []\nfor i in range(n):\n    xs.append(i)\nxs\n", 1, False),
+        ("xs = []\nif c:\n    xs.append(a)\nxs\n", 1, False),
+        ("xs = []\nxs.append(a)\nn = len(xs)\nxs\n", 1, True),
+    ],
+)
+def test_list_elements(code: str, count: int, certain: bool) -> None:
+    analysis, module = analyse(code)
+    found = analysis.list_elements(last_use(module, "xs"), last_use(module, "xs"))
+    assert found is not None
+    elements, is_certain = found
+    assert (len(elements), is_certain) == (count, certain)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "xs = []\nxs.append(a)\nfill(xs)\nxs\n",  # passed away: anything may be added
+        "xs = []\nxs.insert(0, a)\nxs\n",
+        "xs = []\nxs.extend(other)\nxs\n",
+        "xs = list(other)\nxs.append(a)\nxs\n",
+        "xs = []\nxs[0:0] = [a]\nxs\n",
+    ],
+)
+def test_list_elements_unknown(code: str) -> None:
+    analysis, module = analyse(code)
+    assert analysis.list_elements(last_use(module, "xs"), last_use(module, "xs")) is None

@@ -135,6 +135,8 @@ class _Collector(cst.CSTVisitor):
         self.calls_by_name: dict[str, list[cst.Call]] = {}
         self.subscript_assigns: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
         self.class_attrs: dict[int, dict[str, list[tuple[cst.BaseExpression, Binding]]]] = {}
+        self.returns: dict[int, list[cst.Return]] = {}
+        self.generators: set[int] = set()
         self._stack: list[cst.CSTNode] = []
         self._scope_stack: list[Scope] = []
         self._counter = 0
@@ -225,6 +227,10 @@ class _Collector(cst.CSTVisitor):
             self._record_import(node)
         elif isinstance(node, cst.Call):
             self._record_call(node)
+        elif isinstance(node, cst.Return) and isinstance(self._scope.node, cst.FunctionDef):
+            self.returns.setdefault(id(self._scope.node), []).append(node)
+        elif isinstance(node, cst.Yield):
+            self.generators.add(id(self._scope.node))
 
     def _bind_target(
         self,
@@ -344,6 +350,8 @@ class FileAnalysis:
         self._calls_by_name = collector.calls_by_name
         self._subscript_assigns = collector.subscript_assigns
         self._class_attrs = collector.class_attrs
+        self._returns = collector.returns
+        self._generators = collector.generators
         self._no_grad_cache: dict[int, bool] = {}
         self._requires_grad_cache: dict[int, list[tuple[cst.CSTNode, bool]]] = {}
         self._torch_alias: str | None | bool = False
@@ -521,14 +529,32 @@ class FileAnalysis:
             flag = _argument(value, "requires_grad", 0)
             if flag is None or _is_true(flag.value):
                 return LeafReason("marked with .requires_grad_()")
-        return None
+        returned = self.returned_values(value, at)
+        return self._returned_leaf_reason(_dotted(func), returned, _depth)
+
+    def _returned_leaf_reason(
+        self,
+        callee: str,
+        returned: list[tuple[cst.BaseExpression, cst.CSTNode]] | None,
+        depth: int,
+    ) -> LeafReason | None:
+        """Every value a function of this file returns is a leaf that requires grad."""
+        if not returned:
+            return None
+        reasons = [self.leaf_value_reason(v, ret, depth + 1) for v, ret in returned]
+        if not all(reasons):
+            return None
+        return LeafReason(f"returned by {callee}(), {reasons[0].description}")  # type: ignore[union-attr]
 
     def _name_leaf_reason(self, name: cst.Name, at: cst.CSTNode, depth: int) -> LeafReason | None:
         binding = self.reaching_binding(name, at)
         if binding is None:
             return None
         reason: LeafReason | None = None
-        if binding.kind == "assign" and binding.value is not None:
+        if binding.kind == "assign" and binding.unpack_index is not None:
+            callee = _dotted(binding.value.func) if isinstance(binding.value, cst.Call) else ""
+            reason = self._returned_leaf_reason(callee, self._unpacked_call_values(binding), depth)
+        elif binding.kind == "assign" and binding.value is not None:
             reason = self.leaf_value_reason(binding.value, binding.node, depth + 1)
         elif binding.kind == "for" and binding.value is not None:
             reason = self._parameter_iteration(binding.value, binding.unpack_index, depth)
@@ -611,6 +637,48 @@ class FileAnalysis:
                 self.is_nn_layer(value, b.node, _depth + 1) for value, b in assigned
             )
         return False
+
+    def is_module(self, expr: cst.BaseExpression, at: cst.CSTNode, _depth: int = 0) -> bool:
+        """``expr`` holds an ``nn.Module`` whose call runs layers: an ``nn`` layer, an
+        ``nn.Sequential`` / ``ModuleList`` / ``ModuleDict``, an instance of an ``nn.Module``
+        subclass of this file (``model = Net()``), or a function parameter that every call
+        site in this file passes such a module (``train_epoch(model, ...)``)."""
+        if _depth > 8:
+            return False
+        if self.is_nn_layer(expr, at):
+            return True
+        if isinstance(expr, cst.Call):
+            name = self.call_name(expr) or ""
+            if name in _NN_CONTAINERS:
+                return True
+            return self._is_module_class(expr.func, _depth)
+        if isinstance(expr, cst.Name):
+            binding = self.reaching_binding(expr, at)
+            if binding is None or binding.unpack_index is not None:
+                return False
+            if binding.kind == "assign" and binding.value is not None:
+                return self.is_module(binding.value, binding.node, _depth + 1)
+            if binding.kind == "param" and isinstance(binding.node, cst.Param):
+                passed = self.passed_arguments(binding.node)
+                return bool(passed) and all(
+                    self.is_module(arg, site, _depth + 1) for arg, site in passed
+                )
+            return False
+        values = self.self_attribute_values(expr, at) if isinstance(expr, cst.Attribute) else []
+        return bool(values) and all(self.is_module(v, b.node, _depth + 1) for v, b in values)
+
+    def _is_module_class(self, func: cst.BaseExpression, depth: int) -> bool:
+        """``func`` names a class of this file that subclasses ``nn.Module`` (directly or
+        through other classes of this file)."""
+        if not isinstance(func, cst.Name) or depth > 8:
+            return False
+        bindings = self.bindings(func)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, cst.ClassDef):
+            return False
+        return any(
+            self._is_module_base(base.value) or self._is_module_class(base.value, depth + 1)
+            for base in bindings[0].node.bases
+        )
 
     def _parameter_iteration(
         self, iterable: cst.BaseExpression, unpack_index: int | None, depth: int
@@ -695,9 +763,15 @@ class FileAnalysis:
         if binding.kind == "for" and binding.value is not None:
             if self._parameter_iteration(binding.value, binding.unpack_index, depth):
                 return True
+            source = _iterated_source(binding.value, binding.unpack_index)
+            if source is not None and self.requires_grad(source, binding.node, depth + 1):
+                return True  # ``for row in x``, ``for a, b in zip(x[:-1], x[1:])``
         if binding.kind == "assign" and binding.value is not None and binding.unpack_index is None:
             if self.requires_grad(binding.value, binding.node, depth + 1):
                 return True
+        unpacked = self._unpacked_call_values(binding) or []
+        if any(self.requires_grad(v, ret, depth + 1) for v, ret in unpacked):
+            return True
         if binding.kind == "param" and isinstance(binding.node, cst.Param):
             if self._is_forward_input(binding.node) or self._argument_requires_grad(
                 binding.node, depth
@@ -728,14 +802,21 @@ class FileAnalysis:
 
     def _argument_requires_grad(self, param: cst.Param, depth: int) -> bool:
         """Some call site of the function in this file passes a tensor that requires grad."""
+        return any(
+            self.requires_grad(arg, site, depth + 1) for arg, site in self.passed_arguments(param)
+        )
+
+    def passed_arguments(self, param: cst.Param) -> list[tuple[cst.BaseExpression, cst.Call]]:
+        """What the call sites of the function in this file pass for ``param``."""
         func = next((a for a in self.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
         if func is None or param not in func.params.params:
-            return False
+            return []
         position = list(func.params.params).index(param)
         is_method = self.enclosing_class(func) is not None and not any(
             isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
             for d in func.decorators
         )
+        passed: list[tuple[cst.BaseExpression, cst.Call]] = []
         for site in self._calls_by_name.get(func.name.value, []):
             callee = site.func
             if is_method and isinstance(callee, cst.Attribute):
@@ -748,9 +829,9 @@ class FileAnalysis:
             if callee_name != func.name.value:
                 continue
             arg = _argument(site, param.name.value, index if index >= 0 else None)
-            if arg is not None and self.requires_grad(arg.value, site, depth + 1):
-                return True
-        return False
+            if arg is not None:
+                passed.append((arg.value, site))
+        return passed
 
     def element_shape(
         self, expr: cst.BaseExpression, at: cst.CSTNode | None = None, _depth: int = 0
@@ -823,8 +904,11 @@ class FileAnalysis:
     def _call_requires_grad(self, call: cst.Call, at: cst.CSTNode, depth: int) -> bool:
         func = call.func
         args = [a.value for a in call.args]
-        if self.is_nn_layer(func, at):
-            return True  # calling a layer: ``self.fc(x)``, ``layer(x)``
+        if self.is_module(func, at):
+            return True  # calling a layer or model: ``self.fc(x)``, ``model(x)``
+        returned = self.returned_values(call, at)
+        if returned is not None:
+            return any(self.requires_grad(v, ret, depth + 1) for v, ret in returned)
         if isinstance(func, cst.Attribute) and self.qualified_name(func) is None:
             method = func.attr.value
             if method in _GRAD_CUTTING_METHODS or method in NON_TENSOR_METHODS:
@@ -921,8 +1005,13 @@ class FileAnalysis:
             return True
         if isinstance(expr, cst.Name):
             binding = self.reaching_binding(expr, at)
-            if binding is None or binding.unpack_index is not None:
+            if binding is None:
                 return False
+            if binding.unpack_index is not None:
+                unpacked = self._unpacked_call_values(binding)
+                return bool(unpacked) and all(
+                    self.is_tensor(v, ret, _depth + 1) for v, ret in unpacked or []
+                )
             if binding.kind == "param" and binding.annotation is not None:
                 return self.is_torch_name(binding.annotation, "torch.Tensor")
             value = binding.value
@@ -947,10 +1036,15 @@ class FileAnalysis:
                 expr.expression, at, _depth + 1
             )
         if isinstance(expr, cst.Call):
-            if self.call_name(expr) in FACTORIES or self.is_nn_layer(expr.func, at):
+            if self.call_name(expr) in FACTORIES or self.is_module(expr.func, at):
                 return True
             op = self.tensor_op(expr, at)
-            return op is not None and op[0] in TENSOR_OPS
+            if op is not None:
+                return op[0] in TENSOR_OPS
+            returned = self.returned_values(expr, at)
+            return bool(returned) and all(
+                self.is_tensor(v, ret, _depth + 1) for v, ret in returned or []
+            )
         return False
 
     def _self_attribute_is_tensor(self, attr: cst.Attribute, at: cst.CSTNode, depth: int) -> bool:
@@ -967,6 +1061,130 @@ class FileAnalysis:
         cls = self.enclosing_class(at)
         assigned = self._class_attrs.get(id(cls), {}) if cls is not None else {}
         return list(assigned.get(attr.attr.value, []))
+
+    # -- values flowing through functions and lists of this file ----------------------------
+    def local_function(self, func: cst.BaseExpression, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """The function of this file that calling ``func`` runs: a ``def`` that is the only
+        binding of its name (``make_weights()``), or a method of the enclosing class called
+        on ``self`` (``self.build()``). Generators and ``async def`` are not followed."""
+        found: cst.CSTNode | None = None
+        if isinstance(func, cst.Name):
+            bindings = self.bindings(func)
+            if len(bindings) == 1 and bindings[0].kind == "def":
+                found = bindings[0].node
+        elif isinstance(func, cst.Attribute) and _is_self(func.value, self, at):
+            cls = self.enclosing_class(at)
+            scope = self._scopes.get(id(cls)) if cls is not None else None
+            methods = scope.bindings.get(func.attr.value, []) if scope is not None else []
+            if len(methods) == 1 and methods[0].kind == "def":
+                found = methods[0].node
+        if not isinstance(found, cst.FunctionDef) or found.asynchronous is not None:
+            return None
+        return None if id(found) in self._generators else found
+
+    def returned_values(
+        self, call: cst.Call, at: cst.CSTNode, unpack_index: int | None = None
+    ) -> list[tuple[cst.BaseExpression, cst.CSTNode]] | None:
+        """What a call of a function of this file returns: ``(value, return statement)`` per
+        ``return``; with ``unpack_index``, the element at that position of each returned
+        tuple (``w, b = init()``). None when the callee or an element is unknown, or some
+        path returns nothing."""
+        func = self.local_function(call.func, at)
+        returns = self._returns.get(id(func), []) if func is not None else []
+        values: list[tuple[cst.BaseExpression, cst.CSTNode]] = []
+        for ret in returns:
+            value = ret.value
+            if value is None:
+                return None
+            if unpack_index is not None:
+                if not isinstance(value, (cst.Tuple, cst.List)):
+                    return None
+                if len(value.elements) <= unpack_index:
+                    return None
+                element = value.elements[unpack_index]
+                if isinstance(element, cst.StarredElement):
+                    return None
+                value = element.value
+            values.append((value, ret))
+        return values or None
+
+    def _unpacked_call_values(
+        self, binding: Binding
+    ) -> list[tuple[cst.BaseExpression, cst.CSTNode]] | None:
+        """For ``a, b = f()`` with ``f`` of this file: what ``f`` returns at the name's
+        position."""
+        if binding.unpack_index is None or not isinstance(binding.value, cst.Call):
+            return None
+        return self.returned_values(binding.value, binding.node, binding.unpack_index)
+
+    def list_elements(
+        self, name: cst.Name, at: cst.CSTNode
+    ) -> tuple[list[tuple[cst.BaseExpression, cst.CSTNode]], bool] | None:
+        """The elements of a list built step by step: ``xs = []`` (or a list literal) then
+        ``xs.append(e)``, ``xs.extend([e, ...])``, ``xs += [e, ...]`` before ``at``.
+
+        Returns ``(element, where it is added)`` pairs and whether the list is certainly
+        non-empty (an element in the literal, or an addition that always runs: not inside a
+        loop, ``if``, ``while`` or ``try``, except a ``for`` over ``range(N)`` or a literal
+        with elements). None when the list is used in any other way
+        between its binding and ``at`` (passed to a call, stored, modified otherwise).
+        """
+        binding = self.reaching_binding(name, at)
+        if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
+            return None
+        if not isinstance(binding.value, cst.List):
+            return None
+        if any(isinstance(e, cst.StarredElement) for e in binding.value.elements):
+            return None
+        elements = [(e.value, binding.node) for e in binding.value.elements]
+        certain = bool(elements)
+        scope_node = self.scope_of(binding.node).node
+        for use in _names_in(scope_node, name.value):
+            position = self.index(use)
+            if not binding.end < position < self.index(at) or use is name:
+                continue
+            added = self._list_addition(use)
+            if added is None:
+                return None
+            elements.extend((value, use) for value in added)
+            certain = certain or (bool(added) and self._runs_once(use, binding.node))
+        return elements, certain
+
+    def _list_addition(self, use: cst.Name) -> list[cst.BaseExpression] | None:
+        """The values one use of a list name adds to it (``[]`` for a plain read such as
+        ``len(xs)``), or None when the use may change the list in unknown ways."""
+        parent = self.parent(use)
+        if isinstance(parent, cst.AugAssign) and isinstance(parent.operator, cst.AddAssign):
+            return _literal_items(parent.value)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            call = self.parent(parent)
+            if not isinstance(call, cst.Call) or call.func is not parent:
+                return None
+            method = parent.attr.value
+            if method == "append" and len(call.args) == 1 and not call.args[0].star:
+                return [call.args[0].value]
+            if method == "extend" and len(call.args) == 1:
+                return _literal_items(call.args[0].value)
+            return [] if method in ("index", "count", "copy") else None
+        if isinstance(parent, cst.Arg):
+            call = self.parent(parent)
+            is_len = isinstance(call, cst.Call) and isinstance(call.func, cst.Name)
+            return [] if is_len and call.func.value == "len" else None  # type: ignore[union-attr]
+        if isinstance(parent, cst.For) and parent.iter is use:
+            return []
+        return None
+
+    def _runs_once(self, node: cst.CSTNode, binding: cst.CSTNode) -> bool:
+        """``node`` runs at least once whenever ``binding`` ran (same block or a ``for``
+        over a non-empty literal range between them)."""
+        for ancestor in self.ancestors(node):
+            if self.contains(ancestor, binding):
+                return True
+            if isinstance(ancestor, (cst.If, cst.While, cst.Try, cst.FunctionDef, cst.Lambda)):
+                return False
+            if isinstance(ancestor, cst.For) and not _iterates_at_least_once(ancestor.iter):
+                return False
+        return False
 
     # -- grad mode ---------------------------------------------------------------------------
     def in_no_grad(self, node: cst.CSTNode) -> bool:
@@ -1112,6 +1330,10 @@ TENSOR_OPS = (
     SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR | SAVES_NOTHING | VIEW_OPS
 )
 
+#: ``nn`` containers: calling one runs the layers it holds.
+_NN_CONTAINERS = frozenset(
+    "torch.nn." + name for name in "Sequential ModuleList ModuleDict".split()
+)
 _NN_NON_LAYERS = frozenset(
     "Module ModuleList ModuleDict Sequential ParameterList ParameterDict Parameter "
     "Identity Flatten Unflatten Dropout ReLU GELU Tanh Sigmoid Softmax".split()
@@ -1182,6 +1404,62 @@ def _flatten_operands(args: Sequence[cst.Arg]) -> list[cst.BaseExpression]:
         else:
             operands.append(value)
     return operands
+
+
+def _iterated_source(
+    iterable: cst.BaseExpression, unpack_index: int | None
+) -> cst.BaseExpression | None:
+    """What a loop variable is taken from: ``x`` for ``for row in x``, the i-th argument
+    for ``for a, b in zip(x, y)``, ``x`` for the second name of ``enumerate(x)``."""
+    if unpack_index is None:
+        return iterable
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name)):
+        return None
+    args = iterable.args
+    if any(a.keyword is not None or a.star for a in args):
+        return None
+    if iterable.func.value == "zip" and unpack_index < len(args):
+        return args[unpack_index].value
+    if iterable.func.value == "enumerate" and unpack_index == 1 and len(args) == 1:
+        return args[0].value
+    return None
+
+
+def _names_in(root: cst.CSTNode, name: str) -> list[cst.Name]:
+    """Every ``Name`` node spelled ``name`` under ``root``."""
+    found: list[cst.Name] = []
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name:
+                found.append(node)
+
+    root.visit(_Finder())
+    return found
+
+
+def _literal_items(value: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    """The items of a list/tuple literal without ``*unpacking`` (None otherwise)."""
+    if not isinstance(value, (cst.List, cst.Tuple)):
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in value.elements):
+        return None
+    return [e.value for e in value.elements]
+
+
+def _iterates_at_least_once(iterable: cst.BaseExpression) -> bool:
+    """``range(3)``, ``range(1, 4)``, ``[a, b]``: a loop over it runs its body."""
+    if isinstance(iterable, (cst.List, cst.Tuple)):
+        return bool(iterable.elements) and _literal_items(iterable) is not None
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name)):
+        return False
+    args = [a.value for a in iterable.args]
+    if iterable.func.value != "range" or not 1 <= len(args) <= 2:
+        return False
+    if not all(isinstance(a, cst.Integer) for a in args):
+        return False
+    bounds = [int(a.value, 0) for a in args]  # type: ignore[attr-defined]
+    return bounds[-1] > (bounds[0] if len(bounds) == 2 else 0)
 
 
 def _is_none_assign(binding: Binding) -> bool:
