@@ -1,4 +1,4 @@
-"""The ``gradfix`` command line: ``check``, ``fix``, ``rules``, ``explain``.
+"""The ``gradfix`` command line: ``check``, ``fix``, ``verify``, ``rules``, ``explain``.
 
 The commands parse options, call :mod:`gradfix.runner` / :mod:`gradfix.registry` and
 format what they return. Output conventions (a public contract, see ``--help``):
@@ -20,11 +20,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 
 if TYPE_CHECKING:
+    from gradfix.proof import FixVerdict
     from gradfix.rule import Finding, Rule
     from gradfix.runner import FileResult, RunOptions, RunResult
 
@@ -36,6 +37,11 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 class CheckFormat(str, enum.Enum):
     text = "text"
     concise = "concise"
+    json = "json"
+
+
+class VerifyFormat(str, enum.Enum):
+    text = "text"
     json = "json"
 
 
@@ -99,6 +105,12 @@ JobsOption = Annotated[
         "-j",
         min=0,
         help="Worker processes for many files; 0: one per CPU, 1: no workers.",
+    ),
+]
+TimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--timeout", min=1.0, help="Seconds each execution of a version may take (verification)."
     ),
 ]
 VerboseOption = Annotated[
@@ -228,6 +240,16 @@ def fix(
     unsafe_fixes: Annotated[
         bool, typer.Option("--unsafe-fixes", help="Also apply fixes marked unsafe.")
     ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Execute the code before and after each fix and apply only the fixes "
+            "proven correct (unverified ones too with --unsafe-fixes; rejected ones never). "
+            "Needs torch.",
+        ),
+    ] = False,
+    timeout: TimeoutOption = 60.0,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     stdin_filename: StdinFilenameOption = None,
@@ -240,7 +262,8 @@ def fix(
     headers, `git apply` / `patch -p1` apply it) and a summary to stderr. With --write
     the files are replaced atomically (encoding, newlines and mode kept), the findings
     left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
-    fixed and the whole fixed source goes to stdout.
+    fixed and the whole fixed source goes to stdout. With --verify each fix is first
+    executed and judged (`gradfix verify`); its verdict line precedes the diff.
 
     \b
     Exit status:
@@ -252,8 +275,12 @@ def fix(
     from gradfix.runner import RunOptions
 
     rules = _select_or_exit(select, ignore)
+    if verify:
+        _require_torch()
     options = RunOptions(rules=rules, fix=True, unsafe_fixes=unsafe_fixes, write=write)
-    run, stdin_data = _run(paths, options, stdin_filename, jobs)
+    first = options if not verify else RunOptions(rules=rules, fix=True, unsafe_fixes=True)
+    run, stdin_data = _run(paths, first, stdin_filename, jobs)
+    verdicts = _verify_run(run, options, timeout) if verify else {}
     _report_problems(run, verbose)
     if stdin_data is not None:
         _emit_fixed_stdin(run.files[0], stdin_data)
@@ -261,7 +288,7 @@ def fix(
         for path, finding in _remaining(run):
             typer.echo(finding_line(path, finding))
     else:
-        _emit_diffs(run)
+        _emit_diffs(run, verdicts)
     applied = write or stdin_data is not None
     _error(fix_summary(run, applied=applied, unsafe_fixes=unsafe_fixes))
     raise typer.Exit(_fix_exit_code(run, applied=applied))
@@ -294,10 +321,37 @@ def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
     return EXIT_FINDINGS if any(result.changed for result in run.files) else EXIT_CLEAN
 
 
-def _emit_diffs(run: RunResult) -> None:
+def _verify_run(run: RunResult, options: RunOptions, timeout: float) -> dict[str, list[FixVerdict]]:
+    """``fix --verify``: judge every fix of every changed file, then keep (and with
+    --write, write) only the accepted ones. Verdict lines go to stderr when writing."""
+    from gradfix.engine import SourceError
+    from gradfix.proof import accepted, finding_key, verify_fixes
+    from gradfix.runner import refix_selected
+
+    verdicts: dict[str, list[FixVerdict]] = {}
+    for result in run.files:
+        if result.error is not None or not result.changed or result.original is None:
+            continue
+        try:
+            found = verify_fixes(result.path, result.original, rules=options.rules, timeout=timeout)
+        except SourceError as error:
+            result.error = str(error)
+            continue
+        verdicts[result.path] = found
+        keys = accepted(found, unverified=options.unsafe_fixes)
+        refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
+        if options.write:
+            for verdict in found:
+                _error(verdict.line())
+    return verdicts
+
+
+def _emit_diffs(run: RunResult, verdicts: dict[str, list[FixVerdict]] | None = None) -> None:
     from gradfix.diff import file_diff
 
     for result in sorted(run.files, key=lambda r: r.path):
+        for verdict in (verdicts or {}).get(result.path, []):
+            typer.echo(verdict.line())
         if result.changed and result.original is not None and result.fixed is not None:
             diff = file_diff(result.original, result.fixed, result.path, result.encoding)
             typer.echo(diff, nl=False)
@@ -320,6 +374,116 @@ def _emit_fixed_stdin(result: FileResult, data: bytes) -> None:
 def _remaining(run: RunResult) -> list[tuple[str, Finding]]:
     pairs = [(result.path, finding) for result in run.files for finding in result.remaining]
     return sorted(pairs, key=lambda item: (item[0], item[1]))
+
+
+# --- verify --------------------------------------------------------------------------------
+
+
+@app.command()
+def verify(
+    paths: PathsArgument = None,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline",
+            help="Judge a refactor made by hand: `gradfix verify --baseline OLD.py NEW.py`.",
+        ),
+    ] = False,
+    output_format: Annotated[
+        VerifyFormat,
+        typer.Option("--format", help="text: one verdict line per fix; json: an array."),
+    ] = VerifyFormat.text,
+    timeout: TimeoutOption = 60.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of both executions.")] = 0,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, help="Fixes verified at the same time.")
+    ] = 2,
+    verbose: VerboseOption = False,
+) -> None:
+    """Prove each fix by execution; nothing is written.
+
+    Every fix is applied alone to the file as read, then the original and the fixed code
+    are executed (in a subprocess with a time limit, a memory cap and a temporary working
+    directory) and compared. One line per fix:
+    `path:line:col: CODE verified|rejected|unverified: reason` -- verified: the fixed
+    code keeps the forward results and gives finite gradients equal to the true
+    derivative of the original; rejected: a forward result changed, or the gradients are
+    still wrong, missing or nan; unverified: the code could not be executed (missing
+    import or data, GPU, timeout) or calls no backward.
+
+    \b
+    Exit status:
+      0  every fix verified (or no fix at all)
+      1  some fix rejected or unverified; with --baseline: NEW is not proven
+      2  a file could not be processed, torch is missing, or a bad option
+    """
+    _require_torch()
+    if baseline:
+        _verify_baseline(paths or [], output_format, timeout, seed)
+    from gradfix.runner import RunOptions
+
+    # every fix is judged, the unsafe ones included: that is what verification is for
+    options = RunOptions(rules=_select_or_exit(select, ignore), fix=True, unsafe_fixes=True)
+    run, _ = _run(paths, options, None, 1)
+    verdicts = _verify_run(run, options, timeout)
+    _report_problems(run, verbose)
+    found = [v for path in sorted(verdicts) for v in verdicts[path]]
+    if output_format is VerifyFormat.json:
+        typer.echo(json.dumps([v.to_dict() for v in found], indent=2))
+    else:
+        for verdict in found:
+            typer.echo(verdict.line())
+    _error(verify_summary(found, len(run.errors)))
+    if run.errors:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_CLEAN if all(v.status == "verified" for v in found) else EXIT_FINDINGS)
+
+
+def verify_summary(verdicts: Sequence[FixVerdict], errors: int = 0) -> str:
+    """``3 fixes: 2 verified, 1 rejected, 0 unverified.``"""
+    if not verdicts:
+        return "No fixes to verify." + _errors_sentence(errors)
+    counts = {status: 0 for status in ("verified", "rejected", "unverified")}
+    for verdict in verdicts:
+        counts[verdict.status] = counts.get(verdict.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in counts.items())
+    fixes = f"{len(verdicts)} fix{'' if len(verdicts) == 1 else 'es'}"
+    return f"{fixes}: {parts}." + _errors_sentence(errors)
+
+
+def _verify_baseline(
+    paths: list[str], output_format: VerifyFormat, timeout: float, seed: int
+) -> NoReturn:
+    from gradfix.proof import verify_baseline
+
+    if len(paths) != 2:
+        _error("error: --baseline takes exactly two paths: OLD.py NEW.py")
+        raise typer.Exit(EXIT_ERROR)
+    old, new = paths
+    for path in paths:
+        if not os.path.isfile(path):
+            _error(f"{path}: no such file")
+            raise typer.Exit(EXIT_ERROR)
+    status, reason, evidence = verify_baseline(old, new, timeout=timeout, seed=seed)
+    if output_format is VerifyFormat.json:
+        record = {"old": old, "new": new, "verdict": status, "reason": reason}
+        typer.echo(json.dumps({**record, "evidence": evidence}, indent=2))
+    else:
+        typer.echo(f"{new}: {status}: {reason}")
+    raise typer.Exit(EXIT_CLEAN if status == "verified" else EXIT_FINDINGS)
+
+
+def _require_torch() -> None:
+    from gradfix.proof import torch_available
+
+    if not torch_available():
+        _error(
+            "error: verification executes the code and needs torch: "
+            "pip install 'gradfix[verify]' (static check and fix do not)"
+        )
+        raise typer.Exit(EXIT_ERROR)
 
 
 # --- rules and explain -----------------------------------------------------------------------

@@ -13,7 +13,7 @@ is dropped and reported), and lint again, until nothing changes or ``max_passes`
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -130,8 +130,12 @@ def lint_source(
     fix: bool = False,
     unsafe_fixes: bool = False,
     max_passes: int = MAX_PASSES,
+    keep: Callable[[Finding], bool] | None = None,
 ) -> LintResult:
-    """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source."""
+    """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source.
+
+    ``keep`` limits fixing to the fixes whose findings (on ``source``) it accepts, in one
+    pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one."""
     active = [rule for rule in rules if should_run(rule, source)]
     if not active:
         _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
@@ -142,8 +146,10 @@ def lint_source(
     result = LintResult(findings, source, remaining=list(findings))
     if not fix:
         return result
+    if keep is not None:
+        max_passes = 1
     for _ in range(max_passes):
-        fixes = _applicable(reports, unsafe_fixes)
+        fixes = _applicable(reports, unsafe_fixes, keep)
         if not fixes:
             break
         new_source, applied, dropped = _apply_pass(wrapper, fixes)
@@ -158,7 +164,9 @@ def lint_source(
     return result
 
 
-def _applicable(reports: Iterable[Report], unsafe_fixes: bool) -> list[Fix]:
+def _applicable(
+    reports: Sequence[Report], unsafe_fixes: bool, keep: Callable[[Finding], bool] | None = None
+) -> list[Fix]:
     fixes: list[Fix] = []
     seen: set[int] = set()
     for report in reports:
@@ -169,7 +177,46 @@ def _applicable(reports: Iterable[Report], unsafe_fixes: bool) -> list[Fix]:
             continue
         seen.add(id(fix))
         fixes.append(fix)
+    if keep is not None:
+        refused = {id(r.fix) for r in reports if r.fix is not None and not keep(to_finding(r))}
+        fixes = [fix for fix in fixes if id(fix) not in refused]
     return fixes
+
+
+@dataclass
+class SingleFix:
+    """One fix applied alone to the original source (what ``gradfix verify`` proves)."""
+
+    findings: list[Finding]  # the findings this fix resolves, positions in the original
+    safety: str
+    description: str
+    source: str | None  # None when the fix alone breaks the syntax
+
+
+def single_fixes(
+    source: str, *, rules: Sequence[type[Rule]], path: str = "<stdin>"
+) -> list[SingleFix]:
+    """Every fix the rules offer on ``source`` (safe and unsafe), each applied alone."""
+    active = [rule for rule in rules if should_run(rule, source)]
+    if not active:
+        _check_syntax(source)
+        return []
+    module = parse(source)
+    reports, _ = collect_reports(module, active, source, path)
+    grouped: dict[int, tuple[Fix, list[Finding]]] = {}
+    for report in reports:
+        if report.fix is not None:
+            entry = grouped.setdefault(id(report.fix), (report.fix, []))
+            entry[1].append(to_finding(report))
+    singles = []
+    for fix, findings in grouped.values():
+        fixed = _render(module, [fix])
+        singles.append(
+            SingleFix(
+                findings, fix.safety.value, fix.description, fixed if _compiles(fixed) else None
+            )
+        )
+    return singles
 
 
 def _apply_pass(wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int, list[str]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -176,6 +176,38 @@ def process_text(
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
     return result
+
+
+def refix_selected(
+    result: FileResult, options: RunOptions, keep: Callable[[Finding], bool]
+) -> None:
+    """Recompute ``result.fixed`` with only the fixes whose findings ``keep`` accepts (one
+    pass over the original), and write it when ``options.write``. ``fix --verify`` uses it
+    to apply proven fixes only."""
+    if result.original is None or result.error is not None:
+        return
+    lint = lint_source(
+        result.original,
+        rules=options.rules,
+        path=result.path,
+        fix=True,
+        unsafe_fixes=options.unsafe_fixes,
+        keep=keep,
+    )
+    result.fixed = lint.source
+    result.remaining = sorted(lint.remaining)
+    if not (options.write and result.changed):
+        return
+    try:
+        source = read_source(result.path)
+    except FileError as error:
+        result.error = str(error)
+        return
+    if source.text != result.original:
+        result.error = "changed on disk while it was being verified; not written"
+        result.fixed, result.remaining = result.original, list(result.findings)
+        return
+    _write(source, result)
 
 
 def _write(source: SourceFile, result: FileResult) -> None:

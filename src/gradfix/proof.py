@@ -1,0 +1,139 @@
+"""Verified fixes on user code: one verdict per fix (``gradfix verify``, ``fix --verify``).
+
+Each fix the rules offer on a file is applied *alone* to the file as read, and the
+original and the fixed source are executed by the oracle (:mod:`gradfix.verify`): the
+fixed code must keep the forward results and give finite gradients equal to the true
+derivative of the original. Nothing is written; the user's files are only read (the
+oracle runs copies in temporary directories, with the file's own directory importable).
+
+    verdicts = verify_fixes("train.py", source, rules=select_rules())
+    for v in verdicts:
+        print(v.line())   # train.py:12:1: GF201 verified: forward values equal ...
+
+torch is imported only by the oracle's runner processes; :func:`torch_available` tells
+whether verification can run at all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradfix.engine import SingleFix, single_fixes
+from gradfix.rule import Finding, Rule
+
+VERDICTS = ("verified", "rejected", "unverified")
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass
+class FixVerdict:
+    """The verdict on one fix, reported at each finding the fix resolves."""
+
+    path: str
+    finding: Finding
+    status: str  # verified | rejected | unverified
+    reason: str
+    safety: str
+    description: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """``path:line:col: CODE verified|rejected|unverified: reason`` (the contract)."""
+        f = self.finding
+        return f"{self.path}:{f.line}:{f.col}: {f.code} {self.status}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.finding
+        return {
+            "code": f.code,
+            "path": self.path,
+            "line": f.line,
+            "col": f.col,
+            "verdict": self.status,
+            "reason": self.reason,
+            "evidence": self.evidence,
+            "safety": self.safety,
+            "fix": self.description,
+        }
+
+
+def torch_available() -> bool:
+    """Verification executes code with torch; static checking never needs it."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def verify_fixes(
+    path: str,
+    source: str,
+    *,
+    rules: Sequence[type[Rule]],
+    timeout: float = DEFAULT_TIMEOUT,
+    seed: int = 0,
+    jobs: int = 2,
+) -> list[FixVerdict]:
+    """One verdict per finding that has a fix, each fix proven on its own (see module doc).
+
+    Raises :class:`gradfix.engine.SourceError` when ``source`` does not parse."""
+    singles = single_fixes(source, rules=rules, path=path)
+    if not singles:
+        return []
+
+    def prove(single: SingleFix) -> tuple[str, str, dict[str, Any]]:
+        return _prove(path, source, single, timeout, seed)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outcomes = list(pool.map(prove, singles))
+    verdicts = [
+        FixVerdict(path, finding, status, reason, s.safety, s.description, evidence)
+        for s, (status, reason, evidence) in zip(singles, outcomes)
+        for finding in s.findings
+    ]
+    return sorted(verdicts, key=lambda v: (v.finding.line, v.finding.col, v.finding.code))
+
+
+def _prove(
+    path: str, source: str, single: SingleFix, timeout: float, seed: int
+) -> tuple[str, str, dict[str, Any]]:
+    if single.source is None:
+        return "rejected", "the fix alone breaks the syntax", {}
+    from gradfix.verify import verify_sources
+
+    verdict = verify_sources(
+        source,
+        single.source,
+        filename=os.path.basename(path) or "snippet.py",
+        seed=seed,
+        timeout=timeout,
+        source_dir=os.path.dirname(os.path.abspath(path)),
+    )
+    return verdict.status, verdict.reason, verdict.evidence
+
+
+def verify_baseline(
+    old_path: str, new_path: str, *, timeout: float = DEFAULT_TIMEOUT, seed: int = 0
+) -> tuple[str, str, dict[str, Any]]:
+    """The oracle on a refactor made by hand: NEW must keep OLD's forward results and
+    give correct finite gradients. Returns ``(status, reason, evidence)``."""
+    from gradfix.verify import verify_files
+
+    verdict = verify_files(old_path, new_path, timeout=timeout, seed=seed)
+    return verdict.status, verdict.reason, verdict.evidence
+
+
+def accepted(verdicts: Sequence[FixVerdict], *, unverified: bool) -> set[tuple[int, int, str]]:
+    """The findings whose fix may be applied by ``fix --verify``: verified ones, and
+    unverified ones when ``unverified`` (``--unsafe-fixes``). Rejected fixes never."""
+    allowed = {"verified", "unverified"} if unverified else {"verified"}
+    keys = {finding_key(v.finding) for v in verdicts if v.status in allowed}
+    refused = {finding_key(v.finding) for v in verdicts if v.status not in allowed}
+    return keys - refused
+
+
+def finding_key(finding: Finding) -> tuple[int, int, str]:
+    """How ``fix --verify`` matches a finding to its verdict (position on the original)."""
+    return (finding.line, finding.col, finding.code)
