@@ -58,7 +58,8 @@ param.sum().backward()
 """
 SEED_DETACHED = SEED_OLD.replace("param[0] / param[1]", "(param[0] / param[1]).detach()")
 SEED_STACKED = SEED_OLD.replace(
-    "param[2] = param[0] / param[1]", "param = torch.stack([param[0], param[1], param[0] / param[1]])"
+    "param[2] = param[0] / param[1]",
+    "param = torch.stack([param[0], param[1], param[0] / param[1]])",
 )
 
 
