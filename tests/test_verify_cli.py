@@ -170,3 +170,67 @@ def test_fix_verify_preview_shows_each_verdict(project: Path) -> None:
     assert "GF101 verified" in verdict_line
     assert any(line.startswith("+A = torch.stack([a0, a1])") for line in diff)
     assert (project / "train.py").read_text(encoding="utf-8") == TRAIN
+
+
+# A library file: nothing runs at import, the fixes sit in a property, a forward and a
+# function that a call site in the file shows to take a tensor requiring grad.
+LIBRARY = """import torch
+from torch import nn
+
+
+class Example(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.paramn_ = nn.Parameter(torch.rand(2))
+
+    @property
+    def Param(self):
+        paramn = torch.zeros([3])
+        paramn[0] = self.paramn_[0]
+        paramn[1] = self.paramn_[1]
+        paramn[2] = paramn[0] / paramn[1]
+        return paramn
+
+
+class Head(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        y = x * self.w
+        return torch.tensor([y[..., 0].sum(), y[..., 1].sum()])
+
+
+def gamma(x):
+    mask = (x > 0).float()
+    return mask * x + (1 - mask) * x ** 0.5
+
+
+def train_step(model, x):
+    return gamma(model(x))
+"""
+
+
+def test_probes_drive_functions_and_modules_the_file_never_runs(tmp_path: Path) -> None:
+    library = tmp_path / "library.py"
+    library.write_text(LIBRARY, encoding="utf-8")
+    code, out, err = invoke("verify", "--format", "json", str(library))
+    records = {r["code"]: r for r in json.loads(out)}
+    assert records["GF202"]["evidence"]["harness"] == "probe: Example() through .Param"
+    assert records["GF101"]["evidence"]["harness"] == "probe: Head() through forward()"
+    assert all(r["verdict"] == "verified" for r in records.values()), records
+    assert code == 0, err
+
+
+def test_no_probe_for_code_that_needs_arguments_it_cannot_invent() -> None:
+    from gradfix.verify.harness import probe_for
+
+    source = (
+        "import torch\nclass M(torch.nn.Module):\n    def __init__(self, n):\n"
+        "        super().__init__()\n\n    def forward(self, x):\n        return x\n"
+        "def f(x, n: int):\n    return x * n\n"
+    )
+    assert probe_for(source, 7) is None  # the constructor needs `n`
+    assert probe_for(source, 9) is None  # `n` is an int
+    assert probe_for("def f(x):\n    return x\n", 2) is not None

@@ -28,6 +28,8 @@ from gradfix.rule import Finding, Rule
 
 VERDICTS = ("verified", "rejected", "unverified")
 DEFAULT_TIMEOUT = 60.0
+#: how the oracle says that a run made no backward call
+NOTHING_TO_COMPARE = "nothing to compare"
 
 
 @dataclass
@@ -102,16 +104,27 @@ def _prove(
     if single.source is None:
         return "rejected", "the fix alone breaks the syntax", {}
     from gradfix.verify import verify_sources
+    from gradfix.verify.harness import probe_for
 
-    verdict = verify_sources(
-        source,
-        single.source,
-        filename=os.path.basename(path) or "snippet.py",
-        seed=seed,
-        timeout=timeout,
-        source_dir=os.path.dirname(os.path.abspath(path)),
-    )
-    return verdict.status, verdict.reason, verdict.evidence
+    def run(before: str, after: str, harness: str) -> tuple[str, str, dict[str, Any]]:
+        verdict = verify_sources(
+            before,
+            after,
+            filename=os.path.basename(path) or "snippet.py",
+            seed=seed,
+            timeout=timeout,
+            source_dir=os.path.dirname(os.path.abspath(path)),
+        )
+        return verdict.status, verdict.reason, {**verdict.evidence, "harness": harness}
+
+    status, reason, evidence = run(source, single.source, "the file run as a script")
+    if status != "unverified" or not reason.startswith(NOTHING_TO_COMPARE):
+        return status, reason, evidence
+    # The file only defines the code around the fix: drive it with a probe.
+    probe = probe_for(source, single.findings[0].line)
+    if probe is None:
+        return status, reason, evidence
+    return run(source + probe.code, single.source + probe.code, f"probe: {probe.description}")
 
 
 def verify_baseline(

@@ -1,0 +1,147 @@
+"""Probes: drive code that a file defines but never runs (no torch here; pure text).
+
+A fix inside a function or an ``nn.Module`` that the file never calls with a backward
+leaves the oracle with nothing to compare. :func:`probe_for` then writes a small driver,
+appended verbatim to both BEFORE and AFTER, that exercises the code around the fix:
+
+- a module-level function whose parameters are tensors: called with seeded random inputs
+  that require grad, trying a small ladder of shapes until the call runs (the same shape
+  in both versions, since the forward computation must not change), then ``backward()``
+  through the sum of every tensor it returns;
+- an ``nn.Module`` subclass constructible without arguments: its ``forward`` probed the
+  same way, and every ``@property`` of the class that returns a tensor (seed 000's
+  ``Param``) summed in.
+
+The inputs are leaves created by ``torch.randn(..., requires_grad=True)``, so the oracle
+compares their gradients (and the module's parameters') like those of any script.
+
+    probe = probe_for(source, line=12)
+    if probe is not None:
+        before, after = before + probe.code, after + probe.code
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+#: Input shapes tried in order (the first one the forward accepts is used).
+SHAPE_LADDER = ((4,), (3, 4), (2, 3, 4), (2, 3, 8, 8), (2, 8), ())
+#: Annotations that say a parameter is not a tensor: such a function is not probed.
+_NON_TENSOR_ANNOTATIONS = frozenset({"int", "float", "str", "bool", "bytes", "dict", "list"})
+
+_PRELUDE = '''
+
+# --- gradfix verification probe: drives {what} (not part of the user's code) ---
+def __gradfix_probe_sum(value):
+    import torch as __t
+    if isinstance(value, __t.Tensor):  # a cut graph then fails in backward() as it should
+        return value.sum() if value.is_floating_point() else None
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        parts = [p for p in map(__gradfix_probe_sum, value) if p is not None]
+        return sum(parts[1:], parts[0]) if parts else None
+    return None
+
+
+def __gradfix_probe_call(fn, count):
+    import torch as __t
+    for shape in {ladder!r}:
+        __t.manual_seed(0)
+        inputs = [__t.randn(shape, requires_grad=True) for _ in range(count)]
+        try:
+            return fn(*inputs)
+        except Exception:
+            continue
+    raise RuntimeError("gradfix probe: no input shape of {ladder!r} is accepted")
+'''
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What to append to both versions, and a one-line description for the evidence."""
+
+    code: str
+    description: str
+
+
+def probe_for(source: str, line: int) -> Probe | None:
+    """A driver for the module-level function or class around ``line``, or None."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        end = getattr(node, "end_lineno", None) or node.lineno
+        if not node.lineno <= line <= end:
+            continue
+        if isinstance(node, ast.FunctionDef):
+            return _function_probe(node)
+        if isinstance(node, ast.ClassDef):
+            return _module_probe(node)
+    return None
+
+
+def _function_probe(func: ast.FunctionDef) -> Probe | None:
+    count = _tensor_parameter_count(func.args, skip_first=False)
+    if count is None:
+        return None
+    what = f"{func.name}() with random tensor inputs"
+    body = (
+        f"__gradfix_total = __gradfix_probe_sum(__gradfix_probe_call({func.name}, {count}))\n"
+        "__gradfix_total.backward()\n"
+    )
+    return Probe(_prelude(what) + "\n\n" + body, what)
+
+
+def _module_probe(cls: ast.ClassDef) -> Probe | None:
+    if not any(_base_name(base).endswith("Module") for base in cls.bases):
+        return None
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    init = methods.get("__init__")
+    if init is not None and _tensor_parameter_count(init.args, skip_first=True) != 0:
+        return None  # needs constructor arguments
+    properties = [n.name for n in methods.values() if _is_property(n)]
+    lines = ["__gradfix_module = " + cls.name + "()", "__gradfix_outputs = []"]
+    forward = methods.get("forward")
+    count = _tensor_parameter_count(forward.args, skip_first=True) if forward else None
+    if count is not None:
+        lines.append(
+            f"__gradfix_outputs.append(__gradfix_probe_call(__gradfix_module, {count}))"
+        )
+    lines += [f"__gradfix_outputs.append(__gradfix_module.{name})" for name in properties]
+    if len(lines) == 2:
+        return None
+    lines.append("__gradfix_probe_sum(__gradfix_outputs).backward()")
+    parts = (["forward()"] if count is not None else []) + [f".{p}" for p in properties]
+    what = f"{cls.name}() through {', '.join(parts)}"
+    return Probe(_prelude(what) + "\n\n" + "\n".join(lines) + "\n", what)
+
+
+def _prelude(what: str) -> str:
+    return _PRELUDE.format(what=what, ladder=SHAPE_LADDER)
+
+
+def _tensor_parameter_count(args: ast.arguments, *, skip_first: bool) -> int | None:
+    """How many positional parameters need a value (all taken as tensors), or None when
+    one of them is declared not to be a tensor or the call needs keyword-only values."""
+    positional = [*args.posonlyargs, *args.args][1 if skip_first else 0 :]
+    required = positional[: len(positional) - len(args.defaults)]
+    if any(d is None for d in args.kw_defaults):
+        return None
+    for arg in required:
+        annotation = arg.annotation
+        if isinstance(annotation, ast.Name) and annotation.id in _NON_TENSOR_ANNOTATIONS:
+            return None
+    return len(required)
+
+
+def _is_property(func: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "property" for d in func.decorator_list)
+
+
+def _base_name(base: ast.expr) -> str:
+    if isinstance(base, ast.Attribute):
+        return base.attr
+    return base.id if isinstance(base, ast.Name) else ""
