@@ -234,3 +234,49 @@ def test_no_probe_for_code_that_needs_arguments_it_cannot_invent() -> None:
     assert probe_for(source, 7) is None  # the constructor needs `n`
     assert probe_for(source, 9) is None  # `n` is an int
     assert probe_for("def f(x):\n    return x\n", 2) is not None
+
+
+MODEL = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+        self.w.normal_()
+
+    def forward(self, x):
+        return (x * self.w).sum()
+"""
+ENTRY = """import torch
+from pkg.model import Net
+
+
+def main():
+    net = Net()
+    loss = net(torch.ones(3))
+    loss.backward()
+"""
+
+
+def test_entry_point_of_the_project_judges_fixes_in_an_imported_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "pkg" / "model.py").write_text(MODEL, encoding="utf-8")
+    (tmp_path / "train.py").write_text(ENTRY, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = invoke("verify", "--entry", "train:main", "--format", "json", "pkg")
+    [record] = json.loads(out)
+    assert record["verdict"] == "verified" and record["code"] == "GF201", record
+    assert record["evidence"]["harness"] == "entry train:main"
+    assert code == 0
+    assert (tmp_path / "pkg" / "model.py").read_text(encoding="utf-8") == MODEL
+    code, out, _ = invoke("verify", "--entry", "missing:main", "pkg")
+    assert code == 1 and "unverified" in out and "No module named 'missing'" in out
+    code, _, err = invoke("verify", "--entry", "train", "pkg")
+    assert code == 2 and err.strip() == (
+        "error: --entry must be MODULE:FUNCTION (e.g. train:main), not 'train'"
+    )

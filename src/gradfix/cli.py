@@ -113,6 +113,16 @@ TimeoutOption = Annotated[
         "--timeout", min=1.0, help="Seconds each execution of a version may take (verification)."
     ),
 ]
+EntryOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--entry",
+        metavar="MODULE:FUNCTION",
+        help="Judge every fix by calling this entry point of the project (imported from "
+        "the current directory), before and with the fix.",
+        show_default=False,
+    ),
+]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors.")
 ]
@@ -321,20 +331,25 @@ def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
     return EXIT_FINDINGS if any(result.changed for result in run.files) else EXIT_CLEAN
 
 
-def _verify_run(run: RunResult, options: RunOptions, timeout: float) -> dict[str, list[FixVerdict]]:
+def _verify_run(
+    run: RunResult, options: RunOptions, timeout: float, entry: str | None = None
+) -> dict[str, list[FixVerdict]]:
     """``fix --verify``: judge every fix of every changed file, then keep (and with
     --write, write) only the accepted ones. Verdict lines go to stderr when writing."""
     from gradfix.engine import SourceError
     from gradfix.proof import accepted, finding_key, verify_fixes
     from gradfix.runner import refix_selected
+    from gradfix.verify.harness import EntryError
 
     verdicts: dict[str, list[FixVerdict]] = {}
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
             continue
         try:
-            found = verify_fixes(result.path, result.original, rules=options.rules, timeout=timeout)
-        except SourceError as error:
+            found = verify_fixes(
+                result.path, result.original, rules=options.rules, timeout=timeout, entry=entry
+            )
+        except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
         verdicts[result.path] = found
@@ -395,6 +410,7 @@ def verify(
     ] = VerifyFormat.text,
     timeout: TimeoutOption = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of both executions.")] = 0,
+    entry: EntryOption = None,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     jobs: Annotated[
@@ -420,6 +436,8 @@ def verify(
       2  a file could not be processed, torch is missing, or a bad option
     """
     _require_torch()
+    if entry is not None:
+        _check_entry(entry)
     if baseline:
         _verify_baseline(paths or [], output_format, timeout, seed)
     from gradfix.runner import RunOptions
@@ -427,7 +445,7 @@ def verify(
     # every fix is judged, the unsafe ones included: that is what verification is for
     options = RunOptions(rules=_select_or_exit(select, ignore), fix=True, unsafe_fixes=True)
     run, _ = _run(paths, options, None, 1)
-    verdicts = _verify_run(run, options, timeout)
+    verdicts = _verify_run(run, options, timeout, entry=entry)
     _report_problems(run, verbose)
     found = [v for path in sorted(verdicts) for v in verdicts[path]]
     if output_format is VerifyFormat.json:
@@ -473,6 +491,16 @@ def _verify_baseline(
     else:
         typer.echo(f"{new}: {status}: {reason}")
     raise typer.Exit(EXIT_CLEAN if status == "verified" else EXIT_FINDINGS)
+
+
+def _check_entry(entry: str) -> None:
+    from gradfix.verify.harness import EntryError, parse_entry
+
+    try:
+        parse_entry(entry)
+    except EntryError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 def _require_torch() -> None:

@@ -77,6 +77,8 @@ def verify_fixes(
     timeout: float = DEFAULT_TIMEOUT,
     seed: int = 0,
     jobs: int = 2,
+    entry: str | None = None,
+    root: str = ".",
 ) -> list[FixVerdict]:
     """One verdict per finding that has a fix, each fix proven on its own (see module doc).
 
@@ -86,6 +88,8 @@ def verify_fixes(
         return []
 
     def prove(single: SingleFix) -> tuple[str, str, dict[str, Any]]:
+        if entry is not None:
+            return _prove_entry(path, single, entry, root, timeout, seed)
         return _prove(path, source, single, timeout, seed)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -125,6 +129,21 @@ def _prove(
     if probe is None:
         return status, reason, evidence
     return run(source + probe.code, single.source + probe.code, f"probe: {probe.description}")
+
+
+def _prove_entry(
+    path: str, single: SingleFix, entry: str, root: str, timeout: float, seed: int
+) -> tuple[str, str, dict[str, Any]]:
+    """Run the user's entry point on the tree as it is and with the fixed file swapped in."""
+    if single.source is None:
+        return "rejected", "the fix alone breaks the syntax", {}
+    from gradfix.verify import verify_sources
+    from gradfix.verify.harness import entry_driver
+
+    before = entry_driver(entry, root, path, None)
+    after = entry_driver(entry, root, path, single.source)
+    verdict = verify_sources(before, after, filename="gradfix_entry.py", seed=seed, timeout=timeout)
+    return verdict.status, verdict.reason, {**verdict.evidence, "harness": f"entry {entry}"}
 
 
 def verify_baseline(

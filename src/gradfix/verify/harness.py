@@ -10,7 +10,10 @@ appended verbatim to both BEFORE and AFTER, that exercises the code around the f
   through the sum of every tensor it returns;
 - an ``nn.Module`` subclass constructible without arguments: its ``forward`` probed the
   same way, and every ``@property`` of the class that returns a tensor (seed 000's
-  ``Param``) summed in.
+  ``Param``) summed in;
+- the user's own entry point (``--entry module:function``): :func:`entry_driver` imports
+  the module from the project root, with the fixed file's text swapped in for AFTER, and
+  calls the function.
 
 The inputs are leaves created by ``torch.randn(..., requires_grad=True)``, so the oracle
 compares their gradients (and the module's parameters') like those of any script.
@@ -23,6 +26,7 @@ compares their gradients (and the module's parameters') like those of any script
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass
 
 #: Input shapes tried in order (the first one the forward accepts is used).
@@ -145,3 +149,76 @@ def _base_name(base: ast.expr) -> str:
     if isinstance(base, ast.Attribute):
         return base.attr
     return base.id if isinstance(base, ast.Name) else ""
+
+
+_ENTRY_DRIVER = '''# gradfix verification driver: calls {entry} (nothing here is the user's code)
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+sys.path.insert(0, {root!r})
+_gradfix_patched = {patched!r}
+
+
+class _GradfixLoader(importlib.abc.Loader):
+    """Loads the patched text of a file instead of the file itself."""
+
+    def __init__(self, origin):
+        self.origin = origin
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        code = compile(_gradfix_patched[self.origin], self.origin, "exec")
+        exec(code, module.__dict__)
+
+
+class _GradfixFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.origin in _gradfix_patched:
+            spec.loader = _GradfixLoader(spec.origin)
+        return spec
+
+
+sys.meta_path.insert(0, _GradfixFinder())
+_gradfix_result = getattr(importlib.import_module({module!r}), {function!r})()
+_gradfix_files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+_gradfix_loaded = {{os.path.abspath(f) for f in _gradfix_files if f}}
+if {target!r} not in _gradfix_loaded:
+    raise ModuleNotFoundError("the entry point {entry} never imports {target}")
+'''
+
+
+class EntryError(ValueError):
+    """A malformed ``--entry``; ``str()`` is a one-line message."""
+
+
+def parse_entry(entry: str) -> tuple[str, str]:
+    """``"pkg.train:main"`` -> ``("pkg.train", "main")``; :class:`EntryError` otherwise."""
+    module, sep, function = entry.partition(":")
+    dotted = all(part.isidentifier() for part in module.split("."))
+    if not sep or not dotted or not function.isidentifier():
+        raise EntryError(f"--entry must be MODULE:FUNCTION (e.g. train:main), not {entry!r}")
+    return module, function
+
+
+def entry_driver(entry: str, root: str, target: str, patched_source: str | None) -> str:
+    """A script that imports ``module`` of ``entry`` (``module:function``) from ``root``
+    and calls ``function()``; with ``patched_source``, the file ``target`` is imported
+    with that text instead of what is on disk (the user's files are never written). The
+    backward calls the entry point makes are what the oracle compares."""
+    module, function = parse_entry(entry)
+    target = os.path.abspath(target)
+    patched = {target: patched_source} if patched_source is not None else {}
+    return _ENTRY_DRIVER.format(
+        entry=entry,
+        root=os.path.abspath(root),
+        patched=patched,
+        module=module,
+        function=function,
+        target=target,
+    )
