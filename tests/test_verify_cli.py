@@ -280,3 +280,43 @@ def test_entry_point_of_the_project_judges_fixes_in_an_imported_module(
     assert code == 2 and err.strip() == (
         "error: --entry must be MODULE:FUNCTION (e.g. train:main), not 'train'"
     )
+
+
+LOOP = """import torch
+from torch import nn
+
+
+def train(steps=3):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    total = 0.0
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(torch.ones(2, 3)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        total += loss
+    print(f"mean loss {float(total) / steps:.4f}")
+"""
+RUN = "from loop import train\n\ntrain()\n"
+
+
+def test_command_harness_records_every_backward_of_the_users_command(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP, encoding="utf-8")
+    (tmp_path / "run.py").write_text(RUN, encoding="utf-8")
+    from gradfix.verify.command import CommandHarness
+
+    harness = CommandHarness("python run.py", root=str(tmp_path), timeout=120)
+    try:
+        source = LOOP.replace("total += loss", "total += loss.detach()")
+        verdict = harness.prove(str(tmp_path / "loop.py"), source)
+        assert verdict.status == "verified", verdict.reason
+        assert verdict.evidence["backward_events"] == {"before": 3, "after": 3}
+        wrong = LOOP.replace("pow(2)", "pow(3)")  # changes the forward: rejected
+        assert harness.prove(str(tmp_path / "loop.py"), wrong).status == "rejected"
+    finally:
+        harness.close()
+    assert (tmp_path / "loop.py").read_text(encoding="utf-8") == LOOP
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
+    assert left == ["loop.py", "run.py"]  # the patched copy lived elsewhere

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gradfix.proof import FixVerdict
     from gradfix.rule import Finding, Rule
     from gradfix.runner import FileResult, RunOptions, RunResult
+    from gradfix.verify.command import CommandHarness
 
 STDIN_PATH = "-"
 DEFAULT_STDIN_NAME = "<stdin>"
@@ -120,6 +121,16 @@ EntryOption = Annotated[
         metavar="MODULE:FUNCTION",
         help="Judge every fix by calling this entry point of the project (imported from "
         "the current directory), before and with the fix.",
+        show_default=False,
+    ),
+]
+CommandOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--cmd",
+        metavar="COMMAND",
+        help='Judge every fix by running this command (e.g. "pytest tests/x.py") in the '
+        "project and in a patched copy of it, recording the gradients of every backward.",
         show_default=False,
     ),
 ]
@@ -332,7 +343,11 @@ def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
 
 
 def _verify_run(
-    run: RunResult, options: RunOptions, timeout: float, entry: str | None = None
+    run: RunResult,
+    options: RunOptions,
+    timeout: float,
+    entry: str | None = None,
+    command: CommandHarness | None = None,
 ) -> dict[str, list[FixVerdict]]:
     """``fix --verify``: judge every fix of every changed file, then keep (and with
     --write, write) only the accepted ones. Verdict lines go to stderr when writing."""
@@ -347,7 +362,12 @@ def _verify_run(
             continue
         try:
             found = verify_fixes(
-                result.path, result.original, rules=options.rules, timeout=timeout, entry=entry
+                result.path,
+                result.original,
+                rules=options.rules,
+                timeout=timeout,
+                entry=entry,
+                command=command,
             )
         except (SourceError, EntryError) as error:
             result.error = str(error)
@@ -411,6 +431,7 @@ def verify(
     timeout: TimeoutOption = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of both executions.")] = 0,
     entry: EntryOption = None,
+    command: CommandOption = None,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     jobs: Annotated[
@@ -445,7 +466,16 @@ def verify(
     # every fix is judged, the unsafe ones included: that is what verification is for
     options = RunOptions(rules=_select_or_exit(select, ignore), fix=True, unsafe_fixes=True)
     run, _ = _run(paths, options, None, 1)
-    verdicts = _verify_run(run, options, timeout, entry=entry)
+    harness = None
+    if command is not None:
+        from gradfix.verify.command import CommandHarness
+
+        harness = CommandHarness(command, timeout=timeout, seed=seed)
+    try:
+        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness)
+    finally:
+        if harness is not None:
+            harness.close()
     _report_problems(run, verbose)
     found = [v for path in sorted(verdicts) for v in verdicts[path]]
     if output_format is VerifyFormat.json:

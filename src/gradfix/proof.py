@@ -21,10 +21,13 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradfix.engine import SingleFix, single_fixes
 from gradfix.rule import Finding, Rule
+
+if TYPE_CHECKING:
+    from gradfix.verify.command import CommandHarness
 
 VERDICTS = ("verified", "rejected", "unverified")
 DEFAULT_TIMEOUT = 60.0
@@ -79,6 +82,7 @@ def verify_fixes(
     jobs: int = 2,
     entry: str | None = None,
     root: str = ".",
+    command: CommandHarness | None = None,
 ) -> list[FixVerdict]:
     """One verdict per finding that has a fix, each fix proven on its own (see module doc).
 
@@ -88,6 +92,11 @@ def verify_fixes(
         return []
 
     def prove(single: SingleFix) -> tuple[str, str, dict[str, Any]]:
+        if command is not None:
+            if single.source is None:
+                return "rejected", "the fix alone breaks the syntax", {}
+            verdict = command.prove(path, single.source)
+            return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
         if entry is not None:
             return _prove_entry(path, single, entry, root, timeout, seed)
         return _prove(path, source, single, timeout, seed)

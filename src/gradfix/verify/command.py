@@ -1,0 +1,188 @@
+"""``gradfix verify --cmd "pytest tests/test_model.py"``: the user's own command as harness.
+
+The command runs twice with the gradient recorder installed in every Python process it
+starts (a ``sitecustomize`` put first on ``PYTHONPATH``): once in the project as it is
+(BEFORE, recorded once and reused for every fix) and once in a temporary copy of the
+project with the fixed file written into the copy (AFTER). Each Python process writes its
+trace (leaves, backward calls with their roots and leaf gradients, outcome) at exit; the
+traces of a run are joined in process start order and compared by the oracle
+(:func:`gradfix.verify.compare_traces`). The user's files are never written by gradfix;
+the command itself runs in the project directory for BEFORE, as the user would run it.
+
+No finite differences are possible here (the oracle cannot re-run part of an arbitrary
+command), so a fix whose reference gradient is missing in BEFORE (its backward raised)
+is ``unverified`` under ``--cmd``; the script harness and the probes estimate it.
+
+    harness = CommandHarness("pytest -q tests/test_model.py", root=".")
+    verdict = harness.prove("src/model.py", fixed_source)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from gradfix.verify.oracle import Verdict, compare_traces
+
+#: What is not copied into the patched tree (caches, environments, VCS data).
+IGNORED = (
+    "*.pyc",
+    "__pycache__",
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".gradfix_cache",
+    "*.egg-info",
+    "node_modules",
+    "build",
+    "dist",
+)
+HOOK = '''"""gradfix: records gradients of this process for ``gradfix verify --cmd``."""
+import os
+
+if os.environ.get("GRADFIX_TRACE_DIR"):
+    try:
+        from gradfix.verify.command_hook import start
+    except Exception:  # gradfix or torch missing in this interpreter: record nothing
+        pass
+    else:
+        start()
+'''
+
+
+class CommandHarness:
+    """Runs one command before and after fixes; BEFORE's trace is computed once."""
+
+    def __init__(
+        self, command: str, *, root: str = ".", timeout: float = 60.0, seed: int = 0
+    ) -> None:
+        self.command = command
+        self.root = os.path.abspath(root)
+        self.timeout = timeout
+        self.seed = seed
+        self._before: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+        self._home = tempfile.mkdtemp(prefix="gradfix-cmd-")
+        Path(self._home, "hook").mkdir()
+        Path(self._home, "hook", "sitecustomize.py").write_text(HOOK, encoding="utf-8")
+
+    def close(self) -> None:
+        shutil.rmtree(self._home, ignore_errors=True)
+
+    def before(self) -> dict[str, Any]:
+        with self._lock:
+            if self._before is None:
+                self._before = self._run(self.root, "before")
+            return self._before
+
+    def prove(self, path: str, fixed_source: str) -> Verdict:
+        """Run the command in a copy of the project where ``path`` holds ``fixed_source``."""
+        target = os.path.abspath(path)
+        if os.path.commonpath([target, self.root]) != self.root:
+            return Verdict("unverified", f"{path} is outside the project {self.root}")
+        before = self.before()
+        with tempfile.TemporaryDirectory(dir=self._home) as copy:
+            tree = os.path.join(copy, "tree")
+            shutil.copytree(self.root, tree, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+            patched = os.path.join(tree, os.path.relpath(target, self.root))
+            Path(patched).write_text(fixed_source, encoding="utf-8")
+            after = self._run(tree, "after")
+        verdict = compare_traces(before, after, None)
+        verdict.evidence["command"] = self.command
+        return verdict
+
+    def _run(self, cwd: str, label: str) -> dict[str, Any]:
+        traces = tempfile.mkdtemp(prefix=f"{label}-", dir=self._home)
+        env = dict(os.environ)
+        hook = os.path.join(self._home, "hook")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, cwd, env.get("PYTHONPATH", "")) if p)
+        env.update(
+            GRADFIX_TRACE_DIR=traces,
+            GRADFIX_SEED=str(self.seed),
+            CUDA_VISIBLE_DEVICES="",
+            PYTHONHASHSEED=str(self.seed),
+        )
+        try:
+            completed = subprocess.run(
+                shlex.split(self.command),
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return _failed("timeout", f"timeout after {self.timeout:g} s")
+        except OSError as error:
+            return _failed("env", f"cannot run {self.command!r}: {error.strerror}")
+        trace = join_traces(sorted(Path(traces).glob("trace-*.json")))
+        if completed.returncode != 0 and trace["outcome"].get("status") == "ok":
+            tail = completed.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            trace["outcome"] = {
+                "status": "error",
+                "type": "CommandFailed",
+                "message": f"exit status {completed.returncode}: {tail[0]}",
+                "line": None,
+                "category": "code",
+            }
+        return trace
+
+
+def join_traces(files: list[Path]) -> dict[str, Any]:
+    """The traces of all processes of one run, in start order, as one trace."""
+    parts = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    parts.sort(key=lambda t: t.get("started", 0.0))
+    joined: dict[str, Any] = {
+        "outcome": {"status": "ok"},
+        "leaves": [],
+        "events": [],
+        "event_count": 0,
+        "events_truncated": False,
+        "globals": {},
+        "leaf_globals": [],
+        "seed": 0,
+    }
+    for part in parts:
+        offset = len(joined["leaves"])
+        joined["leaves"].extend(part["leaves"])
+        for event in part["events"]:
+            event = dict(event, index=joined["event_count"] + event["index"])
+            event["grads"] = {str(int(k) + offset): v for k, v in event.get("grads", {}).items()}
+            joined["events"].append(event)
+        joined["event_count"] += part["event_count"]
+        joined["events_truncated"] |= part["events_truncated"]
+        if part["outcome"].get("status") != "ok" and joined["outcome"]["status"] == "ok":
+            joined["outcome"] = part["outcome"]
+    return joined
+
+
+def _failed(category: str, message: str) -> dict[str, Any]:
+    return {
+        "outcome": {
+            "status": "error",
+            "type": "CommandFailed",
+            "message": message,
+            "line": None,
+            "category": category,
+        },
+        "leaves": [],
+        "events": [],
+        "event_count": 0,
+        "events_truncated": False,
+        "globals": {},
+        "leaf_globals": [],
+        "seed": 0,
+    }
