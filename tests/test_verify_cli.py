@@ -6,6 +6,7 @@ multi-file projects written to a temporary directory.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -320,3 +321,49 @@ def test_command_harness_records_every_backward_of_the_users_command(tmp_path: P
     assert (tmp_path / "loop.py").read_text(encoding="utf-8") == LOOP
     left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
     assert left == ["loop.py", "run.py"]  # the patched copy lived elsewhere
+
+
+PROJECT = Path(__file__).resolve().parent / "data" / "projects" / "regression"
+
+
+def test_a_realistic_project_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/data/projects/regression: a model module whose forward cuts the graph, a
+    training entry point in another file, and a script that needs a lab data file."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "regression"
+    shutil.copytree(PROJECT, root)
+    monkeypatch.chdir(root)
+    code, out, _ = invoke("verify", "--format", "json", ".")
+    records = {(r["path"], r["code"]): r for r in json.loads(out)}
+    model = records[("models.py", "GF101")]
+    assert model["verdict"] == "verified", model
+    assert model["evidence"]["harness"] == "probe: Regressor() through forward()"
+    calibrate = records[("calibrate.py", "GF201")]
+    assert calibrate["verdict"] == "unverified" and "measurements.pt" in calibrate["reason"]
+    assert code == 1
+
+    code, out, _ = invoke("verify", "--entry", "train:main", "models.py")
+    assert code == 0 and "models.py:16:16: GF101 verified" in out
+
+    code, _, err = invoke("fix", "--verify", "--write", ".")
+    assert "torch.stack([mean, spread])" in (root / "models.py").read_text(encoding="utf-8")
+    assert (root / "calibrate.py").read_bytes() == (PROJECT / "calibrate.py").read_bytes()
+    trained = subprocess.run(
+        [sys.executable, "train.py"], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert trained.returncode == 0 and "mean loss" in trained.stdout, trained.stderr
+
+
+def test_probe_shapes_follow_the_layers_the_code_builds() -> None:
+    from gradfix.verify.harness import _shape_ladder
+
+    source = (
+        "class Net(nn.Module):\n    def __init__(self, features=5):\n"
+        "        self.fc = nn.Linear(features, 2)\n        self.conv = nn.Conv1d(7, 3, 1)\n"
+    )
+    ladder = _shape_ladder(ast.parse(source))
+    assert ladder[:3] == ((4, 5), (2, 4, 5), (2, 7, 8))
+    assert (4,) in ladder  # the generic ladder follows

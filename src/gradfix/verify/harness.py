@@ -29,7 +29,7 @@ import ast
 import os
 from dataclasses import dataclass
 
-#: Input shapes tried in order (the first one the forward accepts is used).
+#: Input shapes tried in order after those the code suggests (the first one accepted wins).
 SHAPE_LADDER = ((4,), (3, 4), (2, 3, 4), (2, 3, 8, 8), (2, 8), ())
 #: Annotations that say a parameter is not a tensor: such a function is not probed.
 _NON_TENSOR_ANNOTATIONS = frozenset({"int", "float", "str", "bool", "bytes", "dict", "list"})
@@ -49,6 +49,10 @@ def __gradfix_probe_sum(value):
     return None
 
 
+class GradfixProbeError(Exception):
+    pass
+
+
 def __gradfix_probe_call(fn, count):
     import torch as __t
     for shape in {ladder!r}:
@@ -58,7 +62,7 @@ def __gradfix_probe_call(fn, count):
             return fn(*inputs)
         except Exception:
             continue
-    raise RuntimeError("gradfix probe: no input shape of {ladder!r} is accepted")
+    raise GradfixProbeError("no input shape of {ladder!r} is accepted")
 '''
 
 
@@ -96,7 +100,7 @@ def _function_probe(func: ast.FunctionDef) -> Probe | None:
         f"__gradfix_total = __gradfix_probe_sum(__gradfix_probe_call({func.name}, {count}))\n"
         "__gradfix_total.backward()\n"
     )
-    return Probe(_prelude(what) + "\n\n" + body, what)
+    return Probe(_prelude(what, _shape_ladder(func)) + "\n\n" + body, what)
 
 
 def _module_probe(cls: ast.ClassDef) -> Probe | None:
@@ -120,11 +124,57 @@ def _module_probe(cls: ast.ClassDef) -> Probe | None:
     lines.append("__gradfix_probe_sum(__gradfix_outputs).backward()")
     parts = (["forward()"] if count is not None else []) + [f".{p}" for p in properties]
     what = f"{cls.name}() through {', '.join(parts)}"
-    return Probe(_prelude(what) + "\n\n" + "\n".join(lines) + "\n", what)
+    ladder = _shape_ladder(cls)
+    return Probe(_prelude(what, ladder) + "\n\n" + "\n".join(lines) + "\n", what)
 
 
-def _prelude(what: str) -> str:
-    return _PRELUDE.format(what=what, ladder=SHAPE_LADDER)
+def _prelude(what: str, ladder: tuple[tuple[int, ...], ...]) -> str:
+    return _PRELUDE.format(what=what, ladder=ladder)
+
+
+def _shape_ladder(node: ast.AST) -> tuple[tuple[int, ...], ...]:
+    """The generic ladder, led by shapes built from the feature sizes the code names:
+    the first argument of ``nn.Linear`` / ``nn.Conv*`` / norms and the integer defaults of
+    parameters (``def __init__(self, features=3)`` -> ``(4, 3)``, ``(2, 4, 3)``)."""
+    defaults = _integer_defaults(node)
+    leading: list[tuple[int, ...]] = []
+    for call in ast.walk(node):
+        if not (isinstance(call, ast.Call) and call.args):
+            continue
+        layer = _base_name(call.func)
+        size = _integer_value(call.args[0], defaults)
+        if size is None or size <= 0:
+            continue
+        if layer in ("Conv1d", "BatchNorm1d", "InstanceNorm1d"):
+            leading.append((2, size, 8))
+        elif layer in ("Conv2d", "BatchNorm2d", "InstanceNorm2d", "ConvTranspose2d"):
+            leading.append((2, size, 8, 8))
+        elif layer in ("Linear", "LayerNorm", "Bilinear", "LSTM", "GRU", "RNN"):
+            leading += [(4, size), (2, 4, size)]
+    leading += [(4, d) for d in defaults.values() if d > 0]
+    ordered = dict.fromkeys([*leading, *SHAPE_LADDER])  # first occurrence wins
+    return tuple(ordered)
+
+
+def _integer_defaults(node: ast.AST) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for func in ast.walk(node):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        positional = [*func.args.posonlyargs, *func.args.args]
+        pairs = zip(positional[len(positional) - len(func.args.defaults) :], func.args.defaults)
+        for arg, default in pairs:
+            if isinstance(default, ast.Constant) and type(default.value) is int:
+                found[arg.arg] = default.value
+    return found
+
+
+def _integer_value(expr: ast.expr, defaults: dict[str, int]) -> int | None:
+    if isinstance(expr, ast.Constant) and type(expr.value) is int:
+        return expr.value
+    if isinstance(expr, ast.Name):
+        return defaults.get(expr.id)
+    return None
 
 
 def _tensor_parameter_count(args: ast.arguments, *, skip_first: bool) -> int | None:

@@ -38,6 +38,7 @@ from typing import Any
 ENV_ERROR_TYPES = frozenset({
     "ModuleNotFoundError", "FileNotFoundError", "NotADirectoryError", "MemoryError",
     "ConnectionError", "ConnectionRefusedError", "URLError", "gaierror", "HTTPError",
+    "GradfixProbeError",  # the probe found no input the code accepts: not the code's fault
 })  # fmt: skip
 ENV_MESSAGE = re.compile(
     r"CUDA|NVIDIA|cuda|not compiled with|MPS backend|can't allocate memory|"
