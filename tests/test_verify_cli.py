@@ -367,3 +367,17 @@ def test_probe_shapes_follow_the_layers_the_code_builds() -> None:
     ladder = _shape_ladder(ast.parse(source))
     assert ladder[:3] == ((4, 5), (2, 4, 5), (2, 7, 8))
     assert (4,) in ladder  # the generic ladder follows
+
+
+def test_fixes_that_only_work_together_are_verified_together() -> None:
+    """Seed 002: three backward calls through one graph; each retain_graph=True alone
+    still fails at the next call, both together are the proven fix."""
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "backward_twice"
+    path = fixture / "seed_backward_again.before.py"
+    code, out, _ = invoke("verify", "--format", "json", str(path))
+    records = json.loads(out)
+    assert len(records) == 2 and code == 0
+    for record in records:
+        assert record["verdict"] == "verified"
+        assert record["reason"].startswith("verified together with the file's other fixes")
+        assert record["evidence"]["proven"] == "with the file's other fixes"

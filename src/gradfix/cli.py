@@ -350,34 +350,35 @@ def _verify_run(
     command: CommandHarness | None = None,
 ) -> dict[str, list[FixVerdict]]:
     """``fix --verify``: judge every fix of every changed file, then keep (and with
-    --write, write) only the accepted ones. Verdict lines go to stderr when writing."""
+    --write, write) only the accepted ones, once the accepted fixes together are proven.
+    Verdict lines go to stderr when writing."""
     from gradfix.engine import SourceError
-    from gradfix.proof import accepted, finding_key, verify_fixes
-    from gradfix.runner import refix_selected
+    from gradfix.proof import accepted, finding_key, prove_change, verify_fixes
+    from gradfix.runner import refix_selected, write_result
     from gradfix.verify.harness import EntryError
 
+    harness = {"timeout": timeout, "entry": entry, "command": command}
     verdicts: dict[str, list[FixVerdict]] = {}
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
             continue
         try:
-            found = verify_fixes(
-                result.path,
-                result.original,
-                rules=options.rules,
-                timeout=timeout,
-                entry=entry,
-                command=command,
-            )
+            found = verify_fixes(result.path, result.original, rules=options.rules, **harness)
         except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
         verdicts[result.path] = found
         keys = accepted(found, unverified=options.unsafe_fixes)
         refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
+        if len(keys) > 1 and result.changed and result.fixed is not None:
+            status, reason, _ = prove_change(result.path, result.original, result.fixed, **harness)
+            if status == "rejected" or (status == "unverified" and not options.unsafe_fixes):
+                _error(f"{result.path}: the accepted fixes together are {status}: {reason}")
+                result.fixed, result.remaining = result.original, list(result.findings)
         if options.write:
             for verdict in found:
                 _error(verdict.line())
+            write_result(result)
     return verdicts
 
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gradfix.engine import SingleFix, single_fixes
+from gradfix.engine import SingleFix, lint_source, single_fixes
 from gradfix.rule import Finding, Rule
 
 if TYPE_CHECKING:
@@ -86,23 +86,22 @@ def verify_fixes(
 ) -> list[FixVerdict]:
     """One verdict per finding that has a fix, each fix proven on its own (see module doc).
 
+    A file with several bugs often fails again after one fix alone (the next bug raises):
+    a fix that is not verified alone is verified *together with the file's other fixes*
+    when the file with all its fixes is proven (the reason and evidence say so).
+
     Raises :class:`gradfix.engine.SourceError` when ``source`` does not parse."""
     singles = single_fixes(source, rules=rules, path=path)
     if not singles:
         return []
-
-    def prove(single: SingleFix) -> tuple[str, str, dict[str, Any]]:
-        if command is not None:
-            if single.source is None:
-                return "rejected", "the fix alone breaks the syntax", {}
-            verdict = command.prove(path, single.source)
-            return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
-        if entry is not None:
-            return _prove_entry(path, single, entry, root, timeout, seed)
-        return _prove(path, source, single, timeout, seed)
-
+    prove = _Prover(path, source, timeout, seed, entry, root, command).prove
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(prove, singles))
+    if len(singles) > 1 and any(status != "verified" for status, _, _ in outcomes):
+        combined = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=True)
+        together = prove(SingleFix([], "", "every fix of the file", combined.source))
+        if together[0] == "verified":
+            outcomes = [_with_others(o, together) for o in outcomes]
     verdicts = [
         FixVerdict(path, finding, status, reason, s.safety, s.description, evidence)
         for s, (status, reason, evidence) in zip(singles, outcomes)
@@ -111,11 +110,58 @@ def verify_fixes(
     return sorted(verdicts, key=lambda v: (v.finding.line, v.finding.col, v.finding.code))
 
 
-def _prove(
-    path: str, source: str, single: SingleFix, timeout: float, seed: int
-) -> tuple[str, str, dict[str, Any]]:
-    if single.source is None:
-        return "rejected", "the fix alone breaks the syntax", {}
+Outcome = tuple[str, str, dict[str, Any]]
+
+
+def _with_others(alone: Outcome, together: Outcome) -> Outcome:
+    if alone[0] == "verified":
+        return alone
+    reason = f"verified together with the file's other fixes ({together[1]}); alone: {alone[1]}"
+    return "verified", reason, {**together[2], "proven": "with the file's other fixes"}
+
+
+@dataclass
+class _Prover:
+    """Proves candidate sources of one file with the chosen harness."""
+
+    path: str
+    source: str
+    timeout: float
+    seed: int
+    entry: str | None
+    root: str
+    command: CommandHarness | None
+
+    def prove(self, single: SingleFix) -> Outcome:
+        if single.source is None:
+            return "rejected", "the fix alone breaks the syntax", {}
+        if self.command is not None:
+            verdict = self.command.prove(self.path, single.source)
+            return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
+        if self.entry is not None:
+            return _prove_entry(self.path, single, self.entry, self.root, self.timeout, self.seed)
+        return _prove(self.path, self.source, single, self.timeout, self.seed)
+
+
+def prove_change(
+    path: str,
+    original: str,
+    fixed: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    seed: int = 0,
+    entry: str | None = None,
+    root: str = ".",
+    command: CommandHarness | None = None,
+) -> Outcome:
+    """The oracle on a whole change of one file (``fix --verify``'s final check of the
+    fixes it is about to write together)."""
+    prover = _Prover(path, original, timeout, seed, entry, root, command)
+    return prover.prove(SingleFix([], "", "the accepted fixes", fixed))
+
+
+def _prove(path: str, source: str, single: SingleFix, timeout: float, seed: int) -> Outcome:
+    assert single.source is not None
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import probe_for
 
@@ -134,18 +180,26 @@ def _prove(
     if status != "unverified" or not reason.startswith(NOTHING_TO_COMPARE):
         return status, reason, evidence
     # The file only defines the code around the fix: drive it with a probe.
-    probe = probe_for(source, single.findings[0].line)
+    lines = [finding.line for finding in single.findings] or _changed_lines(source, single.source)
+    probe = probe_for(source, lines[0]) if lines else None
     if probe is None:
         return status, reason, evidence
     return run(source + probe.code, single.source + probe.code, f"probe: {probe.description}")
 
 
+def _changed_lines(before: str, after: str) -> list[int]:
+    """1-based lines of ``before`` that ``after`` changes (where to aim a probe)."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines())
+    return [i1 + 1 for tag, i1, _, _, _ in matcher.get_opcodes() if tag != "equal"]
+
+
 def _prove_entry(
     path: str, single: SingleFix, entry: str, root: str, timeout: float, seed: int
-) -> tuple[str, str, dict[str, Any]]:
+) -> Outcome:
     """Run the user's entry point on the tree as it is and with the fixed file swapped in."""
-    if single.source is None:
-        return "rejected", "the fix alone breaks the syntax", {}
+    assert single.source is not None
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import entry_driver
 

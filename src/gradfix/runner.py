@@ -182,8 +182,8 @@ def refix_selected(
     result: FileResult, options: RunOptions, keep: Callable[[Finding], bool]
 ) -> None:
     """Recompute ``result.fixed`` with only the fixes whose findings ``keep`` accepts (one
-    pass over the original), and write it when ``options.write``. ``fix --verify`` uses it
-    to apply proven fixes only."""
+    pass over the original). ``fix --verify`` uses it to apply proven fixes only, then
+    :func:`write_result`."""
     if result.original is None or result.error is not None:
         return
     lint = lint_source(
@@ -196,7 +196,11 @@ def refix_selected(
     )
     result.fixed = lint.source
     result.remaining = sorted(lint.remaining)
-    if not (options.write and result.changed):
+
+
+def write_result(result: FileResult) -> None:
+    """Write ``result.fixed`` over the file unless it changed on disk since it was read."""
+    if result.error is not None or not result.changed or result.original is None:
         return
     try:
         source = read_source(result.path)
