@@ -21,6 +21,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from gradfix.analysis import FileAnalysis
 from gradfix.rule import Finding, Fix, FixSafety, FixSummary, Report, Rule, RuleContext
+from gradfix.suppression import has_suppressions, unsuppressed
 
 MAX_PASSES = 10
 
@@ -101,6 +102,8 @@ def collect_reports(
     visitors = [rule(context) for rule in rules]
     wrapper.visit_batched(visitors)
     reports = [report for visitor in visitors for report in visitor.reports]
+    if has_suppressions(source):
+        reports = unsuppressed(reports, source, analysis, wrapper)
     reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
     return reports, wrapper
 
