@@ -39,6 +39,8 @@ class CheckFormat(str, enum.Enum):
     text = "text"
     concise = "concise"
     json = "json"
+    sarif = "sarif"
+    github = "github"
 
 
 class VerifyFormat(str, enum.Enum):
@@ -185,9 +187,21 @@ def check(
         typer.Option(
             "--format",
             help="text: one line per finding and a summary; concise: the lines only; "
-            "json: an array of findings.",
+            "json: an array of findings; sarif: a SARIF 2.1.0 log; github: GitHub Actions "
+            "workflow annotations.",
         ),
     ] = CheckFormat.text,
+    statistics: Annotated[
+        bool, typer.Option("--statistics", help="Print the number of findings per rule.")
+    ] = False,
+    add_noqa: Annotated[
+        bool,
+        typer.Option(
+            "--add-noqa",
+            help="Write a `# noqa: CODE` comment on every line with a finding (to adopt "
+            "gradfix on an existing codebase); prints how many were added.",
+        ),
+    ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     stdin_filename: StdinFilenameOption = None,
@@ -207,13 +221,31 @@ def check(
 
     options = RunOptions(rules=_select_or_exit(select, ignore))
     run, _ = _run(paths, options, stdin_filename, jobs)
+    if add_noqa:
+        _add_noqa(run)
     _report_problems(run, verbose)
     findings = sorted(
         ((result.path, finding) for result in run.files for finding in result.findings),
         key=lambda item: (item[0], item[1]),
     )
-    if output_format is CheckFormat.json:
+    if statistics:
+        from gradfix.formats import statistics as per_rule
+
+        typer.echo(per_rule(findings, options.rules))
+    elif output_format is CheckFormat.json:
         typer.echo(json.dumps([finding.to_dict(path) for path, finding in findings], indent=2))
+    elif output_format is CheckFormat.sarif:
+        from importlib.metadata import version
+
+        from gradfix.formats import sarif_log
+
+        log = sarif_log(findings, options.rules, version("gradfix"))
+        typer.echo(json.dumps(log, indent=2))
+    elif output_format is CheckFormat.github:
+        from gradfix.formats import github_annotations
+
+        if findings:
+            typer.echo(github_annotations(findings))
     else:
         for path, finding in findings:
             typer.echo(finding_line(path, finding))
@@ -222,6 +254,19 @@ def check(
     if run.errors:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
+
+
+def _add_noqa(run: RunResult) -> None:
+    from gradfix.noqa import add_noqa_to_file
+
+    added = 0
+    for result in run.files:
+        if result.error is None and result.findings:
+            try:
+                added += add_noqa_to_file(result.path, result.findings)
+            except OSError as error:
+                result.error = f"cannot add noqa comments: {error.strerror or error}"
+    _error(f"Added {_count(added, 'noqa comment')}.")
 
 
 def finding_line(path: str, finding: Finding) -> str:

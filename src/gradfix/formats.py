@@ -1,0 +1,128 @@
+"""Output formats of ``gradfix check`` beyond plain lines: GitHub annotations, SARIF 2.1.0,
+and ``--statistics``. Pure functions from findings to text.
+
+    print(github_annotations([("src/a.py", finding)]))
+    print(json.dumps(sarif_log([("src/a.py", finding)], rules)))
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import PurePath
+from typing import Any
+
+from gradfix.rule import Finding, Rule
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+INFORMATION_URI = "https://github.com/gradfix/gradfix"
+
+Located = tuple[str, Finding]
+
+
+def github_annotations(findings: Sequence[Located]) -> str:
+    """One ``::warning`` workflow command per finding (GitHub Actions annotations)."""
+    lines = []
+    for path, f in findings:
+        properties = ",".join(
+            [
+                f"file={_escape_property(path)}",
+                f"line={f.line}",
+                f"col={f.col}",
+                f"endLine={f.end_line}",
+                f"endColumn={f.end_col}",
+                f"title={_escape_property(f'gradfix {f.code} ({f.name})')}",
+            ]
+        )
+        lines.append(f"::warning {properties}::{_escape_data(f'{f.code} {f.message}')}")
+    return "\n".join(lines)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def sarif_log(
+    findings: Sequence[Located], rules: Sequence[type[Rule]], version: str = "0"
+) -> dict[str, Any]:
+    """A SARIF 2.1.0 log with one run: the rules that ran and one result per finding."""
+    index = {rule.code: i for i, rule in enumerate(rules)}
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "gradfix",
+                        "version": version,
+                        "informationUri": INFORMATION_URI,
+                        "rules": [_sarif_rule(rule) for rule in rules],
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": [_sarif_result(path, f, index) for path, f in findings],
+            }
+        ],
+    }
+
+
+def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.message},
+        "fullDescription": {"text": rule.summary()},
+        "help": {"text": rule.docs(), "markdown": rule.docs()},
+        "defaultConfiguration": {"level": "warning", "enabled": rule.default_enabled},
+        "properties": {"fixSafety": rule.fix_safety.value},
+    }
+
+
+def _sarif_result(path: str, f: Finding, index: dict[str, int]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "ruleId": f.code,
+        "level": "warning",
+        "message": {"text": f.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": {"uri": PurePath(path).as_posix()},
+                    "region": {
+                        "startLine": f.line,
+                        "startColumn": f.col,
+                        "endLine": f.end_line,
+                        "endColumn": f.end_col,
+                    },
+                }
+            }
+        ],
+    }
+    if f.code in index:
+        result["ruleIndex"] = index[f.code]
+    if f.fix is not None:
+        result["properties"] = {"fix": {"safety": f.fix.safety, "description": f.fix.description}}
+    return result
+
+
+def statistics(findings: Sequence[Located], rules: Sequence[type[Rule]]) -> str:
+    """Per-rule counts, most frequent first (ruff's ``--statistics``): ``[*]`` marks rules
+    whose findings here all have a safe fix."""
+    counts = Counter(f.code for _, f in findings)
+    names = {rule.code: rule.name for rule in rules}
+    fixable = {
+        code: all(
+            f.fix is not None and f.fix.safety == "safe" for _, f in findings if f.code == code
+        )
+        for code in counts
+    }
+    width = len(str(max(counts.values(), default=0)))
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return "\n".join(
+        f"{n:>{width}}  {code}  {'[*]' if fixable[code] else '[ ]'} {names.get(code, '')}"
+        for code, n in rows
+    )

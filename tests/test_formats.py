@@ -1,0 +1,104 @@
+"""``gradfix check`` output formats (SARIF 2.1.0, GitHub annotations), ``--statistics``
+and ``--add-noqa``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli import app
+from gradfix.noqa import add_noqa
+
+SCHEMA = Path(__file__).resolve().parent / "data" / "sarif" / "sarif-2.1.0-rtm.5.json"
+BUGGY = """import torch
+w = torch.randn(3, requires_grad=True)
+w.normal_()
+a0 = w[0] * 2
+A = torch.tensor([a0, w[1]])
+"""
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def buggy(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(BUGGY, encoding="utf-8")
+    return path
+
+
+def test_sarif_is_valid_against_the_sarif_2_1_0_schema(buggy: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    code, out, _ = invoke("check", "--format", "sarif", str(buggy))
+    assert code == 1
+    log = json.loads(out)
+    jsonschema.validate(log, json.loads(SCHEMA.read_text(encoding="utf-8")))
+    [run] = log["runs"]
+    results = run["results"]
+    assert [r["ruleId"] for r in results] == ["GF201", "GF101"]
+    region = results[0]["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (3, 1)
+    rules = run["tool"]["driver"]["rules"]
+    assert rules[results[1]["ruleIndex"]]["id"] == "GF101"
+
+
+def test_sarif_of_a_clean_tree_is_valid_and_empty(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    (tmp_path / "ok.py").write_text("import torch\nx = torch.ones(2)\n", encoding="utf-8")
+    code, out, _ = invoke("check", "--format", "sarif", str(tmp_path))
+    assert code == 0
+    log = json.loads(out)
+    jsonschema.validate(log, json.loads(SCHEMA.read_text(encoding="utf-8")))
+    assert log["runs"][0]["results"] == []
+
+
+def test_github_annotations(buggy: Path) -> None:
+    code, out, _ = invoke("check", "--format", "github", str(buggy))
+    assert code == 1
+    first, second = out.splitlines()
+    assert first.startswith(f"::warning file={buggy},line=3,col=1,endLine=3,endColumn=12,")
+    assert "title=gradfix GF201 (leaf-inplace)::GF201 In-place `w.normal_()`" in first
+    assert second.startswith(f"::warning file={buggy},line=5,col=5,")
+
+
+def test_statistics(buggy: Path) -> None:
+    code, out, _ = invoke("check", "--statistics", str(buggy))
+    assert code == 1
+    assert out.splitlines() == ["1  GF101  [*] tensor-from-tensors", "1  GF201  [*] leaf-inplace"]
+
+
+def test_add_noqa_makes_the_tree_check_clean(buggy: Path) -> None:
+    code, _, err = invoke("check", "--add-noqa", str(buggy))
+    assert "Added 2 noqa comments." in err
+    text = buggy.read_text(encoding="utf-8")
+    assert "w.normal_()  # noqa: GF201\n" in text
+    assert "A = torch.tensor([a0, w[1]])  # noqa: GF101\n" in text
+    code, out, _ = invoke("check", str(buggy))
+    assert code == 0, out
+    _, _, err = invoke("check", "--add-noqa", str(buggy))
+    assert "Added 0 noqa comments." in err  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("line", "codes", "expected"),
+    [
+        ("x = f()\n", {"GF101"}, "x = f()  # noqa: GF101\n"),
+        ("x = f()  # noqa: GF201\r\n", {"GF101"}, "x = f()  # noqa: GF201, GF101\r\n"),
+        ("x = f()  # keep this\n", {"GF101"}, "x = f()  # keep this  # noqa: GF101\n"),
+        ("x = f()  # noqa\n", {"GF101"}, "x = f()  # noqa\n"),  # already suppresses all
+        ("x = f() + \\\n", {"GF101"}, "x = f() + \\\n"),  # a comment would break the line
+    ],
+)
+def test_add_noqa_lines(line: str, codes: set[str], expected: str) -> None:
+    assert add_noqa(line + "y = 1\n", {1: codes})[0] == expected + "y = 1\n"
+
+
+def test_add_noqa_skips_lines_that_end_inside_a_string() -> None:
+    source = 'x = f("""\nline\n""")\n'
+    assert add_noqa(source, {1: {"GF101"}}) == (source, 0)
