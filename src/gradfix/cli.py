@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 import typer
 
 if TYPE_CHECKING:
+    from gradfix.config import Config
     from gradfix.proof import FixVerdict
     from gradfix.rule import Finding, Rule
     from gradfix.runner import FileResult, RunOptions, RunResult
@@ -136,6 +137,16 @@ CommandOption = Annotated[
         show_default=False,
     ),
 ]
+ConfigOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--config",
+        metavar="KEY=VALUE",
+        help="Override a key of [tool.gradfix] (pyproject.toml / gradfix.toml), the value "
+        "in TOML: --config \"ignore=['GF106']\"; repeatable.",
+        show_default=False,
+    ),
+]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors.")
 ]
@@ -204,6 +215,7 @@ def check(
     ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
     verbose: VerboseOption = False,
@@ -219,7 +231,8 @@ def check(
     """
     from gradfix.runner import RunOptions
 
-    options = RunOptions(rules=_select_or_exit(select, ignore))
+    rules, settings = _configure(select, ignore, config)
+    options = RunOptions(rules=rules, config=settings)
     run, _ = _run(paths, options, stdin_filename, jobs)
     if add_noqa:
         _add_noqa(run)
@@ -318,6 +331,7 @@ def fix(
     timeout: TimeoutOption = 60.0,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
     verbose: VerboseOption = False,
@@ -340,11 +354,16 @@ def fix(
     """
     from gradfix.runner import RunOptions
 
-    rules = _select_or_exit(select, ignore)
+    rules, settings = _configure(select, ignore, config)
+    unsafe_fixes = unsafe_fixes or settings.unsafe_fixes
     if verify:
         _require_torch()
-    options = RunOptions(rules=rules, fix=True, unsafe_fixes=unsafe_fixes, write=write)
-    first = options if not verify else RunOptions(rules=rules, fix=True, unsafe_fixes=True)
+    options = RunOptions(
+        rules=rules, fix=True, unsafe_fixes=unsafe_fixes, write=write, config=settings
+    )
+    first = options
+    if verify:
+        first = RunOptions(rules=rules, fix=True, unsafe_fixes=True, config=settings)
     run, stdin_data = _run(paths, first, stdin_filename, jobs)
     verdicts = _verify_run(run, options, timeout) if verify else {}
     _report_problems(run, verbose)
@@ -480,6 +499,7 @@ def verify(
     command: CommandOption = None,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    config: ConfigOption = None,
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", min=1, help="Fixes verified at the same time.")
     ] = 2,
@@ -510,7 +530,8 @@ def verify(
     from gradfix.runner import RunOptions
 
     # every fix is judged, the unsafe ones included: that is what verification is for
-    options = RunOptions(rules=_select_or_exit(select, ignore), fix=True, unsafe_fixes=True)
+    rules, settings = _configure(select, ignore, config)
+    options = RunOptions(rules=rules, fix=True, unsafe_fixes=True, config=settings)
     run, _ = _run(paths, options, None, 1)
     harness = None
     if command is not None:
@@ -654,14 +675,34 @@ def _default_state(rule: type[Rule]) -> str:
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _select_or_exit(select: list[str] | None, ignore: list[str] | None) -> list[type[Rule]]:
+def _configure(
+    select: list[str] | None, ignore: list[str] | None, overrides: list[str] | None
+) -> tuple[list[type[Rule]], Config]:
+    """The rules to run and the settings, from the configuration file, ``--config``
+    overrides and the command line (``--select`` replaces the file's ``select``;
+    ``--ignore`` adds to its ``ignore``). Exits with one line on any bad value."""
+    from gradfix.config import ConfigError, load_config
     from gradfix.registry import SelectionError, select_rules
 
     try:
-        return select_rules(select, ignore)
-    except SelectionError as error:
+        settings = load_config(overrides=overrides or ())
+        where = settings.path or "--config"
+        chosen = select if select is not None else settings.select
+        ignored = [*settings.ignore, *(ignore or [])]
+        rules = select_rules(chosen, ignored)
+        if settings.extend_select:
+            extra = select_rules(settings.extend_select, ignored)
+            rules = sorted({*rules, *extra}, key=lambda rule: rule.code)
+        for codes in settings.per_file_ignores.values():
+            select_rules(codes)  # unknown codes are errors, not ignored
+    except ConfigError as error:
         _error(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
+    except SelectionError as error:
+        origin = "" if select is not None or not settings.path else f" ({where})"
+        _error(f"error: {error}{origin}")
+        raise typer.Exit(EXIT_ERROR) from None
+    return rules, settings
 
 
 def _run(

@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
+from gradfix.config import Config
 from gradfix.engine import SourceError, lint_source
 from gradfix.files import (
     FileError,
@@ -45,6 +46,17 @@ class RunOptions:
     unsafe_fixes: bool = False
     #: write fixed sources back to their files (implies ``fix``)
     write: bool = False
+    #: ``exclude`` and ``per-file-ignores`` of the configuration
+    config: Config | None = None
+
+    def rules_for(self, path: str) -> Sequence[type[Rule]]:
+        """The rules to run on ``path``: ``per-file-ignores`` removes some."""
+        ignored = self.config.ignored_for(path) if self.config is not None else []
+        if not ignored:
+            return self.rules
+        from gradfix.registry import select_rules
+
+        return select_rules(["ALL"], ignored, rules=self.rules)
 
 
 @dataclass
@@ -101,6 +113,8 @@ def process_paths(paths: Iterable[str], options: RunOptions, *, jobs: int = 1) -
     slots: list[FileResult | None] = []
     to_process: list[str] = []
     for candidate in discover(paths):
+        if options.config is not None and options.config.is_excluded(candidate.path):
+            continue
         if candidate.warning is not None:
             run.warnings.append(f"{candidate.path}: {candidate.warning}")
         elif candidate.error is not None:
@@ -164,7 +178,11 @@ def process_text(
     fix = options.fix or options.write
     try:
         lint = lint_source(
-            text, rules=options.rules, path=path, fix=fix, unsafe_fixes=options.unsafe_fixes
+            text,
+            rules=options.rules_for(path),
+            path=path,
+            fix=fix,
+            unsafe_fixes=options.unsafe_fixes,
         )
     except SourceError as error:
         result.error = str(error)
@@ -188,7 +206,7 @@ def refix_selected(
         return
     lint = lint_source(
         result.original,
-        rules=options.rules,
+        rules=options.rules_for(result.path),
         path=result.path,
         fix=True,
         unsafe_fixes=options.unsafe_fixes,

@@ -1,0 +1,175 @@
+"""Configuration: ``[tool.gradfix]`` in the nearest ``pyproject.toml``, or ``gradfix.toml``.
+
+    [tool.gradfix]
+    select = ["GF1", "GF2"]          # instead of the rules enabled by default
+    extend-select = ["GF205"]        # added to the selection
+    ignore = ["GF106"]
+    exclude = ["build/*", "legacy/**/*.py"]
+    unsafe-fixes = false
+    [tool.gradfix.per-file-ignores]
+    "tests/*" = ["GF201"]
+
+The nearest file is searched from the current directory upwards (a ``gradfix.toml``
+beats a ``pyproject.toml`` in the same directory; a ``pyproject.toml`` without a
+``[tool.gradfix]`` table is skipped). ``--config KEY=VALUE`` overrides one key, the value
+written in TOML (``--config "ignore=['GF106']"``, ``--config unsafe-fixes=true``). An
+unknown key, a value of the wrong type or an unknown rule code is a :class:`ConfigError`
+with a one-line message, never ignored. Patterns are matched with ``fnmatch`` against the
+path relative to the configuration's directory and against the file name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python < 3.11
+    import tomli as tomllib
+
+LIST_KEYS = ("select", "extend-select", "ignore", "exclude")
+KNOWN_KEYS = (*LIST_KEYS, "per-file-ignores", "unsafe-fixes")
+
+
+class ConfigError(ValueError):
+    """A bad configuration; ``str()`` is a one-line message naming where."""
+
+
+@dataclass
+class Config:
+    select: list[str] | None = None
+    extend_select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    unsafe_fixes: bool = False
+    #: where it came from (for messages and relative patterns); None: no file
+    path: str | None = None
+
+    @property
+    def root(self) -> str:
+        return os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
+
+    def is_excluded(self, path: str) -> bool:
+        return _matches(path, self.exclude, self.root)
+
+    def ignored_for(self, path: str) -> list[str]:
+        """The codes ``per-file-ignores`` turns off for ``path``."""
+        codes: list[str] = []
+        for pattern, ignored in self.per_file_ignores.items():
+            if _matches(path, [pattern], self.root):
+                codes += ignored
+        return codes
+
+
+def find_config(start: str | None = None) -> str | None:
+    """The nearest ``gradfix.toml`` or ``pyproject.toml`` with ``[tool.gradfix]``."""
+    directory = os.path.abspath(start or os.getcwd())
+    while True:
+        candidate = os.path.join(directory, "gradfix.toml")
+        if os.path.isfile(candidate):
+            return candidate
+        candidate = os.path.join(directory, "pyproject.toml")
+        if os.path.isfile(candidate) and _has_gradfix_table(candidate):
+            return candidate
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
+
+
+def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Read ``path`` (default: :func:`find_config`) and apply ``--config`` overrides."""
+    path = path if path is not None else find_config()
+    table: dict[str, Any] = {}
+    if path is not None:
+        data = _read_toml(path)
+        table = data if path.endswith("gradfix.toml") else data.get("tool", {}).get("gradfix", {})
+        table = dict(table)
+    for override in overrides:
+        key, value = _parse_override(override)
+        table[key] = value
+    return _from_table(table, path)
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+
+
+def _has_gradfix_table(path: str) -> bool:
+    try:
+        return "gradfix" in _read_toml(path).get("tool", {})
+    except ConfigError:
+        return True  # report the broken file rather than skip it silently
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ConfigError(f"--config {text!r}: expected KEY=VALUE (e.g. unsafe-fixes=true)")
+    try:
+        parsed = tomllib.loads(f"value = {value.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(
+            f"--config {text!r}: the value must be TOML, e.g. \"ignore=['GF106']\""
+        ) from None
+    return key.strip(), parsed
+
+
+def _from_table(table: dict[str, Any], path: str | None) -> Config:
+    where = path or "--config"
+    unknown = sorted(set(table) - set(KNOWN_KEYS))
+    if unknown:
+        known = ", ".join(KNOWN_KEYS)
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} in [tool.gradfix] (known: {known})")
+    config = Config(path=path)
+    for key in LIST_KEYS:
+        if key in table:
+            setattr(config, key.replace("-", "_"), _string_list(table[key], key, where))
+    if "per-file-ignores" in table:
+        value = table["per-file-ignores"]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: per-file-ignores must be a table of pattern = [codes]")
+        config.per_file_ignores = {
+            str(pattern): _string_list(codes, f"per-file-ignores.{pattern}", where)
+            for pattern, codes in value.items()
+        }
+    if "unsafe-fixes" in table:
+        if not isinstance(table["unsafe-fixes"], bool):
+            raise ConfigError(f"{where}: unsafe-fixes must be true or false")
+        config.unsafe_fixes = table["unsafe-fixes"]
+    return config
+
+
+def _string_list(value: Any, key: str, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {key} must be a list of strings")
+    return list(value)
+
+
+def _matches(path: str, patterns: Sequence[str], root: str) -> bool:
+    if not patterns:
+        return False
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute, root).replace(os.sep, "/")
+    name = os.path.basename(absolute)
+    for pattern in patterns:
+        pattern = pattern.rstrip("/")
+        if fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(name, pattern):
+            return True
+        if relative.startswith(pattern + "/"):  # a directory name excludes what it holds
+            return True
+    return False
