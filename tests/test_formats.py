@@ -102,3 +102,22 @@ def test_add_noqa_lines(line: str, codes: set[str], expected: str) -> None:
 def test_add_noqa_skips_lines_that_end_inside_a_string() -> None:
     source = 'x = f("""\nline\n""")\n'
     assert add_noqa(source, {1: {"GF101"}}) == (source, 0)
+
+
+def test_pre_commit_hooks_run_real_commands() -> None:
+    """The hooks' entries are gradfix commands with options that exist."""
+    import shlex
+
+    yaml_path = Path(__file__).resolve().parent.parent / ".pre-commit-hooks.yaml"
+    entries = {}
+    current = None
+    for line in yaml_path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("- id: "):
+            current = line.removeprefix("- id: ").strip()
+        elif line.strip().startswith("entry: ") and current is not None:
+            entries[current] = shlex.split(line.split("entry: ", 1)[1])
+    assert set(entries) == {"gradfix", "gradfix-fix"}
+    for argv in entries.values():
+        assert argv[0] == "gradfix"
+        code, _, err = invoke(*argv[1:], "--help")
+        assert code == 0, err
