@@ -15,3 +15,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_fixtures(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-fixtures"))
+
+
+@pytest.fixture(autouse=True)
+def _no_result_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests define rules of their own and run in the repository: no .gradfix_cache
+    unless a test asks for it (tests/test_cache.py)."""
+    monkeypatch.setenv("GRADFIX_NO_CACHE", "1")

@@ -147,6 +147,10 @@ ConfigOption = Annotated[
         show_default=False,
     ),
 ]
+NoCacheOption = Annotated[
+    bool,
+    typer.Option("--no-cache", help="Do not read or write the result cache (.gradfix_cache)."),
+]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors.")
 ]
@@ -218,6 +222,7 @@ def check(
     config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
+    no_cache: NoCacheOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Report autograd pitfalls, one `path:line:col: CODE message` line per finding.
@@ -232,7 +237,7 @@ def check(
     from gradfix.runner import RunOptions
 
     rules, settings = _configure(select, ignore, config)
-    options = RunOptions(rules=rules, config=settings)
+    options = RunOptions(rules=rules, config=settings, cache_dir=_cache_dir(settings, no_cache))
     run, _ = _run(paths, options, stdin_filename, jobs)
     if add_noqa:
         _add_noqa(run)
@@ -334,6 +339,7 @@ def fix(
     config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
+    no_cache: NoCacheOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Show the fixes as a unified diff (patience algorithm); write them with --write.
@@ -359,7 +365,12 @@ def fix(
     if verify:
         _require_torch()
     options = RunOptions(
-        rules=rules, fix=True, unsafe_fixes=unsafe_fixes, write=write, config=settings
+        rules=rules,
+        fix=True,
+        unsafe_fixes=unsafe_fixes,
+        write=write,
+        config=settings,
+        cache_dir=_cache_dir(settings, no_cache or verify),
     )
     first = options
     if verify:
@@ -673,6 +684,15 @@ def _default_state(rule: type[Rule]) -> str:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _cache_dir(settings: Config, disabled: bool) -> str | None:
+    """``.gradfix_cache`` next to the configuration file (else in the current directory)."""
+    from gradfix.cache import CACHE_DIR_NAME
+
+    if disabled or os.environ.get("GRADFIX_NO_CACHE"):
+        return None
+    return os.path.join(settings.root, CACHE_DIR_NAME)
 
 
 def _configure(

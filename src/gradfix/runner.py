@@ -48,6 +48,8 @@ class RunOptions:
     write: bool = False
     #: ``exclude`` and ``per-file-ignores`` of the configuration
     config: Config | None = None
+    #: where per-file results are cached (``.gradfix_cache``); None: no cache
+    cache_dir: str | None = None
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -152,7 +154,7 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
         source = read_source(path)
     except FileError as error:
         return FileResult(path, error=str(error))
-    result = process_text(source.text, path, options, encoding=source.encoding)
+    result = _cached_process_text(source.text, path, options, encoding=source.encoding)
     if options.write and result.error is None and result.changed:
         _write(source, result)
     return result
@@ -193,6 +195,45 @@ def process_text(
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
+    return result
+
+
+def _cached_process_text(
+    text: str, path: str, options: RunOptions, *, encoding: str
+) -> FileResult:
+    """:func:`process_text` through the content-hash cache of ``options.cache_dir``."""
+    if options.cache_dir is None:
+        return process_text(text, path, options, encoding=encoding)
+    from gradfix.cache import ResultCache, cache_key, findings_from_json, findings_to_json
+
+    rules = options.rules_for(path)
+    fix = options.fix or options.write
+    key = cache_key(text, [r.code for r in rules], fix=fix, unsafe_fixes=options.unsafe_fixes)
+    cache = ResultCache(options.cache_dir)
+    entry = cache.get(key)
+    if entry is not None:
+        fixed = entry.get("fixed")
+        return FileResult(
+            path,
+            findings=findings_from_json(entry["findings"]),
+            remaining=findings_from_json(entry["remaining"]),
+            original=text,
+            fixed=text if fixed is None else fixed,
+            encoding=encoding,
+            dropped=list(entry["dropped"]),
+            error=entry["error"],
+        )
+    result = process_text(text, path, options, encoding=encoding)
+    if result.traceback is None:  # an internal error is not a property of the file
+        changed = result.fixed if result.fixed is not None and result.fixed != text else None
+        entry = {
+            "findings": findings_to_json(result.findings),
+            "remaining": findings_to_json(result.remaining),
+            "fixed": changed,
+            "dropped": result.dropped,
+            "error": result.error,
+        }
+        cache.put(key, entry)
     return result
 
 

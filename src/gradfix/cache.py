@@ -1,0 +1,112 @@
+"""A content-hash cache of per-file results: a re-run over an unchanged tree is near-instant.
+
+The key is a SHA-256 of the file's text, the rules that run on it (codes), the options
+that change the result (fix, unsafe fixes) and gradfix's version, so any change to one
+of them misses. Entries are small JSON files under ``.gradfix_cache/`` (created with a
+``.gitignore`` of ``*``), written atomically, so parallel workers and interrupted runs
+never leave a torn entry; an unreadable entry is a miss.
+
+    cache = ResultCache(".gradfix_cache")
+    hit = cache.get(key)            # None on a miss
+    cache.put(key, entry)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from gradfix.rule import Finding, FixSummary
+
+CACHE_DIR_NAME = ".gradfix_cache"
+
+
+@lru_cache(maxsize=1)
+def gradfix_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gradfix")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def cache_key(text: str, codes: Sequence[str], *, fix: bool, unsafe_fixes: bool) -> str:
+    digest = hashlib.sha256()
+    header = f"{gradfix_version()}\0{','.join(sorted(codes))}\0{int(fix)}{int(unsafe_fixes)}\0"
+    digest.update(header.encode("utf-8"))
+    digest.update(text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+class ResultCache:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, key[:2], key + ".json")
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            with open(self._path(key), encoding="utf-8") as handle:
+                entry = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return entry if isinstance(entry, dict) else None
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        """Store ``entry``; a cache that cannot be written is silently skipped."""
+        path = self._path(key)
+        try:
+            self._ensure_root()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(entry, out)
+            os.replace(temporary, path)
+        except OSError:
+            pass
+
+    def _ensure_root(self) -> None:
+        marker = os.path.join(self.directory, ".gitignore")
+        if not os.path.exists(marker):
+            os.makedirs(self.directory, exist_ok=True)
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write("# created by gradfix\n*\n")
+
+
+def findings_to_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    return [
+        {
+            "line": f.line,
+            "col": f.col,
+            "code": f.code,
+            "name": f.name,
+            "message": f.message,
+            "end_line": f.end_line,
+            "end_col": f.end_col,
+            "fix": None if f.fix is None else [f.fix.safety, f.fix.description],
+        }
+        for f in findings
+    ]
+
+
+def findings_from_json(items: Sequence[dict[str, Any]]) -> list[Finding]:
+    return [
+        Finding(
+            line=item["line"],
+            col=item["col"],
+            code=item["code"],
+            name=item["name"],
+            message=item["message"],
+            end_line=item["end_line"],
+            end_col=item["end_col"],
+            fix=None if item["fix"] is None else FixSummary(*item["fix"]),
+        )
+        for item in items
+    ]

@@ -1,0 +1,89 @@
+"""The content-hash result cache (.gradfix_cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import gradfix.runner
+from gradfix.cli import app
+
+BUGGY = "import torch\nw = torch.randn(3, requires_grad=True)\nw.normal_()\n"
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "train.py").write_text(BUGGY, encoding="utf-8")
+    (tmp_path / "broken.py").write_text("import torch\ndef f(:\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRADFIX_NO_CACHE", raising=False)
+    return tmp_path
+
+
+def count_lints(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = gradfix.runner.process_text
+
+    def counting(text, path, options, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        return real(text, path, options, **kwargs)
+
+    monkeypatch.setattr(gradfix.runner, "process_text", counting)
+    return calls
+
+
+def test_a_rerun_over_an_unchanged_tree_reads_the_cache(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = invoke("check", "-j", "1", ".")
+    assert (project / ".gradfix_cache" / ".gitignore").read_text().endswith("*\n")
+    calls = count_lints(monkeypatch)
+    second = invoke("check", "-j", "1", ".")
+    assert second == first and calls == []  # same output, errors included, nothing linted
+    (project / "train.py").write_text(BUGGY + "w.zero_()\n", encoding="utf-8")
+    code, out, _ = invoke("check", "-j", "1", ".")
+    assert calls == ["train.py"] and out.count("GF201") == 2
+
+
+def test_options_and_rules_are_part_of_the_key(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    invoke("check", "-j", "1", "train.py")
+    calls = count_lints(monkeypatch)
+    code, out, _ = invoke("fix", "-j", "1", "train.py")  # fix: another entry
+    assert calls == ["train.py"] and "+    w.normal_()" in out
+    invoke("check", "-j", "1", "--select", "GF1", "train.py")
+    assert calls == ["train.py", "train.py"]
+    code, out, _ = invoke("fix", "-j", "1", "train.py")  # the fix preview from the cache
+    assert calls == ["train.py", "train.py"] and "+    w.normal_()" in out
+
+
+def test_no_cache_neither_reads_nor_writes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    invoke("check", "--no-cache", "-j", "1", ".")
+    assert not (project / ".gradfix_cache").exists()
+    invoke("check", "-j", "1", ".")
+    calls = count_lints(monkeypatch)
+    invoke("check", "--no-cache", "-j", "1", ".")
+    assert sorted(calls) == ["broken.py", "train.py"]
+
+
+def test_write_goes_through_the_cache_and_still_writes(project: Path) -> None:
+    invoke("fix", "-j", "1", "train.py")  # caches the fixed text
+    code, _, _ = invoke("fix", "--write", "-j", "1", "train.py")
+    assert "with torch.no_grad():\n    w.normal_()\n" in (project / "train.py").read_text()
+    assert code == 0
+
+
+def test_an_unreadable_cache_entry_is_a_miss(project: Path) -> None:
+    invoke("check", "-j", "1", "train.py")
+    for entry in (project / ".gradfix_cache").rglob("*.json"):
+        entry.write_text("{not json", encoding="utf-8")
+    code, out, _ = invoke("check", "-j", "1", "train.py")
+    assert code == 1 and "GF201" in out
