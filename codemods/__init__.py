@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.codemods.inplace_on_saved import InplaceOnSaved
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
@@ -20,6 +21,7 @@ ALL_RULES = sorted(
         TensorCopyConstruct,
         IntegerRequiresGrad,
         LeafInplace,
+        InplaceOnSaved,
         MaskedUnsafeBranch,
         NonleafGradRead,
         WhereUnsafeBranch,
