@@ -13,6 +13,7 @@ from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexA
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
+from gradfix.codemods.view_alias_mutation import ViewAliasMutation
 from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
 
 ALL_RULES = sorted(
@@ -22,6 +23,7 @@ ALL_RULES = sorted(
         IntegerRequiresGrad,
         LeafInplace,
         InplaceOnSaved,
+        ViewAliasMutation,
         MaskedUnsafeBranch,
         NonleafGradRead,
         WhereUnsafeBranch,

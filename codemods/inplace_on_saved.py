@@ -18,13 +18,13 @@ from gradfix.analysis import (
 from gradfix.inplace import (
     INPLACE_FLAG_FUNCTIONS,
     MAY_ALIAS_OPS,
+    NameIndex,
     classify_read,
     in_eval_only_branch,
     inplace_flag,
     inplace_function,
     is_constant,
     is_inplace_method,
-    NameIndex,
     reads_of,
 )
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
@@ -402,7 +402,8 @@ class InplaceOnSaved(Rule):
             if op is not None and self._recorded(value, binding.node):
                 return Saver(value, binding.node, f"`{op}` saved its output", True)
         scope = analysis.scope_of(statement).node
-        for read in reads_of(analysis, self.names, binding, scope, binding.end, analysis.index(statement)):
+        end = analysis.index(statement)
+        for read in reads_of(analysis, self.names, binding, scope, binding.end, end):
             saver = self._saving_use(read)
             if saver is not None:
                 return saver
