@@ -347,8 +347,8 @@ def _view_base(value: cst.BaseExpression) -> cst.BaseExpression | None:
 def _is_view_index(element: cst.SubscriptElement) -> bool:
     """A slice, an integer literal, ``None`` or ``...``: basic indexing gives a view."""
     item = element.slice
-    if isinstance(item, cst.Slice):
-        return True
+    if not isinstance(item, cst.Index):
+        return isinstance(item, cst.Slice)
     value = item.value
     if isinstance(value, cst.Integer) or isinstance(value, cst.Ellipsis):
         return True
