@@ -44,6 +44,13 @@ OUTPUT_SAVING_MODULES = {
     "Sigmoid": "sigmoid", "Tanh": "tanh", "ReLU": "relu", "Softmax": "softmax",
     "LogSoftmax": "log_softmax", "Softmin": "softmin",
 }  # fmt: skip
+#: ``nn`` modules with an ``inplace`` flag, and its position in the constructor.
+INPLACE_MODULES = {
+    "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardsigmoid": 0,
+    "Hardswish": 0, "ELU": 1, "CELU": 1, "LeakyReLU": 1, "Dropout": 1, "Dropout1d": 1,
+    "Dropout2d": 1, "Dropout3d": 1, "AlphaDropout": 1, "FeatureAlphaDropout": 1,
+    "Hardtanh": 2, "Threshold": 2, "RReLU": 2,
+}  # fmt: skip
 #: ``nn`` layers that save their input for the gradient of their weight.
 INPUT_SAVING_MODULES = frozenset(
     "Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d "
@@ -132,7 +139,9 @@ class InplaceOnSaved(Rule):
     h = h + 1
     h = h.mul(2)
     ```
-    `F.relu(h, inplace=True)` becomes `F.relu(h)`, `F.relu_(h)` becomes `h = F.relu(h)`.
+    `F.relu(h, inplace=True)` becomes `F.relu(h)`, `F.relu_(h)` becomes `h = F.relu(h)`,
+    `nn.ReLU(inplace=True)` (in an `nn.Sequential` after `nn.Sigmoid()`/`nn.Tanh()`/
+    `nn.Softmax()`..., or a module attribute applied to a saved tensor) becomes `nn.ReLU()`.
     Index assignments and in-place methods without an out-of-place twin (`fill_`,
     `copy_`, `zero_`) change a copy: `h = h.clone()` goes right before them.
 
@@ -143,7 +152,8 @@ class InplaceOnSaved(Rule):
     container holding the tensor is read after the change; otherwise the finding is
     reported without a fix. It is safe when the values keep their dtype: number operands
     (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `clone()` before an index
-    assignment, dropping `inplace=True`. With a tensor operand (`h += bias`) the fix is
+    assignment, dropping `inplace=True` (on a module attribute only when the module is
+    used once, on this tensor: other call sites may rely on the in-place change). With a tensor operand (`h += bias`) the fix is
     unsafe: `h + bias` may promote the dtype where `h += bias` kept it. Changes under
     `no_grad()` are reported without a fix (out of place they would cut the graph), as
     are changes through a view (`h[0].zero_()` is fixed with `clone()` only when `h` is
@@ -353,10 +363,16 @@ class InplaceOnSaved(Rule):
         statement = self._small_statement(node)
         if statement is None:
             return
-        if inplace_function(self.analysis, node) is not None:
+        if self.analysis.call_name(node) == "torch.nn.Sequential":
+            self._check_sequential(node)
+            return
+        form = "function" if inplace_function(self.analysis, node) is not None else None
+        if form is None and node.args and self._inplace_module(func):
+            form = "module"
+        if form is not None:
             base = _base_name(node.args[0].value)
             if base is not None:
-                self._check(Mutation(statement, node, base, "function", node))
+                self._check(Mutation(statement, node, base, form, node))
             return
         if not isinstance(func, cst.Attribute) or not is_inplace_method(func.attr.value):
             return
@@ -454,7 +470,7 @@ class InplaceOnSaved(Rule):
                 return name
         if isinstance(value, cst.Call):
             layer = self._module_class(value.func)
-            if layer in OUTPUT_SAVING_MODULES and not self._inplace_module(value.func):
+            if layer in OUTPUT_SAVING_MODULES:
                 return f"nn.{layer}"
         return None
 
@@ -481,11 +497,46 @@ class InplaceOnSaved(Rule):
         return calls[0] if len(calls) == 1 and len(values) == 1 else None
 
     def _inplace_module(self, func: cst.BaseExpression) -> bool:
+        """``func`` is an ``nn`` activation module built with ``inplace=True``."""
+        return self._inplace_module_flag(func) is not None
+
+    def _inplace_module_flag(self, func: cst.BaseExpression) -> cst.Arg | None:
         constructor = self._constructor(func)
-        if constructor is None:
-            return False
-        flag = argument(constructor, "inplace", 0)
-        return flag is not None and isinstance(flag.value, cst.Name) and flag.value.value == "True"
+        layer = self._module_class(func)
+        position = INPLACE_MODULES.get(layer or "")
+        if constructor is None or position is None:
+            return None
+        flag = argument(constructor, "inplace", position)
+        is_true = flag is not None and isinstance(flag.value, cst.Name)
+        return flag if is_true and flag.value.value == "True" else None  # type: ignore[union-attr]
+
+    def _check_sequential(self, call: cst.Call) -> None:
+        """``nn.Sequential(nn.Linear(...), nn.Sigmoid(), nn.ReLU(inplace=True))``."""
+        if self.analysis.in_no_grad(call):
+            return
+        layers = [a.value for a in call.args if a.keyword is None and not a.star]
+        recorded = False
+        for previous, layer in zip(layers, layers[1:]):
+            recorded = recorded or self.analysis.is_nn_layer(previous, call)
+            saver = self._module_class(previous)
+            flag = self._inplace_module_flag(layer)
+            if not recorded or saver not in OUTPUT_SAVING_MODULES or flag is None:
+                continue
+            assert isinstance(layer, cst.Call)
+            message = (
+                f"`nn.{self._module_class(layer)}(inplace=True)` changes the output of "
+                f"`nn.{saver}` in place, but `{OUTPUT_SAVING_MODULES[saver]}` saved it for "
+                "backward: backward fails with 'modified by an inplace operation'; drop "
+                "`inplace=True`"
+            )
+            self.report(layer, message, fix=self._drop_flag(layer, flag))
+
+    def _drop_flag(self, constructor: cst.Call, flag: cst.Arg) -> Fix:
+        args = [a for a in constructor.args if a is not flag]
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return self.fix([Edit(constructor, constructor.with_changes(args=args))],
+                        "Drop `inplace=True`")
 
     def _graph_needed(self, saver: Saver, mutation: Mutation) -> bool:
         """A backward may still run through the saving op after the change: a name that
@@ -562,6 +613,8 @@ class InplaceOnSaved(Rule):
             return self._augassign_fix(mutation)
         if mutation.form == "function":
             return self._function_fix(mutation)
+        if mutation.form == "module":
+            return self._module_fix(mutation)
         if mutation.form == "method":
             twin = self._twin_fix(mutation)
             if twin is not None:
@@ -689,6 +742,38 @@ class InplaceOnSaved(Rule):
             return None  # the caller relies on ``h`` being changed too
         return self.fix([Edit(call, new_call)], "Call it out of place")
 
+    def _module_fix(self, mutation: Mutation) -> Fix | None:
+        """``self.act = nn.ReLU(inplace=True)`` used once, on this tensor: drop the flag."""
+        call, statement = mutation.call, mutation.statement
+        assert call is not None
+        flag = self._inplace_module_flag(call.func)
+        constructor = self._constructor(call.func)
+        if flag is None or constructor is None or self._module_uses(call.func) != 1:
+            return None
+        if call.args[0].value is not mutation.name:
+            return None
+        if not isinstance(statement, (cst.Assign, cst.Return)) or statement.value is not call:
+            return None
+        if mutation.name.value not in _bound_names(statement) and self._read_after(mutation):
+            return None
+        return self._drop_flag(constructor, flag)
+
+    def _module_uses(self, func: cst.BaseExpression) -> int:
+        """How often the module object ``func`` names is used (``self.act`` in its class,
+        a local name in its scope)."""
+        analysis = self.analysis
+        if isinstance(func, cst.Name):
+            scope = analysis.scope_of(func).node
+            return sum(
+                1 for n in self.names.named(scope, func.value) if not _is_assigned(analysis, n)
+            )
+        cls = analysis.enclosing_class(func)
+        if not isinstance(func, cst.Attribute) or cls is None:
+            return 0
+        finder = _AttributeUses(func.attr.value)
+        cls.visit(finder)
+        return finder.count
+
     def _read_after(self, mutation: Mutation) -> bool:
         analysis = self.analysis
         scope = analysis.scope_of(mutation.statement).node
@@ -776,6 +861,26 @@ def _bound_names(statement: cst.CSTNode) -> list[str]:
         elif isinstance(target, (cst.Tuple, cst.List)):
             names += [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
     return names
+
+
+def _is_assigned(analysis: object, name: cst.Name) -> bool:
+    parent = analysis.parent(name)  # type: ignore[attr-defined]
+    return isinstance(parent, cst.AssignTarget)
+
+
+class _AttributeUses(cst.CSTVisitor):
+    """Reads of ``self.<attr>`` (not assignments to it) in a class."""
+
+    def __init__(self, attr: str) -> None:
+        self.attr = attr
+        self.count = 0
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return not isinstance(node.target, cst.Attribute)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == self.attr and isinstance(node.value, cst.Name):
+            self.count += node.value.value == "self"
 
 
 class _Backwards(cst.CSTVisitor):
