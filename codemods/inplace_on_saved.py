@@ -24,8 +24,10 @@ from gradfix.inplace import (
     inplace_flag,
     inplace_function,
     is_constant,
+    is_inplace_call,
     is_inplace_method,
     reads_of,
+    small_statement,
 )
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
 
@@ -150,16 +152,16 @@ class InplaceOnSaved(Rule):
     it is offered only when the name is bound in the same scope to a fresh result (not a
     parameter of the function, not a view of another tensor) and no other name, view or
     container holding the tensor is read after the change; otherwise the finding is
-    reported without a fix. It is safe when the values keep their dtype: number operands
-    (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `clone()` before an index
-    assignment, dropping `inplace=True` (on a module attribute only when the module is
-    used once, on this tensor: other call sites may rely on the in-place change). With a tensor operand (`h += bias`) the fix is
-    unsafe: `h + bias` may promote the dtype where `h += bias` kept it. Changes under
-    `no_grad()` are reported without a fix (out of place they would cut the graph), as
-    are changes through a view (`h[0].zero_()` is fixed with `clone()` only when `h` is
-    the mutated name). Ops recorded under `no_grad()`, tensors that do not require grad,
-    a backward call between the op and the change, eval-only branches
-    (`if not self.training:`) and leaves (GF201) are not reported.
+    reported without a fix. The fix is safe when the values keep their dtype: number
+    operands (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `h = h.clone()`
+    before an index assignment or a change through a view (`h[0].zero_()`), dropping
+    `inplace=True`. It is unsafe with a tensor operand (`h += bias`): `h + bias` may
+    promote the dtype where `h += bias` kept it. `inplace=True` is dropped from a module
+    attribute only when the module is used once, on this tensor (other call sites may
+    rely on the in-place change). Changes under `no_grad()` are reported without a fix:
+    out of place they would cut the graph. Ops recorded under `no_grad()`, tensors that
+    do not require grad, a backward call between the op and the change, eval-only
+    branches (`if not self.training:`) and leaves (GF201) are not reported.
     """
 
     code = "GF204"
@@ -360,7 +362,7 @@ class InplaceOnSaved(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        statement = self._small_statement(node)
+        statement = small_statement(self.analysis, node)
         if statement is None:
             return
         if self.analysis.call_name(node) == "torch.nn.Sequential":
@@ -379,19 +381,11 @@ class InplaceOnSaved(Rule):
         if self.analysis.qualified_name(func) is not None:
             return  # a module function (``torch.manual_seed``...), not a tensor method
         receiver = func.value
-        if _is_inplace_call(receiver):
+        if is_inplace_call(receiver):
             return  # ``h.mul_(2).add_(1)``: reported at the innermost call
         base = _base_name(receiver)
         if base is not None:
             self._check(Mutation(statement, node, base, "method", node))
-
-    def _small_statement(self, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
-        for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, cst.BaseSmallStatement):
-                return ancestor
-            if isinstance(ancestor, (cst.BaseCompoundStatement, cst.Lambda)):
-                return None
-        return None
 
     # -- deciding ----------------------------------------------------------------------------
     def _check(self, mutation: Mutation) -> None:
@@ -430,7 +424,7 @@ class InplaceOnSaved(Rule):
         (``h.sigmoid_()``) or an op that saves this operand (``h @ w``)."""
         analysis = self.analysis
         read = classify_read(analysis, name)
-        statement = self._small_statement(name)
+        statement = small_statement(self.analysis, name)
         if statement is None:
             return None
         if read.kind == "mutation" and read.method is not None and read.top is name:
@@ -576,7 +570,7 @@ class InplaceOnSaved(Rule):
         read = classify_read(analysis, name)
         if read.kind == "nongraph":
             return set()
-        statement = self._small_statement(name)
+        statement = small_statement(self.analysis, name)
         if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             bound = _bound_names(statement)
             targets = statement.targets if isinstance(statement, cst.Assign) else []
@@ -813,14 +807,6 @@ def _base_name(expr: cst.BaseExpression) -> cst.Name | None:
     ):
         expr = expr.value
     return expr if isinstance(expr, cst.Name) else None
-
-
-def _is_inplace_call(expr: cst.BaseExpression) -> bool:
-    return (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and is_inplace_method(expr.func.attr.value)
-    )
 
 
 def _operation(analysis: object, top: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import VIEW_ATTRIBUTES, Binding, LeafReason
-from gradfix.inplace import NameIndex, inplace_function, is_inplace_method
+from gradfix.inplace import (
+    NameIndex,
+    inplace_function,
+    is_inplace_call,
+    is_inplace_method,
+    small_statement,
+)
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
 
 #: Tensor methods whose result is a view sharing storage with the receiver. ``detach``
@@ -192,13 +198,13 @@ class ViewAliasMutation(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        statement = self._small_statement(node)
+        statement = small_statement(self.analysis, node)
         if statement is None:
             return
         if inplace_function(self.analysis, node) is not None:
             changed: cst.BaseExpression = node.args[0].value
         elif isinstance(func, cst.Attribute) and is_inplace_method(func.attr.value):
-            if self.analysis.qualified_name(func) is not None or _inplace_call(func.value):
+            if self.analysis.qualified_name(func) is not None or is_inplace_call(func.value):
                 return
             changed = func.value
         else:
@@ -206,14 +212,6 @@ class ViewAliasMutation(Rule):
         view, through_data = _changed_name(changed)
         if view is not None:
             self._check(Change(node, statement, view, through_data))
-
-    def _small_statement(self, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
-        for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, cst.BaseSmallStatement):
-                return ancestor
-            if isinstance(ancestor, (cst.BaseCompoundStatement, cst.Lambda)):
-                return None
-        return None
 
     # -- deciding --------------------------------------------------------------------------------
     def _check(self, change: Change) -> None:
@@ -355,11 +353,3 @@ def _is_view_index(element: cst.SubscriptElement) -> bool:
     if isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer):
         return True
     return isinstance(value, cst.Name) and value.value == "None"
-
-
-def _inplace_call(expr: cst.BaseExpression) -> bool:
-    return (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and is_inplace_method(expr.func.attr.value)
-    )

@@ -50,6 +50,25 @@ def is_inplace_method(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_") and name not in NOT_INPLACE
 
 
+def small_statement(analysis: FileAnalysis, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+    """The simple statement ``node`` belongs to (None inside a compound header or lambda)."""
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, cst.BaseSmallStatement):
+            return ancestor
+        if isinstance(ancestor, (cst.BaseCompoundStatement, cst.Lambda)):
+            return None
+    return None
+
+
+def is_inplace_call(expr: cst.BaseExpression) -> bool:
+    """``h.mul_(2)``: a call of an in-place tensor method."""
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and is_inplace_method(expr.func.attr.value)
+    )
+
+
 @dataclass
 class Read:
     """How one read of a tensor name uses the tensor.
