@@ -79,13 +79,15 @@ class ViewAliasMutation(Rule):
     not an attribute) that is not read after the change: then the change to the base was
     invisible and the clone keeps every forward result; it is safe. When the change
     raised (no `.data`, grad mode on) and the base is read afterwards, the clone is the
-    likely intent but initialising the parameter is possible too: the fix is unsafe. When
-    the change went through `.data` or `no_grad()` (it ran and changed the parameter) and
-    the base is read afterwards, the finding is reported without a fix: cloning would
-    change what the rest of the code sees. Views of tensors that do not require grad,
-    writes into attributes (`self.weight.data[:n].copy_(...)`) under `no_grad()` or through
-    `.data`, and names rebound to a view of themselves (`x = x[:4]`) are not reported:
-    filling a buffer or a parameter through a view is how library code initialises them.
+    likely intent but changing the parameter is possible too (then the fix is
+    `torch.no_grad()`): the clone is an unsafe fix. When the change went through `.data`
+    (it ran and changed the parameter) and the base is read afterwards, the finding is
+    reported without a fix: cloning would change what the rest of the code sees.
+    Not reported: views of tensors that do not require grad, changes under `no_grad()`,
+    `.data` changes of views of attributes (`w = self.weight[:n]; w.data.copy_(...)`),
+    of function arguments or of loop variables (`for p in model.parameters()`), and names
+    rebound to a view of themselves (`x = x[:4]; x.add_(1)`): filling a buffer or a
+    parameter through a view is how library code initialises and updates them.
     """
 
     code = "GF206"
@@ -218,10 +220,12 @@ class ViewAliasMutation(Rule):
         view = self._view_binding(change)
         if view is None:
             return
-        silent = change.through_data or self.analysis.in_no_grad(change.statement)
+        if self.analysis.in_no_grad(change.statement):
+            return  # how parameters are initialised or updated on purpose
+        silent = change.through_data
         base_is_name = isinstance(view.base, cst.Name)
-        if silent and not base_is_name:
-            return  # writing into a parameter attribute on purpose
+        if silent and not self._assigned_local(view.base):
+            return  # writing into a parameter attribute or a loop's parameter on purpose
         base_read = not base_is_name or self._base_read_after(view, change)
         fix: Fix | None = None
         if not base_read:
@@ -248,6 +252,14 @@ class ViewAliasMutation(Rule):
         if reason is None:
             return None
         return ViewBinding(binding, binding.value, base, reason)
+
+    def _assigned_local(self, base: cst.BaseExpression) -> bool:
+        """``base`` is a name bound by an assignment (``v1 = nn.Parameter(...)``), not an
+        attribute, a function argument or a ``for p in model.parameters()`` variable."""
+        if not isinstance(base, cst.Name):
+            return False
+        binding = self.analysis.reaching_binding(base, base)
+        return binding is not None and binding.kind == "assign"
 
     def _base_read_after(self, view: ViewBinding, change: Change) -> bool:
         """The base may be seen after the change: it is not a local of a function (module

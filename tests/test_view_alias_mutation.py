@@ -43,17 +43,38 @@ def test_raising_change_with_base_read_after_is_an_unsafe_fix() -> None:
 
 
 def test_function_argument_base_counts_as_read() -> None:
+    # the caller holds w: the clone is the likely intent, but not a proven one
     result = run(
         """
         import torch
 
         def shift(w: torch.nn.Parameter):
             a = w[:2]
-            a.data.add_(1)
+            a.add_(1)
             return a
         """
     )
-    assert len(result.findings) == 1 and result.findings[0].fix is None
+    assert len(result.findings) == 1 and result.findings[0].fix.safety == "unsafe"
+
+
+def test_data_changes_of_parameters_on_purpose_are_not_reported() -> None:
+    result = run(
+        """
+        import torch
+        from torch import nn
+
+        def shrink(model: nn.Module, w: nn.Parameter):
+            for p in model.parameters():
+                row = p[0]
+                row.data.mul_(0.5)
+            head = w[:2]
+            head.data.zero_()
+            with torch.no_grad():
+                tail = w[2:]
+                tail.fill_(1.0)
+        """
+    )
+    assert result.findings == []
 
 
 def test_views_of_plain_tensors_and_tensor_indices_are_not_reported() -> None:
