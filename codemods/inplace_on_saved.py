@@ -460,8 +460,6 @@ class InplaceOnSaved(Rule):
             name, operands = op
             if name in SAVES_OUTPUT or (name == "pow" and _tensor_exponent(self, operands, at)):
                 return name
-            if name == "softmin":
-                return name
         if isinstance(value, cst.Call):
             layer = self._module_class(value.func)
             if layer in OUTPUT_SAVING_MODULES:
