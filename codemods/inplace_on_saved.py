@@ -20,6 +20,7 @@ from gradfix.inplace import (
     MAY_ALIAS_OPS,
     NameIndex,
     classify_read,
+    in_autograd_function,
     in_eval_only_branch,
     inplace_flag,
     inplace_function,
@@ -161,7 +162,8 @@ class InplaceOnSaved(Rule):
     rely on the in-place change). Changes under `no_grad()` are reported without a fix:
     out of place they would cut the graph. Ops recorded under `no_grad()`, tensors that
     do not require grad, a backward call between the op and the change, eval-only
-    branches (`if not self.training:`) and leaves (GF201) are not reported.
+    branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
+    and leaves (GF201) are not reported.
     """
 
     code = "GF204"
@@ -396,6 +398,8 @@ class InplaceOnSaved(Rule):
         binding = analysis.reaching_binding(name, statement)
         if binding is None or in_eval_only_branch(analysis, statement):
             return
+        if in_autograd_function(analysis, statement):
+            return  # autograd records nothing inside a custom Function
         if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
             return
         saver = self._saver(name, binding, statement)

@@ -123,3 +123,25 @@ def test_saved_operand_through_a_view_and_parenthesised_operand() -> None:
     )
     assert "a = a - (1 + 2)" in result.source
     assert result.findings[0].fix.safety == "safe"
+
+
+def test_custom_autograd_function_body_is_not_reported() -> None:
+    result = run(
+        """
+        import torch
+
+        scale = torch.nn.Parameter(torch.ones(3))
+
+        class MaskedSoftmax(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, mask):
+                out = torch.softmax(x * scale, -1)  # grad mode is off in here
+                out.masked_fill_(mask, 0)
+                ctx.save_for_backward(out)
+                return out
+
+        w = torch.randn(3, requires_grad=True)
+        y = MaskedSoftmax.apply(w * 2, torch.tensor([True, False, False]))
+        """
+    )
+    assert result.findings == []

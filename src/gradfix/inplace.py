@@ -346,3 +346,17 @@ def in_eval_only_branch(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
                 return True
         child = ancestor
     return False
+
+
+def in_autograd_function(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
+    """``node`` is inside ``forward``/``backward`` of a ``torch.autograd.Function``
+    subclass, where autograd records nothing."""
+    func = analysis.enclosing_function(node)
+    cls = analysis.enclosing_class(func) if func is not None else None
+    if func is None or cls is None or func.name.value not in ("forward", "backward"):
+        return False
+    return any(
+        analysis.qualified_name(base.value) in ("torch.autograd.Function",
+                                                "torch.autograd.function.Function")
+        for base in cls.bases
+    )
