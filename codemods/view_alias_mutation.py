@@ -54,8 +54,8 @@ class ViewAliasMutation(Rule):
     ## Why is this bad?
     Slicing, `view`, `t()`, `transpose`, `permute`... do not copy: `a` shares storage
     with `w`. Changing `a` in place raises "a view of a leaf Variable that requires grad
-    is being used in an in-place operation", and through `.data` (or under `no_grad()`)
-    it silently changes `w` too: the parameter you meant to leave alone is modified.
+    is being used in an in-place operation", and through `.data` it silently changes `w`
+    too: the parameter you meant to leave alone is modified.
 
     ## Example
     ```python
