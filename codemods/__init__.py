@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.codemods.inplace_on_saved import InplaceOnSaved
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
@@ -12,6 +13,7 @@ from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexA
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
+from gradfix.codemods.view_alias_mutation import ViewAliasMutation
 from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
 
 ALL_RULES = sorted(
@@ -20,6 +22,8 @@ ALL_RULES = sorted(
         TensorCopyConstruct,
         IntegerRequiresGrad,
         LeafInplace,
+        InplaceOnSaved,
+        ViewAliasMutation,
         MaskedUnsafeBranch,
         NonleafGradRead,
         WhereUnsafeBranch,

@@ -1283,8 +1283,8 @@ SAVES_INPUTS = frozenset(
 #: Ops that save their result (an in-place change to the *result* breaks backward, one to the
 #: input does not); ``prod``, ``norm``, ``std``, ``amax``... save both.
 SAVES_OUTPUT = frozenset(
-    "exp exp2 expm1 tanh sigmoid sqrt rsqrt reciprocal relu tan softmax log_softmax prod "
-    "cumprod norm vector_norm std logsumexp amax amin".split()
+    "exp exp2 expm1 tanh sigmoid sqrt rsqrt reciprocal relu tan softmax log_softmax softmin "
+    "prod cumprod norm vector_norm std logsumexp amax amin".split()
 )
 #: Products: an operand is saved when *another* operand requires grad (``x * c`` with a
 #: constant ``c`` saves only ``c``; ``x * w`` with ``w`` requiring grad saves both).

@@ -1,0 +1,367 @@
+"""GF206 view-alias-mutation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradfix.analysis import VIEW_ATTRIBUTES, Binding, LeafReason
+from gradfix.inplace import (
+    NameIndex,
+    inplace_function,
+    is_inplace_call,
+    is_inplace_method,
+    small_statement,
+)
+from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+
+#: Tensor methods whose result is a view sharing storage with the receiver. ``detach``
+#: is left out: ``t.detach()`` is how code asks for the storage on purpose.
+VIEW_METHODS = frozenset(
+    "view view_as t transpose swapaxes swapdims permute movedim moveaxis unsqueeze squeeze "
+    "narrow select expand expand_as diagonal unfold as_strided".split()
+)
+
+
+@dataclass
+class ViewBinding:
+    """``name = <view of base>``: the base expression and the view expression."""
+
+    binding: Binding
+    value: cst.BaseExpression
+    base: cst.BaseExpression  # a Name or ``self.attr``
+    reason: LeafReason
+
+
+@dataclass
+class Change:
+    """One in-place change of the view: through ``.data`` or not."""
+
+    node: cst.CSTNode
+    statement: cst.BaseSmallStatement
+    view: cst.Name
+    through_data: bool
+
+
+class ViewAliasMutation(Rule):
+    """
+    ## What it does
+    Finds a view of a leaf tensor that requires grad (a parameter, a `requires_grad=True`
+    tensor) bound to a name, `a = w[:4]`, `a = w.view(-1)`, `a = w.t()`, and then changed
+    in place: `a.add_(1)`, `a += 1`, `a[0] = 0`, `a.zero_()`, `a.data.copy_(...)`.
+
+    ## Why is this bad?
+    Slicing, `view`, `t()`, `transpose`, `permute`... do not copy: `a` shares storage
+    with `w`. Changing `a` in place raises "a view of a leaf Variable that requires grad
+    is being used in an in-place operation", and through `.data` it silently changes `w`
+    too: the parameter you meant to leave alone is modified.
+
+    ## Example
+    ```python
+    v1 = torch.nn.Parameter(torch.rand(10))
+    a = v1[:4]
+    a.data.copy_(torch.rand(4))  # v1[:4] changes as well
+    ```
+
+    ## Use instead
+    ```python
+    v1 = torch.nn.Parameter(torch.rand(10))
+    a = v1[:4].clone()
+    a.data.copy_(torch.rand(4))  # v1 is untouched
+    ```
+    If changing the parameter is the point (initialising part of it), write it as such:
+    `with torch.no_grad(): v1[:4].copy_(torch.rand(4))`.
+
+    ## Fix safety
+    Cloning the view changes what the base shows afterwards. So the fix is offered only
+    when the base is a local variable of a function (not module state, not an argument,
+    not an attribute) that is not read after the change: then the change to the base was
+    invisible and the clone keeps every forward result; it is safe. When the change
+    raised (no `.data`, grad mode on) and the base is read afterwards, the clone is the
+    likely intent but changing the parameter is possible too (then the fix is
+    `torch.no_grad()`): the clone is an unsafe fix. When the change went through `.data`
+    (it ran and changed the parameter) and the base is read afterwards, the finding is
+    reported without a fix: cloning would change what the rest of the code sees.
+    Not reported: views of tensors that do not require grad, changes under `no_grad()`,
+    `.data` changes of views of attributes (`w = self.weight[:n]; w.data.copy_(...)`),
+    of function arguments or of loop variables (`for p in model.parameters()`), and names
+    rebound to a view of themselves (`x = x[:4]; x.add_(1)`): filling a buffer or a
+    parameter through a view is how library code initialises and updates them.
+    """
+
+    code = "GF206"
+    name = "view-alias-mutation"
+    message = "A view of a leaf tensor that requires grad is changed in place"
+    fix_safety = FixSafety.SAFE
+    prefilter = ("_(", "+=", "-=", "*=", "/=", "] =", "]=")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            buf = torch.zeros(8)
+            src = torch.rand(4)
+            out = buf[:4]
+            out.copy_(src)  # filling a buffer through a view
+            x = torch.rand(6)
+            x = x[:4]
+            x.add_(1)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            class Embed(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.weight = nn.Parameter(torch.empty(10, 4))
+                    with torch.no_grad():
+                        head = self.weight[:2]
+                        head.zero_()  # initialising part of a parameter
+            """
+        ),
+        Valid(
+            """
+            import torch
+            v2 = torch.nn.Parameter(torch.rand(10))
+            b = v2[:4].clone()
+            b.data.copy_(torch.rand(4))
+            print(v2)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            def noisy_head(x):
+                v1 = torch.nn.Parameter(torch.rand(10))
+                a = v1[:4]
+                a.data.copy_(torch.rand(4))
+                return (a * x).sum()
+            """,
+            """
+            import torch
+
+            def noisy_head(x):
+                v1 = torch.nn.Parameter(torch.rand(10))
+                a = v1[:4].clone()
+                a.data.copy_(torch.rand(4))
+                return (a * x).sum()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            v1 = torch.nn.Parameter(torch.rand(10))
+            a = v1[:4]
+            a.data.copy_(torch.rand(4))
+            print(v1)
+            """
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, 4, requires_grad=True)
+            a = w.t()
+            a.zero_()
+            print(w)
+            """,
+            """
+            import torch
+            w = torch.randn(3, 4, requires_grad=True)
+            a = w.t().clone()
+            a.zero_()
+            print(w)
+            """,
+        ),
+    ]
+
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__(context)
+        self.names = NameIndex()
+
+    # -- collecting changes --------------------------------------------------------------------
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node, node.target)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript):
+            self._target(node, node.targets[0].target)
+
+    def _target(self, statement: cst.BaseSmallStatement, target: cst.BaseExpression) -> None:
+        view, through_data = _changed_name(target)
+        if view is not None:
+            self._check(Change(statement, statement, view, through_data))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        statement = small_statement(self.analysis, node)
+        if statement is None:
+            return
+        if inplace_function(self.analysis, node) is not None:
+            changed: cst.BaseExpression = node.args[0].value
+        elif isinstance(func, cst.Attribute) and is_inplace_method(func.attr.value):
+            if self.analysis.qualified_name(func) is not None or is_inplace_call(func.value):
+                return
+            changed = func.value
+        else:
+            return
+        view, through_data = _changed_name(changed)
+        if view is not None:
+            self._check(Change(node, statement, view, through_data))
+
+    # -- deciding --------------------------------------------------------------------------------
+    def _check(self, change: Change) -> None:
+        view = self._view_binding(change)
+        if view is None:
+            return
+        if self.analysis.in_no_grad(change.statement):
+            return  # how parameters are initialised or updated on purpose
+        silent = change.through_data
+        base_is_name = isinstance(view.base, cst.Name)
+        if silent and not self._assigned_local(view.base):
+            return  # writing into a parameter attribute or a loop's parameter on purpose
+        base_read = not base_is_name or self._base_read_after(view, change)
+        fix: Fix | None = None
+        if not base_read:
+            fix = self._clone_fix(view)
+        elif not silent:
+            fix = self._clone_fix(view, FixSafety.UNSAFE)
+        self.report(change.node, self._message(view, change, silent, base_read), fix=fix)
+
+    def _view_binding(self, change: Change) -> ViewBinding | None:
+        analysis = self.analysis
+        binding = analysis.reaching_binding(change.view, change.statement)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            return None
+        if binding.unpack_index is not None or not isinstance(binding.node, cst.Assign):
+            return None
+        if analysis.scope_of(binding.node).node is not analysis.scope_of(change.statement).node:
+            return None
+        base = _view_base(binding.value)
+        if base is None:
+            return None
+        if isinstance(base, cst.Name) and base.value == binding.name:
+            return None  # ``x = x[:4]``: the old tensor has no name left
+        reason = analysis.leaf_reason(base, binding.node)
+        if reason is None:
+            return None
+        return ViewBinding(binding, binding.value, base, reason)
+
+    def _assigned_local(self, base: cst.BaseExpression) -> bool:
+        """``base`` is a name bound by an assignment (``v1 = nn.Parameter(...)``), not an
+        attribute, a function argument or a ``for p in model.parameters()`` variable."""
+        if not isinstance(base, cst.Name):
+            return False
+        binding = self.analysis.reaching_binding(base, base)
+        return binding is not None and binding.kind == "assign"
+
+    def _base_read_after(self, view: ViewBinding, change: Change) -> bool:
+        """The base may be seen after the change: it is not a local of a function (module
+        state, a parameter of the function, an attribute), or it is used after the change
+        (or anywhere in a loop around it)."""
+        analysis = self.analysis
+        base = view.base
+        if not isinstance(base, cst.Name):
+            return True
+        binding = analysis.reaching_binding(base, view.binding.node)
+        scope = analysis.scope_of(change.statement).node
+        if binding is None or binding.kind != "assign" or not isinstance(scope, cst.FunctionDef):
+            return True
+        after = analysis.end_index(change.statement)
+        for loop in analysis.ancestors(change.statement):
+            if isinstance(loop, (cst.For, cst.While)) and not analysis.contains(
+                loop, view.binding.node
+            ):
+                after = min(after, analysis.index(loop))
+        return any(analysis.index(n) > after for n in self.names.named(scope, base.value))
+
+    def _message(self, view: ViewBinding, change: Change, silent: bool, base_read: bool) -> str:
+        name = view.binding.name
+        base = cst.Module([]).code_for_node(view.base)
+        value = cst.Module([]).code_for_node(view.value)
+        if silent:
+            text = (
+                f"`{name}` is a view of `{base}` ({view.reason.description}): changing it "
+                f"in place changes `{base}` too"
+            )
+        else:
+            text = (
+                f"`{name}` is a view of `{base}` ({view.reason.description}): changing it "
+                "in place raises 'a view of a leaf Variable that requires grad is being "
+                "used in an in-place operation'"
+            )
+        advice = f"; if `{name}` is meant as a copy, use `{name} = {value}.clone()`"
+        if base_read and not silent:
+            advice += f"; to change `{base}` itself, do it under `torch.no_grad()`"
+        return text + advice
+
+    def _clone_fix(self, view: ViewBinding, safety: FixSafety | None = None) -> Fix:
+        value = view.value
+        cloned = cst.Call(cst.Attribute(value, cst.Name("clone")))
+        return self.fix(
+            [Edit(value, cloned)],
+            f"Clone the view: `{view.binding.name} = ....clone()`",
+            safety=safety,
+        )
+
+
+def _changed_name(target: cst.BaseExpression) -> tuple[cst.Name | None, bool]:
+    """The name whose tensor ``target`` changes, and whether it goes through ``.data``:
+    ``a`` -> (a, False), ``a[0]`` -> (a, False), ``a.data`` -> (a, True)."""
+    through_data = False
+    while True:
+        if isinstance(target, cst.Subscript):
+            target = target.value
+        elif isinstance(target, cst.Attribute) and target.attr.value == "data":
+            through_data = True
+            target = target.value
+        else:
+            break
+    return (target if isinstance(target, cst.Name) else None), through_data
+
+
+def _view_base(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The tensor ``value`` is a view of: ``w[:4]``, ``w.view(-1)``, ``w.t()``, ``w.T``,
+    ``self.w[0].unsqueeze(0)`` -> ``w`` / ``self.w``; None for anything else."""
+    expr = value
+    steps = 0
+    while True:
+        if isinstance(expr, cst.Subscript) and all(_is_view_index(e) for e in expr.slice):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute) and expr.attr.value in VIEW_ATTRIBUTES:
+            expr = expr.value
+        elif (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in VIEW_METHODS
+        ):
+            expr = expr.func.value
+        else:
+            break
+        steps += 1
+    if steps == 0:
+        return None
+    if isinstance(expr, cst.Name):
+        return expr
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+        return expr if expr.value.value == "self" else None
+    return None
+
+
+def _is_view_index(element: cst.SubscriptElement) -> bool:
+    """A slice, an integer literal, ``None`` or ``...``: basic indexing gives a view."""
+    item = element.slice
+    if not isinstance(item, cst.Index):
+        return isinstance(item, cst.Slice)
+    value = item.value
+    if isinstance(value, cst.Integer) or isinstance(value, cst.Ellipsis):
+        return True
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer):
+        return True
+    return isinstance(value, cst.Name) and value.value == "None"

@@ -1,0 +1,147 @@
+"""GF204 inplace-on-saved: cases beyond the embedded examples and fixtures."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gradfix.codemods.inplace_on_saved import InplaceOnSaved
+from gradfix.engine import lint_source
+
+
+def run(code: str, unsafe: bool = True):
+    source = textwrap.dedent(code).lstrip("\n")
+    return lint_source(source, rules=[InplaceOnSaved], fix=True, unsafe_fixes=unsafe)
+
+
+def test_view_read_after_the_change_is_reported_without_fix() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        h = torch.tanh(w)
+        top = h[:2]
+        h += 1
+        print(top)  # sees the change: rebinding h would not
+        h.sum().backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF204"]
+    assert result.findings[0].fix is None
+    assert "`tanh` saved its output" in result.findings[0].message
+
+
+def test_change_under_no_grad_is_reported_without_fix() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        p = torch.softmax(w, 0)
+        with torch.no_grad():
+            p.clamp_(min=1e-6)
+        torch.log(p).sum().backward()
+        """
+    )
+    assert len(result.findings) == 1 and result.findings[0].fix is None
+
+
+def test_function_parameter_is_reported_without_fix() -> None:
+    # the caller still holds x: rebinding it here would not change the caller's tensor
+    result = run(
+        """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 3)
+
+            def forward(self, x):
+                y = self.fc(x)
+                x.mul_(2)
+                return y
+        """
+    )
+    assert len(result.findings) == 1
+    assert "`nn.Linear` saved it" in result.findings[0].message
+    assert result.findings[0].fix is None
+
+
+def test_tensor_operand_is_an_unsafe_fix() -> None:
+    code = """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        bias = torch.ones(3)
+        h = torch.sigmoid(w)
+        h += bias
+        h.sum().backward()
+        """
+    assert run(code).findings[0].fix.safety == "unsafe"
+    assert "h = h + bias" in run(code).source
+    assert run(code, unsafe=False).source == textwrap.dedent(code).lstrip("\n")
+
+
+def test_other_name_for_inplace_result_keeps_the_change_when_read_later() -> None:
+    result = run(
+        """
+        import torch
+        import torch.nn.functional as F
+        w = torch.randn(3, requires_grad=True)
+        h = torch.sigmoid(w)
+        y = F.relu(h, inplace=True)
+        (y + h).sum().backward()
+        """
+    )
+    assert len(result.findings) == 1 and result.findings[0].fix is None
+
+
+def test_graph_not_needed_after_the_change() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        h = torch.exp(w)
+        total = h.sum()
+        total.backward()
+        h.mul_(2)
+        print(total)
+        """
+    )
+    assert result.findings == []
+
+
+def test_saved_operand_through_a_view_and_parenthesised_operand() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 3, requires_grad=True)
+        a = w * 1.5
+        out = a.t() @ w
+        a -= 1 + 2
+        out.sum().backward()
+        """
+    )
+    assert "a = a - (1 + 2)" in result.source
+    assert result.findings[0].fix.safety == "safe"
+
+
+def test_custom_autograd_function_body_is_not_reported() -> None:
+    result = run(
+        """
+        import torch
+
+        scale = torch.nn.Parameter(torch.ones(3))
+
+        class MaskedSoftmax(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, mask):
+                out = torch.softmax(x * scale, -1)  # grad mode is off in here
+                out.masked_fill_(mask, 0)
+                ctx.save_for_backward(out)
+                return out
+
+        w = torch.randn(3, requires_grad=True)
+        y = MaskedSoftmax.apply(w * 2, torch.tensor([True, False, False]))
+        """
+    )
+    assert result.findings == []
