@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.codemods.create_graph_backward import CreateGraphBackward
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
@@ -25,6 +26,7 @@ ALL_RULES = sorted(
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         BackwardTwice,
+        CreateGraphBackward,
         LossAccumulation,
         SqrtOfSquares,
     ],
