@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
 from gradfix.codemods.create_graph_backward import CreateGraphBackward
+from gradfix.codemods.data_mutation import DataMutation
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
@@ -21,6 +22,7 @@ ALL_RULES = sorted(
         TensorCopyConstruct,
         IntegerRequiresGrad,
         LeafInplace,
+        DataMutation,
         MaskedUnsafeBranch,
         NonleafGradRead,
         WhereUnsafeBranch,

@@ -48,7 +48,9 @@ class LeafInplace(NoGradBlockRule):
         w.grad.zero_()
     ```
     Consecutive updates share one block; a loop whose body only updates parameters is
-    wrapped whole. `w.data.normal_()` also works, but is the discouraged form (GF205).
+    wrapped whole. `w.data.normal_()` also avoids the error, but skips autograd's version
+    check: it is the discouraged form, which GF205 data-mutation (off by default) rewrites
+    to this one.
 
     ## Fix safety
     Safe: the statement raised before, and under `no_grad` it does what it says. When the
