@@ -319,6 +319,10 @@ class DataMutation(NoGradBlockRule):
                 self.report(node, f"Mutation through `{_code(owner)}.data` inside an "
                             "expression skips autograd's version check")
             return
+        if context == "mutation-argument":
+            if self._owns_tensor_data(owner, node, mutated=True):
+                self._report_mutation_argument(node, owner)
+            return
         if not self._owns_tensor_data(owner, node, mutated=False):
             return
         detached = cst.Call(
@@ -330,6 +334,25 @@ class DataMutation(NoGradBlockRule):
             message += " (unsafe: the result shares storage, and changes through it are checked)"
         fix = self.fix([Edit(node, detached)], "Use `.detach()`", safety=safety)
         self.report(node, message, fix=fix)
+
+    def _report_mutation_argument(self, data: cst.Attribute, owner: cst.BaseExpression) -> None:
+        """``nn.init.zeros_(w.data)``: torch's initialisers run under ``no_grad`` themselves,
+        so ``.data`` is dropped; another function gets ``w.detach()``, which it can change
+        in place too (unsafe: the change is then version-checked)."""
+        call = next(a for a in self.analysis.ancestors(data) if isinstance(a, cst.Call))
+        name = self.analysis.call_name(call) or ""
+        message = (
+            f"Mutation through `{_code(owner)}.data` by `{_code(call.func)}()` skips "
+            "autograd's version check"
+        )
+        if name.startswith("torch.nn.init."):
+            replacement = owner.with_changes(lpar=data.lpar, rpar=data.rpar)
+            safety = self._mutation_safety(owner, data)
+            fix = self.fix([Edit(data, replacement)], "Drop `.data`", safety=safety)
+        else:
+            detached = cst.Call(cst.Attribute(owner, cst.Name("detach")))
+            fix = self.fix([Edit(data, detached)], "Use `.detach()`", safety=FixSafety.UNSAFE)
+        self.report(data, message, fix=fix)
 
     def _is_load(self, node: cst.Attribute) -> bool:
         parent = self.analysis.parent(node)
@@ -353,6 +376,8 @@ class DataMutation(NoGradBlockRule):
             if isinstance(parent, cst.Attribute) and parent.value is node:
                 if parent.attr.value in METADATA:
                     return "metadata"
+                if isinstance(self.analysis.parent(parent), cst.AssignTarget):
+                    return "metadata"  # ``w.data[:2].requires_grad = False`` reads no value
                 call = self.analysis.parent(parent)
                 if isinstance(call, cst.Call) and call.func is parent:
                     method = parent.attr.value
@@ -376,10 +401,20 @@ class DataMutation(NoGradBlockRule):
                 continue
             if isinstance(parent, cst.Arg):
                 call = self.analysis.parent(parent)
+                if isinstance(call, cst.Call) and self._changes_arguments(call):
+                    return "mutation-argument"  # ``nn.init.zeros_(w.data[0])``
                 return "copy" if isinstance(call, cst.Call) and self._reads_argument(call) else (
                     "alias"
                 )
             return "alias"
+
+    def _changes_arguments(self, call: cst.Call) -> bool:
+        """An imported function named like an in-place op (``nn.init.normal_``,
+        ``init.zeros_``) changes its argument; a method (``ema.copy_(p.data)``) reads it."""
+        name = self.analysis.call_name(call)
+        if name is None and isinstance(call.func, cst.Name):
+            name = call.func.value
+        return name is not None and is_inplace_method(name.rpartition(".")[2])
 
     def _is_call_argument(self, element: cst.Element) -> bool:
         container = self.analysis.parent(element)

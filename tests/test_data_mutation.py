@@ -130,3 +130,18 @@ def test_consecutive_updates_and_parameter_loops_share_one_block() -> None:
     ).source
     assert fixed.count("with torch.no_grad():") == 1
     assert "    for name, p in model.named_parameters():\n        p.mul_(0.5)\n" in fixed
+
+
+def test_initialiser_argument_drops_data() -> None:
+    fixed = run("nn.init.zeros_(w.data[0:1])\nnn.init.normal_(w.data, std=0.02)\n").source
+    assert fixed.endswith("nn.init.zeros_(w[0:1])\nnn.init.normal_(w, std=0.02)\n")
+
+
+def test_unknown_inplace_function_gets_detach_unsafe() -> None:
+    findings = run("def fill_(t):\n    t.fill_(1.0)\nfill_(w.data)\n").findings
+    assert [f.fix.safety for f in findings if f.fix] == ["unsafe"]
+    assert "fill_(w.detach())" in run("def fill_(t):\n    t.fill_(1.0)\nfill_(w.data)\n").source
+
+
+def test_attribute_store_on_a_data_view_is_not_a_read() -> None:
+    assert run("w.data[:2].requires_grad = False\n").findings == []
