@@ -108,7 +108,7 @@ class LeafInplace(NoGradBlockRule):
             """
             import torch
             w = torch.randn(3, requires_grad=True)
-            w.data.normal_()
+            w.detach().normal_()
             w.grad = None
             """
         ),
