@@ -411,10 +411,19 @@ class DataMutation(NoGradBlockRule):
     def _changes_arguments(self, call: cst.Call) -> bool:
         """An imported function named like an in-place op (``nn.init.normal_``,
         ``init.zeros_``) changes its argument; a method (``ema.copy_(p.data)``) reads it."""
+        func = call.func
         name = self.analysis.call_name(call)
-        if name is None and isinstance(call.func, cst.Name):
-            name = call.func.value
+        if name is None and isinstance(func, cst.Name):
+            name = func.value
+        if name is None and isinstance(func, cst.Attribute) and self._is_module(func.value):
+            name = func.attr.value  # ``from ... import initialization as init``
         return name is not None and is_inplace_method(name.rpartition(".")[2])
+
+    def _is_module(self, expr: cst.BaseExpression) -> bool:
+        """A name bound only by imports (relative imports leave no binding at all)."""
+        return isinstance(expr, cst.Name) and all(
+            b.kind == "import" for b in self.analysis.bindings(expr)
+        )
 
     def _is_call_argument(self, element: cst.Element) -> bool:
         container = self.analysis.parent(element)

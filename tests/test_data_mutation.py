@@ -145,3 +145,10 @@ def test_unknown_inplace_function_gets_detach_unsafe() -> None:
 
 def test_attribute_store_on_a_data_view_is_not_a_read() -> None:
     assert run("w.data[:2].requires_grad = False\n").findings == []
+
+
+def test_inplace_function_of_a_relatively_imported_module_changes_its_argument() -> None:
+    source = "from . import initialization as init\ninit.zeros_(w.data[0])\n"
+    findings = run(source).findings
+    assert [f.fix.safety for f in findings if f.fix] == ["unsafe"]
+    assert "by `init.zeros_()`" in findings[0].message
