@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.codemods.create_graph_backward import CreateGraphBackward
+from gradfix.codemods.data_mutation import DataMutation
 from gradfix.codemods.inplace_on_saved import InplaceOnSaved
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
@@ -24,11 +26,13 @@ ALL_RULES = sorted(
         LeafInplace,
         InplaceOnSaved,
         ViewAliasMutation,
+        DataMutation,
         MaskedUnsafeBranch,
         NonleafGradRead,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         BackwardTwice,
+        CreateGraphBackward,
         LossAccumulation,
         SqrtOfSquares,
     ],

@@ -122,3 +122,10 @@ def test_nested_function_is_not_in_outer_no_grad() -> None:
         fix=False,
     )
     assert [f.code for f in result.findings] == ["GF201"]
+
+
+def test_update_through_data_is_left_to_gf205() -> None:
+    # ``w.data.normal_()`` runs without error: not GF201's pitfall, but GF205's (off by
+    # default), which rewrites it to the ``no_grad`` form GF201 produces.
+    source = "import torch\nw = torch.randn(3, requires_grad=True)\nw.data.normal_()\n"
+    assert run(source).findings == []

@@ -1,0 +1,121 @@
+"""GF402 create-graph-backward: when ``backward(create_graph=True)`` may become
+``torch.autograd.grad`` and when it is reported without a fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gradfix.codemods.create_graph_backward import CreateGraphBackward
+from gradfix.engine import lint_source
+
+PRELUDE = """
+import torch
+x = torch.linspace(0.0, 1.0, 5, requires_grad=True)
+"""
+
+REPORT_ONLY = {
+    "grad already filled by an earlier backward": """
+        (x ** 2).sum().backward()
+        y = torch.sin(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        """,
+    "grad read after the next backward (accumulated)": """
+        y = torch.sin(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        g.sum().backward()
+        print(x.grad)
+        """,
+    "leaf handed to an optimizer": """
+        opt = torch.optim.SGD([x], lr=0.1)
+        y = torch.sin(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        opt.step()
+        """,
+    "read in another branch": """
+        y = torch.sin(x).sum()
+        if y > 0:
+            y.backward(create_graph=True)
+        g = x.grad
+        """,
+    "a leaf whose grad is never read": """
+        w = torch.ones(5, requires_grad=True)
+        y = (torch.sin(x) * w).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        """,
+    "graph through a user function": """
+        def f(t):
+            return t ** 3
+        y = f(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        """,
+    "leaf read by a closure": """
+        def show():
+            print(x.grad)
+        y = torch.sin(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        show()
+        """,
+    "grad reset after use": """
+        y = torch.sin(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        x.grad = None
+        """,
+}
+
+
+def _findings(source: str):
+    return lint_source(textwrap.dedent(source), rules=[CreateGraphBackward]).findings
+
+
+@pytest.mark.parametrize("case", [k for k, v in REPORT_ONLY.items() if v], ids=str)
+def test_reported_without_fix(case: str) -> None:
+    findings = _findings(PRELUDE + textwrap.dedent(REPORT_ONLY[case] or ""))
+    assert [f.code for f in findings] == ["GF402"]
+    assert findings[0].fix is None
+
+
+@pytest.mark.parametrize(
+    "example",
+    [e for e in CreateGraphBackward.INVALID if e.expected_fix is None],
+    ids=lambda e: e.code.strip().splitlines()[-1].strip()[:40],
+)
+def test_invalid_examples_without_expected_fix_get_none(example) -> None:
+    findings = _findings(example.code)
+    assert findings and all(f.fix is None for f in findings)
+
+
+def test_message_tells_what_to_do() -> None:
+    message = _findings(PRELUDE + "torch.sin(x).sum().backward(create_graph=True)\n")[0].message
+    assert "torch.autograd.grad" in message and ".grad = None" in message
+
+
+def test_gradient_becomes_grad_outputs() -> None:
+    source = PRELUDE + textwrap.dedent(
+        """
+        y = torch.sin(x)
+        y.backward(torch.ones_like(y), create_graph=True)  # per-element seed
+        g = x.grad
+        """
+    )
+    fixed = lint_source(source, rules=[CreateGraphBackward], fix=True).source
+    assert (
+        "(x_grad,) = torch.autograd.grad(y, x, grad_outputs=torch.ones_like(y), "
+        "create_graph=True)  # per-element seed" in fixed
+    )
+    assert "g = x_grad" in fixed
+
+
+def test_positional_options_are_kept_as_a_report() -> None:
+    source = PRELUDE + "y = torch.sin(x).sum()\ny.backward(None, None, create_graph=True)\n"
+    source += "g = x.grad\n"
+    findings = _findings(source)
+    assert [f.code for f in findings] == ["GF402"] and findings[0].fix is None

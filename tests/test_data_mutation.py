@@ -1,0 +1,154 @@
+"""GF205 data-mutation: per-site safety, what is not reported, and its default state."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gradfix.codemods.data_mutation import DataMutation
+from gradfix.engine import lint_source
+from gradfix.registry import select_rules
+
+PRELUDE = "import torch\nfrom torch import nn\nw = torch.randn(3, requires_grad=True)\n"
+
+
+def run(code: str, fix: bool = True):
+    source = PRELUDE + textwrap.dedent(code).lstrip("\n")
+    return lint_source(source, rules=[DataMutation], fix=fix, unsafe_fixes=True)
+
+
+def only_fix(code: str):
+    findings = run(code).findings
+    assert len(findings) == 1, findings
+    return findings[0].fix
+
+
+def test_off_by_default_and_selectable() -> None:
+    assert DataMutation not in select_rules(None, None)
+    assert select_rules(["GF205"], None) == [DataMutation]
+
+
+@pytest.mark.parametrize(
+    ("code", "safety"),
+    [
+        ("w.data.normal_()\n", "safe"),
+        ("y = (w * 2).sum()\nw.data.mul_(0.5)\ny.backward()\n", "unsafe"),  # w pending
+        ("snapshot = w.data.clone()\n", "safe"),
+        ("total = w.data.sum() + 1\n", "safe"),
+        ("array = w.data.cpu().numpy()\n", "safe"),
+        ("stacked = torch.cat([w.data, w.data * 2])\n", "safe"),
+        ("alias = w.data\n", "unsafe"),  # shares storage with w from now on
+        ("view = w.data.view(3, 1)\n", "unsafe"),
+        ("w.data = w.data * 0.5\n", "unsafe"),  # copy_ writes into shared storage
+    ],
+)
+def test_fix_safety_per_site(code: str, safety: str) -> None:
+    fixes = {f.fix.safety for f in run(code).findings if f.fix is not None}
+    assert fixes == {safety}
+
+
+def test_update_in_forward_is_unsafe() -> None:
+    fix = only_fix(
+        """
+        class Clipped(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 2)
+
+            def forward(self, x):
+                self.fc.weight.data.clamp_(-1, 1)
+                return self.fc(x)
+        """
+    )
+    assert fix is not None and fix.safety == "unsafe"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "w.data = w.data.to(torch.float64)\n",  # dtype changes
+        "w.data = torch.randn(5)\n",  # shape may change
+        "other = torch.ones(3)\nw.data = other\n",  # shares other's storage afterwards
+        "w.data = w.data.normal()\n",  # seed 001's spelling: not a tensor method
+    ],
+)
+def test_data_assignment_that_may_change_layout_is_report_only(code: str) -> None:
+    findings = run(code).findings
+    assert [f.code for f in findings] == ["GF205"]
+    assert findings[0].fix is None
+    assert "copy_" in findings[0].message and "nn.Parameter" in findings[0].message
+
+
+def test_data_assignment_of_inplace_call_keeps_only_the_call() -> None:
+    assert run("w.data = w.data.normal_()\n").source.endswith(
+        "with torch.no_grad():\n    w.normal_()\n"
+    )
+
+
+def test_in_no_grad_drops_data() -> None:
+    fixed = run(
+        """
+        with torch.no_grad():
+            w.data.add_(torch.ones(3))
+            w.data[0] = 1.0
+        """
+    ).source
+    assert fixed.endswith("with torch.no_grad():\n    w.add_(torch.ones(3))\n    w[0] = 1.0\n")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(w.data.dtype, w.data.device, w.data.shape[0], w.data.size(0))\n",
+        "y = (w * 2).sum()\ny.backward()\nw.grad.data.zero_()\ng = w.grad.data\n",
+        "self_data = torch.utils.data.get_worker_info()\n",
+        "class Box:\n    def __init__(self, data):\n        self.data = data\n",
+        "packed = nn.utils.rnn.pack_sequence([torch.ones(2, 1)])\nout, h = nn.RNN(1, 2)(packed)\n"
+        "values = out.data * 2\n",
+    ],
+    ids=["metadata", "gradients", "torch.utils.data", "own attribute", "PackedSequence"],
+)
+def test_not_reported(code: str) -> None:
+    assert run(code).findings == []
+
+
+def test_mutation_inside_an_expression_is_reported_without_fix() -> None:
+    findings = run("out = w.data.add_(1) * 2\n").findings
+    assert [f.code for f in findings] == ["GF205"] and findings[0].fix is None
+
+
+def test_consecutive_updates_and_parameter_loops_share_one_block() -> None:
+    fixed = run(
+        """
+        model = nn.Linear(2, 2)
+        model.weight.data.normal_(0, 0.02)
+        model.bias.data.zero_()
+        for name, p in model.named_parameters():
+            p.data.mul_(0.5)
+        """
+    ).source
+    assert fixed.count("with torch.no_grad():") == 1
+    assert "    for name, p in model.named_parameters():\n        p.mul_(0.5)\n" in fixed
+
+
+def test_initialiser_argument_drops_data() -> None:
+    fixed = run("nn.init.zeros_(w.data[0:1])\nnn.init.normal_(w.data, std=0.02)\n").source
+    assert fixed.endswith("nn.init.zeros_(w[0:1])\nnn.init.normal_(w, std=0.02)\n")
+
+
+def test_unknown_inplace_function_gets_detach_unsafe() -> None:
+    findings = run("def fill_(t):\n    t.fill_(1.0)\nfill_(w.data)\n").findings
+    assert [f.fix.safety for f in findings if f.fix] == ["unsafe"]
+    assert "fill_(w.detach())" in run("def fill_(t):\n    t.fill_(1.0)\nfill_(w.data)\n").source
+
+
+def test_attribute_store_on_a_data_view_is_not_a_read() -> None:
+    assert run("w.data[:2].requires_grad = False\n").findings == []
+
+
+def test_inplace_function_of_a_relatively_imported_module_changes_its_argument() -> None:
+    source = "from . import initialization as init\ninit.zeros_(w.data[0])\n"
+    findings = run(source).findings
+    assert [f.fix.safety for f in findings if f.fix] == ["unsafe"]
+    assert "by `init.zeros_()`" in findings[0].message
