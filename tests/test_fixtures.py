@@ -2,7 +2,7 @@
 
 - fixing ``before`` with the codemod's rule (unsafe fixes on) gives ``after`` byte for byte;
 - fixing ``after`` changes nothing (idempotence);
-- ``clean`` gets no finding from any rule;
+- ``clean`` gets no finding from any default rule nor from its own;
 - ``before`` and ``after`` are executed and the verifier proves the rewrite
   (same forward results, finite and correct gradients).
 
@@ -72,7 +72,10 @@ def test_fix_is_idempotent(after: Path) -> None:
 
 @pytest.mark.parametrize("clean", _cases("clean"), ids=_case_id)
 def test_clean_has_no_finding(clean: Path) -> None:
-    result = lint_source(_read(clean), rules=ALL_RULES, path=str(clean))
+    # every rule on by default, and the fixture's own rule (GF205 is off by default: its
+    # modernisation of `.data` is not a finding on code that opted out of it)
+    rules = [r for r in ALL_RULES if r.default_enabled or r is _rule_for(clean)]
+    result = lint_source(_read(clean), rules=rules, path=str(clean))
     assert result.findings == []
 
 
