@@ -8,6 +8,7 @@ from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
+from gradfix.codemods.row_loop_inplace import RowLoopInplace
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
@@ -24,6 +25,7 @@ ALL_RULES = sorted(
         NonleafGradRead,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
+        RowLoopInplace,
         BackwardTwice,
         LossAccumulation,
         SqrtOfSquares,

@@ -9,6 +9,7 @@ import libcst as cst
 from gradfix.analysis import Binding, FileAnalysis, is_number_literal
 from gradfix.rebuild import (
     LIKE_FACTORIES,
+    POINTWISE_OPS,
     SIZED_FACTORIES,
     SelfReads,
     integer_index,
@@ -21,13 +22,6 @@ from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8
-#: Elementwise ops: applied to 0-d tensors and numbers they give a 0-d tensor, and applied
-#: to 1-D tensors a 1-D tensor of the broadcast length.
-POINTWISE_OPS = frozenset(
-    "add sub mul div pow neg log log2 log10 log1p exp exp2 expm1 sin cos tan asin acos atan "
-    "sinh cosh tanh asinh acosh atanh sigmoid sqrt rsqrt reciprocal abs square erf erfc "
-    "lgamma digamma atan2 hypot maximum minimum clamp clip softplus relu gelu silu clone".split()
-)
 
 
 class SelfReferencingIndexAssign(Rule):

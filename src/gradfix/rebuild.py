@@ -22,6 +22,13 @@ from gradfix.analysis import (
     FileAnalysis,
 )
 
+#: Elementwise ops: the result has the broadcast shape of the operands (0-d tensors and
+#: numbers give a 0-d tensor; 1-D tensors a 1-D tensor of the broadcast length).
+POINTWISE_OPS = frozenset(
+    "add sub mul div pow neg log log2 log10 log1p exp exp2 expm1 sin cos tan asin acos atan "
+    "sinh cosh tanh asinh acosh atanh sigmoid sqrt rsqrt reciprocal abs square erf erfc "
+    "lgamma digamma atan2 hypot maximum minimum clamp clip softplus relu gelu silu clone".split()
+)
 #: Ops that may hand back their input itself (``x.float()`` on a float tensor is ``x``).
 MAY_RETURN_INPUT = frozenset("to float double half cpu cuda contiguous reshape flatten".split())
 #: ``torch.zeros(3)``-like factories whose positional arguments are the size.
