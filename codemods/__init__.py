@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.codemods.cat_in_loop import CatInLoop
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
@@ -28,6 +29,7 @@ ALL_RULES = sorted(
         RowLoopInplace,
         BackwardTwice,
         LossAccumulation,
+        CatInLoop,
         SqrtOfSquares,
     ],
     key=lambda rule: rule.code,
