@@ -12,6 +12,7 @@ from gradfix.rebuild import (
     POINTWISE_OPS,
     SIZED_FACTORIES,
     SelfReads,
+    assigned_value,
     integer_index,
     may_alias,
     names_in,
@@ -591,12 +592,11 @@ def _first_size(
     if depth > 10:
         return None
     if isinstance(expr, cst.Name):
-        binding = analysis.reaching_binding(expr, at)
-        if binding is None or binding.kind != "assign" or binding.value is None:
+        assigned = assigned_value(analysis, expr, at)
+        if assigned is None:
             return None
-        if binding.unpack_index is not None:
-            return None
-        return _first_size(analysis, binding.value, binding.node, depth + 1)
+        value, statement = assigned
+        return _first_size(analysis, value, statement, depth + 1)
     if isinstance(expr, cst.Call):
         name = analysis.call_name(expr)
         positional = [a.value for a in expr.args if a.keyword is None and not a.star]

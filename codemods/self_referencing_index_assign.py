@@ -12,6 +12,7 @@ from gradfix.rebuild import (
     POINTWISE_OPS,
     SIZED_FACTORIES,
     SelfReads,
+    assigned_value,
     integer_index,
     is_basic_index,
     may_alias,
@@ -345,12 +346,11 @@ def _vector_length(
     if depth > 10:
         return None
     if isinstance(expr, cst.Name):
-        binding = analysis.reaching_binding(expr, at)
-        if binding is None or binding.kind != "assign" or binding.value is None:
+        assigned = assigned_value(analysis, expr, at)
+        if assigned is None:
             return None
-        if binding.unpack_index is not None:
-            return None
-        return _vector_length(analysis, binding.value, binding.node, depth + 1)
+        value, statement = assigned
+        return _vector_length(analysis, value, statement, depth + 1)
     if isinstance(expr, cst.Attribute):
         return _attribute_length(analysis, expr, at, depth)
     if isinstance(expr, cst.Call):

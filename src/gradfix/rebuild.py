@@ -139,6 +139,19 @@ class _NameCollector(cst.CSTVisitor):
         return False
 
 
+def assigned_value(
+    analysis: FileAnalysis, name: cst.Name, at: cst.CSTNode
+) -> tuple[cst.BaseExpression, cst.CSTNode] | None:
+    """The value of the plain ``name = value`` that reaches ``at`` (not an unpacking, a
+    parameter or a loop variable), and the statement that binds it."""
+    binding = analysis.reaching_binding(name, at)
+    if binding is None or binding.kind != "assign" or binding.value is None:
+        return None
+    if binding.unpack_index is not None:
+        return None
+    return binding.value, binding.node
+
+
 def names_in(node: cst.CSTNode) -> list[cst.Name]:
     collector = _NameCollector()
     node.visit(collector)
