@@ -44,8 +44,8 @@ class CatInLoop(Rule):
 
     ## Why is this bad?
     Every `torch.cat` copies everything gathered so far: n iterations copy O(n²) elements
-    (and, with autograd recording, keep n intermediate results of growing size alive until
-    they are freed). The usual start `out = torch.tensor([])` works only through a legacy
+    and allocate n tensors of growing size, where one `torch.cat` of a list copies each row
+    once. The usual start `out = torch.tensor([])` works only through a legacy
     special case of `torch.cat` that skips empty 1-D tensors, and it is a float32 tensor
     that silently promotes integer or half-precision rows to float32. A loop that reads the
     growing tensor in every iteration (autoregressive decoding: `model(ids)` then

@@ -85,7 +85,8 @@ class RowLoopInplace(Rule):
     dtype may differ from the row's), or when `x` is a parameter of the function (the
     caller no longer sees its tensor change). A body that reads other rows (a recurrence
     `x[i] = x[i] * x[i - 1]`, or `x.sum()` over rows already updated), that has other
-    statements, or whose loop has a step or an `else`, is reported without a fix.
+    statements, or whose loop has a step, a start other than an integer, or an `else`, is
+    reported without a fix.
     """
 
     code = "GF203"
@@ -299,6 +300,8 @@ class _RowLoopFix:
         if rebinding is None or not self._reads_only_its_row(write.assign.value):
             return None
         start, stop = bounds
+        if start is not None and not isinstance(start, cst.Integer):
+            return None  # ``x[:start]`` keeps the rows before it only for a start >= 0
         covers = self._covers_rows(stop)
         partial = _nonzero(start) or not covers
         unsafe = (

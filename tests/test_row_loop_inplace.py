@@ -38,6 +38,7 @@ def only_finding(body: str):
         "for i in range(len(h)):\n    if i:\n        h[i] = h[i] / h[i].sum()\n",  # a branch
         "for i in range(len(h)):\n    h[i] = h[i] / h[i].sum()\nelse:\n    pass\n",
         "for i in range(4):\n    h[:, i] = h[:, i] / h[:, i].sum()\n",  # columns
+        "k = -1\nfor i in range(k, 3):\n    h[i] = h[i] / h[i].sum()\n",  # a start of any sign
     ],
 )
 def test_loops_that_cannot_become_one_expression_are_reported_without_fix(loop: str) -> None:
