@@ -79,9 +79,9 @@ class CatInLoop(Rule):
     its float32 dtype takes part in type promotion, and when the loop does not run the
     original keeps the empty tensor where `torch.cat([])` raises. Also unsafe from `None`
     when the loop may not run. Reported without a fix when the start is not a statement of
-    its own just before the loop (same block, `out` unused in between), when the loop has an
-    `else`, when `out` is also bound another way inside the loop, or when the `dim`
-    changes inside the loop.
+    its own just before the loop (same block, `out` unused in between), when the row reads
+    `out` (`out.new_zeros(...)`), when the loop has an `else`, when `out` is also bound
+    another way inside the loop, or when the `dim` changes inside the loop.
     """
 
     code = "GF404"
@@ -345,6 +345,8 @@ class _ListFix:
         start = growth.start
         if start is None or growth.loop.orelse is not None or self._rebound_in_loop():
             return None
+        if any(n.value == growth.name for n in names_in(growth.row)):
+            return None  # ``torch.cat([out, out.new_zeros(...)])``: the row needs the tensor
         if not self._start_is_just_before_loop(start) or not self._dim_is_invariant():
             return None
         kind = _start_kind(analysis, start)

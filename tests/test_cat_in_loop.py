@@ -69,6 +69,9 @@ def test_none_start_is_safe_only_when_the_loop_runs(loop: str, safety: str) -> N
         # the dim changes inside the loop
         "out = torch.rand(1, 1)\nfor i in range(2):\n    d = i\n"
         "    out = torch.cat((out, torch.rand(1, 1)), dim=d)\n",
+        # the row is made from the growing tensor
+        "out = torch.rand(1, 3)\nfor i in range(3):\n"
+        "    out = torch.cat((out, out.new_zeros(1, 3)))\n",
         # None without the first-row branch: the original raises
         "out = None\nfor i in range(3):\n    out = torch.cat((out, torch.rand(1, 3)))\n",
     ],
