@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.codemods.cat_in_loop import CatInLoop
 from gradfix.codemods.create_graph_backward import CreateGraphBackward
 from gradfix.codemods.data_mutation import DataMutation
 from gradfix.codemods.inplace_on_saved import InplaceOnSaved
@@ -11,6 +12,7 @@ from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
+from gradfix.codemods.row_loop_inplace import RowLoopInplace
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
@@ -31,9 +33,11 @@ ALL_RULES = sorted(
         NonleafGradRead,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
+        RowLoopInplace,
         BackwardTwice,
         CreateGraphBackward,
         LossAccumulation,
+        CatInLoop,
         SqrtOfSquares,
     ],
     key=lambda rule: rule.code,

@@ -6,41 +6,23 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from gradfix.analysis import (
-    FACTORIES,
-    SAVES_DIVISOR,
-    SAVES_INPUTS,
-    SAVES_OTHER_OPERANDS,
-    SAVES_OUTPUT,
-    VIEW_ATTRIBUTES,
-    VIEW_OPS,
-    Binding,
-    FileAnalysis,
-    is_number_literal,
+from gradfix.analysis import Binding, FileAnalysis, is_number_literal
+from gradfix.rebuild import (
+    LIKE_FACTORIES,
+    POINTWISE_OPS,
+    SIZED_FACTORIES,
+    SelfReads,
+    assigned_value,
+    integer_index,
+    is_basic_index,
+    may_alias,
+    names_in,
+    rebindable,
 )
 from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8
-#: Elementwise ops: applied to 0-d tensors and numbers they give a 0-d tensor, and applied
-#: to 1-D tensors a 1-D tensor of the broadcast length.
-POINTWISE_OPS = frozenset(
-    "add sub mul div pow neg log log2 log10 log1p exp exp2 expm1 sin cos tan asin acos atan "
-    "sinh cosh tanh asinh acosh atanh sigmoid sqrt rsqrt reciprocal abs square erf erfc "
-    "lgamma digamma atan2 hypot maximum minimum clamp clip softplus relu gelu silu clone".split()
-)
-#: Ops that may hand back their input itself (``x.float()`` on a float tensor is ``x``).
-MAY_RETURN_INPUT = frozenset("to float double half cpu cuda contiguous reshape flatten".split())
-#: ``torch.zeros(3)``-like factories whose positional arguments are the size.
-SIZED_FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty rand randn".split())
-LIKE_FACTORIES = frozenset(
-    f"torch.{n}" for n in "zeros_like ones_like empty_like rand_like randn_like full_like".split()
-)
-#: Producers of a fresh tensor: rebinding the name to a new tensor changes nothing else.
-FRESH_OPS = (SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR) | frozenset(
-    "add sub neg sum mean cumsum clone cat concat stack hstack vstack where flip roll repeat "
-    "tile".split()
-)
 
 
 class SelfReferencingIndexAssign(Rule):
@@ -264,7 +246,7 @@ class SelfReferencingIndexAssign(Rule):
     def _fix(
         self, node: cst.Assign, base: cst.Name, binding: Binding, index: int | str
     ) -> Fix | None:
-        if not isinstance(index, int) or not _rebindable(self.analysis, node, binding):
+        if not isinstance(index, int) or not rebindable(self.analysis, node, binding):
             return None
         length = _vector_length(self.analysis, base, node)
         if length is not None:
@@ -281,7 +263,7 @@ class SelfReferencingIndexAssign(Rule):
         safe = (
             length is not None
             and reads.element_only(node.value)
-            and not _may_alias(self.analysis, node, base.value, binding)
+            and not may_alias(self.analysis, node, base.value, binding)
         )
         new = node.with_changes(
             targets=[node.targets[0].with_changes(target=cst.Name(base.value))], value=value
@@ -314,62 +296,8 @@ class SelfReferencingIndexAssign(Rule):
         return _call(self.analysis.torch_attr("cat"), pieces)
 
 
-class _SelfReads:
-    """Reads of tensor ``name`` (as bound by ``binding``) inside a right-hand side."""
-
-    def __init__(self, analysis: FileAnalysis, name: str, binding: Binding) -> None:
-        self.analysis = analysis
-        self.name = name
-        self.binding = binding
-
-    def saved_in(self, expr: cst.BaseExpression) -> bool:
-        """Some op on the graph path of ``expr`` saves a view of the tensor for backward."""
-        if self.is_view(expr):
-            return False  # a read; whether it is saved depends on the op around it
-        if isinstance(expr, cst.Subscript) or (
-            isinstance(expr, cst.Attribute) and expr.attr.value in VIEW_ATTRIBUTES
-        ):
-            return self.saved_in(expr.value)  # a view of an intermediate result
-        op = self.analysis.tensor_op(expr, expr)
-        saved = self.analysis.saved_operands(expr, expr)
-        if op is None or saved is None or op[0] == "detach":
-            return False  # unknown op, or the graph is cut here
-        if any(self.is_view(o) for o in saved):
-            return True
-        return any(self.saved_in(o) for o in op[1])
-
-    def is_view(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """``expr`` shares storage and version counter with the tensor."""
-        if depth > 8:
-            return False
-        if isinstance(expr, cst.Name):
-            return self._is_self_or_alias(expr, depth)
-        if isinstance(expr, cst.Subscript):
-            return all(_is_basic_index(e) for e in expr.slice) and self.is_view(
-                expr.value, depth + 1
-            )
-        if isinstance(expr, cst.Attribute):
-            return expr.attr.value in VIEW_ATTRIBUTES and self.is_view(expr.value, depth + 1)
-        op = self.analysis.tensor_op(expr, expr)
-        return op is not None and op[0] in VIEW_OPS and bool(op[1]) and (
-            self.is_view(op[1][0], depth + 1)
-        )
-
-    def _is_self_or_alias(self, name: cst.Name, depth: int) -> bool:
-        binding = self.analysis.reaching_binding(name, name)
-        if binding is None:
-            return False
-        if name.value == self.name and binding is self.binding:
-            return True
-        # ``r1 = p[0]`` earlier: ``r1`` is a view of ``p``
-        if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
-            return False
-        return self._bound_view(binding.value, binding.node, depth + 1)
-
-    def _bound_view(self, value: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
-        names = [n for n in _names_in(value) if n.value == self.name]
-        same = all(self.analysis.reaching_binding(n, at) is self.binding for n in names)
-        return bool(names) and same and self.is_view(value, depth)
+class _SelfReads(SelfReads):
+    """Reads of the tensor, and whether a right-hand side is made of its single elements."""
 
     def element_only(self, expr: cst.BaseExpression) -> bool:
         """``expr`` is computed elementwise from single elements ``p[i]`` and numbers."""
@@ -391,7 +319,7 @@ class _SelfReads:
         return (
             isinstance(expr, cst.Subscript)
             and len(expr.slice) == 1
-            and _integer(expr.slice[0].slice) is not None
+            and integer_index(expr.slice[0].slice) is not None
             and isinstance(expr.value, cst.Name)
             and expr.value.value == self.name
         )
@@ -401,126 +329,13 @@ class _SelfReads:
 def _literal_index(target: cst.Subscript) -> int | str | None:
     """``p[2]`` -> 2, ``p[-1]`` -> -1; other literal indexing (``p[1:]``, ``p[0, 2]``) ->
     "other"; an index with names in it -> None."""
-    if not all(_is_basic_index(e) and not _names_in(e) for e in target.slice):
+    if not all(is_basic_index(e) and not names_in(e) for e in target.slice):
         return None
     if len(target.slice) == 1:
-        k = _integer(target.slice[0].slice)
+        k = integer_index(target.slice[0].slice)
         if k is not None:
             return k
     return "other"
-
-
-def _is_basic_index(element: cst.SubscriptElement) -> bool:
-    """Integer, slice, ``...`` or ``None``: indexing that returns a view."""
-    item = element.slice
-    if not isinstance(item, cst.Index):
-        return isinstance(item, cst.Slice)
-    value = item.value
-    if isinstance(value, cst.Ellipsis) or (isinstance(value, cst.Name) and value.value == "None"):
-        return True
-    return _integer(item) is not None
-
-
-def _integer(item: cst.BaseSlice) -> int | None:
-    if not isinstance(item, cst.Index):
-        return None
-    value = item.value
-    if isinstance(value, cst.Integer):
-        return int(value.evaluated_value)
-    if (
-        isinstance(value, cst.UnaryOperation)
-        and isinstance(value.operator, cst.Minus)
-        and isinstance(value.expression, cst.Integer)
-    ):
-        return -int(value.expression.evaluated_value)
-    return None
-
-
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: list[cst.Name] = []
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value != "None":
-            self.names.append(node)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False  # ``.attr`` is not a variable
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False  # nor is ``keyword=``
-
-    def visit_Param(self, node: cst.Param) -> bool:
-        return False
-
-
-def _names_in(node: cst.CSTNode) -> list[cst.Name]:
-    collector = _NameCollector()
-    node.visit(collector)
-    return collector.names
-
-
-# -- when rebinding is the same as writing in place ------------------------------------------
-def _rebindable(analysis: FileAnalysis, node: cst.Assign, binding: Binding) -> bool:
-    """``p = <new tensor>`` at ``node`` replaces the write: ``p`` is a fresh tensor bound
-    in the same scope, on every path to ``node``."""
-    if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
-        return False
-    if analysis.scope_of(binding.node).node is not analysis.scope_of(node).node:
-        return False  # assigning would make the name local to the inner scope
-    line = analysis.parent(binding.node)
-    block = analysis.parent(line) if line is not None else None
-    if block is None or not analysis.contains(block, node):
-        return False  # bound in a branch that may not run
-    return _is_fresh(analysis, binding.value, binding.node)
-
-
-def _is_fresh(analysis: FileAnalysis, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    """``value`` makes a new tensor (not a view or an alias of another one)."""
-    if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)):
-        return analysis.tensor_op(value, at) is not None
-    if not isinstance(value, cst.Call):
-        return False
-    if analysis.call_name(value) in FACTORIES:
-        return True
-    if analysis.is_nn_layer(value.func, at):
-        return True
-    op = analysis.tensor_op(value, at)
-    return op is not None and op[0] in FRESH_OPS and op[0] not in MAY_RETURN_INPUT
-
-
-def _may_alias(analysis: FileAnalysis, node: cst.Assign, name: str, binding: Binding) -> bool:
-    """Something besides the name may hold the tensor: an alias made between the binding
-    and ``node``, or a loop around ``node`` that carries the tensor to the next iteration."""
-    for loop in analysis.ancestors(node):
-        if isinstance(loop, (cst.For, cst.While)) and not analysis.contains(loop, binding.node):
-            return True
-    scope = analysis.scope_of(node).node
-    start, end = binding.end, analysis.index(node)
-    for read in _names_in(scope):
-        if read.value != name or not start < analysis.index(read) < end:
-            continue
-        if not _in_fill(analysis, read, name):
-            return True
-    return False
-
-
-def _in_fill(analysis: FileAnalysis, read: cst.Name, name: str) -> bool:
-    """``read`` is inside a statement ``name[...] = value`` (filling the tensor)."""
-    statement = analysis.enclosing_statement(read)
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return False
-    assign = statement.body[0]
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-        return False
-    target = assign.targets[0].target
-    return (
-        isinstance(target, cst.Subscript)
-        and isinstance(target.value, cst.Name)
-        and target.value.value == name
-    )
 
 
 # -- static length of a 1-D tensor ------------------------------------------------------------
@@ -531,12 +346,11 @@ def _vector_length(
     if depth > 10:
         return None
     if isinstance(expr, cst.Name):
-        binding = analysis.reaching_binding(expr, at)
-        if binding is None or binding.kind != "assign" or binding.value is None:
+        assigned = assigned_value(analysis, expr, at)
+        if assigned is None:
             return None
-        if binding.unpack_index is not None:
-            return None
-        return _vector_length(analysis, binding.value, binding.node, depth + 1)
+        value, statement = assigned
+        return _vector_length(analysis, value, statement, depth + 1)
     if isinstance(expr, cst.Attribute):
         return _attribute_length(analysis, expr, at, depth)
     if isinstance(expr, cst.Call):
@@ -616,7 +430,7 @@ def _is_scalar(
     if isinstance(expr, cst.Subscript):
         return (
             len(expr.slice) == 1
-            and _integer(expr.slice[0].slice) is not None
+            and integer_index(expr.slice[0].slice) is not None
             and _vector_length(analysis, expr.value, at, depth + 1) is not None
         )
     op = analysis.tensor_op(expr, at)

@@ -1500,3 +1500,5 @@ def _argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | N
 argument = _argument
 is_true = _is_true
 is_false = _is_false
+#: Reductions that give a 0-d tensor when called without ``dim`` (``row.sum()``).
+REDUCTIONS = _REDUCTIONS
