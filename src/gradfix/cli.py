@@ -225,7 +225,7 @@ def check(
 
 
 def finding_line(path: str, finding: Finding) -> str:
-    return f"{path}:{finding.line}:{finding.col}: {finding.code} {finding.message}"
+    return f"{finding.location(path)}: {finding.code} {finding.message}"
 
 
 def check_summary(findings: Sequence[Finding], errors: int = 0) -> str:
