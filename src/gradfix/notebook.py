@@ -147,14 +147,15 @@ def load_notebook(text: str) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise NotebookError("not a Jupyter notebook: JSON nested too deeply") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise NotebookError('not a Jupyter notebook: no "cells" list (skipped)')
-    version = data.get("nbformat")
-    if not isinstance(version, int) or version < 4:
+    if not isinstance(data, dict) or not isinstance(data.get("nbformat"), int):
+        raise NotebookError('not a Jupyter notebook: no "nbformat" version')
+    if data["nbformat"] < 4:
         raise NotebookError(
-            f"nbformat {version} notebook: only nbformat 4 is supported "
+            f"nbformat {data['nbformat']} notebook: only nbformat 4 is supported "
             "(convert it: jupyter nbconvert --to notebook --nbformat 4)"
         )
+    if not isinstance(data.get("cells"), list):
+        raise NotebookError('not a Jupyter notebook: no "cells" list')
     return data
 
 
@@ -195,7 +196,10 @@ def _cell_source(raw: dict[str, Any]) -> str:
 
 
 def _code_cell(index: int, source: str) -> Cell | None:
-    """The cell with its magics replaced, or ``None`` for a cell magic that is not Python."""
+    """The cell with its magics replaced, or ``None`` for a cell magic that is not Python.
+    A cell that parses as it is has no magic (``% b`` may continue an expression)."""
+    if _parses(source):
+        return Cell(index, _ended(source), {}, source.endswith("\n"))
     lines = split_lines(source)
     magics: dict[str, str] = {}
     in_magic = False  # the previous line was a magic continued with a backslash
@@ -212,11 +216,7 @@ def _code_cell(index: int, source: str) -> Cell | None:
         magics[placeholder] = line if line.endswith("\n") else line + "\n"
         lines[number] = placeholder
         in_magic = line.rstrip("\r\n").endswith("\\")
-    text = "".join(lines)
-    final_newline = source.endswith("\n")
-    if not text.endswith("\n"):
-        text += "\n"
-    return Cell(index, text, magics, final_newline)
+    return Cell(index, _ended("".join(lines)), magics, source.endswith("\n"))
 
 
 def _cell_magic_name(line: str) -> str:
@@ -226,6 +226,14 @@ def _cell_magic_name(line: str) -> str:
 
 def _is_magic(line: str) -> bool:
     return bool(_LINE_MAGIC.match(line) or _HELP.fullmatch(line))
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _check_cell_syntax(cell: Cell) -> None:
@@ -265,9 +273,7 @@ def _chunks(source: str, indexes: Sequence[int]) -> list[str] | None:
 def _restore(cell: Cell, chunk: str) -> str | None:
     """The cell's text in ``chunk`` with its magic lines back, or ``None`` when the chunk
     does not parse alone or a placeholder line was changed, moved out or duplicated."""
-    try:
-        ast.parse(chunk)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    if not _parses(chunk):
         return None
     lines = split_lines(chunk)
     for placeholder, original in cell.magics.items():
@@ -426,5 +432,5 @@ def notebook_diff(before: str, after: str, path: str) -> str:
 
 
 def _ended(text: str) -> str:
-    """Jupyter's last line has no newline: do not show a marker for it in the preview."""
+    """``text`` with a final newline (Jupyter's last line has none)."""
     return text if not text or text.endswith("\n") else text + "\n"
