@@ -278,7 +278,10 @@ def test_a_fix_that_would_join_two_cells_is_reported_not_applied(project: Path) 
     ]
     path = write_notebook(project / "nb.ipynb", cells)
     result = invoke("fix", "--write", "nb.ipynb")
-    assert "did not apply a fix that would move code across notebook cells" in result.stderr
+    assert (
+        "nb.ipynb: note: did not apply a fix that would move code across notebook cells "
+        "(GF201 at cell 1 line 4, GF201 at cell 2 line 1): Wrap in `torch.no_grad()`"
+    ) in result.stderr
     assert result.exit_code == 1
     sources = code_sources(path)
     assert sources[:2] == cells[:2]

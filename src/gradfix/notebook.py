@@ -50,7 +50,7 @@ PYTHON_CELL_MAGICS = frozenset(
 _LINE_MAGIC = re.compile(r"\s*(?:[\w.,\s]+=\s*)?[%!]")
 #: IPython help: ``?obj``, ``??obj``, ``obj?``, ``obj.attr??``
 _HELP = re.compile(r"\s*(?:\?{1,2}\S.*|[\w.\[\]()]+\?{1,2})\s*")
-_CROSSING_NOTE = "did not apply a fix that would move code across notebook cells: {}"
+_CROSSING_NOTE = "did not apply a fix that would move code across notebook cells ({}): {}"
 _LAYOUT_NOTE = (
     "fixes not applied: the notebook's JSON layout is not the one Jupyter writes "
     "(re-save it with Jupyter, then run again)"
@@ -350,8 +350,8 @@ def fix_program(
         lint = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=unsafe_fixes)
         if not lint.changed or program.split(lint.source) is not None:
             return lint.source, notes + lint.dropped
-        crossing, descriptions = _crossing_fixes(program, source, rules, path)
-        notes += [_CROSSING_NOTE.format(text) for text in descriptions if text not in notes]
+        crossing, refused = _crossing_fixes(program, source, rules, path)
+        notes += [note for note in refused if note not in notes]
         step = lint_source(
             source,
             rules=rules,
@@ -369,15 +369,18 @@ def fix_program(
 def _crossing_fixes(
     program: Program, source: str, rules: Sequence[type[Rule]], path: str
 ) -> tuple[set[tuple[int, int, str]], list[str]]:
-    """The findings (keys) of the fixes that, applied alone, break the cell layout."""
+    """The findings (keys) of the fixes that, applied alone, break the cell layout, and
+    one note per such fix."""
     keys: set[tuple[int, int, str]] = set()
-    descriptions = []
+    notes = []
     for single in single_fixes(source, rules=rules, path=path):
         if single.source is not None and program.split(single.source) is not None:
             continue
         keys.update(_key(finding) for finding in single.findings)
-        descriptions.append(single.description)
-    return keys, sorted(set(descriptions))
+        cells = [locate(finding, source) for finding in single.findings]
+        where = ", ".join(f"{f.code} at cell {f.cell} line {f.line}" for f in cells)
+        notes.append(_CROSSING_NOTE.format(where, single.description))
+    return keys, notes
 
 
 def _key(finding: Finding) -> tuple[int, int, str]:
