@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from gradfix.cli import app
 from gradfix.codemods import ALL_RULES
 from gradfix.files import discover
-from gradfix.notebook import NotebookError, lint_notebook
+from gradfix.notebook import NotebookError, build_program, fix_program, lint_notebook
 from gradfix.runner import RunOptions, process_paths
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "init_weights_notebook.ipynb"
@@ -342,3 +342,14 @@ def test_the_example_notebook_shows_seed_001_and_is_fixed() -> None:
     assert [(f.code, f.cell) for f in lint.findings] == [("GF201", 4)]
     assert lint.remaining == [] and lint.dropped == []
     assert json.loads(lint.text)["cells"][3]["outputs"] == json.loads(text)["cells"][3]["outputs"]
+
+
+def test_the_example_notebook_fix_is_verified_by_execution() -> None:
+    pytest.importorskip("torch")
+    from gradfix.verify import verify_sources
+
+    program = build_program(json.loads(EXAMPLE.read_text(encoding="utf-8")))
+    fixed, notes = fix_program(program, ALL_RULES, path=str(EXAMPLE), unsafe_fixes=True)
+    assert fixed != program.source and notes == []
+    verdict = verify_sources(program.source, fixed, filename=EXAMPLE.name)
+    assert verdict.status == "verified", verdict.reason

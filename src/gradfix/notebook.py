@@ -4,8 +4,9 @@ A notebook (nbformat 4 JSON) becomes one Python source so that names flow betwee
 (a tensor defined in cell 1 and misused in cell 3 is found): each code cell is preceded
 by a marker comment line, and IPython syntax the parser does not know (``%matplotlib
 inline``, ``!pip install x``, ``obj?``, ``files = !ls``, the ``%%time`` line of a cell
-magic whose body is Python) is replaced line for line by an inert placeholder statement,
-so line numbers inside a cell do not move. Cells under any other cell magic (``%%bash``,
+magic whose body is Python) is replaced line for line by a placeholder statement
+(``...  # gradfix: magic 3.0``), so line numbers inside a cell do not move and the program
+still runs. Cells under any other cell magic (``%%bash``,
 ``%%writefile``) are skipped.
 
 After fixing, the source is split back at the markers. A cell maps back cleanly when
@@ -212,7 +213,8 @@ def _code_cell(index: int, source: str) -> Cell | None:
             continue
         if not in_magic:
             indent = line[: len(line) - len(line.lstrip())]
-        placeholder = f"{indent}__gradfix_magic_{index}_{number}__\n"
+        # a no-op statement: valid in any block, and the program still runs
+        placeholder = f"{indent}...  # gradfix: magic {index}.{number}\n"
         magics[placeholder] = line if line.endswith("\n") else line + "\n"
         lines[number] = placeholder
         in_magic = line.rstrip("\r\n").endswith("\\")
@@ -323,7 +325,7 @@ def lint_notebook(
     lint = lint_source(source, rules=rules, path=path)
     findings = [locate(finding, source) for finding in lint.findings]
     result = NotebookLint(findings, list(findings), text)
-    if not fix or not findings:
+    if not fix or not any(finding.fix for finding in findings):
         return result
     style = detect_style(text, data)
     if style is None:
