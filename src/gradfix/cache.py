@@ -91,6 +91,7 @@ def findings_to_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
             "end_line": f.end_line,
             "end_col": f.end_col,
             "fix": None if f.fix is None else [f.fix.safety, f.fix.description],
+            "cell": f.cell,
         }
         for f in findings
     ]
@@ -107,6 +108,7 @@ def findings_from_json(items: Sequence[dict[str, Any]]) -> list[Finding]:
             end_line=item["end_line"],
             end_col=item["end_col"],
             fix=None if item["fix"] is None else FixSummary(*item["fix"]),
+            cell=item.get("cell"),
         )
         for item in items
     ]

@@ -288,7 +288,7 @@ def _add_noqa(run: RunResult) -> None:
 
 
 def finding_line(path: str, finding: Finding) -> str:
-    return f"{path}:{finding.line}:{finding.col}: {finding.code} {finding.message}"
+    return f"{finding.location(path)}: {finding.code} {finding.message}"
 
 
 def check_summary(findings: Sequence[Finding], errors: int = 0) -> str:
@@ -428,6 +428,7 @@ def _verify_run(
     --write, write) only the accepted ones, once the accepted fixes together are proven.
     Verdict lines go to stderr when writing."""
     from gradfix.engine import SourceError
+    from gradfix.notebook import is_notebook
     from gradfix.proof import accepted, finding_key, prove_change, verify_fixes
     from gradfix.runner import refix_selected, write_result
     from gradfix.verify.harness import EntryError
@@ -436,6 +437,10 @@ def _verify_run(
     verdicts: dict[str, list[FixVerdict]] = {}
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
+            continue
+        if is_notebook(result.path):  # nothing executes notebooks yet: no proof, no fix
+            run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
+            result.fixed, result.remaining = result.original, list(result.findings)
             continue
         try:
             found = verify_fixes(result.path, result.original, rules=options.rules, **harness)

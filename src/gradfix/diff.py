@@ -73,7 +73,12 @@ def _mark_missing_newline(line: str) -> str:
 
 def file_diff(before: str, after: str, path: str, encoding: str = "utf-8") -> bytes:
     """:func:`unified_diff` as the bytes ``patch`` applies to the file: encoded like the file
-    (``encoding`` from :func:`gradfix.files.decode_source`), with its BOM on line 1."""
+    (``encoding`` from :func:`gradfix.files.decode_source`), with its BOM on line 1.
+    A notebook gets the diff of its changed cells (:func:`gradfix.notebook.notebook_diff`)."""
+    from gradfix.notebook import is_notebook, notebook_diff  # it imports this module
+
+    if is_notebook(path):
+        return notebook_diff(before, after, path).encode("utf-8", errors="backslashreplace")
     if encoding == "utf-8-sig":
         before, after, encoding = "\ufeff" + before, "\ufeff" + after, "utf-8"
     return unified_diff(before, after, path).encode(encoding, errors="backslashreplace")

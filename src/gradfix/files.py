@@ -31,6 +31,8 @@ EXCLUDED_DIRS = frozenset(
     {"__pycache__", ".git", "venv", ".venv", "node_modules", "build", "dist", "site-packages"}
 )
 PYTHON_SUFFIX = ".py"
+#: suffixes a directory walk takes: Python files and Jupyter notebooks
+WALKED_SUFFIXES = (PYTHON_SUFFIX, ".ipynb")
 
 
 class FileError(Exception):
@@ -73,7 +75,7 @@ class SourceFile:
 def discover(paths: Iterable[str]) -> list[Candidate]:
     """Expand ``paths`` (files or directories) into the files to process, in order.
 
-    A directory yields its ``*.py`` files recursively, sorted, skipping hidden and
+    A directory yields its ``*.py`` and ``*.ipynb`` files recursively, sorted, skipping hidden and
     :data:`EXCLUDED_DIRS` directories. An explicit file is always taken, whatever its
     suffix. A file reached twice (``. a.py``) is taken once, under its first name.
     """
@@ -105,13 +107,17 @@ def _expand(path: str) -> Iterator[Candidate]:
 
 
 def walk_python_files(root: str) -> Iterator[str]:
-    """The ``*.py`` files under ``root``, sorted by path; symlinked directories are not
-    followed."""
+    """The ``*.py`` and ``*.ipynb`` files under ``root``, sorted by path; symlinked
+    directories are not followed."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [name for name in dirnames if not is_excluded_dir(name)]
-        found += [os.path.join(dirpath, name) for name in filenames if name.endswith(PYTHON_SUFFIX)]
+        found += [os.path.join(dirpath, name) for name in filenames if _is_walked(name)]
     yield from sorted(_display_path(path) for path in found)
+
+
+def _is_walked(name: str) -> bool:
+    return name.endswith(WALKED_SUFFIXES)
 
 
 def is_excluded_dir(name: str) -> bool:

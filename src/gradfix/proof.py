@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gradfix.engine import SingleFix, lint_source, single_fixes
+from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
+from gradfix.notebook import is_notebook
 from gradfix.rule import Finding, Rule
 
 if TYPE_CHECKING:
@@ -90,7 +91,12 @@ def verify_fixes(
     a fix that is not verified alone is verified *together with the file's other fixes*
     when the file with all its fixes is proven (the reason and evidence say so).
 
-    Raises :class:`gradfix.engine.SourceError` when ``source`` does not parse."""
+    Raises :class:`gradfix.engine.SourceError` when ``source`` does not parse, or is a
+    notebook (not executed yet)."""
+    if is_notebook(path):
+        raise SourceError(
+            "notebooks cannot be verified yet: `gradfix fix` without --verify shows the fixes"
+        )
     singles = single_fixes(source, rules=rules, path=path)
     if not singles:
         return []

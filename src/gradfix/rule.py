@@ -18,6 +18,7 @@ and the engine applies them.
 from __future__ import annotations
 
 import enum
+import functools
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -79,9 +80,13 @@ class FixSummary:
     description: str
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True)
 class Finding:
-    """A finding in plain data (picklable, JSON-ready). Lines and columns are 1-based."""
+    """A finding in plain data (picklable, JSON-ready). Lines and columns are 1-based.
+
+    In a notebook, ``cell`` is the cell's number (1-based) and the lines count from the
+    cell's first line; findings sort by cell, then line, column and code."""
 
     line: int
     col: int
@@ -91,13 +96,31 @@ class Finding:
     end_line: int = field(compare=False)
     end_col: int = field(compare=False)
     fix: FixSummary | None = field(compare=False, default=None)
+    cell: int | None = None
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        return (self.cell or 0, self.line, self.col, self.code)
+
+    def __lt__(self, other: Finding) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def location(self, path: str) -> str:
+        """``path:line:col``; ``nb.ipynb:cell 3:line 2:col 5`` in a notebook."""
+        if self.cell is None:
+            return f"{path}:{self.line}:{self.col}"
+        return f"{path}:cell {self.cell}:line {self.line}:col {self.col}"
 
     def to_dict(self, path: str) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "code": self.code,
             "name": self.name,
             "message": self.message,
             "path": path,
+        }
+        if self.cell is not None:  # the JSON of a .py file stays as it was
+            data["cell"] = self.cell
+        return {
+            **data,
             "line": self.line,
             "col": self.col,
             "end_line": self.end_line,

@@ -30,6 +30,7 @@ from gradfix.files import (
     read_source,
     write_source,
 )
+from gradfix.notebook import is_notebook, lint_notebook
 from gradfix.rule import Finding, FixSafety, Rule
 
 #: fewer files per worker than this and starting the workers costs more than it saves
@@ -175,7 +176,10 @@ def process_bytes(data: bytes, path: str, options: RunOptions) -> FileResult:
 def process_text(
     text: str, path: str, options: RunOptions, *, encoding: str = "utf-8"
 ) -> FileResult:
-    """Lint (and fix) decoded source ``text``; ``path`` only names it. No I/O."""
+    """Lint (and fix) decoded source ``text``; ``path`` only names it (a ``.ipynb`` name
+    makes ``text`` a notebook, :mod:`gradfix.notebook`). No I/O."""
+    if is_notebook(path):
+        return _process_notebook(text, path, options, encoding)
     result = FileResult(path, original=text, encoding=encoding)
     fix = options.fix or options.write
     try:
@@ -234,6 +238,27 @@ def _cached_process_text(
             "error": result.error,
         }
         cache.put(key, entry)
+    return result
+
+
+def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) -> FileResult:
+    """Like :func:`process_text`; ``original`` / ``fixed`` are the notebook file texts."""
+    result = FileResult(path, original=text, fixed=text, encoding=encoding)
+    try:
+        lint = lint_notebook(
+            text,
+            rules=options.rules_for(path),
+            path=path,
+            fix=options.fix or options.write,
+            unsafe_fixes=options.unsafe_fixes,
+        )
+    except SourceError as error:
+        result.error = str(error)
+        return result
+    except Exception as error:  # a bug in a rule or the engine must not stop the run
+        return _internal_error(result, error)
+    result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
+    result.fixed, result.dropped = lint.text, lint.dropped
     return result
 
 

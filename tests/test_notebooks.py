@@ -1,0 +1,355 @@
+"""Jupyter notebooks (gradfix.notebook): code cells checked and fixed as one program.
+
+Notebooks are built here with json the way Jupyter writes them (indent 1, sorted keys,
+non-ASCII kept, final newline); each test names the cell shapes it needs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli import app
+from gradfix.codemods import ALL_RULES
+from gradfix.files import discover
+from gradfix.notebook import NotebookError, build_program, fix_program, lint_notebook
+from gradfix.runner import RunOptions, process_paths
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "init_weights_notebook.ipynb"
+
+# seed 001 spread over cells: the leaf is made in cell 1, initialised in place in cell 3
+SEED_001_CELLS = [
+    "import torch\n\nw = torch.FloatTensor(10)\nw.requires_grad = True",
+    "md:## Initialise",
+    "x = torch.linspace(0.0, 1.0, 10)\nw.normal_()  # in place on a leaf",
+    "(w * x).sum().backward()\nprint(w.grad)",
+]
+MAGIC_LINES = [
+    "%matplotlib inline",
+    "!pip install torch==2.13.0",
+    "files = !ls -1",
+    "torch.linspace?",
+    "%env CUBLAS_WORKSPACE_CONFIG=:4096:8",
+]
+MAGIC_CELLS = [
+    "\n".join([MAGIC_LINES[0], "import torch", MAGIC_LINES[1], MAGIC_LINES[2]]),
+    "w = torch.empty(3, requires_grad=True)\n" + MAGIC_LINES[3],
+    "%%time\nfor step in range(2):\n    " + MAGIC_LINES[4] + "\n    !echo \\\n  step\nw.normal_()",
+    "%%bash\necho $((1 + 2)) > out.txt",
+    "(w * 2).sum().backward()",
+]
+
+
+def notebook(cells: list[str], **top: Any) -> dict[str, Any]:
+    """An nbformat 4 notebook; ``md:`` cells are markdown, code cells get an output."""
+    data: dict[str, Any] = {
+        "cells": [],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python", "version": "3.11.7"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    for number, text in enumerate(cells):
+        if text.startswith("md:"):
+            cell = {"cell_type": "markdown", "id": f"md{number}", "metadata": {}}
+            data["cells"].append({**cell, "source": lines(text[3:])})
+            continue
+        output = {"name": "stdout", "output_type": "stream", "text": ["température: 1.0\n"]}
+        cell = {"cell_type": "code", "execution_count": number + 1, "id": f"code{number}"}
+        cell.update({"metadata": {"tags": ["keep"]}, "outputs": [output]})
+        data["cells"].append({**cell, "source": lines(text)})
+    return {**data, **top}
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def jupyter_text(data: object) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    path.write_text(jupyter_text(notebook(cells)), encoding="utf-8")
+    return path
+
+
+def invoke(*args: str, input: str | None = None):  # noqa: A002 (click's name)
+    return CliRunner().invoke(app, list(args), input=input, catch_exceptions=False)
+
+
+def code_sources(path: Path) -> list[str]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return ["".join(cell["source"]) for cell in cells]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# --- discovery -----------------------------------------------------------------------------
+
+
+def test_directories_yield_notebooks_next_to_python_files(tmp_path: Path) -> None:
+    for name in ["b.py", "a.ipynb", "sub/c.ipynb", ".ipynb_checkpoints/a-checkpoint.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}", encoding="utf-8")
+    found = [Path(c.path).relative_to(tmp_path).as_posix() for c in discover([str(tmp_path)])]
+    assert found == ["a.ipynb", "b.py", "sub/c.ipynb"]
+
+
+# --- locations -----------------------------------------------------------------------------
+
+
+def test_a_name_flows_between_cells_and_the_finding_names_its_cell(project: Path) -> None:
+    write_notebook(project / "nb.ipynb", SEED_001_CELLS)
+    result = invoke("check", "--format", "concise", "--select", "GF201", ".")
+    assert result.stdout.splitlines() == [
+        "nb.ipynb:cell 3:line 2:col 1: GF201 In-place `w.normal_()` on leaf `w` that requires"
+        " grad (marked with requires_grad = True)"
+    ]
+    assert result.exit_code == 1
+
+
+def test_json_findings_carry_the_cell_and_the_line_inside_it(project: Path) -> None:
+    write_notebook(project / "nb.ipynb", SEED_001_CELLS)
+    (project / "m.py").write_text("import torch\n", encoding="utf-8")
+    [finding] = json.loads(invoke("check", "--format", "json", ".").stdout)
+    assert (finding["path"], finding["cell"], finding["line"], finding["col"]) == (
+        "nb.ipynb",
+        3,
+        2,
+        1,
+    )
+    assert finding["end_line"] == 2 and finding["code"] == "GF201"
+
+
+def test_findings_sort_by_cell_before_line() -> None:
+    cells = [
+        "import torch\nw = torch.empty(3, requires_grad=True)",
+        "\n\n\nw.uniform_()\n(w * 1).sum().backward()",
+        "w.zero_()",
+    ]
+    text = jupyter_text(notebook(cells))
+    found = lint_notebook(text, rules=ALL_RULES).findings
+    assert [(f.cell, f.line) for f in found] == [(2, 4), (3, 1)]
+    assert sorted(reversed(found)) == found
+
+
+# --- magics --------------------------------------------------------------------------------
+
+
+def test_magics_are_kept_byte_for_byte_and_their_cells_still_fixed(project: Path) -> None:
+    path = write_notebook(project / "nb.ipynb", MAGIC_CELLS)
+    result = invoke("fix", "--write", "nb.ipynb")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    sources = code_sources(path)
+    for line in MAGIC_LINES:
+        assert sum(line in source for source in sources) == 1, line
+    assert sources[0] == MAGIC_CELLS[0] and sources[1] == MAGIC_CELLS[1]
+    assert sources[2] == MAGIC_CELLS[2].replace(
+        "w.normal_()", "with torch.no_grad():\n    w.normal_()"
+    )
+    assert sources[3:] == MAGIC_CELLS[3:]
+
+
+def test_a_cell_under_a_non_python_cell_magic_is_skipped() -> None:
+    cells = [
+        "import torch",
+        "%%writefile train.py\nw = torch.ones(2, requires_grad=True)\n"
+        "w.zero_()\n(w * 1).sum().backward(",
+        "x = (1\n     % 2)",
+    ]
+    lint = lint_notebook(jupyter_text(notebook(cells)), rules=ALL_RULES)
+    assert lint.findings == []
+
+
+def test_a_cell_that_does_not_parse_is_named_in_the_error() -> None:
+    text = jupyter_text(notebook(["import torch", "md:# x", "x = (1,\n"]))
+    with pytest.raises(NotebookError, match=r"^cell 3: syntax error at line 1: "):
+        lint_notebook(text, rules=ALL_RULES)
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def test_fix_write_changes_only_the_fixed_cell_source(project: Path) -> None:
+    path = write_notebook(project / "nb.ipynb", SEED_001_CELLS)
+    before = json.loads(path.read_text(encoding="utf-8"))
+    result = invoke("fix", "--write", "nb.ipynb")
+    assert result.exit_code == 0 and "Fixed 1 finding in 1 file." in result.stderr
+    text = path.read_text(encoding="utf-8")
+    after = json.loads(text)
+    assert text == jupyter_text(after)  # indent 1, key order, raw é, final newline
+    assert "température" in text
+    expected = json.loads(json.dumps(before))
+    expected["cells"][2]["source"] = [
+        "x = torch.linspace(0.0, 1.0, 10)\n",
+        "with torch.no_grad():\n",
+        "    w.normal_()  # in place on a leaf",
+    ]
+    assert after == expected
+    assert [list(cell) for cell in after["cells"]] == [list(cell) for cell in before["cells"]]
+
+
+def test_the_file_s_own_json_layout_is_kept() -> None:
+    data = notebook(SEED_001_CELLS)
+    for text in [
+        json.dumps(data, indent=2),  # ASCII escapes, no final newline, insertion order
+        json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n",
+    ]:
+        fixed = lint_notebook(text, rules=ALL_RULES, fix=True).text
+        assert fixed != text
+        after = json.loads(fixed)
+        assert after["cells"][2]["source"][1] == "with torch.no_grad():\n"
+        layout = {"indent": 2} if text.startswith("{\n") else {"separators": (",", ":")}
+        ascii_only = "\\u00e9" in text
+        final = "\n" if text.endswith("\n") else ""
+        assert fixed == json.dumps(after, ensure_ascii=ascii_only, **layout) + final
+
+
+def test_a_layout_gradfix_cannot_reproduce_is_reported_not_rewritten() -> None:
+    text = json.dumps(notebook(SEED_001_CELLS), indent="\t")
+    lint = lint_notebook(text, rules=ALL_RULES, fix=True)
+    assert lint.text == text and len(lint.remaining) == 1
+    assert lint.dropped and "JSON layout" in lint.dropped[0]
+
+
+def test_fixing_is_idempotent(project: Path) -> None:
+    path = write_notebook(project / "nb.ipynb", MAGIC_CELLS)
+    assert invoke("fix", "--write", "nb.ipynb").exit_code == 0
+    once = path.read_bytes()
+    result = invoke("fix", "--write", "nb.ipynb")
+    assert result.exit_code == 0 and "Nothing to fix." in result.stderr
+    assert path.read_bytes() == once
+    assert invoke("check", "nb.ipynb").exit_code == 0
+
+
+def test_diff_preview_shows_the_changed_cells(project: Path) -> None:
+    write_notebook(project / "nb.ipynb", SEED_001_CELLS)
+    result = invoke("fix", "nb.ipynb")
+    assert result.exit_code == 1
+    assert result.stdout == (
+        "--- a/nb.ipynb:cell 3\n"
+        "+++ b/nb.ipynb:cell 3\n"
+        "@@ -1,2 +1,3 @@\n"
+        " x = torch.linspace(0.0, 1.0, 10)\n"
+        "-w.normal_()  # in place on a leaf\n"
+        "+with torch.no_grad():\n"
+        "+    w.normal_()  # in place on a leaf\n"
+    )
+
+
+def test_stdin_notebook_is_fixed_to_stdout(project: Path) -> None:
+    text = jupyter_text(notebook(SEED_001_CELLS))
+    result = invoke("fix", "-", "--stdin-filename", "nb.ipynb", input=text)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["cells"][2]["source"][1] == "with torch.no_grad():\n"
+
+
+def test_fix_verify_skips_notebooks_with_a_warning(project: Path) -> None:
+    pytest.importorskip("torch")
+    path = write_notebook(project / "nb.ipynb", SEED_001_CELLS)
+    before = path.read_bytes()
+    result = invoke("fix", "--verify", "--write", "nb.ipynb")
+    assert "warning: nb.ipynb: notebooks cannot be verified yet; skipped" in result.stderr
+    assert path.read_bytes() == before
+
+
+# --- fixes across cells --------------------------------------------------------------------
+
+
+def test_a_fix_that_would_join_two_cells_is_reported_not_applied(project: Path) -> None:
+    # GF201 wraps consecutive in-place statements in one `with` block: here the two
+    # statements end one cell and start the next.
+    cells = [
+        "import torch\nw = torch.empty(3, requires_grad=True)\nb = torch.empty(3, "
+        "requires_grad=True)\nw.normal_()",
+        "b.zero_()\n(w * b).sum().backward()",
+        "v = torch.empty(2, requires_grad=True)\nv.uniform_()\n(v * 1).sum().backward()",
+    ]
+    path = write_notebook(project / "nb.ipynb", cells)
+    result = invoke("fix", "--write", "nb.ipynb")
+    assert (
+        "nb.ipynb: note: did not apply a fix that would move code across notebook cells "
+        "(GF201 at cell 1 line 4, GF201 at cell 2 line 1): Wrap in `torch.no_grad()`"
+    ) in result.stderr
+    assert result.exit_code == 1
+    sources = code_sources(path)
+    assert sources[:2] == cells[:2]
+    assert sources[2] == cells[2].replace("v.uniform_()", "with torch.no_grad():\n    v.uniform_()")
+    locations = [line.split(": GF")[0] for line in result.stdout.splitlines()]
+    assert locations == ["nb.ipynb:cell 1:line 4:col 1", "nb.ipynb:cell 2:line 1:col 1"]
+
+
+def test_an_import_the_fix_needs_goes_into_the_first_cell() -> None:
+    cells = [
+        "%matplotlib inline\nfrom torch import nn",
+        "md:text",
+        "p = nn.Parameter(nn.Linear(2, 2).weight.detach())\np.normal_()\n(p * 2).sum().backward()",
+    ]
+    fixed = json.loads(lint_notebook(jupyter_text(notebook(cells)), rules=ALL_RULES, fix=True).text)
+    sources = ["".join(cell["source"]) for cell in fixed["cells"]]
+    assert sources[0] == "import torch\n" + cells[0]
+    assert "with torch.no_grad():\n    p.normal_()" in sources[2]
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"cells": [', "not a Jupyter notebook: invalid JSON at line 1 column 12: "),
+        ("[1, 2]", 'not a Jupyter notebook: no "nbformat" version'),
+        ('{"nbformat": 4}', 'not a Jupyter notebook: no "cells" list'),
+        ('{"nbformat": 3, "worksheets": []}', "nbformat 3 notebook: only nbformat 4"),
+    ],
+)
+def test_a_bad_notebook_is_one_error_line_and_the_run_goes_on(
+    project: Path, text: str, message: str
+) -> None:
+    (project / "bad.ipynb").write_text(text, encoding="utf-8")
+    write_notebook(project / "good.ipynb", SEED_001_CELLS)
+    run = process_paths(["."], RunOptions(rules=ALL_RULES))
+    bad, good = run.files
+    assert bad.error is not None and bad.error.startswith(message) and "\n" not in bad.error
+    assert good.error is None and [f.code for f in good.findings] == ["GF201"]
+    result = invoke("check", ".")
+    assert result.exit_code == 2 and f"bad.ipynb: {message}" in result.stderr
+
+
+def test_a_notebook_of_another_language_has_nothing_to_check() -> None:
+    data = notebook(SEED_001_CELLS)
+    data["metadata"]["language_info"] = {"name": "R"}
+    assert lint_notebook(jupyter_text(data), rules=ALL_RULES).findings == []
+
+
+# --- the bundled example -------------------------------------------------------------------
+
+
+def test_the_example_notebook_shows_seed_001_and_is_fixed() -> None:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    lint = lint_notebook(text, rules=ALL_RULES, fix=True)
+    assert [(f.code, f.cell) for f in lint.findings] == [("GF201", 4)]
+    assert lint.remaining == [] and lint.dropped == []
+    assert json.loads(lint.text)["cells"][3]["outputs"] == json.loads(text)["cells"][3]["outputs"]
+
+
+def test_the_example_notebook_fix_is_verified_by_execution() -> None:
+    pytest.importorskip("torch")
+    from gradfix.verify import verify_sources
+
+    program = build_program(json.loads(EXAMPLE.read_text(encoding="utf-8")))
+    fixed, notes = fix_program(program, ALL_RULES, path=str(EXAMPLE), unsafe_fixes=True)
+    assert fixed != program.source and notes == []
+    verdict = verify_sources(program.source, fixed, filename=EXAMPLE.name)
+    assert verdict.status == "verified", verdict.reason
