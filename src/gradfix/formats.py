@@ -31,11 +31,16 @@ def github_annotations(findings: Sequence[Located]) -> str:
                 f"col={f.col}",
                 f"endLine={f.end_line}",
                 f"endColumn={f.end_col}",
-                f"title={_escape_property(f'gradfix {f.code} ({f.name})')}",
+                f"title={_escape_property(f'gradfix {f.code} ({f.name}){_cell(f)}')}",
             ]
         )
         lines.append(f"::warning {properties}::{_escape_data(f'{f.code} {f.message}')}")
     return "\n".join(lines)
+
+
+def _cell(f: Finding) -> str:
+    """Notebook findings count lines from their cell's first line: say which cell."""
+    return "" if f.cell is None else f" in cell {f.cell}"
 
 
 def _escape_data(text: str) -> str:
@@ -104,8 +109,14 @@ def _sarif_result(path: str, f: Finding, index: dict[str, int]) -> dict[str, Any
     }
     if f.code in index:
         result["ruleIndex"] = index[f.code]
+    properties: dict[str, Any] = {}
     if f.fix is not None:
-        result["properties"] = {"fix": {"safety": f.fix.safety, "description": f.fix.description}}
+        properties["fix"] = {"safety": f.fix.safety, "description": f.fix.description}
+    if f.cell is not None:
+        properties["cell"] = f.cell
+        result["message"]["text"] = f"cell {f.cell}, line {f.line}: {f.message}"
+    if properties:
+        result["properties"] = properties
     return result
 
 
