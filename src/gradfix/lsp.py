@@ -1,0 +1,593 @@
+"""``gradfix lsp``: a language server over stdio (pygls).
+
+What the editor gets, all computed in memory from the buffer (nothing is written):
+
+- diagnostics on open, change and save: one Warning per finding, ``code`` = the rule code,
+  ``source`` = ``gradfix``;
+- code actions: a quick fix per fix (only that fix applied, sent as minimal text edits),
+  ``Suppress GFxxx with a comment`` (``# noqa: GFxxx``) and the source action
+  ``source.fixAll.gradfix`` (every safe fix);
+- hover over a finding: the rule's documentation.
+
+Settings come from ``initializationOptions`` and the ``gradfix`` section of the workspace
+configuration (``{"gradfix": {"select": [...], "ignore": [...], "verify": false}}``; a
+flat ``{"select": ...}`` or dotted ``{"gradfix.verify": true}`` works too). With
+``verify`` on, every fix of an opened or saved file is executed before and after by the
+oracle (:func:`gradfix.proof.verify_fixes`, in a worker thread so the server stays
+responsive) and the quick fixes and diagnostics say the verdict.
+
+Finding positions are 1-based code points; LSP positions are 0-based in the encoding the
+client negotiated (UTF-16 by default): pygls' position codec converts.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import difflib
+import io
+import logging
+import re
+import tokenize
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from importlib.metadata import version as package_version
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
+
+from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
+from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
+from gradfix.registry import SelectionError, find_rule, select_rules
+from gradfix.rule import Finding, Rule
+
+SOURCE = "gradfix"
+SECTION = "gradfix"
+FIX_ALL_KIND = "source.fixAll.gradfix"
+MAX_REASON = 80  # characters of a verdict's reason in a quick fix title
+logger = logging.getLogger(__name__)
+
+# suppression comments: noqa, noqa with codes (flake8 / ruff) and gradfix: ignore[codes]
+NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
+GRADFIX_IGNORE = re.compile(r"#\s*gradfix:\s*ignore\[(?P<codes>[^\]]*)\]", re.I)
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: tuple[str, ...] = ()  # empty: the rules enabled by default
+    ignore: tuple[str, ...] = ()
+    verify: bool = False
+
+
+def read_settings(raw: object, base: Settings | None = None) -> Settings:
+    """Settings from ``raw`` (nested ``{"gradfix": {...}}``, flat or dotted keys) over ``base``."""
+    settings = base or Settings()
+    if not isinstance(raw, Mapping):
+        return settings
+    values = dict(raw.get(SECTION) or {}) if isinstance(raw.get(SECTION), Mapping) else {}
+    values.update(raw)
+    values.update({k[len(SECTION) + 1 :]: v for k, v in raw.items() if k.startswith(SECTION + ".")})
+    if "select" in values:
+        settings = replace(settings, select=_codes(values["select"]))
+    if "ignore" in values:
+        settings = replace(settings, ignore=_codes(values["ignore"]))
+    if "verify" in values:
+        settings = replace(settings, verify=values["verify"] is True)
+    return settings
+
+
+def _codes(value: object) -> tuple[str, ...]:
+    """A list of codes, or one comma-separated string of them."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, Iterable):
+        return ()
+    return tuple(str(code).strip() for code in value if str(code).strip())
+
+
+# --- findings as LSP objects ---------------------------------------------------------------
+
+
+def finding_range(finding: Finding, document: TextDocument) -> types.Range:
+    """The finding's span in the client's position encoding."""
+    start = types.Position(finding.line - 1, finding.col - 1)
+    end = types.Position(finding.end_line - 1, finding.end_col - 1)
+    return document.position_codec.range_to_client_units(document.lines, types.Range(start, end))
+
+
+def to_diagnostic(
+    finding: Finding, document: TextDocument, verdict: FixVerdict | None = None
+) -> types.Diagnostic:
+    message = finding.message
+    if verdict is not None:
+        message += f" (fix {verdict_note(verdict)})"
+    return types.Diagnostic(
+        range=finding_range(finding, document),
+        message=message,
+        severity=types.DiagnosticSeverity.Warning,
+        code=finding.code,
+        source=SOURCE,
+        data={"name": finding.name, "line": finding.line, "col": finding.col},
+    )
+
+
+def verdict_note(verdict: FixVerdict) -> str:
+    """``verified``, or the verdict with the first clause of its reason (a menu title)."""
+    if verdict.status == "verified":
+        return verdict.status
+    reason = verdict.reason.split("; ")[0]
+    if len(reason) > MAX_REASON:
+        reason = reason[: MAX_REASON - 3].rstrip() + "..."
+    return f"{verdict.status}: {reason}"
+
+
+def syntax_diagnostics(error: SourceError, source: str) -> list[types.Diagnostic]:
+    """Nothing for code Python rejects (the Python language server reports it, and it is
+    what a buffer looks like while typing); one Error for code Python accepts but gradfix
+    cannot parse, so the user knows why the file is not checked."""
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    line = max((error.line or 1) - 1, 0)
+    span = types.Range(types.Position(line, 0), types.Position(line + 1, 0))
+    return [
+        types.Diagnostic(
+            range=span,
+            message=f"gradfix cannot check this file: {error}",
+            severity=types.DiagnosticSeverity.Error,
+            source=SOURCE,
+        )
+    ]
+
+
+def overlaps(a: types.Range, b: types.Range) -> bool:
+    """Whether two ranges share a position (touching counts: a cursor at a range's end)."""
+    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and (
+        b.start.line,
+        b.start.character,
+    ) <= (a.end.line, a.end.character)
+
+
+# --- edits ---------------------------------------------------------------------------------
+
+
+def text_edits(document: TextDocument, new_source: str) -> list[types.TextEdit]:
+    """Minimal edits turning the document into ``new_source``: changed line blocks with
+    their common leading and trailing characters trimmed."""
+    old_lines = document.source.splitlines(keepends=True)
+    new_lines = new_source.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    edits = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])
+        prefix = _common_prefix(old, new)
+        suffix = _common_prefix(old[prefix:][::-1], new[prefix:][::-1])
+        start = _advance(i1, 0, old[:prefix])
+        end = _advance(start[0], start[1], old[prefix : len(old) - suffix])
+        edits.append(
+            types.TextEdit(
+                range=document.position_codec.range_to_client_units(
+                    document.lines, types.Range(types.Position(*start), types.Position(*end))
+                ),
+                new_text=new[prefix : len(new) - suffix],
+            )
+        )
+    return edits
+
+
+def _common_prefix(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def _advance(line: int, character: int, text: str) -> tuple[int, int]:
+    """The (line, code point) reached from (line, character) after ``text``."""
+    breaks = text.count("\n")
+    if not breaks:
+        return line, character + len(text)
+    return line + breaks, len(text) - text.rfind("\n") - 1
+
+
+def noqa_edit(source: str, line: int, code: str) -> tuple[int, str] | None:
+    """Where and what to insert on 1-based ``line`` to suppress ``code`` there:
+    ``(code point column, text)``, or ``None`` when it is suppressed already or a comment
+    cannot end that line (inside a string or after a backslash continuation)."""
+    comment = _line_comment(source, line)
+    if comment is None:
+        return None
+    text = source.splitlines()[line - 1]
+    end = len(text.rstrip())
+    if not comment:
+        return end, f"  # noqa: {code}"
+    for pattern in (NOQA, GRADFIX_IGNORE):
+        match = pattern.search(comment)
+        if match is None:
+            continue
+        codes = match.group("codes")
+        if codes is None or code.upper() in {c.strip().upper() for c in codes.split(",")}:
+            return None  # a noqa without codes suppresses every code
+        column = len(text) - len(comment) + match.end("codes")
+        return column, f", {code}"
+    return end, f"  # noqa: {code}"
+
+
+def _line_comment(source: str, line: int) -> str | None:
+    """The comment ending ``line`` (``""`` if none), ``None`` if a comment cannot go there."""
+    ends_statement = False
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.start[0] != line:
+                if token.start[0] > line:
+                    break
+                continue
+            if token.type == tokenize.COMMENT:
+                return token.string
+            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
+                ends_statement = True
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return "" if ends_statement else None
+
+
+def workspace_edit(document: TextDocument, edits: list[types.TextEdit]) -> types.WorkspaceEdit:
+    return types.WorkspaceEdit(changes={document.uri: edits})
+
+
+# --- the server ----------------------------------------------------------------------------
+
+
+@dataclass
+class BufferLint:
+    """What gradfix says about one text of a buffer; fixes are computed on first request
+    (code actions come on every cursor move: each text is linted and fixed once)."""
+
+    source: str
+    path: str
+    rules: Sequence[type[Rule]]
+    findings: list[Finding] = field(default_factory=list)
+    error: SourceError | None = None
+    _singles: list[SingleFix] | None = None
+    _fixed_safe: str | None = None
+
+    @classmethod
+    def of(cls, source: str, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
+        lint = cls(source, path, rules)
+        try:
+            lint.findings = lint_source(source, rules=rules, path=path).findings
+        except SourceError as error:
+            lint.error = error
+        return lint
+
+    def singles(self) -> list[SingleFix]:
+        """Each fix applied alone (safe and unsafe)."""
+        if self._singles is None:
+            fixable = self.error is None and any(f.fix for f in self.findings)
+            self._singles = (
+                single_fixes(self.source, rules=self.rules, path=self.path) if fixable else []
+            )
+        return self._singles
+
+    def fixed_safe(self) -> str:
+        """The source with every safe fix applied (the source itself when there is none)."""
+        if self._fixed_safe is None:
+            self._fixed_safe = self.source
+            if self.error is None and any(f.fix for f in self.findings):
+                result = lint_source(self.source, rules=self.rules, path=self.path, fix=True)
+                self._fixed_safe = result.source
+        return self._fixed_safe
+
+
+@dataclass
+class VerificationState:
+    """Verdicts of the fixes of one buffer text (keyed like ``fix --verify``)."""
+
+    source: str
+    verdicts: dict[tuple[int, int, str], FixVerdict] = field(default_factory=dict)
+    done: bool = False
+    error: str | None = None
+
+
+class GradfixServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            "gradfix", _version(), text_document_sync_kind=types.TextDocumentSyncKind.Full
+        )
+        self.settings = Settings()
+        self.rules: list[type[Rule]] = select_rules()
+        self.buffers: dict[str, BufferLint] = {}
+        self.verification: dict[str, VerificationState] = {}
+        self.shutdown_requested = False
+        # one verification at a time: each already runs two processes on the machine
+        self.verify_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradfix-verify")
+
+    # settings
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Use ``settings`` from now on and lint every open buffer again."""
+        if settings == self.settings:
+            return
+        self.settings = settings
+        try:
+            self.rules = select_rules(settings.select or None, settings.ignore)
+        except SelectionError as error:
+            self.rules = select_rules()
+            self.notify(f"gradfix: {error} in the settings; using the default rules")
+        if settings.verify and not torch_available():
+            self.settings = replace(settings, verify=False)
+            self.notify("gradfix: verification needs torch in the server's Python; it is off")
+        self.buffers.clear()
+        self.verification.clear()
+        for uri in list(self.workspace.text_documents):
+            self.lint(uri, verify=True)
+
+    def notify(self, message: str) -> None:
+        self.window_show_message(
+            types.ShowMessageParams(type=types.MessageType.Warning, message=message)
+        )
+
+    # linting
+
+    def buffer(self, document: TextDocument) -> BufferLint:
+        """The lint of the buffer's current text (cached until the text or settings change)."""
+        source = document.source
+        cached = self.buffers.get(document.uri)
+        if cached is None or cached.source != source:
+            cached = self.buffers[document.uri] = BufferLint.of(source, _path(document), self.rules)
+        return cached
+
+    def lint(self, uri: str, *, verify: bool) -> None:
+        document = self.workspace.get_text_document(uri)
+        lint = self.buffer(document)
+        if lint.error is not None:
+            self.publish(document, syntax_diagnostics(lint.error, lint.source))
+            return
+        state = self.verification.get(uri)
+        verdicts = state.verdicts if state is not None and state.source == lint.source else {}
+        diagnostics = [
+            to_diagnostic(f, document, verdicts.get(finding_key(f))) for f in lint.findings
+        ]
+        self.publish(document, diagnostics)
+        if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
+            self.start_verification(document)
+
+    def publish(self, document: TextDocument, diagnostics: list[types.Diagnostic]) -> None:
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(
+                uri=document.uri, version=document.version, diagnostics=diagnostics
+            )
+        )
+
+    # verification
+
+    def start_verification(self, document: TextDocument) -> None:
+        source, uri = document.source, document.uri
+        if self.shutdown_requested:
+            return
+        state = self.verification.get(uri)
+        if state is not None and state.source == source:
+            return  # running or done for this text
+        self.verification[uri] = state = VerificationState(source)
+        path, rules = _path(document), list(self.rules)
+        future = asyncio.get_running_loop().run_in_executor(
+            self.verify_pool, lambda: verify_fixes(path, source, rules=rules)
+        )
+        future.add_done_callback(lambda done: self.finish_verification(uri, state, done))
+
+    def finish_verification(
+        self, uri: str, state: VerificationState, done: asyncio.Future[list[FixVerdict]]
+    ) -> None:
+        state.done = True
+        try:
+            state.verdicts = {finding_key(v.finding): v for v in done.result()}
+        except Exception as error:  # a crash of the oracle must not take the server down
+            state.error = f"{type(error).__name__}: {error}"
+            logger.exception("verification of %s failed", uri)
+        if self.verification.get(uri) is state and uri in self.workspace.text_documents:
+            self.lint(uri, verify=False)  # republish with the verdicts
+
+    def verdict_title(self, uri: str, source: str, finding: Finding) -> str:
+        """`` (verified)`` and the like for a quick fix title; ``""`` without verification."""
+        if not self.settings.verify:
+            return ""
+        state = self.verification.get(uri)
+        if state is None or state.source != source:
+            return " (not verified: save the file to verify)"
+        if not state.done:
+            return " (verifying...)"
+        if state.error is not None:
+            return " (not verified: the verifier failed)"
+        verdict = state.verdicts.get(finding_key(finding))
+        if verdict is None:
+            return " (not verified)"
+        return f" ({verdict_note(verdict)})"
+
+    # code actions
+
+    def code_actions(
+        self, document: TextDocument, wanted: types.Range, only: Sequence[str] | None
+    ) -> list[types.CodeAction]:
+        lint = self.buffer(document)
+        in_range = [f for f in lint.findings if overlaps(finding_range(f, document), wanted)]
+        actions: list[types.CodeAction] = []
+        if _wants(only, types.CodeActionKind.QuickFix) and in_range:
+            actions += self.quick_fixes(document, lint, wanted)
+            actions += [a for f in in_range if (a := suppress_action(document, f)) is not None]
+        if _wants(only, FIX_ALL_KIND) and lint.fixed_safe() != lint.source:
+            actions.append(
+                types.CodeAction(
+                    title="Fix all gradfix (safe fixes)",
+                    kind=FIX_ALL_KIND,
+                    edit=workspace_edit(document, text_edits(document, lint.fixed_safe())),
+                )
+            )
+        return actions
+
+    def quick_fixes(
+        self, document: TextDocument, lint: BufferLint, wanted: types.Range
+    ) -> list[types.CodeAction]:
+        actions = []
+        for single in lint.singles():
+            hit = [f for f in single.findings if overlaps(finding_range(f, document), wanted)]
+            if not hit or single.source is None:
+                continue
+            first = hit[0]
+            safety = " (unsafe)" if single.safety == "unsafe" else ""
+            verdict = self.verdict_title(document.uri, lint.source, first)
+            actions.append(
+                types.CodeAction(
+                    title=f"Fix {first.code}: {single.description}{safety}{verdict}",
+                    kind=types.CodeActionKind.QuickFix,
+                    diagnostics=[to_diagnostic(f, document) for f in hit],
+                    is_preferred=single.safety == "safe" and "rejected" not in verdict,
+                    edit=workspace_edit(document, text_edits(document, single.source)),
+                )
+            )
+        return actions
+
+    def hover(self, document: TextDocument, position: types.Position) -> types.Hover | None:
+        here = types.Range(position, position)
+        findings = self.buffer(document).findings
+        hits = [f for f in findings if overlaps(finding_range(f, document), here)]
+        if not hits:
+            return None
+        sections = []
+        for code in dict.fromkeys(f.code for f in hits):
+            rule = find_rule(code)
+            sections.append(f"### {rule.code} {rule.name}\n\n{rule.docs()}")
+        return types.Hover(
+            contents=types.MarkupContent(
+                kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)
+            ),
+            range=finding_range(hits[0], document),
+        )
+
+
+def suppress_action(document: TextDocument, finding: Finding) -> types.CodeAction | None:
+    insertion = noqa_edit(document.source, finding.line, finding.code)
+    if insertion is None:
+        return None
+    column, text = insertion
+    at = document.position_codec.position_to_client_units(
+        document.lines, types.Position(finding.line - 1, column)
+    )
+    return types.CodeAction(
+        title=f"Suppress {finding.code} with a comment",
+        kind=types.CodeActionKind.QuickFix,
+        diagnostics=[to_diagnostic(finding, document)],
+        edit=workspace_edit(document, [types.TextEdit(types.Range(at, at), text)]),
+    )
+
+
+def _wants(only: Sequence[str] | None, kind: str) -> bool:
+    """LSP kinds are hierarchical: ``source.fixAll`` asks for ``source.fixAll.gradfix``."""
+    return not only or any(kind == k or kind.startswith(k + ".") for k in only)
+
+
+def _path(document: TextDocument) -> str:
+    return document.path or document.filename or "<buffer>.py"
+
+
+def _version() -> str:
+    try:
+        return package_version("gradfix")
+    except Exception:  # running from a checkout without metadata
+        return "0"
+
+
+# --- protocol handlers ---------------------------------------------------------------------
+
+
+def create_server() -> GradfixServer:
+    """The server with every feature registered (not started)."""
+    server = GradfixServer()
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: GradfixServer, params: types.InitializeParams) -> None:
+        ls.apply_settings(read_settings(params.initialization_options))
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: GradfixServer, params: types.InitializedParams) -> None:
+        ls.apply_settings(await pull_settings(ls, ls.settings))
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(
+        ls: GradfixServer, params: types.DidChangeConfigurationParams
+    ) -> None:
+        pushed = read_settings(params.settings, ls.settings)
+        ls.apply_settings(await pull_settings(ls, pushed))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: GradfixServer, params: types.DidOpenTextDocumentParams) -> None:
+        ls.lint(params.text_document.uri, verify=True)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: GradfixServer, params: types.DidChangeTextDocumentParams) -> None:
+        ls.lint(params.text_document.uri, verify=False)  # executing code on every keystroke: no
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
+    def did_save(ls: GradfixServer, params: types.DidSaveTextDocumentParams) -> None:
+        ls.lint(params.text_document.uri, verify=True)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: GradfixServer, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.buffers.pop(uri, None)
+        ls.verification.pop(uri, None)
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, []))
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
+    )
+    def code_action(ls: GradfixServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        document = ls.workspace.get_text_document(params.text_document.uri)
+        return ls.code_actions(document, params.range, params.context.only)
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    def hover(ls: GradfixServer, params: types.HoverParams) -> types.Hover | None:
+        document = ls.workspace.get_text_document(params.text_document.uri)
+        return ls.hover(document, params.position)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: GradfixServer, params: Any) -> None:
+        ls.shutdown_requested = True
+        ls.verify_pool.shutdown(wait=False, cancel_futures=True)
+
+    return server
+
+
+async def pull_settings(ls: GradfixServer, base: Settings) -> Settings:
+    """``base`` updated with the ``gradfix`` configuration section, when the client can
+    answer ``workspace/configuration`` (clients that keep settings send no values)."""
+    workspace = ls.client_capabilities.workspace
+    if workspace is None or not workspace.configuration:
+        return base
+    try:
+        answer = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+        )
+    except Exception:  # a client that fails the request keeps the settings it pushed
+        logger.exception("workspace/configuration failed")
+        return base
+    return read_settings(answer[0] if answer else None, base)
+
+
+def serve() -> int:
+    """Run the server on stdin/stdout until ``exit``; the LSP exit status (0 after
+    ``shutdown``, 1 otherwise)."""
+    server = create_server()
+    server.start_io()
+    return 0 if server.shutdown_requested else 1
