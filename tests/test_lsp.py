@@ -9,18 +9,36 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import libcst as cst
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lsprotocol import types
-from pygls.workspace import TextDocument
+from pygls.workspace import PositionCodec, TextDocument
 
-from gradfix.lsp import Settings, noqa_edit, read_settings, text_edits
+from gradfix.engine import lint_source
+from gradfix.lsp import (
+    BufferLint,
+    ClientText,
+    Settings,
+    finding_range,
+    noqa_edit,
+    read_settings,
+    text_edits,
+    verdict_note,
+)
+from gradfix.proof import FixVerdict
+from gradfix.registry import select_rules
+from gradfix.rule import FixSafety, Rule
 
 BUGGY = """import torch
 a = torch.nn.Parameter(torch.rand(5))
@@ -188,7 +206,7 @@ def server(tmp_path: Path):
 
 def apply(text: str, edits: list[dict[str, Any]]) -> str:
     """Apply LSP text edits (positions in UTF-16 code units) to ``text``."""
-    lines = text.splitlines(keepends=True)
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)  # LSP's line breaks
 
     def offset(position: dict[str, int]) -> int:
         before = "".join(lines[: position["line"]])
@@ -384,17 +402,8 @@ def test_read_settings() -> None:
     assert read_settings({"gradfix": {"ignore": []}}, nested).select == ("GF1",)
 
 
-def test_text_edits_are_minimal_and_count_utf16_units() -> None:
-    old = "import os\ns = '😋'; x = torch.tensor([a, b])\ny = 1\n"
-    new = "import torch\nimport os\ns = '😋'; x = torch.stack([a, b])\ny = 1\n"
-    document = TextDocument("file:///t.py", old)
-    edits = text_edits(document, new)
-    assert [(e.range.start, e.range.end, e.new_text) for e in edits] == [
-        (types.Position(0, 0), types.Position(0, 0), "import torch\n"),
-        # the emoji is two UTF-16 code units: `tensor` starts at code point 19, unit 20
-        (types.Position(1, 20), types.Position(1, 26), "stack"),
-    ]
-    as_dicts = [
+def as_json(edits: list[types.TextEdit]) -> list[dict[str, Any]]:
+    return [
         {
             "range": {
                 "start": {"line": e.range.start.line, "character": e.range.start.character},
@@ -404,5 +413,70 @@ def test_text_edits_are_minimal_and_count_utf16_units() -> None:
         }
         for e in edits
     ]
-    assert apply(old, as_dicts) == new
-    assert text_edits(document, old) == []
+
+
+def test_text_edits_are_minimal_and_count_utf16_units() -> None:
+    old = "import os\ns = '😋'; x = torch.tensor([a, b])\ny = 1\n"
+    new = "import torch\nimport os\ns = '😋'; x = torch.stack([a, b])\ny = 1\n"
+    edits = text_edits(ClientText(old), new)
+    assert [(e.range.start, e.range.end, e.new_text) for e in edits] == [
+        (types.Position(0, 0), types.Position(0, 0), "import torch\n"),
+        # the emoji is two UTF-16 code units: `tensor` starts at code point 19, unit 20
+        (types.Position(1, 20), types.Position(1, 26), "stack"),
+    ]
+    assert apply(old, as_json(edits)) == new
+    assert text_edits(ClientText(old), old) == []
+    # a client that negotiated UTF-32 counts code points
+    utf32 = ClientText(old, PositionCodec(types.PositionEncodingKind.Utf32))
+    assert text_edits(utf32, new)[1].range.start == types.Position(1, 19)
+
+
+PIECES = st.sampled_from(["a", "b", " ", "😋", "é", "\n", "\r\n", "\r", "\x0c", "\t"])
+
+
+@given(st.lists(PIECES, max_size=30), st.lists(PIECES, max_size=30))
+def test_text_edits_turn_any_text_into_any_other(old: list[str], new: list[str]) -> None:
+    edits = text_edits(ClientText("".join(old)), "".join(new))
+    assert apply("".join(old), as_json(edits)) == "".join(new)
+
+
+def test_finding_positions_follow_lsp_lines_and_utf16() -> None:
+    # a form feed is no line break for LSP and LibCST (str.splitlines breaks there)
+    source = (
+        "import torch\n\x0c\na = torch.nn.Parameter(torch.rand(2))\n"
+        "s = '😋'; A = torch.tensor([a[0], a[1]])\n"
+    )
+    [finding] = lint_source(source, rules=select_rules(["GF101"])).findings
+    assert (finding.line, finding.col, finding.end_col) == (4, 14, 40)
+    span = finding_range(finding, ClientText(source))
+    # 0-based line 3; the emoji is two UTF-16 units: code points 13 to 39 are units 14 to 40
+    assert (span.start, span.end) == (types.Position(3, 14), types.Position(3, 40))
+
+
+class Crashes(Rule):
+    """A rule with a bug."""
+
+    code = "GF999"
+    name = "crashes"
+    message = "never reported"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        raise RuntimeError("a bug in a rule")
+
+
+def test_a_crashing_rule_leaves_the_buffer_without_findings() -> None:
+    lint = BufferLint.of(TextDocument("file:///t.py", BUGGY), [Crashes])
+    assert lint.findings == [] and lint.error is None
+    assert lint.singles() == [] and lint.fixed_safe() == BUGGY
+
+
+def test_verdict_note_keeps_titles_short() -> None:
+    [finding] = lint_source(BUGGY, rules=select_rules(["GF101"])).findings
+    verified = FixVerdict("t.py", finding, "verified", "forward results match; ...", "safe", "")
+    assert verdict_note(verified) == "verified"
+    reason = "a forward result changed: " + "x" * 100 + "; max difference 1.0"
+    rejected = replace(verified, status="rejected", reason=reason)
+    note = verdict_note(rejected)
+    assert note.startswith("rejected: a forward result changed: xxx") and note.endswith("...")
+    assert len(note) == len("rejected: ") + 80

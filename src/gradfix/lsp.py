@@ -32,12 +32,13 @@ import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib.metadata import version as package_version
 from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
-from pygls.workspace import TextDocument
+from pygls.workspace import PositionCodec, TextDocument
 
 from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
@@ -53,6 +54,8 @@ logger = logging.getLogger(__name__)
 # suppression comments: noqa, noqa with codes (flake8 / ruff) and gradfix: ignore[codes]
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
 GRADFIX_IGNORE = re.compile(r"#\s*gradfix:\s*ignore\[(?P<codes>[^\]]*)\]", re.I)
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line with its line break
 
 
 # --- settings ------------------------------------------------------------------------------
@@ -91,24 +94,47 @@ def _codes(value: object) -> tuple[str, ...]:
     return tuple(str(code).strip() for code in value if str(code).strip())
 
 
+# --- positions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientText:
+    """A text and the client's position encoding: turns 0-based code point positions into
+    LSP positions. Lines end at ``\n``, ``\r\n`` or ``\r`` only (LSP's and LibCST's
+    lines, unlike ``str.splitlines``, which also breaks at form feeds)."""
+
+    source: str
+    codec: PositionCodec = field(default_factory=PositionCodec)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return LINE.findall(self.source)
+
+    def position(self, line: int, character: int) -> types.Position:
+        return self.codec.position_to_client_units(self.lines, types.Position(line, character))
+
+    def range(self, start: tuple[int, int], end: tuple[int, int]) -> types.Range:
+        return types.Range(self.position(*start), self.position(*end))
+
+
+def finding_range(finding: Finding, text: ClientText) -> types.Range:
+    """The finding's span (1-based lines and columns) in the client's units."""
+    return text.range(
+        (finding.line - 1, finding.col - 1), (finding.end_line - 1, finding.end_col - 1)
+    )
+
+
 # --- findings as LSP objects ---------------------------------------------------------------
 
 
-def finding_range(finding: Finding, document: TextDocument) -> types.Range:
-    """The finding's span in the client's position encoding."""
-    start = types.Position(finding.line - 1, finding.col - 1)
-    end = types.Position(finding.end_line - 1, finding.end_col - 1)
-    return document.position_codec.range_to_client_units(document.lines, types.Range(start, end))
-
-
 def to_diagnostic(
-    finding: Finding, document: TextDocument, verdict: FixVerdict | None = None
+    finding: Finding, text: ClientText, verdict: FixVerdict | None = None
 ) -> types.Diagnostic:
     message = finding.message
     if verdict is not None:
         message += f" (fix {verdict_note(verdict)})"
     return types.Diagnostic(
-        range=finding_range(finding, document),
+        range=finding_range(finding, text),
         message=message,
         severity=types.DiagnosticSeverity.Warning,
         code=finding.code,
@@ -158,30 +184,37 @@ def overlaps(a: types.Range, b: types.Range) -> bool:
 # --- edits ---------------------------------------------------------------------------------
 
 
-def text_edits(document: TextDocument, new_source: str) -> list[types.TextEdit]:
-    """Minimal edits turning the document into ``new_source``: changed line blocks with
-    their common leading and trailing characters trimmed."""
-    old_lines = document.source.splitlines(keepends=True)
-    new_lines = new_source.splitlines(keepends=True)
+def text_edits(text: ClientText, new_source: str) -> list[types.TextEdit]:
+    """Minimal edits turning ``text`` into ``new_source``: changed line blocks with their
+    common leading and trailing characters trimmed."""
+    old_lines, new_lines = text.lines, LINE.findall(new_source)
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     edits = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
         old, new = "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])
-        prefix = _common_prefix(old, new)
-        suffix = _common_prefix(old[prefix:][::-1], new[prefix:][::-1])
+        prefix, suffix = _common_ends(old, new)
         start = _advance(i1, 0, old[:prefix])
         end = _advance(start[0], start[1], old[prefix : len(old) - suffix])
-        edits.append(
-            types.TextEdit(
-                range=document.position_codec.range_to_client_units(
-                    document.lines, types.Range(types.Position(*start), types.Position(*end))
-                ),
-                new_text=new[prefix : len(new) - suffix],
-            )
-        )
+        edits.append(types.TextEdit(text.range(start, end), new[prefix : len(new) - suffix]))
     return edits
+
+
+def _common_ends(old: str, new: str) -> tuple[int, int]:
+    """The lengths of the common prefix and suffix, never splitting a ``\r\n``."""
+    prefix = _common_prefix(old, new)
+    if old[prefix - 1 : prefix] == "\r":
+        prefix -= 1
+    suffix = _common_prefix(old[prefix:][::-1], new[prefix:][::-1])
+    old_at, new_at = len(old) - suffix, len(new) - suffix
+    if (
+        suffix
+        and old[old_at] == "\n"
+        and "\r" in (old[old_at - 1 : old_at], new[new_at - 1 : new_at])
+    ):
+        suffix -= 1
+    return prefix, suffix
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -195,10 +228,10 @@ def _common_prefix(a: str, b: str) -> int:
 
 def _advance(line: int, character: int, text: str) -> tuple[int, int]:
     """The (line, code point) reached from (line, character) after ``text``."""
-    breaks = text.count("\n")
-    if not breaks:
-        return line, character + len(text)
-    return line + breaks, len(text) - text.rfind("\n") - 1
+    *passed, last = LINE_BREAK.split(text)
+    if not passed:
+        return line, character + len(last)
+    return line + len(passed), len(last)
 
 
 def noqa_edit(source: str, line: int, code: str) -> tuple[int, str] | None:
@@ -242,8 +275,8 @@ def _line_comment(source: str, line: int) -> str | None:
     return "" if ends_statement else None
 
 
-def workspace_edit(document: TextDocument, edits: list[types.TextEdit]) -> types.WorkspaceEdit:
-    return types.WorkspaceEdit(changes={document.uri: edits})
+def workspace_edit(uri: str, edits: list[types.TextEdit]) -> types.WorkspaceEdit:
+    return types.WorkspaceEdit(changes={uri: edits})
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -254,7 +287,8 @@ class BufferLint:
     """What gradfix says about one text of a buffer; fixes are computed on first request
     (code actions come on every cursor move: each text is linted and fixed once)."""
 
-    source: str
+    uri: str
+    text: ClientText
     path: str
     rules: Sequence[type[Rule]]
     findings: list[Finding] = field(default_factory=list)
@@ -263,21 +297,34 @@ class BufferLint:
     _fixed_safe: str | None = None
 
     @classmethod
-    def of(cls, source: str, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
-        lint = cls(source, path, rules)
+    def of(cls, document: TextDocument, rules: Sequence[type[Rule]]) -> BufferLint:
+        source = document.source
+        text = ClientText(source, document.position_codec)
+        lint = cls(document.uri, text, _path(document), rules)
         try:
-            lint.findings = lint_source(source, rules=rules, path=path).findings
+            lint.findings = lint_source(source, rules=rules, path=lint.path).findings
         except SourceError as error:
             lint.error = error
+        except Exception:  # a bug in a rule: no findings, the server goes on
+            logger.exception("checking %s failed", lint.path)
         return lint
+
+    @property
+    def source(self) -> str:
+        return self.text.source
+
+    def findings_at(self, span: types.Range) -> list[Finding]:
+        return [f for f in self.findings if overlaps(finding_range(f, self.text), span)]
 
     def singles(self) -> list[SingleFix]:
         """Each fix applied alone (safe and unsafe)."""
         if self._singles is None:
-            fixable = self.error is None and any(f.fix for f in self.findings)
-            self._singles = (
-                single_fixes(self.source, rules=self.rules, path=self.path) if fixable else []
-            )
+            self._singles = []
+            if self.error is None and any(f.fix for f in self.findings):
+                try:
+                    self._singles = single_fixes(self.source, rules=self.rules, path=self.path)
+                except Exception:  # a bug in a fix: no quick fixes, the server goes on
+                    logger.exception("fixing %s failed", self.path)
         return self._singles
 
     def fixed_safe(self) -> str:
@@ -285,8 +332,11 @@ class BufferLint:
         if self._fixed_safe is None:
             self._fixed_safe = self.source
             if self.error is None and any(f.fix for f in self.findings):
-                result = lint_source(self.source, rules=self.rules, path=self.path, fix=True)
-                self._fixed_safe = result.source
+                try:
+                    result = lint_source(self.source, rules=self.rules, path=self.path, fix=True)
+                    self._fixed_safe = result.source
+                except Exception:  # a bug in a fix: no fix-all action, the server goes on
+                    logger.exception("fixing %s failed", self.path)
         return self._fixed_safe
 
 
@@ -342,10 +392,9 @@ class GradfixServer(LanguageServer):
 
     def buffer(self, document: TextDocument) -> BufferLint:
         """The lint of the buffer's current text (cached until the text or settings change)."""
-        source = document.source
         cached = self.buffers.get(document.uri)
-        if cached is None or cached.source != source:
-            cached = self.buffers[document.uri] = BufferLint.of(source, _path(document), self.rules)
+        if cached is None or cached.source != document.source:
+            cached = self.buffers[document.uri] = BufferLint.of(document, self.rules)
         return cached
 
     def lint(self, uri: str, *, verify: bool) -> None:
@@ -357,7 +406,7 @@ class GradfixServer(LanguageServer):
         state = self.verification.get(uri)
         verdicts = state.verdicts if state is not None and state.source == lint.source else {}
         diagnostics = [
-            to_diagnostic(f, document, verdicts.get(finding_key(f))) for f in lint.findings
+            to_diagnostic(f, lint.text, verdicts.get(finding_key(f))) for f in lint.findings
         ]
         self.publish(document, diagnostics)
         if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
@@ -420,47 +469,44 @@ class GradfixServer(LanguageServer):
         self, document: TextDocument, wanted: types.Range, only: Sequence[str] | None
     ) -> list[types.CodeAction]:
         lint = self.buffer(document)
-        in_range = [f for f in lint.findings if overlaps(finding_range(f, document), wanted)]
+        in_range = lint.findings_at(wanted)
         actions: list[types.CodeAction] = []
         if _wants(only, types.CodeActionKind.QuickFix) and in_range:
-            actions += self.quick_fixes(document, lint, wanted)
-            actions += [a for f in in_range if (a := suppress_action(document, f)) is not None]
+            actions += self.quick_fixes(lint, wanted)
+            actions += [a for f in in_range if (a := suppress_action(lint, f)) is not None]
         if _wants(only, FIX_ALL_KIND) and lint.fixed_safe() != lint.source:
             actions.append(
                 types.CodeAction(
                     title="Fix all gradfix (safe fixes)",
                     kind=FIX_ALL_KIND,
-                    edit=workspace_edit(document, text_edits(document, lint.fixed_safe())),
+                    edit=workspace_edit(lint.uri, text_edits(lint.text, lint.fixed_safe())),
                 )
             )
         return actions
 
-    def quick_fixes(
-        self, document: TextDocument, lint: BufferLint, wanted: types.Range
-    ) -> list[types.CodeAction]:
+    def quick_fixes(self, lint: BufferLint, wanted: types.Range) -> list[types.CodeAction]:
         actions = []
         for single in lint.singles():
-            hit = [f for f in single.findings if overlaps(finding_range(f, document), wanted)]
+            hit = [f for f in single.findings if overlaps(finding_range(f, lint.text), wanted)]
             if not hit or single.source is None:
                 continue
             first = hit[0]
             safety = " (unsafe)" if single.safety == "unsafe" else ""
-            verdict = self.verdict_title(document.uri, lint.source, first)
+            verdict = self.verdict_title(lint.uri, lint.source, first)
             actions.append(
                 types.CodeAction(
                     title=f"Fix {first.code}: {single.description}{safety}{verdict}",
                     kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[to_diagnostic(f, document) for f in hit],
+                    diagnostics=[to_diagnostic(f, lint.text) for f in hit],
                     is_preferred=single.safety == "safe" and "rejected" not in verdict,
-                    edit=workspace_edit(document, text_edits(document, single.source)),
+                    edit=workspace_edit(lint.uri, text_edits(lint.text, single.source)),
                 )
             )
         return actions
 
     def hover(self, document: TextDocument, position: types.Position) -> types.Hover | None:
-        here = types.Range(position, position)
-        findings = self.buffer(document).findings
-        hits = [f for f in findings if overlaps(finding_range(f, document), here)]
+        lint = self.buffer(document)
+        hits = lint.findings_at(types.Range(position, position))
         if not hits:
             return None
         sections = []
@@ -471,23 +517,21 @@ class GradfixServer(LanguageServer):
             contents=types.MarkupContent(
                 kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)
             ),
-            range=finding_range(hits[0], document),
+            range=finding_range(hits[0], lint.text),
         )
 
 
-def suppress_action(document: TextDocument, finding: Finding) -> types.CodeAction | None:
-    insertion = noqa_edit(document.source, finding.line, finding.code)
+def suppress_action(lint: BufferLint, finding: Finding) -> types.CodeAction | None:
+    insertion = noqa_edit(lint.source, finding.line, finding.code)
     if insertion is None:
         return None
-    column, text = insertion
-    at = document.position_codec.position_to_client_units(
-        document.lines, types.Position(finding.line - 1, column)
-    )
+    column, comment = insertion
+    at = lint.text.position(finding.line - 1, column)
     return types.CodeAction(
         title=f"Suppress {finding.code} with a comment",
         kind=types.CodeActionKind.QuickFix,
-        diagnostics=[to_diagnostic(finding, document)],
-        edit=workspace_edit(document, [types.TextEdit(types.Range(at, at), text)]),
+        diagnostics=[to_diagnostic(finding, lint.text)],
+        edit=workspace_edit(lint.uri, [types.TextEdit(types.Range(at, at), comment)]),
     )
 
 
@@ -588,6 +632,7 @@ async def pull_settings(ls: GradfixServer, base: Settings) -> Settings:
 def serve() -> int:
     """Run the server on stdin/stdout until ``exit``; the LSP exit status (0 after
     ``shutdown``, 1 otherwise)."""
+    logging.basicConfig(format="gradfix lsp: %(levelname)s: %(message)s")  # stderr
     server = create_server()
     server.start_io()
     return 0 if server.shutdown_requested else 1
