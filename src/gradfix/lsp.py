@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import difflib
 import io
 import logging
 import re
+import threading
 import tokenize
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib.metadata import version as package_version
@@ -360,8 +361,7 @@ class GradfixServer(LanguageServer):
         self.buffers: dict[str, BufferLint] = {}
         self.verification: dict[str, VerificationState] = {}
         self.shutdown_requested = False
-        # one verification at a time: each already runs two processes on the machine
-        self.verify_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradfix-verify")
+        self.verify_lock = threading.Lock()
 
     # settings
 
@@ -422,28 +422,33 @@ class GradfixServer(LanguageServer):
     # verification
 
     def start_verification(self, document: TextDocument) -> None:
+        """Verify the buffer's fixes in a worker thread; the verdicts arrive on the event
+        loop (:meth:`finish_verification`). A daemon thread: ``exit`` never waits for it."""
         source, uri = document.source, document.uri
-        if self.shutdown_requested:
-            return
         state = self.verification.get(uri)
-        if state is not None and state.source == source:
+        if self.shutdown_requested or (state is not None and state.source == source):
             return  # running or done for this text
         self.verification[uri] = state = VerificationState(source)
-        path, rules = _path(document), list(self.rules)
-        future = asyncio.get_running_loop().run_in_executor(
-            self.verify_pool, lambda: verify_fixes(path, source, rules=rules)
-        )
-        future.add_done_callback(lambda done: self.finish_verification(uri, state, done))
+        path, rules, loop = _path(document), list(self.rules), asyncio.get_running_loop()
 
-    def finish_verification(
-        self, uri: str, state: VerificationState, done: asyncio.Future[list[FixVerdict]]
-    ) -> None:
-        state.done = True
-        try:
-            state.verdicts = {finding_key(v.finding): v for v in done.result()}
-        except Exception as error:  # a crash of the oracle must not take the server down
-            state.error = f"{type(error).__name__}: {error}"
-            logger.exception("verification of %s failed", uri)
+        def verify() -> None:
+            with self.verify_lock:  # one at a time: each runs two processes already
+                if self.verification.get(uri) is not state:
+                    return  # the buffer changed while this one waited
+                try:
+                    state.verdicts = {
+                        finding_key(v.finding): v for v in verify_fixes(path, source, rules=rules)
+                    }
+                except Exception as error:  # a crash of the oracle: no verdicts
+                    state.error = f"{type(error).__name__}: {error}"
+                    logger.exception("verification of %s failed", path)
+            state.done = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server exited
+                loop.call_soon_threadsafe(self.finish_verification, uri, state)
+
+        threading.Thread(target=verify, name="gradfix-verify", daemon=True).start()
+
+    def finish_verification(self, uri: str, state: VerificationState) -> None:
         if self.verification.get(uri) is state and uri in self.workspace.text_documents:
             self.lint(uri, verify=False)  # republish with the verdicts
 
@@ -608,7 +613,6 @@ def create_server() -> GradfixServer:
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: GradfixServer, params: Any) -> None:
         ls.shutdown_requested = True
-        ls.verify_pool.shutdown(wait=False, cancel_futures=True)
 
     return server
 
