@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from lsprotocol import types
-from pygls.workspace import PositionCodec, TextDocument
+from pygls.workspace import PositionCodec
 
 from gradfix.engine import lint_source
 from gradfix.lsp import (
@@ -466,7 +466,7 @@ class Crashes(Rule):
 
 
 def test_a_crashing_rule_leaves_the_buffer_without_findings() -> None:
-    lint = BufferLint.of(TextDocument("file:///t.py", BUGGY), [Crashes])
+    lint = BufferLint.of("file:///t.py", ClientText(BUGGY), "t.py", [Crashes])
     assert lint.findings == [] and lint.error is None
     assert lint.singles() == [] and lint.fixed_safe() == BUGGY
 

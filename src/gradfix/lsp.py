@@ -28,14 +28,16 @@ import contextlib
 import difflib
 import io
 import logging
+import os
 import re
 import threading
 import tokenize
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from importlib.metadata import version as package_version
-from typing import Any
+from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -50,6 +52,8 @@ SOURCE = "gradfix"
 SECTION = "gradfix"
 FIX_ALL_KIND = "source.fixAll.gradfix"
 MAX_REASON = 80  # characters of a verdict's reason in a quick fix title
+CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is checked
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 # suppression comments: noqa, noqa with codes (flake8 / ruff) and gradfix: ignore[codes]
@@ -298,16 +302,14 @@ class BufferLint:
     _fixed_safe: str | None = None
 
     @classmethod
-    def of(cls, document: TextDocument, rules: Sequence[type[Rule]]) -> BufferLint:
-        source = document.source
-        text = ClientText(source, document.position_codec)
-        lint = cls(document.uri, text, _path(document), rules)
+    def of(cls, uri: str, text: ClientText, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
+        lint = cls(uri, text, path, rules)
         try:
-            lint.findings = lint_source(source, rules=rules, path=lint.path).findings
+            lint.findings = lint_source(text.source, rules=rules, path=path).findings
         except SourceError as error:
             lint.error = error
         except Exception:  # a bug in a rule: no findings, the server goes on
-            logger.exception("checking %s failed", lint.path)
+            logger.exception("checking %s failed", path)
         return lint
 
     @property
@@ -352,16 +354,24 @@ class VerificationState:
 
 
 class GradfixServer(LanguageServer):
+    """The engine's work (lint, fixes) runs in one worker thread, so the event loop keeps
+    reading messages while a big file is checked; verification runs in threads of its own."""
+
     def __init__(self) -> None:
         super().__init__(
             "gradfix", _version(), text_document_sync_kind=types.TextDocumentSyncKind.Full
         )
         self.settings = Settings()
         self.rules: list[type[Rule]] = select_rules()
-        self.buffers: dict[str, BufferLint] = {}
+        #: per buffer: the text and its lint (a future: awaited by every request on it)
+        self.buffers: dict[str, tuple[str, asyncio.Future[BufferLint]]] = {}
         self.verification: dict[str, VerificationState] = {}
-        self.shutdown_requested = False
+        self.pending_changes: dict[str, asyncio.TimerHandle] = {}
+        self.tasks: set[asyncio.Future[None]] = set()
+        self.engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradfix-engine")
         self.verify_lock = threading.Lock()
+        self.verify_threads: list[threading.Thread] = []
+        self.shutdown_requested = False
 
     # settings
 
@@ -381,7 +391,7 @@ class GradfixServer(LanguageServer):
         self.buffers.clear()
         self.verification.clear()
         for uri in list(self.workspace.text_documents):
-            self.lint(uri, verify=True)
+            self.spawn(self.lint(uri, verify=True))
 
     def notify(self, message: str) -> None:
         self.window_show_message(
@@ -390,16 +400,48 @@ class GradfixServer(LanguageServer):
 
     # linting
 
-    def buffer(self, document: TextDocument) -> BufferLint:
-        """The lint of the buffer's current text (cached until the text or settings change)."""
-        cached = self.buffers.get(document.uri)
-        if cached is None or cached.source != document.source:
-            cached = self.buffers[document.uri] = BufferLint.of(document, self.rules)
-        return cached
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self.tasks.add(task)  # a task nobody references may be garbage-collected
+        task.add_done_callback(self.tasks.discard)
 
-    def lint(self, uri: str, *, verify: bool) -> None:
-        document = self.workspace.get_text_document(uri)
-        lint = self.buffer(document)
+    def in_engine(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self.engine, partial(function, *args))
+
+    def open_document(self, uri: str) -> TextDocument | None:
+        """The open buffer (pygls would read a closed file from disk)."""
+        return self.workspace.text_documents.get(uri)
+
+    async def buffer(self, document: TextDocument) -> BufferLint:
+        """The lint of the buffer's current text, computed once per text and settings."""
+        source = document.source
+        entry = self.buffers.get(document.uri)
+        if entry is None or entry[0] != source:
+            text = ClientText(source, document.position_codec)
+            future = self.in_engine(
+                BufferLint.of, document.uri, text, _path(document), list(self.rules)
+            )
+            entry = self.buffers[document.uri] = (source, future)
+        # shielded: a cancelled request must not cancel the lint other requests wait for
+        return await asyncio.shield(entry[1])
+
+    def lint_soon(self, uri: str) -> None:
+        """Lint a changed buffer when typing pauses (a big file takes a while to check)."""
+        pending = self.pending_changes.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        self.pending_changes[uri] = asyncio.get_running_loop().call_later(
+            CHANGE_DELAY, lambda: self.spawn(self.lint(uri, verify=False))
+        )
+
+    async def lint(self, uri: str, *, verify: bool) -> None:
+        """Publish the buffer's diagnostics; with ``verify``, start verifying its fixes."""
+        document = self.open_document(uri)
+        if document is None:
+            return
+        lint = await self.buffer(document)
+        if self.open_document(uri) is not document or document.source != lint.source:
+            return  # closed or changed meanwhile: the next lint publishes
         if lint.error is not None:
             self.publish(document, syntax_diagnostics(lint.error, lint.source))
             return
@@ -419,11 +461,20 @@ class GradfixServer(LanguageServer):
             )
         )
 
+    def forget(self, uri: str) -> None:
+        """A closed buffer: no pending lint, no cache, no diagnostics."""
+        pending = self.pending_changes.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+        self.buffers.pop(uri, None)
+        self.verification.pop(uri, None)
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, []))
+
     # verification
 
     def start_verification(self, document: TextDocument) -> None:
         """Verify the buffer's fixes in a worker thread; the verdicts arrive on the event
-        loop (:meth:`finish_verification`). A daemon thread: ``exit`` never waits for it."""
+        loop (:meth:`finish_verification`). ``exit`` does not wait for it (:func:`serve`)."""
         source, uri = document.source, document.uri
         state = self.verification.get(uri)
         if self.shutdown_requested or (state is not None and state.source == source):
@@ -446,11 +497,13 @@ class GradfixServer(LanguageServer):
             with contextlib.suppress(RuntimeError):  # the loop is closed: the server exited
                 loop.call_soon_threadsafe(self.finish_verification, uri, state)
 
-        threading.Thread(target=verify, name="gradfix-verify", daemon=True).start()
+        thread = threading.Thread(target=verify, name="gradfix-verify", daemon=True)
+        self.verify_threads = [t for t in self.verify_threads if t.is_alive()] + [thread]
+        thread.start()
 
     def finish_verification(self, uri: str, state: VerificationState) -> None:
-        if self.verification.get(uri) is state and uri in self.workspace.text_documents:
-            self.lint(uri, verify=False)  # republish with the verdicts
+        if self.verification.get(uri) is state:
+            self.spawn(self.lint(uri, verify=False))  # republish with the verdicts
 
     def verdict_title(self, uri: str, source: str, finding: Finding) -> str:
         """`` (verified)`` and the like for a quick fix title; ``""`` without verification."""
@@ -468,12 +521,11 @@ class GradfixServer(LanguageServer):
             return " (not verified)"
         return f" ({verdict_note(verdict)})"
 
-    # code actions
+    # code actions and hover (run in the engine thread: fixes take a while on big files)
 
     def code_actions(
-        self, document: TextDocument, wanted: types.Range, only: Sequence[str] | None
+        self, lint: BufferLint, wanted: types.Range, only: Sequence[str] | None
     ) -> list[types.CodeAction]:
-        lint = self.buffer(document)
         in_range = lint.findings_at(wanted)
         actions: list[types.CodeAction] = []
         if _wants(only, types.CodeActionKind.QuickFix) and in_range:
@@ -509,21 +561,22 @@ class GradfixServer(LanguageServer):
             )
         return actions
 
-    def hover(self, document: TextDocument, position: types.Position) -> types.Hover | None:
-        lint = self.buffer(document)
-        hits = lint.findings_at(types.Range(position, position))
-        if not hits:
-            return None
-        sections = []
-        for code in dict.fromkeys(f.code for f in hits):
-            rule = find_rule(code)
-            sections.append(f"### {rule.code} {rule.name}\n\n{rule.docs()}")
-        return types.Hover(
-            contents=types.MarkupContent(
-                kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)
-            ),
-            range=finding_range(hits[0], lint.text),
-        )
+
+def hover_docs(lint: BufferLint, position: types.Position) -> types.Hover | None:
+    """The docs of the rules whose findings cover ``position``."""
+    hits = lint.findings_at(types.Range(position, position))
+    if not hits:
+        return None
+    sections = []
+    for code in dict.fromkeys(f.code for f in hits):
+        rule = find_rule(code)
+        sections.append(f"### {rule.code} {rule.name}\n\n{rule.docs()}")
+    return types.Hover(
+        contents=types.MarkupContent(
+            kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)
+        ),
+        range=finding_range(hits[0], lint.text),
+    )
 
 
 def suppress_action(lint: BufferLint, finding: Finding) -> types.CodeAction | None:
@@ -579,40 +632,45 @@ def create_server() -> GradfixServer:
         ls.apply_settings(await pull_settings(ls, pushed))
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: GradfixServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.lint(params.text_document.uri, verify=True)
+    async def did_open(ls: GradfixServer, params: types.DidOpenTextDocumentParams) -> None:
+        await ls.lint(params.text_document.uri, verify=True)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: GradfixServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.lint(params.text_document.uri, verify=False)  # executing code on every keystroke: no
+        ls.lint_soon(params.text_document.uri)  # never verified: that executes code
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
-    def did_save(ls: GradfixServer, params: types.DidSaveTextDocumentParams) -> None:
-        ls.lint(params.text_document.uri, verify=True)
+    async def did_save(ls: GradfixServer, params: types.DidSaveTextDocumentParams) -> None:
+        await ls.lint(params.text_document.uri, verify=True)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: GradfixServer, params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        ls.buffers.pop(uri, None)
-        ls.verification.pop(uri, None)
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, []))
+        ls.forget(params.text_document.uri)
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
         types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
     )
-    def code_action(ls: GradfixServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        document = ls.workspace.get_text_document(params.text_document.uri)
-        return ls.code_actions(document, params.range, params.context.only)
+    async def code_action(
+        ls: GradfixServer, params: types.CodeActionParams
+    ) -> list[types.CodeAction]:
+        document = ls.open_document(params.text_document.uri)
+        if document is None:
+            return []
+        lint = await ls.buffer(document)
+        return await ls.in_engine(ls.code_actions, lint, params.range, params.context.only)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
-    def hover(ls: GradfixServer, params: types.HoverParams) -> types.Hover | None:
-        document = ls.workspace.get_text_document(params.text_document.uri)
-        return ls.hover(document, params.position)
+    async def hover(ls: GradfixServer, params: types.HoverParams) -> types.Hover | None:
+        document = ls.open_document(params.text_document.uri)
+        if document is None:
+            return None
+        return hover_docs(await ls.buffer(document), params.position)
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: GradfixServer, params: Any) -> None:
         ls.shutdown_requested = True
+        ls.engine.shutdown(wait=False, cancel_futures=True)
 
     return server
 
@@ -639,4 +697,9 @@ def serve() -> int:
     logging.basicConfig(format="gradfix lsp: %(levelname)s: %(message)s")  # stderr
     server = create_server()
     server.start_io()
-    return 0 if server.shutdown_requested else 1
+    status = 0 if server.shutdown_requested else 1
+    if any(thread.is_alive() for thread in server.verify_threads):
+        # the oracle's own worker threads would hold the exit until their runs end
+        logging.shutdown()
+        os._exit(status)  # stdout is flushed and closed by pygls at exit
+    return status
