@@ -255,7 +255,7 @@ def test_round_trip(server: LspClient, tmp_path: Path) -> None:
     actions = server.code_actions(uri, span)
     quick_fix = titled(actions, "Fix GF101: Use `torch.stack`")
     assert quick_fix["kind"] == "quickfix" and quick_fix["isPreferred"]
-    assert quick_fix["diagnostics"][0]["code"] == "GF101"
+    assert quick_fix["diagnostics"] == [diagnostic]  # the diagnostic as published
     # the minimal edit: `tensor` -> `stack`, nothing else of the line is resent
     assert edits_of(quick_fix, uri) == [
         {
@@ -296,6 +296,11 @@ def test_round_trip(server: LspClient, tmp_path: Path) -> None:
     assert server.code_actions(uri, span) == []
     server.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
     assert server.diagnostics(uri, version=4) == []
+    server.change(uri, 5, BUGGY)
+    assert [d["code"] for d in server.diagnostics(uri, version=5)] == ["GF101"]
+    server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    assert server.diagnostics(uri) == []  # a closed file keeps no warnings
+    assert server.code_actions(uri, span) == []
 
     assert server.stop() == 0
 
@@ -343,6 +348,7 @@ def test_verify_setting_puts_the_verdict_in_the_quick_fix(
     assert proven["message"].endswith("(fix verified)")
     quick_fix = titled(server.code_actions(path.as_uri(), first["range"]), "Fix GF101")
     assert quick_fix["title"] == "Fix GF101: Use `torch.stack` (verified)"
+    assert quick_fix["diagnostics"] == [proven]  # the diagnostic as published
     assert apply(BUGGY, edits_of(quick_fix, path.as_uri())) == FIXED
     assert server.stop() == 0
 

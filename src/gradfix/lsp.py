@@ -9,6 +9,10 @@ What the editor gets, all computed in memory from the buffer (nothing is written
   ``source.fixAll.gradfix`` (every safe fix);
 - hover over a finding: the rule's documentation.
 
+The engine runs in a worker thread (each buffer text is checked once, whatever asks for
+it) and a changed buffer is checked when typing pauses, so the server keeps answering
+while a big file is checked.
+
 Settings come from ``initializationOptions`` and the ``gradfix`` section of the workspace
 configuration (``{"gradfix": {"select": [...], "ignore": [...], "verify": false}}``; a
 flat ``{"select": ...}`` or dotted ``{"gradfix.verify": true}`` works too). With
@@ -144,7 +148,6 @@ def to_diagnostic(
         severity=types.DiagnosticSeverity.Warning,
         code=finding.code,
         source=SOURCE,
-        data={"name": finding.name, "line": finding.line, "col": finding.col},
     )
 
 
@@ -445,12 +448,7 @@ class GradfixServer(LanguageServer):
         if lint.error is not None:
             self.publish(document, syntax_diagnostics(lint.error, lint.source))
             return
-        state = self.verification.get(uri)
-        verdicts = state.verdicts if state is not None and state.source == lint.source else {}
-        diagnostics = [
-            to_diagnostic(f, lint.text, verdicts.get(finding_key(f))) for f in lint.findings
-        ]
-        self.publish(document, diagnostics)
+        self.publish(document, [self.diagnostic(lint, f) for f in lint.findings])
         if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
             self.start_verification(document)
 
@@ -505,6 +503,14 @@ class GradfixServer(LanguageServer):
         if self.verification.get(uri) is state:
             self.spawn(self.lint(uri, verify=False))  # republish with the verdicts
 
+    def diagnostic(self, lint: BufferLint, finding: Finding) -> types.Diagnostic:
+        """The finding as published: with the verdict on its fix once there is one."""
+        state = self.verification.get(lint.uri)
+        verdict = None
+        if state is not None and state.source == lint.source:
+            verdict = state.verdicts.get(finding_key(finding))
+        return to_diagnostic(finding, lint.text, verdict)
+
     def verdict_title(self, uri: str, source: str, finding: Finding) -> str:
         """`` (verified)`` and the like for a quick fix title; ``""`` without verification."""
         if not self.settings.verify:
@@ -530,7 +536,8 @@ class GradfixServer(LanguageServer):
         actions: list[types.CodeAction] = []
         if _wants(only, types.CodeActionKind.QuickFix) and in_range:
             actions += self.quick_fixes(lint, wanted)
-            actions += [a for f in in_range if (a := suppress_action(lint, f)) is not None]
+            suppress = (suppress_action(lint, f, self.diagnostic(lint, f)) for f in in_range)
+            actions += [action for action in suppress if action is not None]
         if _wants(only, FIX_ALL_KIND) and lint.fixed_safe() != lint.source:
             actions.append(
                 types.CodeAction(
@@ -554,7 +561,7 @@ class GradfixServer(LanguageServer):
                 types.CodeAction(
                     title=f"Fix {first.code}: {single.description}{safety}{verdict}",
                     kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[to_diagnostic(f, lint.text) for f in hit],
+                    diagnostics=[self.diagnostic(lint, f) for f in hit],
                     is_preferred=single.safety == "safe" and "rejected" not in verdict,
                     edit=workspace_edit(lint.uri, text_edits(lint.text, single.source)),
                 )
@@ -579,7 +586,9 @@ def hover_docs(lint: BufferLint, position: types.Position) -> types.Hover | None
     )
 
 
-def suppress_action(lint: BufferLint, finding: Finding) -> types.CodeAction | None:
+def suppress_action(
+    lint: BufferLint, finding: Finding, diagnostic: types.Diagnostic
+) -> types.CodeAction | None:
     insertion = noqa_edit(lint.source, finding.line, finding.code)
     if insertion is None:
         return None
@@ -588,7 +597,7 @@ def suppress_action(lint: BufferLint, finding: Finding) -> types.CodeAction | No
     return types.CodeAction(
         title=f"Suppress {finding.code} with a comment",
         kind=types.CodeActionKind.QuickFix,
-        diagnostics=[to_diagnostic(finding, lint.text)],
+        diagnostics=[diagnostic],
         edit=workspace_edit(lint.uri, [types.TextEdit(types.Range(at, at), comment)]),
     )
 
