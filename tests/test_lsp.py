@@ -368,13 +368,14 @@ def test_verify_setting_puts_the_verdict_in_the_quick_fix(
         ("x = f(\n    a,\n)\n", 1, "x = f(  # noqa: GF101\n    a,\n)\n"),
         ("x = f(a)", 1, "x = f(a)  # noqa: GF101"),
         ("s = 'é'; x = f(a)\n", 1, "s = 'é'; x = f(a)  # noqa: GF101\n"),
+        ("\x0c\nx = f(a)  # why\r\n", 2, "\x0c\nx = f(a)  # why  # noqa: GF101\r\n"),
     ],
 )
 def test_noqa_edit(source: str, line: int, expected: str) -> None:
     edit = noqa_edit(source, line, "GF101")
     assert edit is not None
     column, text = edit
-    lines = source.splitlines(keepends=True)
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", source)
     lines[line - 1] = lines[line - 1][:column] + text + lines[line - 1][column:]
     assert "".join(lines) == expected
 

@@ -249,7 +249,7 @@ def noqa_edit(source: str, line: int, code: str) -> tuple[int, str] | None:
     comment = _line_comment(source, line)
     if comment is None:
         return None
-    text = source.splitlines()[line - 1]
+    text = LINE_BREAK.sub("", LINE.findall(source)[line - 1])
     end = len(text.rstrip())
     if not comment:
         return end, f"  # noqa: {code}"
