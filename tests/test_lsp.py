@@ -363,6 +363,7 @@ def test_verify_setting_puts_the_verdict_in_the_quick_fix(
         ("x = f(a)   \n", 1, "x = f(a)  # noqa: GF101   \n"),
         ("x = f(a)  # why\n", 1, "x = f(a)  # why  # noqa: GF101\n"),
         ("x = f(a)  # noqa: E501\n", 1, "x = f(a)  # noqa: E501, GF101\n"),
+        ("x = f(a)  # noqa: E501 W291\n", 1, "x = f(a)  # noqa: E501 W291, GF101\n"),
         ("x = f(a)  # noqa:E501,W291  # why\n", 1, "x = f(a)  # noqa:E501,W291, GF101  # why\n"),
         ("x = f(a)  # gradfix: ignore[GF201]\n", 1, "x = f(a)  # gradfix: ignore[GF201, GF101]\n"),
         ("x = f(\n    a,\n)\n", 1, "x = f(  # noqa: GF101\n    a,\n)\n"),
@@ -386,6 +387,8 @@ def test_noqa_edit(source: str, line: int, expected: str) -> None:
         "x = f(a)  # noqa: GF101\n",  # suppressed already
         "x = f(a)  # NOQA\n",  # every code is
         "x = f(a)  # gradfix: ignore[gf101]\n",
+        "x = f(a)  # gradfix: ignore\n",
+        "x = f(a)  # noqa: E501 GF101\n",
         "x = f(a) + \\\n    g(b)\n",  # a comment after a line continuation breaks the code
         "x = f('''\n''')\n",  # inside a string
     ],

@@ -60,9 +60,11 @@ CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is check
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-# suppression comments: noqa, noqa with codes (flake8 / ruff) and gradfix: ignore[codes]
-NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
-GRADFIX_IGNORE = re.compile(r"#\s*gradfix:\s*ignore\[(?P<codes>[^\]]*)\]", re.I)
+# the engine's suppression comments: noqa and gradfix: ignore, each with or without codes
+# (separated by commas or spaces; without codes every rule is suppressed)
+NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
+GRADFIX_IGNORE = re.compile(r"#\s*gradfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
+CODE_SEPARATOR = re.compile(r"[\s,]+")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line with its line break
 
@@ -258,8 +260,8 @@ def noqa_edit(source: str, line: int, code: str) -> tuple[int, str] | None:
         if match is None:
             continue
         codes = match.group("codes")
-        if codes is None or code.upper() in {c.strip().upper() for c in codes.split(",")}:
-            return None  # a noqa without codes suppresses every code
+        if not codes or code.upper() in {c.upper() for c in CODE_SEPARATOR.split(codes)}:
+            return None  # suppressed already (a comment without codes suppresses all)
         column = len(text) - len(comment) + match.end("codes")
         return column, f", {code}"
     return end, f"  # noqa: {code}"
