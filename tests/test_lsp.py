@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
-from gradfix.engine import lint_source
+from gradfix.engine import SourceError, lint_source
 from gradfix.lsp import (
     BufferLint,
     ClientText,
@@ -33,6 +33,7 @@ from gradfix.lsp import (
     finding_range,
     noqa_edit,
     read_settings,
+    syntax_diagnostics,
     text_edits,
     verdict_note,
 )
@@ -490,3 +491,14 @@ def test_verdict_note_keeps_titles_short() -> None:
     note = verdict_note(rejected)
     assert note.startswith("rejected: a forward result changed: xxx") and note.endswith("...")
     assert len(note) == len("rejected: ") + 80
+
+
+def test_syntax_diagnostics() -> None:
+    # code Python rejects: the Python language server says so, gradfix stays quiet
+    assert syntax_diagnostics(SourceError("syntax error at line 2", 2), SYNTAX_ERROR) == []
+    # code Python accepts and gradfix cannot parse: one Error, so the user knows why
+    error = SourceError("syntax error at line 2: ... (LibCST cannot parse this syntax)", 2)
+    [diagnostic] = syntax_diagnostics(error, CLEAN)
+    assert diagnostic.severity == types.DiagnosticSeverity.Error
+    assert diagnostic.range == types.Range(types.Position(1, 0), types.Position(2, 0))
+    assert diagnostic.message.startswith("gradfix cannot check this file: syntax error at line 2")
