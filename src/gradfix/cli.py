@@ -1,4 +1,4 @@
-"""The ``gradfix`` command line: ``check``, ``fix``, ``verify``, ``rules``, ``explain``.
+"""The ``gradfix`` command line: ``check``, ``fix``, ``verify``, ``rules``, ``explain``, ``lsp``.
 
 The commands parse options, call :mod:`gradfix.runner` / :mod:`gradfix.registry` and
 format what they return. Output conventions (a public contract, see ``--help``):
@@ -686,6 +686,22 @@ def explain(
 
 def _default_state(rule: type[Rule]) -> str:
     return "enabled" if rule.default_enabled else "disabled"
+
+
+# --- lsp -----------------------------------------------------------------------------------
+
+
+@app.command()
+def lsp() -> None:
+    """Run the language server on stdin/stdout (for editors: diagnostics, quick fixes,
+    fix all, suppress comments, rule docs on hover).
+
+    Settings (initializationOptions or the `gradfix` configuration section): `select`,
+    `ignore` (lists of codes) and `verify` (prove each quick fix by execution; needs torch).
+    """
+    from gradfix.lsp import serve
+
+    raise typer.Exit(serve())
 
 
 # --- helpers -------------------------------------------------------------------------------

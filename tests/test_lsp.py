@@ -1,0 +1,504 @@
+"""``gradfix lsp``: JSON-RPC round trips with the server as a subprocess, and its helpers.
+
+The client below frames messages with ``Content-Length`` headers (no LSP client library):
+a reader thread queues what the server sends and answers the server's own requests.
+Every wait has a timeout and the process is killed in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import libcst as cst
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from lsprotocol import types
+from pygls.workspace import PositionCodec
+
+from gradfix.engine import SourceError, lint_source
+from gradfix.lsp import (
+    BufferLint,
+    ClientText,
+    Settings,
+    finding_range,
+    noqa_edit,
+    read_settings,
+    syntax_diagnostics,
+    text_edits,
+    verdict_note,
+)
+from gradfix.proof import FixVerdict
+from gradfix.registry import select_rules
+from gradfix.rule import FixSafety, Rule
+
+BUGGY = """import torch
+a = torch.nn.Parameter(torch.rand(5))
+a0 = a[0] * 2
+a1 = torch.log(a[1] + 1)
+A = torch.tensor([a0, a1])  # keep me
+A.sum().backward()
+"""
+FIXED = BUGGY.replace("torch.tensor([a0, a1])", "torch.stack([a0, a1])")
+SUPPRESSED = BUGGY.replace("# keep me", "# keep me  # noqa: GF101")
+CLEAN = "import torch\nx = torch.tensor([1.0, 2.0])\n"
+SYNTAX_ERROR = "import torch\nx = torch.tensor([1,\n"
+TIMEOUT = 30.0  # seconds for any one answer (the server answers in well under one)
+
+
+class LspClient:
+    """A minimal LSP client over the server's stdin/stdout."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self.stdin: BinaryIO = process.stdin
+        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.pending: list[dict[str, Any]] = []  # notifications read while waiting
+        self.next_id = 0
+        self.configuration: Any = None  # the answer to workspace/configuration
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
+        self.reader.start()
+
+    # framing
+
+    def send(self, message: dict[str, Any]) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        with self.lock:
+            self.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            self.stdin.flush()
+
+    def _read(self, stdout: BinaryIO) -> None:
+        while True:
+            headers: dict[str, str] = {}
+            while (line := stdout.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if not line:
+                self.messages.put(None)  # the server closed its stdout
+                return
+            message = json.loads(stdout.read(int(headers["content-length"])))
+            if "method" in message and "id" in message:
+                self._answer(message)
+            else:
+                self.messages.put(message)
+
+    def _answer(self, request: dict[str, Any]) -> None:
+        """The server's requests: ``configuration`` for each configuration item, else null."""
+        items = request.get("params", {}).get("items", [])
+        result = None
+        if request["method"] == "workspace/configuration":
+            result = [self.configuration] * len(items)
+        self.send({"id": request["id"], "result": result})
+
+    # requests and notifications
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"method": method, "params": params})
+
+    def request(self, method: str, params: Any) -> Any:
+        self.next_id += 1
+        wanted = self.next_id
+        self.send({"id": wanted, "method": method, "params": params})
+        answer = self._next(lambda m: m.get("id") == wanted, f"the answer to {method}")
+        assert "error" not in answer, answer
+        return answer["result"]
+
+    def wait_for(self, method: str, accept: Callable[[Any], bool] = lambda _: True) -> Any:
+        """The params of the next ``method`` notification that ``accept`` takes."""
+        message = self._next(
+            lambda m: m.get("method") == method and accept(m["params"]), f"a {method}"
+        )
+        return message["params"]
+
+    def _next(self, matches: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        for index, message in enumerate(self.pending):
+            if matches(message):
+                return self.pending.pop(index)
+        while True:
+            try:
+                message = self.messages.get(timeout=TIMEOUT)
+            except queue.Empty:
+                raise AssertionError(f"no {what} within {TIMEOUT}s") from None
+            if message is None:
+                raise AssertionError(f"the server exited while waiting for {what}")
+            if matches(message):
+                return message
+            self.pending.append(message)
+
+    # conveniences
+
+    def initialize(self, root: Path, options: Any = None, capabilities: Any = None) -> Any:
+        result = self.request(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": root.as_uri(),
+                "capabilities": capabilities or {},
+                "initializationOptions": options,
+            },
+        )
+        self.notify("initialized", {})
+        return result
+
+    def open(self, uri: str, text: str) -> None:
+        self.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}},
+        )
+
+    def change(self, uri: str, version: int, text: str) -> None:
+        self.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]},
+        )
+
+    def diagnostics(self, uri: str, version: int | None = None) -> list[dict[str, Any]]:
+        params = self.wait_for(
+            "textDocument/publishDiagnostics",
+            lambda p: p["uri"] == uri and (version is None or p.get("version") == version),
+        )
+        return params["diagnostics"]
+
+    def code_actions(self, uri: str, span: dict[str, Any], only: list[str] | None = None) -> Any:
+        context: dict[str, Any] = {"diagnostics": []}
+        if only is not None:
+            context["only"] = only
+        return self.request(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": span, "context": context},
+        )
+
+    def stop(self) -> int:
+        assert self.request("shutdown", None) is None
+        self.notify("exit", None)
+        return self.process.wait(timeout=TIMEOUT)
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gradfix", "lsp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        yield LspClient(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=TIMEOUT)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def apply(text: str, edits: list[dict[str, Any]]) -> str:
+    """Apply LSP text edits (positions in UTF-16 code units) to ``text``."""
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)  # LSP's line breaks
+
+    def offset(position: dict[str, int]) -> int:
+        before = "".join(lines[: position["line"]])
+        line = lines[position["line"]] if position["line"] < len(lines) else ""
+        units = line.encode("utf-16-le")[: 2 * position["character"]].decode("utf-16-le")
+        return len(before) + len(units)
+
+    spans = [(offset(e["range"]["start"]), offset(e["range"]["end"]), e["newText"]) for e in edits]
+    for start, end, new in sorted(spans, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def edits_of(action: dict[str, Any], uri: str) -> list[dict[str, Any]]:
+    return action["edit"]["changes"][uri]
+
+
+def titled(actions: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    matching = [a for a in actions if a["title"].startswith(prefix)]
+    assert len(matching) == 1, [a["title"] for a in actions]
+    return matching[0]
+
+
+# --- round trips ---------------------------------------------------------------------------
+
+
+def test_round_trip(server: LspClient, tmp_path: Path) -> None:
+    uri = (tmp_path / "train.py").as_uri()
+    capabilities = server.initialize(tmp_path)["capabilities"]
+    assert capabilities["codeActionProvider"]["codeActionKinds"] == [
+        "quickfix",
+        "source.fixAll.gradfix",
+    ]
+    assert capabilities["hoverProvider"]
+
+    server.open(uri, BUGGY)
+    [diagnostic] = server.diagnostics(uri)
+    assert diagnostic["code"] == "GF101"
+    assert diagnostic["source"] == "gradfix"
+    assert diagnostic["severity"] == types.DiagnosticSeverity.Warning
+    assert diagnostic["message"].startswith("`torch.tensor()` of tensors cuts the autograd graph")
+    # `torch.tensor([a0, a1])` on line 5 (0-based 4), columns 4 to 26
+    span = {"start": {"line": 4, "character": 4}, "end": {"line": 4, "character": 26}}
+    assert diagnostic["range"] == span
+
+    actions = server.code_actions(uri, span)
+    quick_fix = titled(actions, "Fix GF101: Use `torch.stack`")
+    assert quick_fix["kind"] == "quickfix" and quick_fix["isPreferred"]
+    assert quick_fix["diagnostics"] == [diagnostic]  # the diagnostic as published
+    # the minimal edit: `tensor` -> `stack`, nothing else of the line is resent
+    assert edits_of(quick_fix, uri) == [
+        {
+            "range": {"start": {"line": 4, "character": 10}, "end": {"line": 4, "character": 16}},
+            "newText": "stack",
+        }
+    ]
+    assert apply(BUGGY, edits_of(quick_fix, uri)) == FIXED
+    suppress = titled(actions, "Suppress GF101 with a comment")
+    assert apply(BUGGY, edits_of(suppress, uri)) == SUPPRESSED
+    fix_all = titled(actions, "Fix all gradfix")
+    assert fix_all["kind"] == "source.fixAll.gradfix"
+    assert apply(BUGGY, edits_of(fix_all, uri)) == FIXED
+
+    # an editor's "fix all on save" asks for source.fixAll only, anywhere in the file
+    anywhere = {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}
+    [only_fix_all] = server.code_actions(uri, anywhere, only=["source.fixAll"])
+    assert only_fix_all["kind"] == "source.fixAll.gradfix"
+    assert server.code_actions(uri, anywhere, only=["quickfix"]) == []
+
+    hover = server.request(
+        "textDocument/hover",
+        {"textDocument": {"uri": uri}, "position": {"line": 4, "character": 12}},
+    )
+    assert hover["contents"]["kind"] == "markdown"
+    assert hover["contents"]["value"].startswith("### GF101 tensor-from-tensors")
+    assert "## What it does" in hover["contents"]["value"]
+    assert hover["range"] == span
+    away = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 3}}
+    assert server.request("textDocument/hover", away) is None
+
+    server.change(uri, 2, CLEAN)
+    assert server.diagnostics(uri, version=2) == []
+    server.change(uri, 3, BUGGY)
+    assert [d["code"] for d in server.diagnostics(uri, version=3)] == ["GF101"]
+    server.change(uri, 4, SYNTAX_ERROR)  # what a buffer looks like while typing
+    assert server.diagnostics(uri, version=4) == []
+    assert server.code_actions(uri, span) == []
+    server.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
+    assert server.diagnostics(uri, version=4) == []
+    server.change(uri, 5, BUGGY)
+    assert [d["code"] for d in server.diagnostics(uri, version=5)] == ["GF101"]
+    server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    assert server.diagnostics(uri) == []  # a closed file keeps no warnings
+    assert server.code_actions(uri, span) == []
+
+    assert server.stop() == 0
+
+
+def test_settings_select_and_ignore(server: LspClient, tmp_path: Path) -> None:
+    uri = (tmp_path / "train.py").as_uri()
+    pull = {"workspace": {"configuration": True}}
+    server.initialize(tmp_path, options={"gradfix": {"ignore": ["GF101"]}}, capabilities=pull)
+    server.open(uri, BUGGY)
+    assert server.diagnostics(uri) == []
+
+    # a client that keeps its settings: it says "changed", the server asks for the section
+    server.configuration = {"ignore": []}
+    server.notify("workspace/didChangeConfiguration", {"settings": None})
+    assert [d["code"] for d in server.diagnostics(uri)] == ["GF101"]
+
+    # pushed settings with dotted keys; an unknown code: a message, and the default rules
+    server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.select": ["GF999"]}})
+    shown = server.wait_for("window/showMessage")
+    assert "GF999" in shown["message"]
+    assert [d["code"] for d in server.diagnostics(uri)] == ["GF101"]
+    server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.select": ["GF2"]}})
+    assert server.diagnostics(uri, version=1) == []
+    assert server.stop() == 0
+
+
+def test_exit_without_shutdown_is_status_1(server: LspClient, tmp_path: Path) -> None:
+    server.initialize(tmp_path)
+    server.notify("exit", None)
+    assert server.process.wait(timeout=TIMEOUT) == 1
+
+
+def test_verify_setting_puts_the_verdict_in_the_quick_fix(
+    server: LspClient, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "train.py"
+    path.write_text(BUGGY)
+    server.initialize(tmp_path, options={"gradfix": {"verify": True}})
+    server.open(path.as_uri(), BUGGY)
+    [first] = server.diagnostics(path.as_uri())
+    assert first["message"].endswith("use `torch.stack()`")  # static result at once
+    # the verdict arrives later (the oracle runs in subprocesses) with new diagnostics
+    [proven] = server.diagnostics(path.as_uri())
+    assert proven["message"].endswith("(fix verified)")
+    quick_fix = titled(server.code_actions(path.as_uri(), first["range"]), "Fix GF101")
+    assert quick_fix["title"] == "Fix GF101: Use `torch.stack` (verified)"
+    assert quick_fix["diagnostics"] == [proven]  # the diagnostic as published
+    assert apply(BUGGY, edits_of(quick_fix, path.as_uri())) == FIXED
+    assert server.stop() == 0
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "expected"),
+    [
+        ("x = f(a)\n", 1, "x = f(a)  # noqa: GF101\n"),
+        ("x = f(a)   \n", 1, "x = f(a)  # noqa: GF101   \n"),
+        ("x = f(a)  # why\n", 1, "x = f(a)  # why  # noqa: GF101\n"),
+        ("x = f(a)  # noqa: E501\n", 1, "x = f(a)  # noqa: E501, GF101\n"),
+        ("x = f(a)  # noqa: E501 W291\n", 1, "x = f(a)  # noqa: E501 W291, GF101\n"),
+        ("x = f(a)  # noqa:E501,W291  # why\n", 1, "x = f(a)  # noqa:E501,W291, GF101  # why\n"),
+        ("x = f(a)  # gradfix: ignore[GF201]\n", 1, "x = f(a)  # gradfix: ignore[GF201, GF101]\n"),
+        ("x = f(\n    a,\n)\n", 1, "x = f(  # noqa: GF101\n    a,\n)\n"),
+        ("x = f(a)", 1, "x = f(a)  # noqa: GF101"),
+        ("s = 'é'; x = f(a)\n", 1, "s = 'é'; x = f(a)  # noqa: GF101\n"),
+        ("\x0c\nx = f(a)  # why\r\n", 2, "\x0c\nx = f(a)  # why  # noqa: GF101\r\n"),
+    ],
+)
+def test_noqa_edit(source: str, line: int, expected: str) -> None:
+    edit = noqa_edit(source, line, "GF101")
+    assert edit is not None
+    column, text = edit
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", source)
+    lines[line - 1] = lines[line - 1][:column] + text + lines[line - 1][column:]
+    assert "".join(lines) == expected
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = f(a)  # noqa: GF101\n",  # suppressed already
+        "x = f(a)  # NOQA\n",  # every code is
+        "x = f(a)  # gradfix: ignore[gf101]\n",
+        "x = f(a)  # gradfix: ignore\n",
+        "x = f(a)  # noqa: E501 GF101\n",
+        "x = f(a) + \\\n    g(b)\n",  # a comment after a line continuation breaks the code
+        "x = f('''\n''')\n",  # inside a string
+    ],
+)
+def test_noqa_edit_refuses(source: str) -> None:
+    assert noqa_edit(source, 1, "GF101") is None
+
+
+def test_read_settings() -> None:
+    assert read_settings(None) == Settings()
+    nested = read_settings(
+        {"gradfix": {"select": ["GF1"], "ignore": "GF101, GF104", "verify": True}}
+    )
+    assert nested == Settings(select=("GF1",), ignore=("GF101", "GF104"), verify=True)
+    assert read_settings({"verify": True}) == Settings(verify=True)
+    assert read_settings({"gradfix.verify": True, "gradfix.select": ["GF2"]}) == Settings(
+        select=("GF2",), verify=True
+    )
+    # a later source only overrides the keys it has; "true" as a string is not a boolean
+    assert read_settings({"gradfix": {"verify": "true"}}, nested).verify is False
+    assert read_settings({"gradfix": {"ignore": []}}, nested).select == ("GF1",)
+
+
+def as_json(edits: list[types.TextEdit]) -> list[dict[str, Any]]:
+    return [
+        {
+            "range": {
+                "start": {"line": e.range.start.line, "character": e.range.start.character},
+                "end": {"line": e.range.end.line, "character": e.range.end.character},
+            },
+            "newText": e.new_text,
+        }
+        for e in edits
+    ]
+
+
+def test_text_edits_are_minimal_and_count_utf16_units() -> None:
+    old = "import os\ns = '😋'; x = torch.tensor([a, b])\ny = 1\n"
+    new = "import torch\nimport os\ns = '😋'; x = torch.stack([a, b])\ny = 1\n"
+    edits = text_edits(ClientText(old), new)
+    assert [(e.range.start, e.range.end, e.new_text) for e in edits] == [
+        (types.Position(0, 0), types.Position(0, 0), "import torch\n"),
+        # the emoji is two UTF-16 code units: `tensor` starts at code point 19, unit 20
+        (types.Position(1, 20), types.Position(1, 26), "stack"),
+    ]
+    assert apply(old, as_json(edits)) == new
+    assert text_edits(ClientText(old), old) == []
+    # a client that negotiated UTF-32 counts code points
+    utf32 = ClientText(old, PositionCodec(types.PositionEncodingKind.Utf32))
+    assert text_edits(utf32, new)[1].range.start == types.Position(1, 19)
+
+
+PIECES = st.sampled_from(["a", "b", " ", "😋", "é", "\n", "\r\n", "\r", "\x0c", "\t"])
+
+
+@given(st.lists(PIECES, max_size=30), st.lists(PIECES, max_size=30))
+def test_text_edits_turn_any_text_into_any_other(old: list[str], new: list[str]) -> None:
+    edits = text_edits(ClientText("".join(old)), "".join(new))
+    assert apply("".join(old), as_json(edits)) == "".join(new)
+
+
+def test_finding_positions_follow_lsp_lines_and_utf16() -> None:
+    # a form feed is no line break for LSP and LibCST (str.splitlines breaks there)
+    source = (
+        "import torch\n\x0c\na = torch.nn.Parameter(torch.rand(2))\n"
+        "s = '😋'; A = torch.tensor([a[0], a[1]])\n"
+    )
+    [finding] = lint_source(source, rules=select_rules(["GF101"])).findings
+    assert (finding.line, finding.col, finding.end_col) == (4, 14, 40)
+    span = finding_range(finding, ClientText(source))
+    # 0-based line 3; the emoji is two UTF-16 units: code points 13 to 39 are units 14 to 40
+    assert (span.start, span.end) == (types.Position(3, 14), types.Position(3, 40))
+
+
+class Crashes(Rule):
+    """A rule with a bug."""
+
+    code = "GF999"
+    name = "crashes"
+    message = "never reported"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        raise RuntimeError("a bug in a rule")
+
+
+def test_a_crashing_rule_leaves_the_buffer_without_findings() -> None:
+    lint = BufferLint.of("file:///t.py", ClientText(BUGGY), "t.py", [Crashes])
+    assert lint.findings == [] and lint.error is None
+    assert lint.singles() == [] and lint.fixed_safe() == BUGGY
+
+
+def test_verdict_note_keeps_titles_short() -> None:
+    [finding] = lint_source(BUGGY, rules=select_rules(["GF101"])).findings
+    verified = FixVerdict("t.py", finding, "verified", "forward results match; ...", "safe", "")
+    assert verdict_note(verified) == "verified"
+    reason = "a forward result changed: " + "x" * 100 + "; max difference 1.0"
+    rejected = replace(verified, status="rejected", reason=reason)
+    note = verdict_note(rejected)
+    assert note.startswith("rejected: a forward result changed: xxx") and note.endswith("...")
+    assert len(note) == len("rejected: ") + 80
+
+
+def test_syntax_diagnostics() -> None:
+    # code Python rejects: the Python language server says so, gradfix stays quiet
+    assert syntax_diagnostics(SourceError("syntax error at line 2", 2), SYNTAX_ERROR) == []
+    # code Python accepts and gradfix cannot parse: one Error, so the user knows why
+    error = SourceError("syntax error at line 2: ... (LibCST cannot parse this syntax)", 2)
+    [diagnostic] = syntax_diagnostics(error, CLEAN)
+    assert diagnostic.severity == types.DiagnosticSeverity.Error
+    assert diagnostic.range == types.Range(types.Position(1, 0), types.Position(2, 0))
+    assert diagnostic.message.startswith("gradfix cannot check this file: syntax error at line 2")
