@@ -61,6 +61,30 @@ class TensorCopyConstruct(Rule):
         Valid(
             """
             import torch
+            ratios = torch.ones(3)
+            if not isinstance(ratios, torch.Tensor):  # defensive: a list from a config
+                ratios = torch.tensor(ratios)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def interpolate(x):
+                return torch.nn.functional.interpolate(x[None, None], size=4)[0, 0]
+
+            class Config:
+                ratios = None
+
+                def normalise(self):
+                    if not torch.is_tensor(self.ratios):
+                        self.ratios = torch.tensor(self.ratios)
+                    self.ratios = interpolate(self.ratios)
+            """
+        ),
+        Valid(
+            """
+            import torch
 
             def normalize(latents: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
                 # callers pass config lists despite the annotation
@@ -143,7 +167,31 @@ class TensorCopyConstruct(Rule):
             return
         if self._rests_on_parameter(data.value, node):
             return  # `torch.tensor(x)` on an argument is a defensive conversion of lists too
+        if self._guarded_by_tensor_test(data.value, node):
+            return  # `if not torch.is_tensor(x): x = torch.tensor(x)`: x is no tensor there
         self.report(node, fix=self._fix(node, data))
+
+    def _guarded_by_tensor_test(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        """``at`` runs only when ``expr`` is not a tensor (``if not torch.is_tensor(expr)``,
+        ``if not isinstance(expr, torch.Tensor)``)."""
+        code = cst.Module([]).code_for_node(expr)
+        for ancestor in self.analysis.ancestors(at):
+            if not isinstance(ancestor, cst.If) or not self.analysis.contains(ancestor.body, at):
+                continue
+            test = ancestor.test
+            if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+                continue
+            call = test.expression
+            if not isinstance(call, cst.Call) or not call.args:
+                continue
+            checked = cst.Module([]).code_for_node(call.args[0].value)
+            name = self.analysis.call_name(call)
+            is_check = name == "torch.is_tensor" or (
+                isinstance(call.func, cst.Name) and call.func.value == "isinstance"
+            )
+            if is_check and checked == code:
+                return True
+        return False
 
     def _rests_on_parameter(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
         """A bare name in ``expr`` is a function parameter: its annotation is no proof."""

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradfix.analysis import is_number_literal, is_true
+from gradfix.analysis import argument, is_number_literal, is_true
 from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 CONSTRUCTORS = frozenset(
     {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.as_tensor"}
+)
+
+
+#: dtypes that cannot carry gradients: ``torch.tensor([...], dtype=torch.long)`` wants values.
+INTEGER_DTYPES = frozenset(
+    "torch." + name
+    for name in "long int int64 int32 int16 int8 uint8 short bool".split()
 )
 
 
@@ -90,6 +97,19 @@ class TensorFromTensors(Rule):
             import torch
             x = torch.rand(3)
             stats = torch.tensor([x.min(), x.max()])  # data, no graph to cut
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            class Attention(nn.Module):
+                def forward(self, hidden, shapes):
+                    h = hidden * 2
+                    sizes = torch.tensor([[h.shape[1], h.shape[0]]], dtype=torch.long)
+                    offsets = torch.tensor([[s[1], s[0]] for s in shapes], dtype=torch.long)
+                    return h, sizes, offsets
             """
         ),
         Valid(
@@ -180,6 +200,9 @@ class TensorFromTensors(Rule):
         name = self.analysis.call_name(node)
         if name not in CONSTRUCTORS or not node.args or node.args[0].keyword is not None:
             return
+        dtype = argument(node, "dtype", None)
+        if dtype is not None and self.analysis.qualified_name(dtype.value) in INTEGER_DTYPES:
+            return  # integer data (shapes, indices): the values are wanted, not a graph
         data = node.args[0].value
         located = self._elements(node, data)
         if located is None or self.analysis.in_no_grad(node):

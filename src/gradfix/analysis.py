@@ -201,6 +201,7 @@ class _Collector(cst.CSTVisitor):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 self._bind_target(target.target, node, node.value, "assign")
+                self._record_class_level(target.target, node.value, node)
                 if isinstance(target.target, cst.Subscript):
                     base = target.target.value
                     if isinstance(base, cst.Name):
@@ -210,6 +211,8 @@ class _Collector(cst.CSTVisitor):
             self._bind_target(
                 node.target, node, node.value, "assign", annotation=node.annotation.annotation
             )
+            if node.value is not None:
+                self._record_class_level(node.target, node.value, node)
         elif isinstance(node, cst.AugAssign):
             self._bind_target(node.target, node, None, "augassign")
         elif isinstance(node, (cst.For, cst.CompFor)):
@@ -261,10 +264,25 @@ class _Collector(cst.CSTVisitor):
                 item = values[index]
                 if item is not None:
                     self._bind_target(element.value, node, item.value, kind)
+                elif unpack_index is not None:
+                    # ``for i, (h, w) in enumerate(shapes)``: what ``h`` holds is unknown
+                    self._bind_target(element.value, node, None, kind, unpack_index=index)
                 else:
                     self._bind_target(element.value, node, value, kind, unpack_index=index)
         elif isinstance(target, cst.Attribute) and value is not None and kind == "assign":
             self._record_self_attribute(target, value, node)
+
+    def _record_class_level(
+        self, target: cst.BaseExpression, value: cst.BaseExpression, node: cst.CSTNode
+    ) -> None:
+        """``x = None`` / ``x: T = default`` in a class body (a dataclass field, a class
+        default) is one more value ``self.x`` may hold."""
+        if not self._scope.is_class or not isinstance(target, cst.Name):
+            return
+        binding = Binding(target.value, "assign", node, value, self.order[id(node)], -1)
+        self._pending.append((self._scope, binding, node))
+        attrs = self.class_attrs.setdefault(id(self._scope.node), {})
+        attrs.setdefault(target.value, []).append((value, binding))
 
     def _record_self_attribute(
         self, target: cst.Attribute, value: cst.BaseExpression, node: cst.CSTNode
@@ -764,8 +782,12 @@ class FileAnalysis:
             if self._parameter_iteration(binding.value, binding.unpack_index, depth):
                 return True
             source = _iterated_source(binding.value, binding.unpack_index)
-            if source is not None and self.requires_grad(source, binding.node, depth + 1):
-                return True  # ``for row in x``, ``for a, b in zip(x[:-1], x[1:])``
+            if (
+                source is not None
+                and self.is_tensor(source, binding.node)
+                and self.requires_grad(source, binding.node, depth + 1)
+            ):
+                return True  # ``for row in x``, ``for a, b in zip(x[:-1], x[1:])`` on a tensor
         if binding.kind == "assign" and binding.value is not None and binding.unpack_index is None:
             if self.requires_grad(binding.value, binding.node, depth + 1):
                 return True
@@ -1014,6 +1036,11 @@ class FileAnalysis:
                 )
             if binding.kind == "param" and binding.annotation is not None:
                 return self.is_torch_name(binding.annotation, "torch.Tensor")
+            if binding.kind == "param" and isinstance(binding.node, cst.Param):
+                passed = self.passed_arguments(binding.node)
+                return bool(passed) and all(
+                    self.is_tensor(arg, site, _depth + 1) for arg, site in passed
+                )
             value = binding.value
             return (
                 binding.kind == "assign"
