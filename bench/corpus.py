@@ -55,7 +55,8 @@ def _wheel_stem(package: str) -> str:
 
 def scan(directories: list[Path], jobs: int) -> tuple[list[dict[str, object]], str, float]:
     start = time.perf_counter()
-    command = ["gradfix", "check", "--no-cache", "--format", "json", "-j", str(jobs), "--select", "ALL"]
+    command = ["gradfix", "check", "--no-cache", "--format", "json", "-j", str(jobs)]
+    command += ["--select", "ALL"]
     result = subprocess.run(
         [*command, *map(str, directories)], capture_output=True, text=True, check=False
     )
