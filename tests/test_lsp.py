@@ -502,3 +502,20 @@ def test_syntax_diagnostics() -> None:
     assert diagnostic.severity == types.DiagnosticSeverity.Error
     assert diagnostic.range == types.Range(types.Position(1, 0), types.Position(2, 0))
     assert diagnostic.message.startswith("gradfix cannot check this file: syntax error at line 2")
+
+
+def test_project_configuration_applies_under_the_editor_settings(
+    server: LspClient, tmp_path: Path
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.gradfix]\nignore = ["GF201"]\n[tool.gradfix.per-file-ignores]\n'
+        '"legacy_*" = ["GF101"]\n',
+        encoding="utf-8",
+    )
+    server.initialize(tmp_path)
+    legacy, current = (tmp_path / "legacy_train.py").as_uri(), (tmp_path / "train.py").as_uri()
+    server.open(legacy, BUGGY)
+    assert server.diagnostics(legacy) == []  # per-file-ignores of the project
+    server.open(current, BUGGY + "a.normal_()\n")
+    assert [d["code"] for d in server.diagnostics(current)] == ["GF101"]  # GF201 ignored
+    assert server.stop() == 0

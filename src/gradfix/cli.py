@@ -722,20 +722,13 @@ def _configure(
     """The rules to run and the settings, from the configuration file, ``--config``
     overrides and the command line (``--select`` replaces the file's ``select``;
     ``--ignore`` adds to its ``ignore``). Exits with one line on any bad value."""
-    from gradfix.config import ConfigError, load_config
-    from gradfix.registry import SelectionError, select_rules
+    from gradfix.config import ConfigError, load_config, resolve_rules
+    from gradfix.registry import SelectionError
 
     try:
         settings = load_config(overrides=overrides or ())
         where = settings.path or "--config"
-        chosen = select if select is not None else settings.select
-        ignored = [*settings.ignore, *(ignore or [])]
-        rules = select_rules(chosen, ignored)
-        if settings.extend_select:
-            extra = select_rules(settings.extend_select, ignored)
-            rules = sorted({*rules, *extra}, key=lambda rule: rule.code)
-        for codes in settings.per_file_ignores.values():
-            select_rules(codes)  # unknown codes are errors, not ignored
+        rules = resolve_rules(settings, select, ignore or ())
     except ConfigError as error:
         _error(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None

@@ -25,7 +25,10 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gradfix.rule import Rule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,6 +68,29 @@ class Config:
             if _matches(path, [pattern], self.root):
                 codes += ignored
         return codes
+
+
+def resolve_rules(
+    config: Config,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
+    path: str | None = None,
+) -> list[type[Rule]]:
+    """The rules to run: ``select`` (the command line's or the editor's) replaces the
+    configuration's, ``ignore`` adds to it, ``extend-select`` adds rules, and with ``path``
+    its ``per-file-ignores`` apply. Raises :class:`gradfix.registry.SelectionError` on an
+    unknown code anywhere."""
+    from gradfix.registry import select_rules
+
+    chosen = select if select is not None else config.select
+    ignored = [*config.ignore, *ignore, *(config.ignored_for(path) if path else [])]
+    rules = select_rules(chosen, ignored)
+    if config.extend_select:
+        extra = select_rules(config.extend_select, ignored)
+        rules = sorted({*rules, *extra}, key=lambda rule: rule.code)
+    for codes in config.per_file_ignores.values():
+        select_rules(codes)  # unknown codes are errors, not ignored
+    return rules
 
 
 def find_config(start: str | None = None) -> str | None:

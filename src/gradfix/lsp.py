@@ -47,6 +47,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import PositionCodec, TextDocument
 
+from gradfix.config import ConfigError, find_config, load_config, resolve_rules
 from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
 from gradfix.registry import SelectionError, find_rule, select_rules
@@ -377,6 +378,7 @@ class GradfixServer(LanguageServer):
         self.verify_lock = threading.Lock()
         self.verify_threads: list[threading.Thread] = []
         self.shutdown_requested = False
+        self.last_config_error: str | None = None
 
     # settings
 
@@ -397,6 +399,21 @@ class GradfixServer(LanguageServer):
         self.verification.clear()
         for uri in list(self.workspace.text_documents):
             self.spawn(self.lint(uri, verify=True))
+
+    def rules_for(self, path: str) -> list[type[Rule]]:
+        """The project's ``[tool.gradfix]`` (nearest to the file) with the editor's
+        ``select`` / ``ignore`` on top; a bad configuration falls back to the settings."""
+        try:
+            config = load_config(find_config(os.path.dirname(os.path.abspath(path))))
+            return resolve_rules(
+                config, self.settings.select or None, self.settings.ignore, path=path
+            )
+        except (ConfigError, SelectionError) as error:
+            message = f"gradfix: {error}; using the editor settings"
+            if message != self.last_config_error:
+                self.last_config_error = message
+                self.notify(message)
+            return list(self.rules)
 
     def notify(self, message: str) -> None:
         self.window_show_message(
@@ -423,8 +440,9 @@ class GradfixServer(LanguageServer):
         entry = self.buffers.get(document.uri)
         if entry is None or entry[0] != source:
             text = ClientText(source, document.position_codec)
+            path = _path(document)
             future = self.in_engine(
-                BufferLint.of, document.uri, text, _path(document), list(self.rules)
+                BufferLint.of, document.uri, text, path, self.rules_for(path)
             )
             entry = self.buffers[document.uri] = (source, future)
         # shielded: a cancelled request must not cancel the lint other requests wait for
@@ -480,7 +498,8 @@ class GradfixServer(LanguageServer):
         if self.shutdown_requested or (state is not None and state.source == source):
             return  # running or done for this text
         self.verification[uri] = state = VerificationState(source)
-        path, rules, loop = _path(document), list(self.rules), asyncio.get_running_loop()
+        path, loop = _path(document), asyncio.get_running_loop()
+        rules = self.rules_for(path)
 
         def verify() -> None:
             with self.verify_lock:  # one at a time: each runs two processes already
