@@ -15,6 +15,7 @@ option errors are quick, and torch is never imported.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
@@ -147,6 +148,16 @@ ConfigOption = Annotated[
         show_default=False,
     ),
 ]
+ChangedSinceOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--changed-since",
+        metavar="REF",
+        help="Only files git lists as changed since REF (committed, staged, unstaged or "
+        "untracked), e.g. origin/main.",
+        show_default=False,
+    ),
+]
 NoCacheOption = Annotated[
     bool,
     typer.Option("--no-cache", help="Do not read or write the result cache (.gradfix_cache)."),
@@ -222,6 +233,7 @@ def check(
     config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
+    changed_since: ChangedSinceOption = None,
     no_cache: NoCacheOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -237,7 +249,12 @@ def check(
     from gradfix.runner import RunOptions
 
     rules, settings = _configure(select, ignore, config)
-    options = RunOptions(rules=rules, config=settings, cache_dir=_cache_dir(settings, no_cache))
+    options = RunOptions(
+        rules=rules,
+        config=settings,
+        cache_dir=_cache_dir(settings, no_cache),
+        changed=_changed_files(changed_since),
+    )
     run, _ = _run(paths, options, stdin_filename, jobs)
     if add_noqa:
         _add_noqa(run)
@@ -339,6 +356,7 @@ def fix(
     config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
+    changed_since: ChangedSinceOption = None,
     no_cache: NoCacheOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -371,10 +389,11 @@ def fix(
         write=write,
         config=settings,
         cache_dir=_cache_dir(settings, no_cache or verify),
+        changed=_changed_files(changed_since),
     )
     first = options
     if verify:
-        first = RunOptions(rules=rules, fix=True, unsafe_fixes=True, config=settings)
+        first = dataclasses.replace(options, unsafe_fixes=True, write=False)
     run, stdin_data = _run(paths, first, stdin_filename, jobs)
     verdicts = _verify_run(run, options, timeout) if verify else {}
     _report_problems(run, verbose)
@@ -705,6 +724,18 @@ def lsp() -> None:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _changed_files(ref: str | None) -> frozenset[str] | None:
+    if ref is None:
+        return None
+    from gradfix.gitfiles import GitError, changed_since
+
+    try:
+        return frozenset(changed_since(ref))
+    except GitError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 def _cache_dir(settings: Config, disabled: bool) -> str | None:

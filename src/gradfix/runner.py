@@ -13,6 +13,7 @@ the other files are processed as usual.
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from gradfix.config import Config
 from gradfix.engine import SourceError, lint_source
 from gradfix.files import (
+    Candidate,
     FileError,
     SourceFile,
     decode_source,
@@ -51,6 +53,10 @@ class RunOptions:
     config: Config | None = None
     #: where per-file results are cached (``.gradfix_cache``); None: no cache
     cache_dir: str | None = None
+    #: skip files git ignores when walking directories
+    respect_gitignore: bool = True
+    #: only these files (absolute paths; ``--changed-since``); None: every file
+    changed: frozenset[str] | None = None
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -80,6 +86,8 @@ class FileResult:
     #: the traceback of an unexpected exception, for ``--verbose``
     traceback: str | None = None
     written: bool = False
+    #: why the file was not looked at (``generated``: it says ``@generated``)
+    skipped: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -115,8 +123,11 @@ def process_paths(paths: Iterable[str], options: RunOptions, *, jobs: int = 1) -
     run = RunResult()
     slots: list[FileResult | None] = []
     to_process: list[str] = []
-    for candidate in discover(paths):
-        if options.config is not None and options.config.is_excluded(candidate.path):
+    paths = list(paths)
+    candidates = discover(paths)
+    skipped = _skipped(candidates, paths, options)
+    for candidate in candidates:
+        if candidate.path in skipped:
             continue
         if candidate.warning is not None:
             run.warnings.append(f"{candidate.path}: {candidate.warning}")
@@ -128,6 +139,26 @@ def process_paths(paths: Iterable[str], options: RunOptions, *, jobs: int = 1) -
     processed = iter(process_files(to_process, options, jobs=jobs))
     run.files = [slot if slot is not None else next(processed) for slot in slots]
     return run
+
+
+def _skipped(
+    candidates: Sequence[Candidate], given: Sequence[str], options: RunOptions
+) -> set[str]:
+    """Paths not to process: ``exclude`` of the configuration, files git ignores (found by
+    walking a directory; a file named on the command line is always taken), and with
+    ``changed_since`` every file git does not list as changed."""
+    files = [c.path for c in candidates if c.error is None and c.warning is None]
+    skipped = set()
+    if options.config is not None:
+        skipped |= {c.path for c in candidates if options.config.is_excluded(c.path)}
+    if options.respect_gitignore:
+        from gradfix.gitfiles import ignored_paths
+
+        explicit = set(given)
+        skipped |= ignored_paths([path for path in files if path not in explicit])
+    if options.changed is not None:
+        skipped |= {path for path in files if os.path.abspath(path) not in options.changed}
+    return skipped
 
 
 def process_files(paths: Sequence[str], options: RunOptions, *, jobs: int = 1) -> list[FileResult]:
@@ -155,10 +186,20 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
         source = read_source(path)
     except FileError as error:
         return FileResult(path, error=str(error))
+    if is_generated(source.text):
+        return FileResult(path, original=source.text, fixed=source.text, skipped="generated")
     result = _cached_process_text(source.text, path, options, encoding=source.encoding)
     if options.write and result.error is None and result.changed:
         _write(source, result)
     return result
+
+
+#: generated files say so near their top (the ``@generated`` convention of Meta, Fixit)
+GENERATED_MARKER = "@" + "generated"  # split, so this file is not taken for one
+
+
+def is_generated(text: str) -> bool:
+    return GENERATED_MARKER in text[:2048]
 
 
 def process_bytes(data: bytes, path: str, options: RunOptions) -> FileResult:
@@ -202,9 +243,7 @@ def process_text(
     return result
 
 
-def _cached_process_text(
-    text: str, path: str, options: RunOptions, *, encoding: str
-) -> FileResult:
+def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding: str) -> FileResult:
     """:func:`process_text` through the content-hash cache of ``options.cache_dir``."""
     if options.cache_dir is None:
         return process_text(text, path, options, encoding=encoding)
