@@ -5,6 +5,7 @@ from __future__ import annotations
 from gradfix.codemods.backward_twice import BackwardTwice
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
+from gradfix.codemods.leaf_rebinding import LeafRebinding
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
@@ -20,6 +21,7 @@ ALL_RULES = sorted(
         TensorCopyConstruct,
         IntegerRequiresGrad,
         LeafInplace,
+        LeafRebinding,
         MaskedUnsafeBranch,
         NonleafGradRead,
         WhereUnsafeBranch,

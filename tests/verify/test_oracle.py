@@ -789,3 +789,41 @@ def test_changed_gradient_plans_the_later_calls_of_a_parted_trajectory() -> None
     cut["values"] = [1.0, 1.0]  # before's autograd was right after all
     verdict = compare_traces(before, after, references)
     assert verdict.status == "rejected" and "backward call #1" in verdict.reason
+
+
+# ------------------------------------------------------- leaves updated behind a view
+REBOUND_LEAF = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(6, 3)
+w = torch.randn(3, requires_grad=True)
+w = w.view(3, 1)
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    loss = ((x @ w) ** 2).mean()
+    loss.backward()
+    opt.step()
+"""
+VIEW_BEFORE_LOOP = REBOUND_LEAF.replace("w = w.view(3, 1)", "w_view = w.view(3, 1)").replace(
+    "x @ w)", "x @ w_view)")
+STALE_COPY_BEFORE_LOOP = VIEW_BEFORE_LOOP.replace("w.view(3, 1)", "w.view(3, 1).clone()")
+COPY_IN_LOOP = STALE_COPY_BEFORE_LOOP.replace("w_view = w.view(3, 1).clone()\n", "").replace(
+    "    opt.zero_grad()\n", "    opt.zero_grad()\n    w_view = w.view(3, 1).clone()\n")
+
+
+def test_leaf_updated_behind_a_view_made_before_the_loop_is_perturbed_per_step() -> None:
+    # The optimizer changes w in place; each step's loss reads it only through w_view.
+    verdict = verify(REBOUND_LEAF, VIEW_BEFORE_LOOP)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["events_self_checked"] == 3
+
+
+def test_stale_copy_of_an_updated_leaf_is_rejected() -> None:
+    # The copy is made once: after the first step it no longer follows w.
+    assert "w_view = w.view(3, 1).clone()\nopt" in STALE_COPY_BEFORE_LOOP
+    assert "    w_view = w.view(3, 1).clone()\n    loss" in COPY_IN_LOOP
+    verdict = verify(REBOUND_LEAF, STALE_COPY_BEFORE_LOOP)
+    assert verdict.status == "rejected"
+    assert "backward call #2" in verdict.reason
+    assert verify(REBOUND_LEAF, COPY_IN_LOOP).status == "verified"

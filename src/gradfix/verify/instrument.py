@@ -251,8 +251,21 @@ class Recorder:
             return
         if not torch.is_grad_enabled():
             return
+        self._regroup_updated_leaves()
         for k in sorted(set(self._leaf_args(args, kwargs))):
             self._count_use(k)
+
+    def _regroup_updated_leaves(self) -> None:
+        """A leaf changed in place since its group began (an optimizer step under no_grad)
+        starts a new group at the next grad-mode call, even when no call takes the leaf
+        itself: a view made before the loop (``w_t = w.t()``) carries its new values into
+        the graph. The call runs before any later change, so the perturbation lands on the
+        value the next backward differentiates; a copy made before the change (a stale
+        derived value) does not see it, and finite differences then disagree, as they must.
+        """
+        for k, token in list(self._group_token.items()):
+            if self.leaves[k]._version != token[0]:
+                self._count_use(k)
 
     def _leaf_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[int]:
         for value in (*args, *kwargs.values()):
