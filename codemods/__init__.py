@@ -9,6 +9,7 @@ from gradfix.codemods.leaf_rebinding import LeafRebinding
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
+from gradfix.codemods.nonleaf_parameter import NonleafParameter
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
 from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
@@ -24,6 +25,7 @@ ALL_RULES = sorted(
         LeafRebinding,
         MaskedUnsafeBranch,
         NonleafGradRead,
+        NonleafParameter,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         BackwardTwice,
