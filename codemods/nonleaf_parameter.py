@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import NON_TENSOR_METHODS, VIEW_ATTRIBUTES, argument
+from gradfix.analysis import NON_TENSOR_METHODS, VIEW_ATTRIBUTES, VIEW_OPS, argument
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
 
 #: Methods that move a tensor to a device or cast it: the values stay, so the fix keeps them.
@@ -20,6 +20,13 @@ NOT_REPORTED = frozenset(
     "float cpu contiguous requires_grad_ retain_grad register_hook detach clone_ share_memory_ "
     "pin_memory".split()
 ) | NON_TENSOR_METHODS
+#: Ops that shape a parameter's value: the fix makes their result the leaf. After other ops
+#: (``.sum()``, ``.matmul(x)``) the value is a computation, not a parameter: report only.
+SHAPING = (
+    MOVES
+    | (VIEW_OPS - {"detach"})
+    | frozenset("reshape flatten repeat tile clone abs exp sqrt T mT".split())
+)
 #: torch dtype names accepted by ``.to(torch.<dtype>)``.
 DTYPE_NAMES = frozenset(
     "float float32 float64 double half float16 bfloat16 complex64 complex128".split()
@@ -65,16 +72,19 @@ class NonleafParameter(Rule):
     b = torch.zeros(4, device=device, requires_grad=True)
     self.scale = nn.Parameter(torch.ones(n).double())
     ```
-    Create the value first, then make it the leaf: `nn.Parameter(...)` around the finished
-    value, or `.requires_grad_()` at the end. Device moves and casts of a factory become its
-    `device=` / `dtype=` arguments.
+    The same holds in list comprehensions, `params.append(...)` and
+    `register_parameter(...)`. Create the value first, then make it the leaf:
+    `nn.Parameter(...)` around the finished value, or `.requires_grad_()` at the end.
+    Device moves and casts of a factory become its `device=` / `dtype=` arguments.
 
     ## Fix safety
     Safe for device moves and casts (`.to(device)`, `.cuda()`, `.double()`): the leaf keeps
     its values and only becomes the tensor that is used. Unsafe for ops that change values
     or shape (`* 0.01`, `.view(3, 4)`, `.t()`): the gradient now lands on the scaled or
     reshaped tensor (100x the old leaf's for `* 0.01`), which is what the code meant but
-    changes every later update; review it. Ops that return the leaf itself on a fresh
+    changes every later update; review it. After ops that compute rather than shape a
+    value (`torch.randn(3, requires_grad=True).sum()`) there is no fix: the leaf is still
+    unreachable, but what was meant is unclear. Ops that return the leaf itself on a fresh
     tensor (`.float()`, `.cpu()`, `.contiguous()`), in-place initialisers (GF201),
     `.detach()`, and ops on tensors that do not require grad (`model.to(device)`,
     `x.to(device)`) are not reported.
@@ -181,6 +191,15 @@ class NonleafParameter(Rule):
         if node.value is not None:
             self._check(node.value, node)
 
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._check(node.elt, node)  # ``[torch.randn(n, requires_grad=True) * s for ...]``
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "register_parameter"):
+            if node.args:
+                self._check(node.args[-1].value, node)  # ``params.append(...)``
+
     # -- deciding --------------------------------------------------------------------------
     def _check(self, value: cst.BaseExpression, statement: cst.CSTNode) -> None:
         lost = self._lost_leaf(value, statement)
@@ -247,8 +266,10 @@ class NonleafParameter(Rule):
         return self.message
 
     # -- fixing ----------------------------------------------------------------------------
-    def _fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix:
+    def _fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
         ops = [_op_name(op) for op in lost.ops]
+        if not all(op in SHAPING or op.endswith("Operation") for op in ops):
+            return None
         only_moves = all(op in MOVES for op in ops)
         safety = FixSafety.SAFE if only_moves else FixSafety.UNSAFE
         if lost.kind == "parameter":

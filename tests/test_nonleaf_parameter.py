@@ -115,3 +115,20 @@ def test_other_rules_leave_the_site_to_gf103() -> None:
     result = lint_source(source, rules=ALL_RULES, fix=True)
     assert [f.code for f in result.findings] == ["GF103"]
     assert "w = torch.randn(3, dtype=torch.float64, requires_grad=True)\n" in result.source
+
+
+def test_lists_appends_and_computations() -> None:
+    result = run(
+        """
+        import torch
+        ws = [torch.randn(4, 4, requires_grad=True) / 2 for _ in range(3)]
+        params = []
+        params.append(torch.zeros(4, requires_grad=True).double())
+        total = torch.randn(3, requires_grad=True).sum()
+        """,
+        unsafe=True,
+    )
+    assert [f.line for f in result.findings] == [2, 4, 5]
+    assert [f.fix is None for f in result.findings] == [False, False, True]
+    assert "ws = [(torch.randn(4, 4) / 2).requires_grad_() for _ in range(3)]" in result.source
+    assert "params.append(torch.zeros(4, dtype=torch.float64, requires_grad=True))" in result.source
