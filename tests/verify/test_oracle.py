@@ -827,3 +827,43 @@ def test_stale_copy_of_an_updated_leaf_is_rejected() -> None:
     assert verdict.status == "rejected"
     assert "backward call #2" in verdict.reason
     assert verify(REBOUND_LEAF, COPY_IN_LOOP).status == "verified"
+
+
+# ------------------------------------------- a leaf made from the value the name holds
+BOUND_NONLEAF = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(5, 3)
+w = torch.randn(4, 3, requires_grad=True).t() * 0.01
+loss = (x @ w).pow(2).sum()
+loss.backward()
+print(w.grad)
+"""
+BOUND_LEAF = BOUND_NONLEAF.replace("torch.randn(4, 3, requires_grad=True).t() * 0.01",
+                                   "(torch.randn(4, 3).t() * 0.01).requires_grad_()")
+
+
+def test_leaf_made_from_the_bound_value_is_compared_with_its_gradient() -> None:
+    # Before's leaf (the randn) is unreachable; its gradient is 100x and transposed.
+    verdict = verify(BOUND_NONLEAF, BOUND_LEAF)
+    assert verdict.status == "verified", verdict.reason
+    assert any("gradient of before's non-leaf 'w'" in note for note in verdict.evidence["notes"])
+
+
+def test_leaf_made_from_the_bound_value_with_a_changed_gradient_is_rejected() -> None:
+    # Same forward, doubled gradient: w * 2 - w.detach() == w.
+    doubled = BOUND_LEAF.replace("(x @ w)", "(x @ (w * 2 - w.detach()))")
+    verdict = verify(BOUND_NONLEAF, doubled)
+    assert verdict.status == "rejected"
+    assert "bound to 'w'" in verdict.reason
+
+
+def test_gradient_moved_away_from_a_named_leaf_is_rejected() -> None:
+    before = BOUND_NONLEAF.replace("w = torch.randn(4, 3, requires_grad=True).t() * 0.01",
+                                   "w0 = torch.randn(4, 3, requires_grad=True)\n"
+                                   "w = w0.t() * 0.01")
+    after = before.replace("w0 = torch.randn(4, 3, requires_grad=True)",
+                           "w0 = torch.randn(4, 3)").replace(
+        "w = w0.t() * 0.01", "w = (w0.t() * 0.01).requires_grad_()")
+    verdict = verify(before, after)
+    assert verdict.status == "rejected", verdict.reason
