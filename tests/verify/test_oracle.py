@@ -867,3 +867,14 @@ def test_gradient_moved_away_from_a_named_leaf_is_rejected() -> None:
         "w = w0.t() * 0.01", "w = (w0.t() * 0.01).requires_grad_()")
     verdict = verify(before, after)
     assert verdict.status == "rejected", verdict.reason
+
+
+def test_leaf_kept_under_its_name_with_another_value_keeps_its_own_reference() -> None:
+    # eta = eta * 2 -> eta_scaled = eta * 2: after's 'eta' is the same leaf, not a leaf
+    # made from before's value of 'eta', so the leaf's own gradient is the reference.
+    before = ("import torch\neta = torch.nn.Parameter(torch.rand(4))\neta = eta * 2\n"
+              "eta.sum().backward()\n")
+    after = before.replace("eta = eta * 2\neta.sum()", "eta_scaled = eta * 2\neta_scaled.sum()")
+    verdict = verify(before, after)
+    assert verdict.status == "verified", verdict.reason
+    assert not any("non-leaf" in note for note in verdict.evidence["notes"])

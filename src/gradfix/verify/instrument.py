@@ -179,6 +179,8 @@ class Recorder:
             record = self._begin_record(index, kind, roots) if self.record_values else None
             grads_before = self._grad_snapshot() if record and kind == "backward" else None
             bound = self._hook_bound_values() if record and kind == "backward" else {}
+            if record and kind == "backward":
+                record["bound_values"] = self._bound_values()
         finally:
             self.internal = False
         if self.stop_after_event == index:
@@ -205,6 +207,17 @@ class Recorder:
             finally:
                 self.internal = False
         return result
+
+    def _bound_values(self) -> dict[str, Any]:
+        """Values and leaf indices of the module-level names that hold tensors requiring
+        grad, at a backward call: which leaf a name holds, and what it holds."""
+        bound: dict[str, Any] = {}
+        for name, value in list((self.namespace or {}).items()):
+            if name.startswith("__") or not isinstance(value, torch.Tensor):
+                continue
+            if _BASE_REQUIRES_GRAD.__get__(value):
+                bound[name] = {"leaf": self.leaf_index(value), "value": encode_tensor(value)}
+        return bound
 
     def _hook_bound_values(self) -> dict[str, _GradHook]:
         """Hook the module-level names bound to non-leaf tensors that require grad.

@@ -170,6 +170,14 @@ def _values(tensor: dict[str, Any]) -> list[float]:
     return [float(v) for v in tensor.get("values", [])]
 
 
+def _same_values(tb: dict[str, Any], ta: dict[str, Any]) -> bool:
+    """Two encoded tensors hold the same values (forward tolerance; any shape)."""
+    if tb.get("numel") != ta.get("numel") or tb.get("truncated") or ta.get("truncated"):
+        return False
+    return all(abs(a - b) <= FORWARD_ATOL + FORWARD_RTOL * abs(b)
+               for b, a in zip(_values(tb), _values(ta)))
+
+
 def _at_line(line: int | None) -> str:
     return f" at line {line}" if line else ""
 
@@ -500,7 +508,7 @@ class _Comparison:
                 self._mark_broken(i)
                 self._compare_to_fd("before", i, k, grad_a, None, label)
                 continue
-            bound = self._bound_value(eb, k)
+            bound = self._bound_value(eb, ea, k)
             if bound is not None:
                 self._compare_to_bound_value(k, bound, eb["bound_grads"][bound], grad_a, label)
                 continue
@@ -520,20 +528,25 @@ class _Comparison:
                                 "None where before computes one")
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
 
-    def _bound_value(self, eb: dict[str, Any], k: int) -> str | None:
+    def _bound_value(self, eb: dict[str, Any], ea: dict[str, Any], k: int) -> str | None:
         """The module-level name whose non-leaf value in BEFORE became leaf ``k`` in AFTER.
 
         ``w = torch.randn(3, requires_grad=True) * 0.01`` -> ``w = (torch.randn(3) *
         0.01).requires_grad_()``: BEFORE's leaf ``k`` has no name (nothing can read its
-        gradient), AFTER's leaf ``k`` is bound to ``w``, and BEFORE recorded the gradient
-        w.r.t. its non-leaf ``w``. A leaf BEFORE could reach by name keeps its own
+        gradient), AFTER's leaf ``k`` is bound to ``w`` at this call and holds the value
+        BEFORE's non-leaf ``w`` holds, and BEFORE recorded the gradient w.r.t. that
+        non-leaf. (``eta = eta * 2`` -> ``eta_scaled = eta * 2`` keeps the leaf under
+        ``eta``, with another value: not this case.) A leaf BEFORE could reach by name keeps its own
         reference, so a rewrite cannot move a gradient away from a leaf the user holds.
         """
         names_b = self.before.get("global_leaf_index", {})
         if k in names_b.values():
             return None
-        names_a = [n for n, j in self.after.get("global_leaf_index", {}).items() if j == k]
-        bound = [n for n in names_a if n in (eb.get("bound_grads") or {})]
+        held_a = ea.get("bound_values") or {}
+        held_b = eb.get("bound_values") or {}
+        bound = [n for n, entry in held_a.items()
+                 if entry.get("leaf") == k and n in (eb.get("bound_grads") or {})
+                 and n in held_b and _same_values(held_b[n]["value"], entry["value"])]
         return bound[0] if len(bound) == 1 else None
 
     def _compare_to_bound_value(self, k: int, name: str, grad_b: dict[str, Any] | None,
