@@ -82,9 +82,11 @@ class NonleafParameter(Rule):
     its values and only becomes the tensor that is used. Unsafe for ops that change values
     or shape (`* 0.01`, `.view(3, 4)`, `.t()`): the gradient now lands on the scaled or
     reshaped tensor (100x the old leaf's for `* 0.01`), which is what the code meant but
-    changes every later update; review it. After ops that compute rather than shape a
-    value (`torch.randn(3, requires_grad=True).sum()`) there is no fix: the leaf is still
-    unreachable, but what was meant is unclear. Ops that return the leaf itself on a fresh
+    changes every later update; review it. An attribute of an `nn.Module` becomes
+    `nn.Parameter(<value>)`, an unsafe fix: the module gains a parameter (optimizers built
+    from `model.parameters()` now train it, `state_dict` gets a key). After ops that
+    compute rather than shape a value (`torch.randn(3, requires_grad=True).sum()`) there
+    is no fix: the leaf is still unreachable, but what was meant is unclear. Ops that return the leaf itself on a fresh
     tensor (`.float()`, `.cpu()`, `.contiguous()`), in-place initialisers (GF201),
     `.detach()`, and ops on tensors that do not require grad (`model.to(device)`,
     `x.to(device)`) are not reported.
@@ -205,7 +207,10 @@ class NonleafParameter(Rule):
         lost = self._lost_leaf(value, statement)
         if lost is None or not lost.ops:
             return
-        fix = self._fix(value, lost)
+        if self._module_attribute(statement) is not None:
+            fix = self._module_parameter_fix(value, lost)
+        else:
+            fix = self._fix(value, lost)
         self.report(value, self._message(statement, lost), fix=fix)
 
     def _lost_leaf(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
@@ -251,19 +256,31 @@ class NonleafParameter(Rule):
             return tensor
         return None
 
-    def _message(self, statement: cst.CSTNode, lost: LostLeaf) -> str:
+    def _module_attribute(self, statement: cst.CSTNode) -> str | None:
+        """``self.<attr> = ...`` in a method of an ``nn.Module`` subclass: the attribute."""
         target = None
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
             target = statement.targets[0].target
         elif isinstance(statement, cst.AnnAssign):
             target = statement.target
-        if isinstance(target, cst.Attribute) and self.analysis.enclosing_class(statement):
-            attr = target.attr.value
-            return (
-                f"`{attr}` is the result of an op on a new leaf, not a leaf: it is not "
-                f"registered as a parameter and its `.grad` stays `None`"
-            )
-        return self.message
+        if not isinstance(target, cst.Attribute) or not isinstance(target.value, cst.Name):
+            return None
+        cls = self.analysis.enclosing_class(statement)
+        if cls is None or target.value.value != "self":
+            return None
+        bases = [self.analysis.qualified_name(base.value) or "" for base in cls.bases]
+        if not any(base.startswith("torch.nn.") for base in bases):
+            return None
+        return target.attr.value
+
+    def _message(self, statement: cst.CSTNode, lost: LostLeaf) -> str:
+        attr = self._module_attribute(statement)
+        if attr is None:
+            return self.message
+        return (
+            f"`self.{attr}` is the result of an op on a new leaf, not a leaf: it is not "
+            f"registered as a parameter (never trained) and its `.grad` stays `None`"
+        )
 
     # -- fixing ----------------------------------------------------------------------------
     def _fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
@@ -281,6 +298,30 @@ class NonleafParameter(Rule):
                 return self.replace(value, folded, description, safety=FixSafety.SAFE)
         return self._requires_grad_fix(value, lost, safety)
 
+    def _module_parameter_fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
+        """A module attribute becomes a registered parameter: ``nn.Parameter(<value>)``.
+        Unsafe: the module gains a parameter (optimizers, ``state_dict`` keys)."""
+        if lost.kind == "parameter":
+            return self._parameter_fix(value, lost, FixSafety.UNSAFE)
+        if not all(_op_name(op) in SHAPING or _op_name(op).endswith("Operation")
+                   for op in lost.ops):
+            return None
+        moved = value.deep_replace(lost.creation, self._plain(lost))
+        assert isinstance(moved, cst.BaseExpression)
+        new = cst.Call(self.analysis.torch_attr("nn.Parameter"),
+                       [cst.Arg(_without_outer_parens(moved))])
+        description = "Register the finished value as an nn.Parameter"
+        return self.replace(value, new, description, safety=FixSafety.UNSAFE)
+
+    def _plain(self, lost: LostLeaf) -> cst.BaseExpression:
+        """The creation without what makes it a leaf (``requires_grad=True``, the call of
+        ``.requires_grad_()``)."""
+        creation = lost.creation
+        if lost.kind == "marked":
+            assert isinstance(creation.func, cst.Attribute)
+            return creation.func.value
+        return creation.with_changes(args=_without_requires_grad(creation.args))
+
     def _parameter_fix(
         self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety
     ) -> Fix:
@@ -297,13 +338,7 @@ class NonleafParameter(Rule):
     def _requires_grad_fix(
         self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety
     ) -> Fix:
-        creation = lost.creation
-        if lost.kind == "marked":
-            assert isinstance(creation.func, cst.Attribute)
-            plain: cst.BaseExpression = creation.func.value
-        else:
-            plain = creation.with_changes(args=_without_requires_grad(creation.args))
-        moved = value.deep_replace(creation, plain)
+        moved = value.deep_replace(lost.creation, self._plain(lost))
         assert isinstance(moved, cst.BaseExpression)
         new = cst.Call(cst.Attribute(_parenthesized(moved), cst.Name("requires_grad_")))
         description = "Apply the op first, then call `.requires_grad_()`"

@@ -79,10 +79,14 @@ def test_module_attribute_message_says_not_registered() -> None:
             def __init__(self):
                 super().__init__()
                 self.w = torch.randn(3, requires_grad=True).to("cpu")
-        """
+                self.b = torch.zeros(3).requires_grad_() * 0.5
+        """,
+        unsafe=True,
     )
     assert "not registered as a parameter" in result.findings[0].message
-    assert 'self.w = torch.randn(3, device="cpu", requires_grad=True)\n' in result.source
+    assert {f.fix.safety for f in result.findings if f.fix} == {"unsafe"}
+    assert 'self.w = torch.nn.Parameter(torch.randn(3).to("cpu"))\n' in result.source
+    assert "self.b = torch.nn.Parameter(torch.zeros(3) * 0.5)\n" in result.source
 
 
 def test_not_reported() -> None:

@@ -878,3 +878,30 @@ def test_leaf_kept_under_its_name_with_another_value_keeps_its_own_reference() -
     verdict = verify(before, after)
     assert verdict.status == "verified", verdict.reason
     assert not any("non-leaf" in note for note in verdict.evidence["notes"])
+
+
+def test_module_attribute_made_a_leaf_is_compared_with_its_gradient() -> None:
+    before = """
+import torch
+from torch import nn
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.randn(4, requires_grad=True) * 0.1
+
+    def forward(self, x):
+        return x * self.w
+
+torch.manual_seed(0)
+model = Scale()
+model(torch.randn(3, 4)).pow(2).sum().backward()
+"""
+    after = before.replace("torch.randn(4, requires_grad=True) * 0.1",
+                           "nn.Parameter(torch.randn(4) * 0.1)")
+    verdict = verify(before, after)
+    assert verdict.status == "verified", verdict.reason
+    assert any("non-leaf 'model.w'" in note for note in verdict.evidence["notes"])
+    doubled = "return x * (self.w * 2 - self.w.detach())"
+    wrong = verify(before, after.replace("return x * self.w", doubled))
+    assert wrong.status == "rejected"

@@ -212,15 +212,29 @@ class Recorder:
         """Values and leaf indices of the module-level names that hold tensors requiring
         grad, at a backward call: which leaf a name holds, and what it holds."""
         bound: dict[str, Any] = {}
-        for name, value in list((self.namespace or {}).items()):
-            if name.startswith("__") or not isinstance(value, torch.Tensor):
-                continue
+        for name, value in self._named_tensors():
             if _BASE_REQUIRES_GRAD.__get__(value):
                 bound[name] = {"leaf": self.leaf_index(value), "value": encode_tensor(value)}
         return bound
 
+    def _named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Module-level tensors by name, and the tensors of module-level ``nn.Module``
+        objects by ``object.attribute`` (``model.scale``: parameters and plain attributes,
+        one level deep)."""
+        for name, value in list((self.namespace or {}).items()):
+            if name.startswith("__"):
+                continue
+            if isinstance(value, torch.Tensor):
+                yield name, value
+            elif isinstance(value, torch.nn.Module):
+                attributes = {**vars(value), **value._parameters}
+                for attr, item in attributes.items():
+                    if isinstance(item, torch.Tensor):
+                        yield f"{name}.{attr}", item
+
     def _hook_bound_values(self) -> dict[str, _GradHook]:
-        """Hook the module-level names bound to non-leaf tensors that require grad.
+        """Hook the module-level names (and module attributes) bound to non-leaf tensors
+        that require grad.
 
         ``w = torch.randn(3, requires_grad=True) * 0.01`` binds a non-leaf: the leaf that
         gets the gradient is unreachable, and a fix makes ``w`` itself the leaf. The
@@ -229,9 +243,7 @@ class Recorder:
         behaviour), and is removed after the call.
         """
         hooks: dict[str, _GradHook] = {}
-        for name, value in list((self.namespace or {}).items()):
-            if name.startswith("__") or not isinstance(value, torch.Tensor):
-                continue
+        for name, value in self._named_tensors():
             if not _BASE_REQUIRES_GRAD.__get__(value) or value.is_leaf:
                 continue
             hook = _GradHook()

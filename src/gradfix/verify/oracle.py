@@ -33,8 +33,9 @@ so an intentional ``.detach()`` kept by the fix costs nothing; but where an inte
 detach and a repaired cut reach the same element, the estimate (which sees every path)
 agrees with neither and the fix is rejected: a conservative answer.
 
-A leaf that BEFORE cannot reach by any module-level name, while AFTER binds its leaf of the
-same index to a name where BEFORE binds a non-leaf that requires grad
+A leaf that BEFORE cannot reach by any module-level name (or attribute of a module-level
+``nn.Module``), while AFTER binds its leaf of the same index, holding the same values, to a
+name where BEFORE binds a non-leaf that requires grad
 (``w = torch.randn(3, requires_grad=True) * 0.01`` -> ``w = (torch.randn(3) *
 0.01).requires_grad_()``), is compared with the gradient BEFORE's backward gave that
 non-leaf: the value the user bound, and the only gradient BEFORE's program could have
@@ -73,6 +74,7 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
      "events": [{"index", "kind": "backward" | "grad", "line", "roots": [tensor],
                  "objective", "error": None | {"type", "message"},
                  "grads": {"<leaf index>": tensor | None},
+                 "bound_values": {name: {"leaf": index | None, "value": tensor}},
                  "bound_grads": {name: tensor | None}}, ...],
      "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
      "global_leaf_index": {name: leaf index},
@@ -539,11 +541,11 @@ class _Comparison:
         ``eta``, with another value: not this case.) A leaf BEFORE could reach by name keeps its own
         reference, so a rewrite cannot move a gradient away from a leaf the user holds.
         """
-        names_b = self.before.get("global_leaf_index", {})
-        if k in names_b.values():
-            return None
         held_a = ea.get("bound_values") or {}
         held_b = eb.get("bound_values") or {}
+        if k in self.before.get("global_leaf_index", {}).values() or any(
+                entry.get("leaf") == k for entry in held_b.values()):
+            return None
         bound = [n for n, entry in held_a.items()
                  if entry.get("leaf") == k and n in (eb.get("bound_grads") or {})
                  and n in held_b and _same_values(held_b[n]["value"], entry["value"])]
