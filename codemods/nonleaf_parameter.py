@@ -86,8 +86,9 @@ class NonleafParameter(Rule):
     `nn.Parameter(<value>)`, an unsafe fix: the module gains a parameter (optimizers built
     from `model.parameters()` now train it, `state_dict` gets a key). After ops that
     compute rather than shape a value (`torch.randn(3, requires_grad=True).sum()`) there
-    is no fix: the leaf is still unreachable, but what was meant is unclear. Ops that return the leaf itself on a fresh
-    tensor (`.float()`, `.cpu()`, `.contiguous()`), in-place initialisers (GF201),
+    is no fix: the leaf is still unreachable, but what was meant is unclear. Ops that
+    return the leaf itself on a fresh tensor (`.float()`, `.cpu()`, `.contiguous()`),
+    in-place initialisers (GF201),
     `.detach()`, and ops on tensors that do not require grad (`model.to(device)`,
     `x.to(device)`) are not reported.
     """
