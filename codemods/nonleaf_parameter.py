@@ -309,10 +309,15 @@ class NonleafParameter(Rule):
             return None
         moved = value.deep_replace(lost.creation, self._plain(lost))
         assert isinstance(moved, cst.BaseExpression)
-        new = cst.Call(self.analysis.torch_attr("nn.Parameter"),
-                       [cst.Arg(_without_outer_parens(moved))])
+        new = cst.Call(self._parameter_class(), [cst.Arg(_without_outer_parens(moved))])
         description = "Register the finished value as an nn.Parameter"
         return self.replace(value, new, description, safety=FixSafety.UNSAFE)
+
+    def _parameter_class(self) -> cst.BaseExpression:
+        """``nn.Parameter`` where the file imports ``nn`` from torch, else ``torch.nn...``."""
+        if self.analysis.qualified_name(cst.Name("nn")) == "torch.nn":
+            return cst.Attribute(cst.Name("nn"), cst.Name("Parameter"))
+        return self.analysis.torch_attr("nn.Parameter")
 
     def _plain(self, lost: LostLeaf) -> cst.BaseExpression:
         """The creation without what makes it a leaf (``requires_grad=True``, the call of

@@ -85,8 +85,8 @@ def test_module_attribute_message_says_not_registered() -> None:
     )
     assert "not registered as a parameter" in result.findings[0].message
     assert {f.fix.safety for f in result.findings if f.fix} == {"unsafe"}
-    assert 'self.w = torch.nn.Parameter(torch.randn(3).to("cpu"))\n' in result.source
-    assert "self.b = torch.nn.Parameter(torch.zeros(3) * 0.5)\n" in result.source
+    assert 'self.w = nn.Parameter(torch.randn(3).to("cpu"))\n' in result.source
+    assert "self.b = nn.Parameter(torch.zeros(3) * 0.5)\n" in result.source
 
 
 def test_not_reported() -> None:
