@@ -215,7 +215,21 @@ class NonleafParameter(Rule):
         self.report(value, self._message(statement, lost), fix=fix)
 
     def _lost_leaf(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
-        """Peel ops off ``expr`` down to a call that creates a leaf."""
+        """Peel ops off ``expr`` down to a call that creates a leaf; the other operand of
+        an arithmetic op must not require grad (``w * x`` of two trained tensors is a
+        computation, not this pattern)."""
+        lost = self._peel(expr, at)
+        if lost is None:
+            return None
+        for op in lost.ops:
+            if isinstance(op, cst.BinaryOperation):
+                other = op.right if self._peel(op.left, at) is not None else op.left
+                if self.analysis.requires_grad(other, at):
+                    return None
+        return lost
+
+    def _peel(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
+        """The syntactic chain of ops from ``expr`` down to a leaf creation, if any."""
         ops: list[cst.BaseExpression] = []
         current = expr
         for _ in range(16):
@@ -231,7 +245,9 @@ class NonleafParameter(Rule):
         return None
 
     def _creation_kind(self, expr: cst.BaseExpression, at: cst.CSTNode) -> str | None:
-        if not isinstance(expr, cst.Call) or self.analysis.leaf_value_reason(expr, at) is None:
+        if not isinstance(expr, cst.Call) or not _may_create_leaf(expr):
+            return None
+        if self.analysis.leaf_value_reason(expr, at) is None:
             return None
         name = self.analysis.call_name(expr)
         if name == "torch.nn.Parameter":
@@ -250,11 +266,7 @@ class NonleafParameter(Rule):
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             return expr.expression
         if isinstance(expr, cst.BinaryOperation):
-            left_leaf = self._lost_leaf(expr.left, at) is not None
-            tensor, other = (expr.left, expr.right) if left_leaf else (expr.right, expr.left)
-            if self.analysis.requires_grad(other, at):
-                return None  # a product of two trained tensors: not this pattern
-            return tensor
+            return expr.left if self._peel(expr.left, at) is not None else expr.right
         return None
 
     def _module_attribute(self, statement: cst.CSTNode) -> str | None:
@@ -401,6 +413,16 @@ class NonleafParameter(Rule):
         if last is not None and "device" in last.lower():
             return "device", value
         return None
+
+
+def _may_create_leaf(call: cst.Call) -> bool:
+    """Cheap syntactic test before asking the analysis: ``Parameter(...)``,
+    ``...(requires_grad=True)``, ``.requires_grad_()``."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    return name in ("Parameter", "requires_grad_") or any(
+        _is_keyword(arg, "requires_grad") for arg in call.args
+    )
 
 
 def _op_name(op: cst.BaseExpression) -> str:
