@@ -9,9 +9,11 @@ from gradfix.codemods.data_mutation import DataMutation
 from gradfix.codemods.inplace_on_saved import InplaceOnSaved
 from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
 from gradfix.codemods.leaf_inplace import LeafInplace
+from gradfix.codemods.leaf_rebinding import LeafRebinding
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
+from gradfix.codemods.nonleaf_parameter import NonleafParameter
 from gradfix.codemods.row_loop_inplace import RowLoopInplace
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
@@ -29,8 +31,10 @@ ALL_RULES = sorted(
         InplaceOnSaved,
         ViewAliasMutation,
         DataMutation,
+        LeafRebinding,
         MaskedUnsafeBranch,
         NonleafGradRead,
+        NonleafParameter,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         RowLoopInplace,

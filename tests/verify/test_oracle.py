@@ -789,3 +789,119 @@ def test_changed_gradient_plans_the_later_calls_of_a_parted_trajectory() -> None
     cut["values"] = [1.0, 1.0]  # before's autograd was right after all
     verdict = compare_traces(before, after, references)
     assert verdict.status == "rejected" and "backward call #1" in verdict.reason
+
+
+# ------------------------------------------------------- leaves updated behind a view
+REBOUND_LEAF = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(6, 3)
+w = torch.randn(3, requires_grad=True)
+w = w.view(3, 1)
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    loss = ((x @ w) ** 2).mean()
+    loss.backward()
+    opt.step()
+"""
+VIEW_BEFORE_LOOP = REBOUND_LEAF.replace("w = w.view(3, 1)", "w_view = w.view(3, 1)").replace(
+    "x @ w)", "x @ w_view)")
+STALE_COPY_BEFORE_LOOP = VIEW_BEFORE_LOOP.replace("w.view(3, 1)", "w.view(3, 1).clone()")
+COPY_IN_LOOP = STALE_COPY_BEFORE_LOOP.replace("w_view = w.view(3, 1).clone()\n", "").replace(
+    "    opt.zero_grad()\n", "    opt.zero_grad()\n    w_view = w.view(3, 1).clone()\n")
+
+
+def test_leaf_updated_behind_a_view_made_before_the_loop_is_perturbed_per_step() -> None:
+    # The optimizer changes w in place; each step's loss reads it only through w_view.
+    verdict = verify(REBOUND_LEAF, VIEW_BEFORE_LOOP)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["events_self_checked"] == 3
+
+
+def test_stale_copy_of_an_updated_leaf_is_rejected() -> None:
+    # The copy is made once: after the first step it no longer follows w.
+    assert "w_view = w.view(3, 1).clone()\nopt" in STALE_COPY_BEFORE_LOOP
+    assert "    w_view = w.view(3, 1).clone()\n    loss" in COPY_IN_LOOP
+    verdict = verify(REBOUND_LEAF, STALE_COPY_BEFORE_LOOP)
+    assert verdict.status == "rejected"
+    assert "backward call #2" in verdict.reason
+    assert verify(REBOUND_LEAF, COPY_IN_LOOP).status == "verified"
+
+
+# ------------------------------------------- a leaf made from the value the name holds
+BOUND_NONLEAF = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(5, 3)
+w = torch.randn(4, 3, requires_grad=True).t() * 0.01
+loss = (x @ w).pow(2).sum()
+loss.backward()
+print(w.grad)
+"""
+BOUND_LEAF = BOUND_NONLEAF.replace("torch.randn(4, 3, requires_grad=True).t() * 0.01",
+                                   "(torch.randn(4, 3).t() * 0.01).requires_grad_()")
+
+
+def test_leaf_made_from_the_bound_value_is_compared_with_its_gradient() -> None:
+    # Before's leaf (the randn) is unreachable; its gradient is 100x and transposed.
+    verdict = verify(BOUND_NONLEAF, BOUND_LEAF)
+    assert verdict.status == "verified", verdict.reason
+    assert any("gradient of before's non-leaf 'w'" in note for note in verdict.evidence["notes"])
+
+
+def test_leaf_made_from_the_bound_value_with_a_changed_gradient_is_rejected() -> None:
+    # Same forward, doubled gradient: w * 2 - w.detach() == w.
+    doubled = BOUND_LEAF.replace("(x @ w)", "(x @ (w * 2 - w.detach()))")
+    verdict = verify(BOUND_NONLEAF, doubled)
+    assert verdict.status == "rejected"
+    assert "bound to 'w'" in verdict.reason
+
+
+def test_gradient_moved_away_from_a_named_leaf_is_rejected() -> None:
+    before = BOUND_NONLEAF.replace("w = torch.randn(4, 3, requires_grad=True).t() * 0.01",
+                                   "w0 = torch.randn(4, 3, requires_grad=True)\n"
+                                   "w = w0.t() * 0.01")
+    after = before.replace("w0 = torch.randn(4, 3, requires_grad=True)",
+                           "w0 = torch.randn(4, 3)").replace(
+        "w = w0.t() * 0.01", "w = (w0.t() * 0.01).requires_grad_()")
+    verdict = verify(before, after)
+    assert verdict.status == "rejected", verdict.reason
+
+
+def test_leaf_kept_under_its_name_with_another_value_keeps_its_own_reference() -> None:
+    # eta = eta * 2 -> eta_scaled = eta * 2: after's 'eta' is the same leaf, not a leaf
+    # made from before's value of 'eta', so the leaf's own gradient is the reference.
+    before = ("import torch\neta = torch.nn.Parameter(torch.rand(4))\neta = eta * 2\n"
+              "eta.sum().backward()\n")
+    after = before.replace("eta = eta * 2\neta.sum()", "eta_scaled = eta * 2\neta_scaled.sum()")
+    verdict = verify(before, after)
+    assert verdict.status == "verified", verdict.reason
+    assert not any("non-leaf" in note for note in verdict.evidence["notes"])
+
+
+def test_module_attribute_made_a_leaf_is_compared_with_its_gradient() -> None:
+    before = """
+import torch
+from torch import nn
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.randn(4, requires_grad=True) * 0.1
+
+    def forward(self, x):
+        return x * self.w
+
+torch.manual_seed(0)
+model = Scale()
+model(torch.randn(3, 4)).pow(2).sum().backward()
+"""
+    after = before.replace("torch.randn(4, requires_grad=True) * 0.1",
+                           "nn.Parameter(torch.randn(4) * 0.1)")
+    verdict = verify(before, after)
+    assert verdict.status == "verified", verdict.reason
+    assert any("non-leaf 'model.w'" in note for note in verdict.evidence["notes"])
+    doubled = "return x * (self.w * 2 - self.w.detach())"
+    wrong = verify(before, after.replace("return x * self.w", doubled))
+    assert wrong.status == "rejected"

@@ -133,6 +133,8 @@ class Recorder:
         self._group_token: dict[int, tuple[int, int]] = {}
         self._group_first_use: dict[int, int] = {}
         self.first_uses: dict[int, dict[int, int | None]] = {}
+        #: The script's module namespace, to record gradients of the values it binds.
+        self.namespace: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -176,6 +178,9 @@ class Recorder:
             self.first_uses[index] = dict(self._group_first_use)
             record = self._begin_record(index, kind, roots) if self.record_values else None
             grads_before = self._grad_snapshot() if record and kind == "backward" else None
+            bound = self._hook_bound_values() if record and kind == "backward" else {}
+            if record and kind == "backward":
+                record["bound_values"] = self._bound_values()
         finally:
             self.internal = False
         if self.stop_after_event == index:
@@ -189,13 +194,62 @@ class Recorder:
             raise
         finally:
             self.depth -= 1
+            for hook in bound.values():
+                hook.handle.remove()
         if record is not None:
             self.internal = True
             try:
                 record["grads"] = self._event_grads(kind, grads_before, inputs, result)
+                if bound:
+                    record["bound_grads"] = {name: None if hook.grad is None else
+                                             encode_tensor(hook.grad)
+                                             for name, hook in bound.items()}
             finally:
                 self.internal = False
         return result
+
+    def _bound_values(self) -> dict[str, Any]:
+        """Values and leaf indices of the module-level names that hold tensors requiring
+        grad, at a backward call: which leaf a name holds, and what it holds."""
+        bound: dict[str, Any] = {}
+        for name, value in self._named_tensors():
+            if _BASE_REQUIRES_GRAD.__get__(value):
+                bound[name] = {"leaf": self.leaf_index(value), "value": encode_tensor(value)}
+        return bound
+
+    def _named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Module-level tensors by name, and the tensors of module-level ``nn.Module``
+        objects by ``object.attribute`` (``model.scale``: parameters and plain attributes,
+        one level deep)."""
+        for name, value in list((self.namespace or {}).items()):
+            if name.startswith("__"):
+                continue
+            if isinstance(value, torch.Tensor):
+                yield name, value
+            elif isinstance(value, torch.nn.Module):
+                attributes = {**vars(value), **value._parameters}
+                for attr, item in attributes.items():
+                    if isinstance(item, torch.Tensor):
+                        yield f"{name}.{attr}", item
+
+    def _hook_bound_values(self) -> dict[str, _GradHook]:
+        """Hook the module-level names (and module attributes) bound to non-leaf tensors
+        that require grad.
+
+        ``w = torch.randn(3, requires_grad=True) * 0.01`` binds a non-leaf: the leaf that
+        gets the gradient is unreachable, and a fix makes ``w`` itself the leaf. The
+        gradient w.r.t. the bound value is what such a fix must reproduce. A hook records
+        it without touching ``.grad`` (``retain_grad()`` would change the script's
+        behaviour), and is removed after the call.
+        """
+        hooks: dict[str, _GradHook] = {}
+        for name, value in self._named_tensors():
+            if not _BASE_REQUIRES_GRAD.__get__(value) or value.is_leaf:
+                continue
+            hook = _GradHook()
+            hook.handle = value.register_hook(hook)
+            hooks[name] = hook
+        return hooks
 
     def _begin_record(self, index: int, kind: str, roots: list[Any]) -> dict[str, Any] | None:
         if index >= MAX_RECORDED_EVENTS:
@@ -251,8 +305,21 @@ class Recorder:
             return
         if not torch.is_grad_enabled():
             return
+        self._regroup_updated_leaves()
         for k in sorted(set(self._leaf_args(args, kwargs))):
             self._count_use(k)
+
+    def _regroup_updated_leaves(self) -> None:
+        """A leaf changed in place since its group began (an optimizer step under no_grad)
+        starts a new group at the next grad-mode call, even when no call takes the leaf
+        itself: a view made before the loop (``w_t = w.t()``) carries its new values into
+        the graph. The call runs before any later change, so the perturbation lands on the
+        value the next backward differentiates; a copy made before the change (a stale
+        derived value) does not see it, and finite differences then disagree, as they must.
+        """
+        for k, token in list(self._group_token.items()):
+            if self.leaves[k]._version != token[0]:
+                self._count_use(k)
 
     def _leaf_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[int]:
         for value in (*args, *kwargs.values()):
@@ -273,6 +340,18 @@ class Recorder:
         p = self.perturbation
         if p is not None and p.leaf == k and p.use == use and p.step is None:
             _apply_perturbation(leaf, p)
+
+
+class _GradHook:
+    """A tensor hook that keeps the (summed) gradient flowing into one tensor."""
+
+    def __init__(self) -> None:
+        self.grad: torch.Tensor | None = None
+        self.handle: Any = None
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        grad = grad.detach().clone()
+        self.grad = grad if self.grad is None else self.grad + grad
 
 
 def one_line(exc: BaseException) -> str:

@@ -33,6 +33,14 @@ so an intentional ``.detach()`` kept by the fix costs nothing; but where an inte
 detach and a repaired cut reach the same element, the estimate (which sees every path)
 agrees with neither and the fix is rejected: a conservative answer.
 
+A leaf that BEFORE cannot reach by any module-level name (or attribute of a module-level
+``nn.Module``), while AFTER binds its leaf of the same index, holding the same values, to a
+name where BEFORE binds a non-leaf that requires grad
+(``w = torch.randn(3, requires_grad=True) * 0.01`` -> ``w = (torch.randn(3) *
+0.01).requires_grad_()``), is compared with the gradient BEFORE's backward gave that
+non-leaf: the value the user bound, and the only gradient BEFORE's program could have
+meant. A leaf BEFORE holds by name always keeps its own gradient as the reference.
+
 Backward calls are matched by order, leaves by creation index. A leaf whose gradient is
 ``None`` in both versions (after a backward that ran) is left alone: the rewrite did not
 touch its reachability. AFTER's ``None`` counts as zero only against a finite-difference
@@ -65,12 +73,16 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
      "leaves": [{"index", "shape", "dtype", "origin", "line"}, ...],
      "events": [{"index", "kind": "backward" | "grad", "line", "roots": [tensor],
                  "objective", "error": None | {"type", "message"},
-                 "grads": {"<leaf index>": tensor | None}}, ...],
+                 "grads": {"<leaf index>": tensor | None},
+                 "bound_values": {name: {"leaf": index | None, "value": tensor}},
+                 "bound_grads": {name: tensor | None}}, ...],
      "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
+     "global_leaf_index": {name: leaf index},
      "seed"}
     or {"runner_error": {"kind": "timeout" | "crash" | ..., "message"}}
 
-``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``.
+``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``;
+``bound_grads`` the gradient w.r.t. each module-level non-leaf that requires grad.
 """
 
 from __future__ import annotations
@@ -158,6 +170,14 @@ def plan_fd(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dic
 
 def _values(tensor: dict[str, Any]) -> list[float]:
     return [float(v) for v in tensor.get("values", [])]
+
+
+def _same_values(tb: dict[str, Any], ta: dict[str, Any]) -> bool:
+    """Two encoded tensors hold the same values (forward tolerance; any shape)."""
+    if tb.get("numel") != ta.get("numel") or tb.get("truncated") or ta.get("truncated"):
+        return False
+    return all(abs(a - b) <= FORWARD_ATOL + FORWARD_RTOL * abs(b)
+               for b, a in zip(_values(tb), _values(ta)))
 
 
 def _at_line(line: int | None) -> str:
@@ -490,6 +510,10 @@ class _Comparison:
                 self._mark_broken(i)
                 self._compare_to_fd("before", i, k, grad_a, None, label)
                 continue
+            bound = self._bound_value(eb, ea, k)
+            if bound is not None:
+                self._compare_to_bound_value(k, bound, eb["bound_grads"][bound], grad_a, label)
+                continue
             grad_b = eb.get("grads", {}).get(key)
             if grad_b is None and grad_a is None:
                 self.no_gradient_either.add(k)
@@ -505,6 +529,53 @@ class _Comparison:
                 raise _Rejected(f"after: {label} leaves the gradient of {self._leaf_name(k)} "
                                 "None where before computes one")
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _bound_value(self, eb: dict[str, Any], ea: dict[str, Any], k: int) -> str | None:
+        """The module-level name whose non-leaf value in BEFORE became leaf ``k`` in AFTER.
+
+        ``w = torch.randn(3, requires_grad=True) * 0.01`` -> ``w = (torch.randn(3) *
+        0.01).requires_grad_()``: BEFORE's leaf ``k`` has no name (nothing can read its
+        gradient), AFTER's leaf ``k`` is bound to ``w`` at this call and holds the value
+        BEFORE's non-leaf ``w`` holds, and BEFORE recorded the gradient w.r.t. that
+        non-leaf. (``eta = eta * 2`` -> ``eta_scaled = eta * 2`` keeps the leaf under
+        ``eta``, with another value: not this case.) A leaf BEFORE could reach by name keeps its own
+        reference, so a rewrite cannot move a gradient away from a leaf the user holds.
+        """
+        held_a = ea.get("bound_values") or {}
+        held_b = eb.get("bound_values") or {}
+        if k in self.before.get("global_leaf_index", {}).values() or any(
+                entry.get("leaf") == k for entry in held_b.values()):
+            return None
+        bound = [n for n, entry in held_a.items()
+                 if entry.get("leaf") == k and n in (eb.get("bound_grads") or {})
+                 and n in held_b and _same_values(held_b[n]["value"], entry["value"])]
+        return bound[0] if len(bound) == 1 else None
+
+    def _compare_to_bound_value(self, k: int, name: str, grad_b: dict[str, Any] | None,
+                                grad_a: dict[str, Any] | None, label: str) -> None:
+        what = (f"{self._leaf_name(k)}, bound to '{name}' where before binds a non-leaf "
+                "to it")
+        note = (f"{self._leaf_name(k)} compared with the gradient of before's non-leaf "
+                f"'{name}' (the value the name holds)")
+        if note not in self.notes:
+            self.notes.append(note)
+        self._require_finite(grad_a, k, label)
+        if grad_b is None:
+            return  # before's value was not reached by this call
+        if grad_a is None:
+            raise _Rejected(f"after: {label} leaves the gradient of {what} None where "
+                            "before computes one")
+        expected, actual = _values(grad_b), _values(grad_a)
+        if len(expected) != len(actual):
+            raise _Rejected(f"after: {label} gives {what} a gradient of {len(actual)} "
+                            f"elements, before's value has {len(expected)}")
+        self.leaves_compared.add(k)
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            if math.isfinite(e) and abs(a - e) > GRAD_ATOL + GRAD_RTOL * abs(e):
+                raise _Rejected(f"gradient changed: {label} gives {what} the gradient "
+                                f"{_format(a)} at element {j}, before's gives {_format(e)}")
+            if math.isfinite(e):
+                self.gradient.add(a, e)
 
     def _broken_call(self) -> int:
         """1-based number of the first backward call where before's gradient is broken."""

@@ -213,6 +213,7 @@ class Session:
         module.__builtins__ = builtins  # type: ignore[attr-defined]
         saved_main, saved_argv = sys.modules.get("__main__"), sys.argv
         sys.modules["__main__"], sys.argv = module, [self.path]
+        recorder.namespace = module.__dict__
         self.instrument.activate(recorder)
         try:
             if track_uses:
@@ -259,6 +260,8 @@ class Session:
             "events_truncated": recorder.event_count > len(recorder.events),
             "globals": tensors,
             "leaf_globals": leaf_globals,
+            "global_leaf_index": {name: recorder.leaf_index(namespace[name])
+                                  for name in leaf_globals},
             "seed": self.seed,
             "torch_version": self.torch.__version__,
             "duration_s": round(time.monotonic() - started, 3),

@@ -1,0 +1,529 @@
+"""GF102 leaf-rebinding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from gradfix.analysis import VIEW_ATTRIBUTES, VIEW_OPS, Binding, LeafReason, Scope
+from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
+
+#: Attributes whose read means the leaf itself: its gradient.
+LEAF_ATTRIBUTES = frozenset({"grad"})
+#: Attributes read to update a tensor in place under ``no_grad`` (``w.data -= ...``).
+UPDATE_ATTRIBUTES = frozenset({"data"})
+#: Suffix of the new name, by the op that derives the value (``eta * 2`` -> ``eta_scaled``).
+BINARY_SUFFIXES: dict[type[cst.BaseBinaryOp], str] = {
+    cst.Multiply: "scaled",
+    cst.Divide: "scaled",
+    cst.Add: "shifted",
+    cst.Subtract: "shifted",
+    cst.Power: "pow",
+    cst.MatrixMultiply: "matmul",
+}
+_LOOPS = (cst.For, cst.While)
+_NESTED_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+@dataclass
+class Reads:
+    """The uses of the name after the rebinding, up to the next binding of the name."""
+
+    derived: list[cst.Name] = field(default_factory=list)  # meant the derived value
+    targets: list[cst.Name] = field(default_factory=list)  # later ``name = f(name)``
+    unsafe: str | None = None  # why renaming them could change behaviour
+
+
+class LeafRebinding(Rule):
+    """
+    ## What it does
+    Finds a name that holds a leaf tensor that requires grad (created on that name with
+    `nn.Parameter(...)`, a factory with `requires_grad=True` or `.requires_grad_()`) and is
+    rebound to an expression of itself: `eta = eta * 2`, `w = w.t()`, `x = x.view(3, 4)`.
+    The fix binds the derived value to a new name and renames the later reads that use it.
+
+    ## Why is this bad?
+    After `eta = eta * 2` the name holds the *result* of an op, not the leaf. The leaf
+    still gets its gradient, but nothing refers to it any more: `eta.grad` is `None` (with
+    the warning "The .grad attribute of a Tensor that is not a leaf Tensor is being
+    accessed"), and an optimizer built from `[eta]` fails with "can't optimize a non-leaf
+    Tensor". Under `torch.no_grad()`, `w = w - lr * w.grad` makes `w` a new tensor that
+    does not require grad at all: the next backward() fails or never reaches it.
+
+    ## Example
+    ```python
+    eta = torch.tensor(0.5, requires_grad=True)
+    eta = eta * 2
+    loss = (eta * x).sum()
+    loss.backward()
+    print(eta.grad)  # None
+    ```
+
+    ## Use instead
+    ```python
+    eta = torch.tensor(0.5, requires_grad=True)
+    eta_scaled = eta * 2
+    loss = (eta_scaled * x).sum()
+    loss.backward()
+    print(eta.grad)  # the leaf's gradient
+    ```
+    The new name is `<name>_<op>` (`w_t`, `x_view`, `eta_scaled`), made unique in the
+    file. Reads after the rebinding that use the value (computations, up to the next
+    binding of the name) are renamed; reads that mean the leaf stay: `eta.grad`, an
+    optimizer built from it (`torch.optim.SGD([eta], ...)`), and in-place updates under
+    `torch.no_grad()`.
+
+    ## Fix safety
+    Safe: the derived value and every computation from it are unchanged; only the reads
+    that mean the leaf now see it. Reported without a fix where renaming could change
+    what other code sees: the rebinding sits in a loop that does not create the leaf (each
+    iteration would derive from the previous value), the name is declared `global` /
+    `nonlocal` or read by a nested function or lambda, the derived value is returned,
+    yielded or stored as an attribute (the leaf is lost to the caller: create the leaf
+    from the final value instead, see GF103), a later read lies outside the block of the
+    rebinding (an `if` branch), or the rebinding runs under `torch.no_grad()` (update in
+    place: `w -= lr * w.grad`). Names that only alias a leaf held elsewhere
+    (`weight = self.weight`), loop variables over `parameters()`, tensors that do not
+    require grad and values that are leaves again (`w = w.detach().requires_grad_()`,
+    `w = nn.Parameter(w)`) are not reported.
+    """
+
+    code = "GF102"
+    name = "leaf-rebinding"
+    message = "Rebinding a leaf's name to an op on it loses the leaf: its `.grad` stays `None`"
+    fix_safety = FixSafety.SAFE
+    prefilter = ("requires_grad", "Parameter(")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            x = torch.randn(3, 4)
+            x = x * 2  # data, no requires_grad
+            x = x.view(12)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            import torch.nn.functional as F
+
+            class Conv(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.weight = nn.Parameter(torch.randn(4, 3, 3, 3))
+
+                def forward(self, x):
+                    weight = self.weight
+                    weight = weight * 0.5  # the leaf is still self.weight
+                    return F.conv2d(x, weight)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            w = w.detach().requires_grad_()
+            b = torch.randn(3, requires_grad=True)
+            b = b.detach()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            w_scaled = w * 2
+            w_scaled.sum().backward()
+            print(w.grad)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            x = torch.randn(4)
+            eta = torch.tensor(0.5, requires_grad=True)
+            eta = eta * 2  # scale
+            loss = (eta * x).sum()
+            loss.backward()
+            print(eta.grad)
+            """,
+            """
+            import torch
+            x = torch.randn(4)
+            eta = torch.tensor(0.5, requires_grad=True)
+            eta_scaled = eta * 2  # scale
+            loss = (eta_scaled * x).sum()
+            loss.backward()
+            print(eta.grad)
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+
+            def fit(x, y):
+                w = th.randn(4, 3, requires_grad=True)
+                w = w.t()
+                opt = th.optim.SGD([w], lr=0.1)
+                w = w.contiguous()
+                loss = ((x @ w - y) ** 2).mean()
+                loss.backward()
+                opt.step()
+                return loss
+            """,
+            """
+            import torch as th
+
+            def fit(x, y):
+                w = th.randn(4, 3, requires_grad=True)
+                w_t = w.t()
+                opt = th.optim.SGD([w], lr=0.1)
+                w_t = w_t.contiguous()
+                loss = ((x @ w_t - y) ** 2).mean()
+                loss.backward()
+                opt.step()
+                return loss
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            for step in range(3):
+                w = w * 2  # compounds: each iteration reads the previous value
+                w.sum().backward()
+            """
+        ),
+        Invalid(
+            """
+            import torch
+
+            def make_weight():
+                w = torch.randn(4, 3, requires_grad=True)
+                w = w.t()
+                return w
+            """
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            x = torch.randn(3)
+            for step in range(3):
+                (w * x).sum().backward()
+                with torch.no_grad():
+                    w = w - 0.1 * w.grad
+            """
+        ),
+    ]
+
+    # -- deciding --------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        target = node.targets[0].target
+        own_reads = [n for n in _name_reads(node.value) if n.value == target.value]
+        if not own_reads:
+            return
+        reason = self.analysis.leaf_reason(own_reads[0])
+        if reason is None or not _creates_leaf(reason):
+            return
+        if self.analysis.leaf_value_reason(node.value, node) is not None:
+            return  # the new value is a leaf again
+        if not self.analysis.requires_grad(node.value, node):
+            return  # detached on purpose
+        self._report(node, target, reason)
+
+    def _report(self, node: cst.Assign, target: cst.Name, reason: LeafReason) -> None:
+        name = target.value
+        message = (
+            f"`{name}` holds a leaf ({reason.description}); rebinding it to an op on itself "
+            f"loses the leaf: `{name}.grad` stays `None`"
+        )
+        reads = self._later_reads(node, name)
+        unsafe = self._why_unsafe(node, name, reason) or reads.unsafe
+        if unsafe is not None:
+            self.report(node, f"{message} ({unsafe})")
+            return
+        new_name = self._new_name(name, node.value)
+        renamed = [target, *reads.targets, *reads.derived]
+        edits = [Edit(n, n.with_changes(value=new_name)) for n in renamed]
+        description = f"Bind the derived value to `{new_name}`; `{name}` keeps the leaf"
+        self.report(node, message, fix=self.fix(edits, description))
+
+    def _why_unsafe(self, node: cst.Assign, name: str, reason: LeafReason) -> str | None:
+        analysis = self.analysis
+        if analysis.in_no_grad(node):
+            return f"under no_grad the new `{name}` does not require grad: update it in place"
+        scope = analysis.scope_of(node)
+        if _declared_global(analysis.module, name):
+            return f"`{name}` is declared global or nonlocal"
+        if self._in_loop_without_leaf(node, scope, reason.binding):
+            return "the rebinding repeats in a loop and reads its own previous value"
+        if self._read_by_nested_function(scope, name):
+            return f"`{name}` is read by a nested function or lambda"
+        return None
+
+    def _in_loop_without_leaf(self, node: cst.Assign, scope: Scope, leaf: Binding | None) -> bool:
+        return leaf is not None and self._in_loop_without(node, leaf.node, scope)
+
+    def _in_loop_without(self, node: cst.CSTNode, other: cst.CSTNode, scope: Scope) -> bool:
+        """``node`` lies in a loop of ``scope`` that does not contain ``other``."""
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is scope.node:
+                return False
+            if isinstance(ancestor, _LOOPS) and not self.analysis.contains(ancestor, other):
+                return True
+        return False
+
+    def _read_by_nested_function(self, scope: Scope, name: str) -> bool:
+        own = scope.bindings.get(name)
+        for read in _name_reads(scope.node, nested=True):
+            if read.value != name or self.analysis.bindings(read) is not own:
+                continue
+            if self._nested_scope_between(read, scope) is not None:
+                return True
+        return False
+
+    def _nested_scope_between(self, node: cst.CSTNode, scope: Scope) -> cst.CSTNode | None:
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is scope.node:
+                return None
+            if isinstance(ancestor, _NESTED_SCOPES):
+                return ancestor
+        return None
+
+    # -- the reads after the rebinding -----------------------------------------------------
+    def _later_reads(self, node: cst.Assign, name: str) -> Reads:
+        """Classify the reads of ``name`` after ``node`` up to the next binding of it; a
+        later ``name = f(name)`` continues the derived value (``w = w.contiguous()``)."""
+        analysis = self.analysis
+        scope = analysis.scope_of(node)
+        block = analysis.parent(analysis.parent(node) or node)
+        reads = Reads()
+        is_view = _is_view_of(node.value, name)
+        end = self._range_end(node, name, scope, reads)
+        start = analysis.end_index(node)
+        for read in _name_reads(scope.node):
+            position = analysis.index(read)
+            if read.value != name or not start < position < end:
+                continue
+            if analysis.bindings(read) is not scope.bindings.get(name):
+                continue
+            if self._means_leaf(read):
+                continue
+            escape = self._escape(read)
+            if escape is None and block is not None and not analysis.contains(block, read):
+                escape = "a later read lies outside the block of the rebinding"
+            if escape is None and not is_view and self._in_loop_without(read, node, scope):
+                escape = (
+                    "a loop reads the derived value but does not recompute it: after the "
+                    "leaf is updated it would be stale; derive it inside the loop"
+                )
+            if escape is not None:
+                reads.unsafe = escape
+                return reads
+            reads.derived.append(read)
+        return reads
+
+    def _range_end(self, node: cst.Assign, name: str, scope: Scope, reads: Reads) -> int:
+        analysis = self.analysis
+        later = sorted(
+            (b for b in scope.bindings.get(name, []) if b.start > analysis.end_index(node)),
+            key=lambda b: b.start,
+        )
+        for binding in later:
+            if binding.kind == "augassign":
+                continue
+            statement = binding.node
+            if not (isinstance(statement, cst.Assign) and _reads_name(statement.value, name)):
+                return binding.start
+            if len(statement.targets) != 1 or not isinstance(statement.targets[0].target, cst.Name):
+                reads.unsafe = f"`{name}` is rebound again by an unpacking assignment"
+                return binding.start
+            reads.targets.append(statement.targets[0].target)
+        return analysis.end_index(scope.node) + 1
+
+    def _means_leaf(self, read: cst.Name) -> bool:
+        """``w.grad``, an optimizer built from ``w``, an in-place update under no_grad."""
+        analysis = self.analysis
+        parent = analysis.parent(read)
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            if parent.attr.value in LEAF_ATTRIBUTES:
+                return True
+        if self._in_optimizer_call(read):
+            return True
+        return analysis.in_no_grad(read) and self._is_inplace_update(read)
+
+    def _in_optimizer_call(self, read: cst.Name) -> bool:
+        for ancestor in self.analysis.ancestors(read):
+            if isinstance(ancestor, cst.Call):
+                name = self.analysis.call_name(ancestor) or ""
+                if name.startswith("torch.optim."):
+                    return True
+                func = ancestor.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "add_param_group":
+                    return True
+                return False  # only list/tuple/dict literals may lie between
+            if not isinstance(ancestor, (cst.Element, cst.List, cst.Tuple, cst.Dict,
+                                         cst.DictElement, cst.Arg)):
+                return False
+        return False
+
+    def _is_inplace_update(self, read: cst.Name) -> bool:
+        parent = self.analysis.parent(read)
+        if isinstance(parent, cst.AugAssign) and parent.target is read:
+            return True
+        if isinstance(parent, cst.Subscript) and parent.value is read:
+            return isinstance(self.analysis.parent(parent), cst.AssignTarget)
+        if isinstance(parent, cst.Attribute) and parent.value is read:
+            if parent.attr.value in UPDATE_ATTRIBUTES:
+                return True
+            return parent.attr.value.endswith("_") and isinstance(
+                self.analysis.parent(parent), cst.Call
+            )
+        return False
+
+    def _escape(self, read: cst.Name) -> str | None:
+        """The derived value itself leaves the scope: returned, yielded, an attribute."""
+        parent = self.analysis.parent(read)
+        while isinstance(parent, (cst.Element, cst.Tuple, cst.List)):
+            parent = self.analysis.parent(parent)
+        if isinstance(parent, (cst.Return, cst.Yield)):
+            return "the derived value is returned: create the leaf from the final value"
+        if isinstance(parent, cst.Assign) and any(
+            isinstance(t.target, (cst.Attribute, cst.Subscript)) for t in parent.targets
+        ):
+            return "the derived value is stored: create the leaf from the final value"
+        return None
+
+    # -- fixing ----------------------------------------------------------------------------
+    def _new_name(self, name: str, value: cst.BaseExpression) -> str:
+        taken = _all_names(self.analysis.module)
+        base = f"{name}_{_op_suffix(value)}"
+        candidate, counter = base, 2
+        while candidate in taken:
+            candidate, counter = f"{base}{counter}", counter + 1
+        return candidate
+
+
+def _creates_leaf(reason: LeafReason) -> bool:
+    """The name's binding made the leaf (not an alias of one held elsewhere)."""
+    binding = reason.binding
+    if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
+        return False
+    return binding.value is not None and not isinstance(binding.value, (cst.Name, cst.Attribute))
+
+
+def _is_view_of(value: cst.BaseExpression, name: str) -> bool:
+    """``w.t()``, ``x.view(3, 4)``, ``w.T``, ``w[0]``: a view that follows the leaf's updates."""
+    if isinstance(value, cst.Name):
+        return value.value == name
+    if isinstance(value, cst.Subscript):
+        return _is_view_of(value.value, name)
+    if isinstance(value, cst.Attribute) and value.attr.value in VIEW_ATTRIBUTES:
+        return _is_view_of(value.value, name)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        method = value.func.attr.value
+        return method in VIEW_OPS and method != "detach" and _is_view_of(value.func.value, name)
+    return False
+
+
+def _op_suffix(value: cst.BaseExpression) -> str:
+    if isinstance(value, cst.BinaryOperation):
+        return BINARY_SUFFIXES.get(type(value.operator), "derived")
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        return "neg"
+    if isinstance(value, cst.Attribute):
+        return value.attr.value.lower()
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value.strip("_").lower() or "derived"
+        if isinstance(func, cst.Name):
+            return func.value.lower()
+    return "derived"
+
+
+def _declared_global(module: cst.Module, name: str) -> bool:
+    finder = _GlobalFinder(name)
+    module.visit(finder)
+    return finder.found
+
+
+class _GlobalFinder(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found = False
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.found = self.found or any(n.name.value == self.name for n in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.found = self.found or any(n.name.value == self.name for n in node.names)
+
+
+class _NameReads(cst.CSTVisitor):
+    """Names used as variables (not attribute names, keywords or assignment targets)."""
+
+    def __init__(self, root: cst.CSTNode, nested: bool) -> None:
+        self.root = root
+        self.nested = nested
+        self.reads: list[cst.Name] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _NESTED_SCOPES) and node is not self.root and not self.nested:
+            return False
+        return super().on_visit(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return not isinstance(node.target, cst.Name)
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        if node.default is not None:
+            node.default.visit(self)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        node.params.visit(self)
+        node.body.visit(self)
+        for decorator in node.decorators:
+            decorator.visit(self)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.reads.append(node)
+
+
+def _name_reads(node: cst.CSTNode, *, nested: bool = False) -> list[cst.Name]:
+    """The variable reads in ``node``; inside nested functions too when ``nested``."""
+    finder = _NameReads(node, nested)
+    node.visit(finder)
+    return finder.reads
+
+
+def _reads_name(node: cst.CSTNode, name: str) -> bool:
+    return any(read.value == name for read in _name_reads(node))
+
+
+def _all_names(module: cst.Module) -> set[str]:
+    names: set[str] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            names.add(node.value)
+
+    module.visit(Collect())
+    return names

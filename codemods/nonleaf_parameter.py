@@ -1,0 +1,456 @@
+"""GF103 nonleaf-parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradfix.analysis import NON_TENSOR_METHODS, VIEW_ATTRIBUTES, VIEW_OPS, argument
+from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
+
+#: Methods that move a tensor to a device or cast it: the values stay, so the fix keeps them.
+MOVES = frozenset({"to", "cuda", "double", "half", "bfloat16"})
+#: Casts spelled as methods -> the ``dtype=`` of the factory.
+CAST_DTYPES = {"double": "float64", "half": "float16", "bfloat16": "bfloat16"}
+#: Methods that return the tensor itself on a fresh CPU float tensor (still a leaf), or
+#: keep it a leaf, or are not ops: not reported.
+NOT_REPORTED = frozenset(
+    "float cpu contiguous requires_grad_ retain_grad register_hook detach clone_ share_memory_ "
+    "pin_memory".split()
+) | NON_TENSOR_METHODS
+#: Ops that shape a parameter's value: the fix makes their result the leaf. After other ops
+#: (``.sum()``, ``.matmul(x)``) the value is a computation, not a parameter: report only.
+SHAPING = (
+    MOVES
+    | (VIEW_OPS - {"detach"})
+    | frozenset("reshape flatten repeat tile clone abs exp sqrt T mT".split())
+)
+#: torch dtype names accepted by ``.to(torch.<dtype>)``.
+DTYPE_NAMES = frozenset(
+    "float float32 float64 double half float16 bfloat16 complex64 complex128".split()
+)
+
+
+@dataclass
+class LostLeaf:
+    """A value whose innermost operand creates a leaf: ``creation`` and the ops after it."""
+
+    creation: cst.Call
+    ops: list[cst.BaseExpression]  # outermost first
+    kind: str  # parameter | factory | marked
+
+
+class NonleafParameter(Rule):
+    """
+    ## What it does
+    Finds an op applied to a leaf in the same expression that creates it:
+    `torch.randn(3, 4, requires_grad=True) * 0.01`,
+    `torch.randn(12, 1, requires_grad=True).view(3, 4)`,
+    `torch.zeros(3, requires_grad=True).to(device)`, `nn.Parameter(torch.randn(n)).double()`,
+    `nn.Parameter(x).t()`, and moves the op inside, so that the bound value is the leaf.
+
+    ## Why is this bad?
+    Any op on a tensor that requires grad returns a non-leaf: the name (or attribute) holds
+    the result of the op, and the leaf that receives the gradient is unreachable. `.grad`
+    stays `None`, an optimizer refuses it ("can't optimize a non-leaf Tensor"), and as an
+    attribute of an `nn.Module` it is not a parameter: not in `model.parameters()`, never
+    trained, not saved in the `state_dict`. `.to(device)` hides the bug on the CPU (the
+    same device returns the leaf itself) and shows it on the GPU.
+
+    ## Example
+    ```python
+    w = torch.randn(3, 4, requires_grad=True) * 0.01
+    b = torch.zeros(4, requires_grad=True).to(device)
+    self.scale = nn.Parameter(torch.ones(n)).double()
+    ```
+
+    ## Use instead
+    ```python
+    w = (torch.randn(3, 4) * 0.01).requires_grad_()
+    b = torch.zeros(4, device=device, requires_grad=True)
+    self.scale = nn.Parameter(torch.ones(n).double())
+    ```
+    The same holds in list comprehensions, `params.append(...)` and
+    `register_parameter(...)`. Create the value first, then make it the leaf:
+    `nn.Parameter(...)` around the finished value, or `.requires_grad_()` at the end.
+    Device moves and casts of a factory become its `device=` / `dtype=` arguments.
+
+    ## Fix safety
+    Safe for device moves and casts (`.to(device)`, `.cuda()`, `.double()`): the leaf keeps
+    its values and only becomes the tensor that is used. Unsafe for ops that change values
+    or shape (`* 0.01`, `.view(3, 4)`, `.t()`): the gradient now lands on the scaled or
+    reshaped tensor (100x the old leaf's for `* 0.01`), which is what the code meant but
+    changes every later update; review it. An attribute of an `nn.Module` becomes
+    `nn.Parameter(<value>)`, an unsafe fix: the module gains a parameter (optimizers built
+    from `model.parameters()` now train it, `state_dict` gets a key). After ops that
+    compute rather than shape a value (`torch.randn(3, requires_grad=True).sum()`) there
+    is no fix: the leaf is still unreachable, but what was meant is unclear. Ops that
+    return the leaf itself on a fresh tensor (`.float()`, `.cpu()`, `.contiguous()`),
+    in-place initialisers (GF201),
+    `.detach()`, and ops on tensors that do not require grad (`model.to(device)`,
+    `x.to(device)`) are not reported.
+    """
+
+    code = "GF103"
+    name = "nonleaf-parameter"
+    message = "An op after creating a leaf makes the bound value a non-leaf: `.grad` stays `None`"
+    fix_safety = FixSafety.SAFE
+    prefilter = ("requires_grad", "Parameter(")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            from torch import nn
+            device = torch.device("cpu")
+            model = nn.Linear(3, 4).to(device)
+            x = torch.randn(2, 3).to(device)
+            w = torch.randn(3, 4, device=device, requires_grad=True)
+            b = (torch.randn(4) * 0.01).requires_grad_()
+            s = nn.Parameter(torch.ones(4).double())
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True).float()  # the leaf itself
+            v = torch.empty(3, requires_grad=True)
+            with torch.no_grad():
+                v.normal_()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, 4, requires_grad=True) * 0.01  # small init
+            """,
+            """
+            import torch
+            w = (torch.randn(3, 4) * 0.01).requires_grad_()  # small init
+            """,
+        ),
+        Invalid(
+            """
+            import torch as th
+            t = th.randn(12, 1, requires_grad=True).view(3, 4)
+            """,
+            """
+            import torch as th
+            t = th.randn(12, 1).view(3, 4).requires_grad_()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            b = torch.zeros(3, requires_grad=True).to(device)
+            c = torch.zeros(3, requires_grad=True).cuda()
+            d = torch.zeros(3, requires_grad=True).double()
+            """,
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            b = torch.zeros(3, device=device, requires_grad=True)
+            c = torch.zeros(3, device="cuda", requires_grad=True)
+            d = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.scale = nn.Parameter(torch.ones(n)).double()
+                    self.proj = nn.Parameter(torch.randn(n, n) / n).t()
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.scale = nn.Parameter(torch.ones(n).double())
+                    self.proj = nn.Parameter((torch.randn(n, n) / n).t())
+            """,
+        ),
+    ]
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._check(node.value, node)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._check(node.value, node)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self._check(node.value, node)
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._check(node.elt, node)  # ``[torch.randn(n, requires_grad=True) * s for ...]``
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "register_parameter"):
+            if node.args:
+                self._check(node.args[-1].value, node)  # ``params.append(...)``
+
+    # -- deciding --------------------------------------------------------------------------
+    def _check(self, value: cst.BaseExpression, statement: cst.CSTNode) -> None:
+        lost = self._lost_leaf(value, statement)
+        if lost is None or not lost.ops:
+            return
+        if self._module_attribute(statement) is not None:
+            fix = self._module_parameter_fix(value, lost)
+        else:
+            fix = self._fix(value, lost)
+        self.report(value, self._message(statement, lost), fix=fix)
+
+    def _lost_leaf(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
+        """Peel ops off ``expr`` down to a call that creates a leaf; the other operand of
+        an arithmetic op must not require grad (``w * x`` of two trained tensors is a
+        computation, not this pattern)."""
+        lost = self._peel(expr, at)
+        if lost is None:
+            return None
+        for op in lost.ops:
+            if isinstance(op, cst.BinaryOperation):
+                other = op.right if self._peel(op.left, at) is not None else op.left
+                if self.analysis.requires_grad(other, at):
+                    return None
+        return lost
+
+    def _peel(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
+        """The syntactic chain of ops from ``expr`` down to a leaf creation, if any."""
+        ops: list[cst.BaseExpression] = []
+        current = expr
+        for _ in range(16):
+            kind = self._creation_kind(current, at)
+            if kind is not None:
+                assert isinstance(current, cst.Call)
+                return LostLeaf(current, ops, kind)
+            operand = self._operand(current, at)
+            if operand is None:
+                return None
+            ops.append(current)
+            current = operand
+        return None
+
+    def _creation_kind(self, expr: cst.BaseExpression, at: cst.CSTNode) -> str | None:
+        if not isinstance(expr, cst.Call) or not _may_create_leaf(expr):
+            return None
+        if self.analysis.leaf_value_reason(expr, at) is None:
+            return None
+        name = self.analysis.call_name(expr)
+        if name == "torch.nn.Parameter":
+            return "parameter" if expr.args and not expr.args[0].keyword else None
+        return "factory" if name is not None else "marked"
+
+    def _operand(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
+        """The tensor operand of a one-operand op (``t.view(3)``, ``t.T``, ``t * 0.01``)."""
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            method = expr.func.attr.value
+            if method.endswith("_") or method in NOT_REPORTED:
+                return None
+            return expr.func.value
+        if isinstance(expr, cst.Attribute) and expr.attr.value in VIEW_ATTRIBUTES:
+            return expr.value
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            return expr.expression
+        if isinstance(expr, cst.BinaryOperation):
+            return expr.left if self._peel(expr.left, at) is not None else expr.right
+        return None
+
+    def _module_attribute(self, statement: cst.CSTNode) -> str | None:
+        """``self.<attr> = ...`` in a method of an ``nn.Module`` subclass: the attribute."""
+        target = None
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0].target
+        elif isinstance(statement, cst.AnnAssign):
+            target = statement.target
+        if not isinstance(target, cst.Attribute) or not isinstance(target.value, cst.Name):
+            return None
+        cls = self.analysis.enclosing_class(statement)
+        if cls is None or target.value.value != "self":
+            return None
+        bases = [self.analysis.qualified_name(base.value) or "" for base in cls.bases]
+        if not any(base.startswith("torch.nn.") for base in bases):
+            return None
+        return target.attr.value
+
+    def _message(self, statement: cst.CSTNode, lost: LostLeaf) -> str:
+        attr = self._module_attribute(statement)
+        if attr is None:
+            return self.message
+        return (
+            f"`self.{attr}` is the result of an op on a new leaf, not a leaf: it is not "
+            f"registered as a parameter (never trained) and its `.grad` stays `None`"
+        )
+
+    # -- fixing ----------------------------------------------------------------------------
+    def _fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
+        ops = [_op_name(op) for op in lost.ops]
+        if not all(op in SHAPING or op.endswith("Operation") for op in ops):
+            return None
+        only_moves = all(op in MOVES for op in ops)
+        safety = FixSafety.SAFE if only_moves else FixSafety.UNSAFE
+        if lost.kind == "parameter":
+            return self._parameter_fix(value, lost, safety)
+        if lost.kind == "factory" and only_moves:
+            folded = self._fold_into_factory(lost)
+            if folded is not None:
+                description = "Create the leaf on its device / with its dtype"
+                return self.replace(value, folded, description, safety=FixSafety.SAFE)
+        return self._requires_grad_fix(value, lost, safety)
+
+    def _module_parameter_fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
+        """A module attribute becomes a registered parameter: ``nn.Parameter(<value>)``.
+        Unsafe: the module gains a parameter (optimizers, ``state_dict`` keys)."""
+        if lost.kind == "parameter":
+            return self._parameter_fix(value, lost, FixSafety.UNSAFE)
+        if not all(_op_name(op) in SHAPING or _op_name(op).endswith("Operation")
+                   for op in lost.ops):
+            return None
+        moved = value.deep_replace(lost.creation, self._plain(lost))
+        assert isinstance(moved, cst.BaseExpression)
+        new = cst.Call(self._parameter_class(), [cst.Arg(_without_outer_parens(moved))])
+        description = "Register the finished value as an nn.Parameter"
+        return self.replace(value, new, description, safety=FixSafety.UNSAFE)
+
+    def _parameter_class(self) -> cst.BaseExpression:
+        """``nn.Parameter`` where the file imports ``nn`` from torch, else ``torch.nn...``."""
+        if self.analysis.qualified_name(cst.Name("nn")) == "torch.nn":
+            return cst.Attribute(cst.Name("nn"), cst.Name("Parameter"))
+        return self.analysis.torch_attr("nn.Parameter")
+
+    def _plain(self, lost: LostLeaf) -> cst.BaseExpression:
+        """The creation without what makes it a leaf (``requires_grad=True``, the call of
+        ``.requires_grad_()``)."""
+        creation = lost.creation
+        if lost.kind == "marked":
+            assert isinstance(creation.func, cst.Attribute)
+            return creation.func.value
+        return creation.with_changes(args=_without_requires_grad(creation.args))
+
+    def _parameter_fix(
+        self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety
+    ) -> Fix:
+        creation = lost.creation
+        data = creation.args[0]
+        moved = value.deep_replace(creation, _parenthesized(data.value))
+        assert isinstance(moved, cst.BaseExpression)
+        moved = _without_outer_parens(moved)
+        new = creation.with_changes(args=[data.with_changes(value=moved), *creation.args[1:]])
+        new = new.with_changes(lpar=value.lpar, rpar=value.rpar)
+        description = "Apply the op before wrapping in nn.Parameter"
+        return self.fix([Edit(value, new)], description, safety=safety)
+
+    def _requires_grad_fix(
+        self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety
+    ) -> Fix:
+        moved = value.deep_replace(lost.creation, self._plain(lost))
+        assert isinstance(moved, cst.BaseExpression)
+        new = cst.Call(cst.Attribute(_parenthesized(moved), cst.Name("requires_grad_")))
+        description = "Apply the op first, then call `.requires_grad_()`"
+        return self.replace(value, new, description, safety=safety)
+
+    def _fold_into_factory(self, lost: LostLeaf) -> cst.Call | None:
+        """``torch.zeros(3, requires_grad=True).to(device)`` -> ``device=device`` argument."""
+        keywords: dict[str, cst.BaseExpression] = {}
+        for op in reversed(lost.ops):
+            assert isinstance(op, cst.Call) and isinstance(op.func, cst.Attribute)
+            pair = self._move_keyword(op)
+            if pair is None or pair[0] in keywords:
+                return None
+            keywords[pair[0]] = pair[1]
+        creation = lost.creation
+        if any(argument(creation, keyword, None) is not None for keyword in keywords):
+            return None
+        args = list(creation.args)
+        flag = next(i for i, a in enumerate(args) if _is_keyword(a, "requires_grad"))
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        new_args = [
+            cst.Arg(value, keyword=cst.Name(name), equal=args[flag].equal, comma=comma)
+            for name, value in keywords.items()
+        ]
+        return creation.with_changes(args=[*args[:flag], *new_args, *args[flag:]])
+
+    def _move_keyword(self, op: cst.Call) -> tuple[str, cst.BaseExpression] | None:
+        assert isinstance(op.func, cst.Attribute)
+        method = op.func.attr.value
+        if method in CAST_DTYPES and not op.args:
+            return "dtype", self.analysis.torch_attr(CAST_DTYPES[method])
+        if method == "cuda" and not op.args:
+            return "device", cst.SimpleString('"cuda"')
+        if method != "to" or len(op.args) != 1:
+            return None
+        arg = op.args[0]
+        if arg.keyword is not None:
+            keyword = arg.keyword.value
+            return (keyword, arg.value) if keyword in ("device", "dtype") else None
+        return self._classify_to_argument(arg.value)
+
+    def _classify_to_argument(
+        self, value: cst.BaseExpression
+    ) -> tuple[str, cst.BaseExpression] | None:
+        qualified = self.analysis.qualified_name(value) or ""
+        if qualified.startswith("torch.") and qualified[len("torch."):] in DTYPE_NAMES:
+            return "dtype", value
+        if isinstance(value, cst.SimpleString):
+            return "device", value
+        if isinstance(value, cst.Call) and self.analysis.call_name(value) == "torch.device":
+            return "device", value
+        last = value.attr.value if isinstance(value, cst.Attribute) else None
+        last = value.value if isinstance(value, cst.Name) else last
+        if last is not None and "device" in last.lower():
+            return "device", value
+        return None
+
+
+def _may_create_leaf(call: cst.Call) -> bool:
+    """Cheap syntactic test before asking the analysis: ``Parameter(...)``,
+    ``...(requires_grad=True)``, ``.requires_grad_()``."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    return name in ("Parameter", "requires_grad_") or any(
+        _is_keyword(arg, "requires_grad") for arg in call.args
+    )
+
+
+def _op_name(op: cst.BaseExpression) -> str:
+    if isinstance(op, cst.Call) and isinstance(op.func, cst.Attribute):
+        return op.func.attr.value
+    if isinstance(op, cst.Attribute):
+        return op.attr.value
+    return type(op).__name__
+
+
+def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` wrapped in parentheses when it is an operator expression without them."""
+    if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation,
+                         cst.Comparison, cst.IfExp, cst.Lambda)) and not expr.lpar:
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr
+
+
+def _without_outer_parens(expr: cst.BaseExpression) -> cst.BaseExpression:
+    return expr.with_changes(lpar=[], rpar=[]) if expr.lpar else expr
+
+
+def _is_keyword(arg: cst.Arg, keyword: str) -> bool:
+    return arg.keyword is not None and arg.keyword.value == keyword
+
+
+def _without_requires_grad(args: Sequence[cst.Arg]) -> list[cst.Arg]:
+    kept = [a for a in args if not _is_keyword(a, "requires_grad")]
+    if kept and len(kept) < len(args) and args[-1] not in kept:
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+    return kept
