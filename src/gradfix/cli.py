@@ -158,6 +158,16 @@ ChangedSinceOption = Annotated[
         show_default=False,
     ),
 ]
+ReportOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--report",
+        metavar="FILE",
+        help="Also write a migration report: every finding, fix (diff) and, with --verify, "
+        "verdict, with totals by rule and verdict; .json, .md or .html by the suffix.",
+        show_default=False,
+    ),
+]
 NoCacheOption = Annotated[
     bool,
     typer.Option("--no-cache", help="Do not read or write the result cache (.gradfix_cache)."),
@@ -234,6 +244,7 @@ def check(
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
     changed_since: ChangedSinceOption = None,
+    report: ReportOption = None,
     no_cache: NoCacheOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -259,6 +270,8 @@ def check(
     if add_noqa:
         _add_noqa(run)
     _report_problems(run, verbose)
+    if report is not None:
+        _write_report(report, run, {})
     findings = sorted(
         ((result.path, finding) for result in run.files for finding in result.findings),
         key=lambda item: (item[0], item[1]),
@@ -357,6 +370,7 @@ def fix(
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
     changed_since: ChangedSinceOption = None,
+    report: ReportOption = None,
     no_cache: NoCacheOption = False,
     verbose: VerboseOption = False,
 ) -> None:
@@ -397,6 +411,8 @@ def fix(
     run, stdin_data = _run(paths, first, stdin_filename, jobs)
     verdicts = _verify_run(run, options, timeout) if verify else {}
     _report_problems(run, verbose)
+    if report is not None:
+        _write_report(report, run, verdicts)
     if stdin_data is not None:
         _emit_fixed_stdin(run.files[0], stdin_data)
     elif write:
@@ -724,6 +740,16 @@ def lsp() -> None:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _write_report(path: str, run: RunResult, verdicts: dict[str, list[FixVerdict]]) -> None:
+    from gradfix.report import ReportError, write_report
+
+    try:
+        write_report(path, run, verdicts)
+    except ReportError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 def _changed_files(ref: str | None) -> frozenset[str] | None:
