@@ -364,6 +364,15 @@ def fix(
         ),
     ] = False,
     timeout: TimeoutOption = 60.0,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="Review the fixes one at a time (y apply, n skip, a apply all remaining, "
+            "q quit); the accepted ones are written at the end.",
+        ),
+    ] = False,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     config: ConfigOption = None,
@@ -406,9 +415,12 @@ def fix(
         changed=_changed_files(changed_since),
     )
     first = options
-    if verify:
+    if verify or interactive:
         first = dataclasses.replace(options, unsafe_fixes=True, write=False)
     run, stdin_data = _run(paths, first, stdin_filename, jobs)
+    if interactive:
+        _report_problems(run, verbose)
+        _interactive(run, options, timeout if verify else None)
     verdicts = _verify_run(run, options, timeout) if verify else {}
     _report_problems(run, verbose)
     if report is not None:
@@ -740,6 +752,49 @@ def lsp() -> None:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> NoReturn:
+    """``fix --interactive``: ask per fix, write each file once at the end."""
+    from gradfix.interactive import Reviewer
+    from gradfix.runner import write_result
+
+    def ask(prompt: str) -> str:
+        typer.echo(prompt, nl=False)
+        answer = sys.stdin.readline()
+        if not answer:
+            typer.echo("")
+        return answer
+
+    def verdict(path: str, before: str, after: str) -> str:
+        from gradfix.proof import prove_change
+
+        status, reason, _ = prove_change(path, before, after, timeout=timeout or 60.0)
+        return f"Verdict: {status}: {reason}"
+
+    reviewer = Reviewer(
+        options.rules, options.unsafe_fixes, ask, typer.echo, verdict if timeout else None
+    )
+    accepted = 0
+    for result in sorted(run.files, key=lambda r: r.path):
+        if result.error is not None or not result.changed or result.original is None:
+            continue
+        if result.path.endswith(".ipynb"):
+            _error(f"{result.path}: note: notebooks are not reviewed interactively; skipped")
+            continue
+        review = reviewer.review(result.path, result.original)
+        accepted += review.accepted
+        result.fixed = review.current
+        if review.changed:
+            write_result(result)
+            if result.error is not None:
+                _error(f"{result.path}: {result.error}")
+        if reviewer.stopped:
+            break
+    written = sum(1 for r in run.files if r.written)
+    answered = f"{accepted} accepted one by one" if not reviewer.apply_all else "all remaining"
+    _error(f"Wrote {_count(written, 'file')} ({answered}).")
+    raise typer.Exit(EXIT_ERROR if run.errors else EXIT_CLEAN)
 
 
 def _write_report(path: str, run: RunResult, verdicts: dict[str, list[FixVerdict]]) -> None:

@@ -1,0 +1,64 @@
+"""``gradfix fix --interactive``: one fix at a time, y/n/a/q, each file written once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli import app
+
+SOURCE = """import torch
+w = torch.randn(3, requires_grad=True)
+w.normal_()
+print(w)
+w.zero_()
+a0 = w[0] * 2
+A = torch.tensor([a0, w[1]])
+"""
+NORMAL = "with torch.no_grad():\n    w.normal_()\n"
+ZERO = "with torch.no_grad():\n    w.zero_()\n"
+STACK = "A = torch.stack([a0, w[1]])\n"
+
+
+def review(tmp_path: Path, answers: str, *extra: str) -> tuple[int, str, list[str]]:
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(SOURCE, encoding="utf-8")
+    result = CliRunner().invoke(app, ["fix", "-i", *extra, str(tmp_path)], input=answers)
+    texts = [(tmp_path / n).read_text(encoding="utf-8") for n in ("a.py", "b.py")]
+    return result.exit_code, result.stdout, texts
+
+
+def test_yes_no_and_quit(tmp_path: Path) -> None:
+    code, out, (a, b) = review(tmp_path, "y\nn\ny\nq\n")
+    assert code == 0
+    assert NORMAL in a and "\nw.zero_()\n" in a and STACK in a
+    assert b == SOURCE  # quit before anything was accepted there
+    # the second diff is shown against the file with the first fix already in it
+    second = out.split("Apply this fix?")[1]
+    assert " with torch.no_grad():\n     w.normal_()\n" in second
+
+
+def test_default_is_no_and_end_of_input_skips(tmp_path: Path) -> None:
+    code, _, (a, b) = review(tmp_path, "\n\n")
+    assert code == 0 and a == SOURCE and b == SOURCE
+
+
+def test_all_remaining(tmp_path: Path) -> None:
+    code, out, (a, b) = review(tmp_path, "n\na\n")
+    assert "\nw.normal_()\n" in a and ZERO in a and STACK in a  # the declined one stays
+    assert NORMAL in b and ZERO in b and STACK in b  # no question asked for b
+    assert out.count("Apply this fix?") == 2
+
+
+def test_verdict_is_shown_with_verify(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "a.py").write_text(
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw.normal_()\n"
+        "(w * w).sum().backward()\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(app, ["fix", "-i", "--verify", str(tmp_path)], input="y\n")
+    assert "Verdict: verified:" in result.stdout
+    assert NORMAL in (tmp_path / "a.py").read_text(encoding="utf-8")
