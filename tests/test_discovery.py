@@ -74,3 +74,55 @@ def test_generated_files_are_skipped(tmp_path: Path) -> None:
     assert files_reported(out) == [str(tmp_path / "own.py")]
     code, out, _ = invoke("fix", "--write", str(tmp_path / "gen.py"))
     assert (tmp_path / "gen.py").read_text(encoding="utf-8").endswith(BUGGY)
+
+
+def test_a_file_that_kills_its_worker_is_reported_and_the_batch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import multiprocessing
+    import os
+
+    import gradfix.runner
+    from gradfix.registry import select_rules
+    from gradfix.runner import RunOptions, process_paths
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the crashing stand-in reaches workers only by fork")
+    for i in range(20):
+        (tmp_path / f"f{i:02}.py").write_text(BUGGY, encoding="utf-8")
+    real, parent = gradfix.runner.process_file, os.getpid()
+
+    def crashing(path, options):  # type: ignore[no-untyped-def]
+        if path.endswith("f07.py"):
+            if os.getpid() == parent:  # never kill the test run itself
+                raise AssertionError("f07.py was processed outside a worker")
+            os._exit(3)  # what a segfault in native code looks like to the pool
+        return real(path, options)
+
+    # pickled by name into the (forked) workers: it must be found as process_file
+    crashing.__module__, crashing.__qualname__ = "gradfix.runner", "process_file"
+    monkeypatch.setattr(gradfix.runner, "process_file", crashing)
+    run = process_paths([str(tmp_path)], RunOptions(rules=select_rules()), jobs=2)
+    errors = {os.path.basename(r.path): r.error for r in run.files if r.error}
+    assert errors == {"f07.py": "crashed the worker process (skipped; the batch goes on)"}
+    assert sum(1 for r in run.files if r.findings) == 19
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from gradfix.cli import _progress_bar
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    with _progress_bar() as progress:
+        assert progress is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with _progress_bar() as progress:
+        assert progress is not None
+        advance = progress(60)
+        for _ in range(60):
+            advance()
+    monkeypatch.setenv("CI", "true")
+    with _progress_bar() as progress:
+        assert progress is None

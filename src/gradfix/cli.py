@@ -15,12 +15,13 @@ option errors are quick, and torch is never imported.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
@@ -29,10 +30,12 @@ if TYPE_CHECKING:
     from gradfix.config import Config
     from gradfix.proof import FixVerdict
     from gradfix.rule import Finding, Rule
-    from gradfix.runner import FileResult, RunOptions, RunResult
+    from gradfix.runner import FileResult, Progress, RunOptions, RunResult
     from gradfix.verify.command import CommandHarness
 
 STDIN_PATH = "-"
+#: fewer files than this and no progress bar is shown
+PROGRESS_MIN_FILES = 50
 DEFAULT_STDIN_NAME = "<stdin>"
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -860,13 +863,46 @@ def _run(
     if not paths:
         paths = [STDIN_PATH] if stdin_filename is not None else ["."]
     if STDIN_PATH not in paths:
-        return process_paths(paths, options, jobs=jobs or _cpu_count()), None
+        with _progress_bar() as progress:
+            run = process_paths(paths, options, jobs=jobs or _cpu_count(), progress=progress)
+        return run, None
     if len(paths) > 1:
         _error("error: `-` (stdin) cannot be combined with other paths")
         raise typer.Exit(EXIT_ERROR)
     data = sys.stdin.buffer.read()
     result = process_bytes(data, stdin_filename or DEFAULT_STDIN_NAME, options)
     return RunResult(files=[result]), data
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[Progress | None]:
+    """A progress bar with count and ETA on stderr when it is a terminal and the run is
+    big enough to wait for; nothing when piped or in CI."""
+    if not sys.stderr.isatty() or os.environ.get("CI"):
+        yield None
+        return
+    from rich import progress as rich_progress
+
+    bar = rich_progress.Progress(
+        "[progress.description]{task.description}",
+        rich_progress.BarColumn(),
+        rich_progress.MofNCompleteColumn(),
+        rich_progress.TimeRemainingColumn(),
+        transient=True,
+        console=None,
+    )
+
+    def start(total: int) -> Callable[[], None]:
+        if total < PROGRESS_MIN_FILES:
+            return lambda: None
+        bar.start()
+        task = bar.add_task("gradfix", total=total)
+        return lambda: bar.advance(task)
+
+    try:
+        yield start
+    finally:
+        bar.stop()
 
 
 def _report_problems(run: RunResult, verbose: bool) -> None:

@@ -114,7 +114,14 @@ class RunResult:
         return [result for result in self.files if result.error is not None]
 
 
-def process_paths(paths: Iterable[str], options: RunOptions, *, jobs: int = 1) -> RunResult:
+#: ``progress(total)`` is called once the files are known and returns ``advance()``,
+#: called after each file (a progress bar); None: no progress reporting.
+Progress = Callable[[int], Callable[[], None]]
+
+
+def process_paths(
+    paths: Iterable[str], options: RunOptions, *, jobs: int = 1, progress: Progress | None = None
+) -> RunResult:
     """Discover the Python files under ``paths`` and process each of them.
 
     With ``jobs`` > 1, files are processed in that many worker processes when there are
@@ -136,7 +143,8 @@ def process_paths(paths: Iterable[str], options: RunOptions, *, jobs: int = 1) -
         else:
             slots.append(None)
             to_process.append(candidate.path)
-    processed = iter(process_files(to_process, options, jobs=jobs))
+    advance = progress(len(to_process)) if progress is not None else None
+    processed = iter(process_files(to_process, options, jobs=jobs, advance=advance))
     run.files = [slot if slot is not None else next(processed) for slot in slots]
     return run
 
@@ -161,16 +169,57 @@ def _skipped(
     return skipped
 
 
-def process_files(paths: Sequence[str], options: RunOptions, *, jobs: int = 1) -> list[FileResult]:
-    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes."""
+def process_files(
+    paths: Sequence[str],
+    options: RunOptions,
+    *,
+    jobs: int = 1,
+    advance: Callable[[], None] | None = None,
+) -> list[FileResult]:
+    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes.
+
+    A file that kills its worker process (a crash in native code, the memory limit) is
+    reported as that file's error and the batch goes on in a new pool."""
+    tick = advance or (lambda: None)
     workers = min(jobs, len(paths) // MIN_FILES_PER_WORKER)
     if workers > 1:
         try:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                return list(pool.map(process_file, paths, itertools.repeat(options)))
-        except (OSError, NotImplementedError, BrokenProcessPool, *PICKLING_ERRORS):
+            return _in_workers(paths, options, workers, tick)
+        except (OSError, NotImplementedError, *PICKLING_ERRORS):
             pass  # no worker processes here (sandbox, unpicklable rule): do it in this one
-    return [process_file(path, options) for path in paths]
+    results = []
+    for path in paths:
+        results.append(process_file(path, options))
+        tick()
+    return results
+
+
+def _in_workers(
+    paths: Sequence[str], options: RunOptions, workers: int, tick: Callable[[], None]
+) -> list[FileResult]:
+    results: list[FileResult] = []
+    while len(results) < len(paths):
+        rest = paths[len(results) :]
+        try:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                for result in pool.map(process_file, rest, itertools.repeat(options)):
+                    results.append(result)
+                    tick()
+        except BrokenProcessPool:
+            # the first file without a result was running when its worker died: prove it
+            # alone, then go on with the others in a new pool
+            results.append(_isolated(rest[len(results) - (len(paths) - len(rest))], options))
+            tick()
+    return results
+
+
+def _isolated(path: str, options: RunOptions) -> FileResult:
+    """Process one file in a worker of its own; its death is the file's error."""
+    try:
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            return pool.submit(process_file, path, options).result()
+    except BrokenProcessPool:
+        return FileResult(path, error="crashed the worker process (skipped; the batch goes on)")
 
 
 def process_file(path: str, options: RunOptions) -> FileResult:
