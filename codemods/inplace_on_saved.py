@@ -183,6 +183,25 @@ class InplaceOnSaved(Rule):
         Valid(
             """
             import torch
+
+            def drop_block(x, with_noise):
+                with torch.no_grad():
+                    keep_mask = 1.0 - torch.rand_like(x)
+                if with_noise:
+                    x = x * keep_mask
+                else:
+                    with torch.no_grad():
+                        keep_mask.mul_(2.0)  # the other branch's product never ran
+                    x = x * keep_mask
+                return x
+
+            w = torch.randn(4, requires_grad=True)
+            drop_block(w * 1, True).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
             x = torch.randn(2, 3)
             w = torch.randn(3, 4, requires_grad=True)
             h = x @ w
@@ -418,6 +437,8 @@ class InplaceOnSaved(Rule):
         scope = analysis.scope_of(statement).node
         end = analysis.index(statement)
         for read in reads_of(analysis, self.names, binding, scope, binding.end, end):
+            if analysis.in_exclusive_branches(read, statement):
+                continue  # `if a: x * m` then `else: m.mul_(s)`: the save never happened
             saver = self._saving_use(read)
             if saver is not None:
                 return saver

@@ -82,6 +82,23 @@ class SelfReferencingIndexAssign(Rule):
         Valid(
             """
             import torch
+            from torch import nn
+
+            class PositionalEmbedding(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.w = nn.Parameter(torch.rand(2, 8))
+
+                def forward(self, input_coords, input_shape=None):
+                    coordinates = input_coords.clone()
+                    if input_shape is not None:  # a (height, width) tuple: no tensor
+                        coordinates[:, :, :, 0] = coordinates[:, :, :, 0] / input_shape[1]
+                    return coordinates @ self.w
+            """
+        ),
+        Valid(
+            """
+            import torch
             a = torch.nn.Parameter(torch.rand(5))
             A2 = torch.zeros(5)
             A2[0] = a[0] * 2

@@ -348,3 +348,19 @@ def test_list_elements(code: str, count: int, certain: bool) -> None:
 def test_list_elements_unknown(code: str) -> None:
     analysis, module = analyse(code)
     assert analysis.list_elements(last_use(module, "xs"), last_use(module, "xs")) is None
+
+
+def test_forward_parameters_with_defaults_are_configuration() -> None:
+    analysis, module = analyse(
+        """
+        import torch
+        from torch import nn
+
+        class Embedding(nn.Module):
+            def forward(self, coords, input_shape=None):
+                coords
+                input_shape
+        """
+    )
+    assert analysis.requires_grad(last_use(module, "coords"))
+    assert not analysis.requires_grad(last_use(module, "input_shape"))

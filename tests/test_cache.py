@@ -87,3 +87,29 @@ def test_an_unreadable_cache_entry_is_a_miss(project: Path) -> None:
         entry.write_text("{not json", encoding="utf-8")
     code, out, _ = invoke("check", "-j", "1", "train.py")
     assert code == 1 and "GF201" in out
+
+
+def test_the_key_changes_with_the_installed_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editable install that changed must not serve results of the old code."""
+    import gradfix.cache
+
+    gradfix.cache.gradfix_version.cache_clear()
+    before = gradfix.cache.cache_key("x", ["GF101"], fix=False, unsafe_fixes=False)
+    real_stat = gradfix.cache.os.stat
+
+    def later(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real_stat(path, *args, **kwargs)
+        if str(path).endswith("engine.py"):
+            return type("Stat", (), {"st_size": result.st_size, "st_mtime_ns": 1})()
+        return result
+
+    monkeypatch.setattr(gradfix.cache.os, "stat", later)
+    gradfix.cache.gradfix_version.cache_clear()
+    try:
+        after = gradfix.cache.cache_key("x", ["GF101"], fix=False, unsafe_fixes=False)
+    finally:
+        monkeypatch.undo()
+        gradfix.cache.gradfix_version.cache_clear()
+    assert before != after

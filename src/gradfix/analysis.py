@@ -443,6 +443,10 @@ class FileAnalysis:
         ]
         return max(candidates, key=lambda b: b.start) if candidates else None
 
+    def in_exclusive_branches(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """``first`` and ``second`` sit in different branches of one ``if``: never both run."""
+        return self._exclusive(first, second)
+
     def _exclusive(self, binding: cst.CSTNode, use: cst.CSTNode) -> bool:
         """``binding`` and ``use`` sit in different branches of the same ``if``."""
         child = binding
@@ -810,7 +814,7 @@ class FileAnalysis:
         func = next((a for a in self.ancestors(param) if isinstance(a, cst.FunctionDef)), None)
         if func is None or func.name.value != "forward" or param is func.params.params[0]:
             return False
-        if param not in func.params.params:
+        if param not in func.params.params or param.default is not None:
             return False  # *args, keyword-only, defaults: configuration more often than data
         cls = self.enclosing_class(func)
         if cls is None or not any(self._is_module_base(base.value) for base in cls.bases):

@@ -28,12 +28,25 @@ CACHE_DIR_NAME = ".gradfix_cache"
 
 @lru_cache(maxsize=1)
 def gradfix_version() -> str:
+    """The release and a fingerprint of the installed code (name, size and modification
+    time of each module), so an editable install that changed misses the cache too."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("gradfix")
+        release = version("gradfix")
     except PackageNotFoundError:
-        return "unknown"
+        release = "unknown"
+    import gradfix
+    import gradfix.codemods
+
+    fingerprint = hashlib.sha256()
+    for package in (gradfix, gradfix.codemods):
+        for directory in package.__path__:
+            for root, _, files in sorted(os.walk(directory)):
+                for name in sorted(f for f in files if f.endswith(".py")):
+                    stat = os.stat(os.path.join(root, name))
+                    fingerprint.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return f"{release}+{fingerprint.hexdigest()[:16]}"
 
 
 def cache_key(text: str, codes: Sequence[str], *, fix: bool, unsafe_fixes: bool) -> str:
