@@ -78,9 +78,19 @@ def test_check_reports_findings_and_exits_1(project: Path) -> None:
     write(project, "model.py", BUGGY)
     result = invoke("check", *SELECT, "model.py")
     assert result.exit_code == 1
+    # the default text: the location line, a code frame and the fix's diff, a summary
     assert result.stdout == (
-        f"model.py:5:5: GF101 {MESSAGE}\nFound 1 finding (1 fixable with `gradfix fix`).\n"
+        f"model.py:5:5: GF101 {MESSAGE}\n"
+        "  |\n"
+        "5 | A = torch.tensor([a0, a1])  # keep me\n"
+        "  |     ^^^^^^^^^^^^^^^^^^^^^^\n"
+        "  = fix (safe): Use `torch.stack`\n"
+        "    -A = torch.tensor([a0, a1])  # keep me\n"
+        "    +A = torch.stack([a0, a1])  # keep me\n"
+        "Found 1 finding (1 fixable with `gradfix fix`).\n"
     )
+    concise = invoke("check", "--format", "concise", *SELECT, "model.py")
+    assert concise.stdout == f"model.py:5:5: GF101 {MESSAGE}\n"
 
 
 def test_check_defaults_to_the_current_directory_and_sorts(project: Path) -> None:
@@ -90,7 +100,8 @@ def test_check_defaults_to_the_current_directory_and_sorts(project: Path) -> Non
     write(project, ".venv/lib/skipped.py", BUGGY)
     result = invoke("check", *SELECT)
     assert result.exit_code == 1
-    lines = result.stdout.splitlines()
+    lines = [line for line in result.stdout.splitlines() if not line.startswith(" ")]
+    lines = [line for line in lines if not line[:1].isdigit()]  # the code frames
     assert [line.split(": ")[0] for line in lines[:-1]] == [
         "a.py:5:5",
         "a.py:8:5",

@@ -298,13 +298,31 @@ def check(
         if findings:
             typer.echo(github_annotations(findings))
     else:
+        frames = _frames(run, options) if output_format is CheckFormat.text else {}
         for path, finding in findings:
             typer.echo(finding_line(path, finding))
+            for line in frames.get((path, finding.line, finding.col, finding.code), []):
+                typer.echo(line)
         if output_format is CheckFormat.text:
             typer.echo(check_summary([finding for _, finding in findings], len(run.errors)))
     if run.errors:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
+
+
+def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, str], list[str]]:
+    """The code frame and fix diff of every finding (``check``'s default text format)."""
+    from gradfix.formats import code_frames
+
+    frames: dict[tuple[str, int, int, str], list[str]] = {}
+    for result in run.files:
+        if result.findings and result.original is not None and result.error is None:
+            rules = options.rules_for(result.path)
+            for key, frame in code_frames(
+                result.path, result.original, result.findings, rules
+            ).items():
+                frames[(result.path, *key)] = frame
+    return frames
 
 
 def _add_noqa(run: RunResult) -> None:

@@ -137,3 +137,40 @@ def statistics(findings: Sequence[Located], rules: Sequence[type[Rule]]) -> str:
         f"{n:>{width}}  {code}  {'[*]' if fixable[code] else '[ ]'} {names.get(code, '')}"
         for code, n in rows
     )
+
+
+def code_frames(
+    path: str, source: str, findings: Sequence[Finding], rules: Sequence[type[Rule]]
+) -> dict[tuple[int, int, str], list[str]]:
+    """For ``check``'s text output: per finding (``(line, col, code)``), the lines under
+    its location line: the source line with carets under the finding, and the diff of its
+    fix applied alone (``= fix (safe): ...`` then ``-``/``+`` lines)."""
+    from gradfix.diff import split_lines, unified_diff
+    from gradfix.engine import SourceError, single_fixes
+
+    lines = split_lines(source)
+    try:
+        singles = single_fixes(source, rules=rules, path=path)
+    except SourceError:
+        singles = []
+    fixes = {(f.line, f.col, f.code): single for single in singles for f in single.findings}
+    frames: dict[tuple[int, int, str], list[str]] = {}
+    for f in findings:
+        if f.cell is not None or not 1 <= f.line <= len(lines):
+            continue
+        text = lines[f.line - 1].rstrip("\r\n")
+        width = len(str(f.line))
+        end = f.end_col if f.end_line == f.line else len(text) + 1
+        carets = " " * (f.col - 1) + "^" * max(1, end - f.col)
+        frame = [f"{' ' * width} |", f"{f.line} | {text}", f"{' ' * width} | {carets}"]
+        single = fixes.get((f.line, f.col, f.code))
+        if single is not None and single.source is not None:
+            frame.append(f"{' ' * width} = fix ({single.safety}): {single.description}")
+            diff = unified_diff(source, single.source, path, context=0).splitlines()
+            frame += [
+                f"{' ' * width}   {line}"
+                for line in diff
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))
+            ]
+        frames[(f.line, f.col, f.code)] = frame
+    return frames
