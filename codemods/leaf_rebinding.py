@@ -236,7 +236,41 @@ class LeafRebinding(Rule):
             return  # the new value is a leaf again
         if not self.analysis.requires_grad(node.value, node):
             return  # detached on purpose
+        if self._harmless(node, target.value, reason):
+            return  # nothing asks for the leaf afterwards: a deliberate derived value
         self._report(node, target, reason)
+
+    def _harmless(self, node: cst.Assign, name: str, reason: LeafReason) -> bool:
+        """Grad mode on, outside a loop that keeps compounding the value, the derived value
+        does not leave the scope, and nothing uses the name as the leaf afterwards."""
+        analysis = self.analysis
+        if analysis.in_no_grad(node) or self._in_loop_without_leaf(
+            node, analysis.scope_of(node), reason.binding
+        ):
+            return False
+        after = analysis.end_index(node)
+        reads = [r for r in _name_reads(analysis.scope_of(node).node) if r.value == name]
+        transient = reason.binding is not None and _re_leafed(reason.binding.value)
+        if not transient and any(analysis.index(r) > after and self._escape(r) for r in reads):
+            return False
+        return not self._leaf_wanted_later(node, name)
+
+    def _leaf_wanted_later(self, node: cst.Assign, name: str) -> bool:
+        """After the rebinding (or earlier in a loop around it, which runs again), the
+        name is used as the leaf: ``name.grad``, an optimizer built from it, an in-place
+        update under no_grad. Without such a use the symptom never shows (diffusers'
+        attend-and-excite refines ``latents = self._update_latent(latents, ...)`` with
+        ``autograd.grad`` and never reads ``latents.grad``)."""
+        analysis = self.analysis
+        scope = analysis.scope_of(node)
+        loops = [a for a in analysis.ancestors(node) if isinstance(a, (cst.For, cst.While))]
+        after = analysis.end_index(node)
+        for read in _name_reads(scope.node):
+            if read.value != name or not self._means_leaf(read):
+                continue
+            if analysis.index(read) > after or any(analysis.contains(o, read) for o in loops):
+                return True
+        return False
 
     def _report(self, node: cst.Assign, target: cst.Name, reason: LeafReason) -> None:
         name = target.value
@@ -409,6 +443,22 @@ class LeafRebinding(Rule):
         while candidate in taken:
             candidate, counter = f"{base}{counter}", counter + 1
         return candidate
+
+
+def _re_leafed(value: cst.BaseExpression | None) -> bool:
+    """``x.detach().requires_grad_()`` (or ``.clone().detach()...``): a leaf made from
+    existing data for one gradient step (latent refinement, adversarial attacks), whose
+    derived value is meant to go on as data."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+        return False
+    if value.func.attr.value != "requires_grad_":
+        return False
+    receiver = value.func.value
+    while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+        if receiver.func.attr.value == "detach":
+            return True
+        receiver = receiver.func.value
+    return False
 
 
 def _creates_leaf(reason: LeafReason) -> bool:

@@ -54,6 +54,8 @@ def test_new_name_is_unique_in_the_file() -> None:
         eta = torch.tensor(0.5, requires_grad=True)
         eta = eta * 2
         print(eta, eta_scaled)
+        eta.backward()
+        print(eta.grad)
         """
     )
     assert "eta_scaled2 = eta * 2\nprint(eta_scaled2, eta_scaled)" in result.source
@@ -80,9 +82,10 @@ def test_leaf_made_inside_the_loop_is_fixed() -> None:
             w = torch.randn(3, requires_grad=True)
             w = w * 2
             w.sum().backward()
+            print(w.grad)
         """
     )
-    assert "w_scaled = w * 2\n    w_scaled.sum().backward()" in result.source
+    assert "w_scaled = w * 2\n    w_scaled.sum().backward()\n    print(w.grad)" in result.source
 
 
 def test_derived_copy_read_in_a_later_loop_would_go_stale() -> None:
@@ -137,6 +140,9 @@ def test_derived_copy_read_in_a_later_loop_would_go_stale() -> None:
 
             def loss_fn(x):
                 return (w * x).sum()
+
+            loss_fn(torch.ones(3)).backward()
+            print(w.grad)
             """,
             "nested function",
         ),
@@ -146,6 +152,8 @@ def test_derived_copy_read_in_a_later_loop_would_go_stale() -> None:
             w = torch.randn(3, requires_grad=True)
             w = w.t()
             score = lambda x: (w * x).sum()
+            score(torch.ones(3)).backward()
+            print(w.grad)
             """,
             "nested function",
         ),
@@ -154,6 +162,8 @@ def test_derived_copy_read_in_a_later_loop_would_go_stale() -> None:
             import torch
             w = torch.randn(3, requires_grad=True)
             w = w * 2
+            w.sum().backward()
+            print(w.grad)
 
             def reset():
                 global w
@@ -169,6 +179,7 @@ def test_derived_copy_read_in_a_later_loop_would_go_stale() -> None:
             if flip:
                 w = w.flip(0)
             w.sum().backward()
+            print(w.grad)
             """,
             "outside the block",
         ),
@@ -186,6 +197,46 @@ def test_derived_copy_read_in_a_later_loop_would_go_stale() -> None:
 )
 def test_escaping_names_are_reported_without_fix(code: str, reason: str) -> None:
     assert_report_only(run(code), reason)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # PGD-style refinement: gradients through autograd.grad, the leaf re-made each step
+        """
+        import torch
+        x = torch.rand(4)
+        for _ in range(3):
+            x = x.detach().requires_grad_(True)
+            loss = (x ** 2).sum()
+            (g,) = torch.autograd.grad(loss, [x])
+            x = x - 0.1 * g.sign()
+        """,
+        # diffusers attend-and-excite: re-leafed latents refined and returned as data
+        """
+        import torch
+
+        def refine(latents, steps):
+            for _ in range(steps):
+                latents = latents.clone().detach().requires_grad_(True)
+                loss = (latents ** 2).sum()
+                (grad,) = torch.autograd.grad(loss, [latents])
+                latents = latents - 0.1 * grad
+            return latents
+        """,
+        # an optimizer built before the rebinding still holds the leaf
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        w = w * 2
+        w.sum().backward()
+        opt.step()
+        """,
+    ],
+)
+def test_rebinding_nothing_reads_as_the_leaf_is_not_reported(code: str) -> None:
+    assert run(code).findings == []
 
 
 def test_no_other_rule_reports_the_same_site() -> None:
