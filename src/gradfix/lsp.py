@@ -52,6 +52,8 @@ from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
 from gradfix.registry import SelectionError, find_rule, select_rules
 from gradfix.rule import Finding, Rule
+from gradfix.suppression import IGNORE as GRADFIX_IGNORE
+from gradfix.suppression import NOQA
 
 SOURCE = "gradfix"
 SECTION = "gradfix"
@@ -61,10 +63,6 @@ CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is check
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-# the engine's suppression comments: noqa and gradfix: ignore, each with or without codes
-# (separated by commas or spaces; without codes every rule is suppressed)
-NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
-GRADFIX_IGNORE = re.compile(r"#\s*gradfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
 CODE_SEPARATOR = re.compile(r"[\s,]+")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line with its line break
