@@ -92,6 +92,12 @@ def test_add_noqa_makes_the_tree_check_clean(buggy: Path) -> None:
         ("x = f()  # noqa: GF201\r\n", {"GF101"}, "x = f()  # noqa: GF201, GF101\r\n"),
         ("x = f()  # keep this\n", {"GF101"}, "x = f()  # keep this  # noqa: GF101\n"),
         ("x = f()  # noqa\n", {"GF101"}, "x = f()  # noqa\n"),  # already suppresses all
+        ("x = f()\n", {"GF201", "GF101"}, "x = f()  # noqa: GF101, GF201\n"),
+        (
+            "x = f()  # gradfix: ignore[GF201]\n",
+            {"GF101", "GF201"},
+            "x = f()  # gradfix: ignore[GF201, GF101]\n",
+        ),
         ("x = f() + \\\n", {"GF101"}, "x = f() + \\\n"),  # a comment would break the line
     ],
 )

@@ -30,12 +30,9 @@ import ast
 import asyncio
 import contextlib
 import difflib
-import io
 import logging
 import os
-import re
 import threading
-import tokenize
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -49,11 +46,10 @@ from pygls.workspace import PositionCodec, TextDocument
 
 from gradfix.config import ConfigError, find_config, load_config, resolve_rules
 from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
+from gradfix.noqa import LINE, LINE_BREAK, noqa_edit
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
 from gradfix.registry import SelectionError, find_rule, select_rules
 from gradfix.rule import Finding, Rule
-from gradfix.suppression import IGNORE as GRADFIX_IGNORE
-from gradfix.suppression import NOQA
 
 SOURCE = "gradfix"
 SECTION = "gradfix"
@@ -63,9 +59,6 @@ CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is check
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-CODE_SEPARATOR = re.compile(r"[\s,]+")
-LINE_BREAK = re.compile(r"\r\n|\r|\n")
-LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line with its line break
 
 
 # --- settings ------------------------------------------------------------------------------
@@ -241,47 +234,6 @@ def _advance(line: int, character: int, text: str) -> tuple[int, int]:
     if not passed:
         return line, character + len(last)
     return line + len(passed), len(last)
-
-
-def noqa_edit(source: str, line: int, code: str) -> tuple[int, str] | None:
-    """Where and what to insert on 1-based ``line`` to suppress ``code`` there:
-    ``(code point column, text)``, or ``None`` when it is suppressed already or a comment
-    cannot end that line (inside a string or after a backslash continuation)."""
-    comment = _line_comment(source, line)
-    if comment is None:
-        return None
-    text = LINE_BREAK.sub("", LINE.findall(source)[line - 1])
-    end = len(text.rstrip())
-    if not comment:
-        return end, f"  # noqa: {code}"
-    for pattern in (NOQA, GRADFIX_IGNORE):
-        match = pattern.search(comment)
-        if match is None:
-            continue
-        codes = match.group("codes")
-        if not codes or code.upper() in {c.upper() for c in CODE_SEPARATOR.split(codes)}:
-            return None  # suppressed already (a comment without codes suppresses all)
-        column = len(text) - len(comment) + match.end("codes")
-        return column, f", {code}"
-    return end, f"  # noqa: {code}"
-
-
-def _line_comment(source: str, line: int) -> str | None:
-    """The comment ending ``line`` (``""`` if none), ``None`` if a comment cannot go there."""
-    ends_statement = False
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.start[0] != line:
-                if token.start[0] > line:
-                    break
-                continue
-            if token.type == tokenize.COMMENT:
-                return token.string
-            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
-                ends_statement = True
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    return "" if ends_statement else None
 
 
 def workspace_edit(uri: str, edits: list[types.TextEdit]) -> types.WorkspaceEdit:

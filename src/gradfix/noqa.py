@@ -14,55 +14,82 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from gradfix.files import FileError, read_source, write_source
 from gradfix.rule import Finding
+from gradfix.suppression import IGNORE, NOQA
 
-EXISTING = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.I)
-BLANKET = re.compile(r"#\s*noqa(?!:)", re.I)
+#: line breaks as LSP and LibCST count them (not form feeds, unlike ``str.splitlines``)
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line with its line break
+CODE_SEPARATOR = re.compile(r"[\s,]+")
 
 
 def add_noqa(source: str, codes_by_line: dict[int, set[str]]) -> tuple[str, int]:
     """``source`` with the codes added as noqa comments; returns it and how many lines
     changed."""
-    lines = source.splitlines(keepends=True)
-    blocked = _lines_ending_in_strings(source)
+    lines = LINE.findall(source)
+    comments = line_comments(source)
     changed = 0
     for number, codes in sorted(codes_by_line.items()):
-        if not 1 <= number <= len(lines) or number in blocked:
-            continue
-        updated = _with_codes(lines[number - 1], codes)
-        if updated != lines[number - 1]:
-            lines[number - 1] = updated
+        edit = noqa_edit(source, number, sorted(codes), comments)
+        if edit is not None and 1 <= number <= len(lines):
+            column, text = edit
+            lines[number - 1] = lines[number - 1][:column] + text + lines[number - 1][column:]
             changed += 1
     return "".join(lines), changed
 
 
-def _with_codes(line: str, codes: set[str]) -> str:
-    body = line.rstrip("\r\n")
-    ending = line[len(body) :]
-    if body.rstrip().endswith("\\") or BLANKET.search(body):
-        return line
-    match = EXISTING.search(body)
-    if match is not None:
-        present = [c.upper() for c in re.split(r"[\s,]+", match.group("codes")) if c]
-        merged = present + sorted(codes - set(present))
-        body = body[: match.start("codes")] + ", ".join(merged) + body[match.end("codes") :]
-        return body + ending
-    return f"{body.rstrip()}  # noqa: {', '.join(sorted(codes))}{ending}"
+def noqa_edit(
+    source: str,
+    line: int,
+    codes: str | Sequence[str],
+    comments: dict[int, str | None] | None = None,
+) -> tuple[int, str] | None:
+    """Where and what to insert on 1-based ``line`` to suppress ``codes`` there:
+    ``(code point column, text)``, or ``None`` when it is suppressed already or a comment
+    cannot end that line (inside a string or after a backslash continuation). An existing
+    ``# noqa: ...`` or ``# gradfix: ignore[...]`` gets the code merged in. ``comments``
+    (from :func:`line_comments`) saves tokenizing ``source`` again."""
+    wanted = [codes] if isinstance(codes, str) else list(codes)
+    comment = (comments if comments is not None else line_comments(source)).get(line)
+    if comment is None or not wanted:
+        return None
+    text = LINE_BREAK.sub("", LINE.findall(source)[line - 1])
+    end = len(text.rstrip())
+    if not comment:
+        return end, f"  # noqa: {', '.join(wanted)}"
+    for pattern in (NOQA, IGNORE):
+        match = pattern.search(comment)
+        if match is None:
+            continue
+        present = match.group("codes")
+        if not present:
+            return None  # a comment without codes suppresses every rule already
+        known = {c.upper() for c in CODE_SEPARATOR.split(present)}
+        missing = [code for code in wanted if code.upper() not in known]
+        if not missing:
+            return None
+        column = len(text) - len(comment) + match.end("codes")
+        return column, "".join(f", {code}" for code in missing)
+    return end, f"  # noqa: {', '.join(wanted)}"
 
 
-def _lines_ending_in_strings(source: str) -> set[int]:
-    """Lines whose end lies inside a (triple-quoted) string: a comment cannot go there."""
-    blocked: set[int] = set()
+def line_comments(source: str) -> dict[int, str | None]:
+    """Line -> the comment ending it (``""`` if none); lines where a comment cannot go
+    (continued by a backslash, inside a string) are absent."""
+    found: dict[int, str | None] = {}
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.STRING and token.end[0] > token.start[0]:
-                blocked.update(range(token.start[0], token.end[0]))
+            row = token.start[0]
+            if token.type == tokenize.COMMENT:
+                found[row] = token.string
+            elif token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
+                found.setdefault(row, "")
     except (tokenize.TokenError, SyntaxError):
-        pass
-    return blocked
+        return {}
+    return found
 
 
 def add_noqa_to_file(path: str, findings: Iterable[Finding]) -> int:
