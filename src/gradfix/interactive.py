@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from gradfix.diff import unified_diff
 from gradfix.engine import SingleFix, lint_source, single_fixes
-from gradfix.rule import Rule
+from gradfix.rule import Finding, Rule
 
 PROMPT = "Apply this fix? [y]es, [n]o, [a]ll remaining, [q]uit (default n): "
 #: a review never asks more often than this per file (a fix that keeps reappearing)
@@ -102,13 +102,13 @@ class Reviewer:
         )
         return result.source
 
-    def _not_declined(self, review: Review) -> Callable[[object], bool]:
+    def _not_declined(self, review: Review) -> Callable[[Finding], bool]:
         declined = {
             (f.line, f.col, f.code)
             for s in self._ordered(review)[: review.skipped]
             for f in s.findings
         }
-        return lambda finding: (finding.line, finding.col, finding.code) not in declined  # type: ignore[attr-defined]
+        return lambda finding: (finding.line, finding.col, finding.code) not in declined
 
     def _ordered(self, review: Review) -> list[SingleFix]:
         """The applicable fixes of the file as it stands, by their first finding."""

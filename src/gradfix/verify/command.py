@@ -131,13 +131,9 @@ class CommandHarness:
         trace = join_traces(sorted(Path(traces).glob("trace-*.json")))
         if completed.returncode != 0 and trace["outcome"].get("status") == "ok":
             tail = completed.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            trace["outcome"] = {
-                "status": "error",
-                "type": "CommandFailed",
-                "message": f"exit status {completed.returncode}: {tail[0]}",
-                "line": None,
-                "category": "code",
-            }
+            trace["outcome"] = _command_failed(
+                "code", f"exit status {completed.returncode}: {tail[0]}"
+            )
         return trace
 
 
@@ -145,16 +141,7 @@ def join_traces(files: list[Path]) -> dict[str, Any]:
     """The traces of all processes of one run, in start order, as one trace."""
     parts = [json.loads(f.read_text(encoding="utf-8")) for f in files]
     parts.sort(key=lambda t: t.get("started", 0.0))
-    joined: dict[str, Any] = {
-        "outcome": {"status": "ok"},
-        "leaves": [],
-        "events": [],
-        "event_count": 0,
-        "events_truncated": False,
-        "globals": {},
-        "leaf_globals": [],
-        "seed": 0,
-    }
+    joined = _empty_trace()
     for part in parts:
         offset = len(joined["leaves"])
         joined["leaves"].extend(part["leaves"])
@@ -169,15 +156,10 @@ def join_traces(files: list[Path]) -> dict[str, Any]:
     return joined
 
 
-def _failed(category: str, message: str) -> dict[str, Any]:
+def _empty_trace() -> dict[str, Any]:
+    """A trace with no leaf and no backward call (the oracle's trace format)."""
     return {
-        "outcome": {
-            "status": "error",
-            "type": "CommandFailed",
-            "message": message,
-            "line": None,
-            "category": category,
-        },
+        "outcome": {"status": "ok"},
         "leaves": [],
         "events": [],
         "event_count": 0,
@@ -186,3 +168,17 @@ def _failed(category: str, message: str) -> dict[str, Any]:
         "leaf_globals": [],
         "seed": 0,
     }
+
+
+def _command_failed(category: str, message: str) -> dict[str, Any]:
+    return {
+        "status": "error",
+        "type": "CommandFailed",
+        "message": message,
+        "line": None,
+        "category": category,
+    }
+
+
+def _failed(category: str, message: str) -> dict[str, Any]:
+    return {**_empty_trace(), "outcome": _command_failed(category, message)}
