@@ -62,8 +62,15 @@ _ROOTS: dict[str, str | None] = {}
 
 
 def _cached_root(directory: str) -> str | None:
+    """The repository of ``directory``: asked of git once per repository, then inherited
+    by subdirectories that hold no ``.git`` of their own (no git process per folder)."""
     if directory not in _ROOTS:
-        _ROOTS[directory] = repository_root(directory) if os.path.isdir(directory) else None
+        parent = os.path.dirname(directory)
+        inherited = parent != directory and not os.path.exists(os.path.join(directory, ".git"))
+        if inherited and os.path.isdir(parent):
+            _ROOTS[directory] = _cached_root(parent)
+        else:
+            _ROOTS[directory] = repository_root(directory) if os.path.isdir(directory) else None
     return _ROOTS[directory]
 
 
