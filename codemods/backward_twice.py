@@ -16,6 +16,7 @@ from gradfix.analysis import (
     is_false,
 )
 from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.walk import walk
 
 #: Backward entry points -> (position of ``retain_graph``, position of ``create_graph``).
 GRAD_FUNCTIONS = {"torch.autograd.grad": (3, 4), "torch.autograd.backward": (2, 3)}
@@ -351,7 +352,7 @@ class BackwardTwice(Rule):
         if not isinstance(siblings, (list, tuple)) or statement not in siblings:
             return collector
         for sibling in siblings[list(siblings).index(statement) :]:
-            sibling.visit(collector)
+            walk(sibling, collector)
         return collector
 
     def _later_backward_calls(self, call: cst.Call) -> Iterator[cst.Call]:

@@ -373,9 +373,7 @@ class _ListFix:
         allowed = {id(n) for n in names_in(growth.assign)}
         if growth.first_row is not None:
             allowed |= {id(n) for n in names_in(growth.first_row)}
-        return any(
-            n.value == growth.name and id(n) not in allowed for n in names_in(growth.loop)
-        )
+        return any(n.value == growth.name and id(n) not in allowed for n in names_in(growth.loop))
 
     def _start_is_just_before_loop(self, start: Binding) -> bool:
         """``out = <start>`` is a one-statement line of the loop's block, and nothing between
@@ -486,9 +484,7 @@ def _runs_at_least_once(analysis: FileAnalysis, loop: cst.For | cst.While) -> bo
     return low is not None and high is not None and high > low
 
 
-def _integer_value(
-    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode
-) -> int | None:
+def _integer_value(analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode) -> int | None:
     """``3``, or a name bound to ``3``."""
     if isinstance(expr, cst.Name):
         binding = analysis.reaching_binding(expr, at)

@@ -9,6 +9,7 @@ import libcst as cst
 
 from gradfix.analysis import FACTORIES, VIEW_ATTRIBUTES, argument, is_true
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.walk import walk
 
 #: ``backward`` entry points -> position of ``create_graph`` (and of ``gradient``).
 TENSOR_BACKWARD = {"create_graph": 2, "gradient": 0}
@@ -406,9 +407,12 @@ class CreateGraphBackward(Rule):
         for use in _names(scope):
             if use.value != leaf:
                 continue
-            if any(isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)) and
-                   self.analysis.contains(scope, a) and a is not scope
-                   for a in self.analysis.ancestors(use)):
+            if any(
+                isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+                and self.analysis.contains(scope, a)
+                and a is not scope
+                for a in self.analysis.ancestors(use)
+            ):
                 return False
             if not self._is_private_use(use):
                 return False
@@ -424,11 +428,21 @@ class CreateGraphBackward(Rule):
         for ancestor in self.analysis.ancestors(use):
             if isinstance(ancestor, cst.Call) and child is not ancestor.func:
                 return self._is_tensor_call(ancestor)
-            if isinstance(ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript,
-                                     cst.Comparison)):
+            if isinstance(
+                ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript, cst.Comparison)
+            ):
                 return True
-            if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement,
-                                     cst.List, cst.Tuple, cst.Set, cst.Dict)):
+            if isinstance(
+                ancestor,
+                (
+                    cst.BaseSmallStatement,
+                    cst.BaseCompoundStatement,
+                    cst.List,
+                    cst.Tuple,
+                    cst.Set,
+                    cst.Dict,
+                ),
+            ):
                 return isinstance(ancestor, cst.Expr)
             child = ancestor
         return False
@@ -454,9 +468,7 @@ class CreateGraphBackward(Rule):
             if isinstance(loop, (cst.For, cst.While)) and start < self.analysis.index(loop):
                 return False  # the leaf lives across iterations: ``.grad`` accumulates
         end = self.analysis.index(call)
-        return not any(
-            start < self.analysis.index(other) < end for other in _grad_writers(scope)
-        )
+        return not any(start < self.analysis.index(other) < end for other in _grad_writers(scope))
 
     def _grad_reads_after(
         self, call: cst.Call, statement: cst.Expr, leaves: set[str], scope: cst.CSTNode
@@ -506,20 +518,20 @@ class CreateGraphBackward(Rule):
 
 def _names(node: cst.CSTNode) -> Iterator[cst.Name]:
     collector = _Collect(cst.Name)
-    node.visit(collector)
+    walk(node, collector)
     yield from collector.found  # type: ignore[misc]
 
 
 def _grad_attributes(node: cst.CSTNode) -> list[cst.Attribute]:
     collector = _Collect(cst.Attribute)
-    node.visit(collector)
+    walk(node, collector)
     return [a for a in collector.found if isinstance(a, cst.Attribute) and a.attr.value == "grad"]
 
 
 def _grad_writers(node: cst.CSTNode) -> list[cst.Call]:
     """Calls that may write ``.grad``: ``backward()`` / ``autograd.backward`` / ``step()``."""
     collector = _Collect(cst.Call)
-    node.visit(collector)
+    walk(node, collector)
     return [
         c
         for c in collector.found

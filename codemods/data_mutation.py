@@ -13,6 +13,7 @@ from gradfix.no_grad_block import (
     used_in_graph_before,
 )
 from gradfix.rule import Edit, FixSafety, Invalid, Valid
+from gradfix.walk import walk
 
 #: Attributes that hold a tensor on whatever object has them (``layer.weight``).
 TENSOR_ATTRIBUTES = LAYER_PARAMETERS | frozenset({"grad", "running_mean", "running_var"})
@@ -316,8 +317,11 @@ class DataMutation(NoGradBlockRule):
             return  # ``w.data.dtype``: the same answer as ``w.dtype``, no value is read
         if context == "mutation":
             if self._owns_tensor_data(owner, node, mutated=True):
-                self.report(node, f"Mutation through `{_code(owner)}.data` inside an "
-                            "expression skips autograd's version check")
+                self.report(
+                    node,
+                    f"Mutation through `{_code(owner)}.data` inside an "
+                    "expression skips autograd's version check",
+                )
             return
         if context == "mutation-argument":
             if self._owns_tensor_data(owner, node, mutated=True):
@@ -403,8 +407,10 @@ class DataMutation(NoGradBlockRule):
                 call = self.analysis.parent(parent)
                 if isinstance(call, cst.Call) and self._changes_arguments(call):
                     return "mutation-argument"  # ``nn.init.zeros_(w.data[0])``
-                return "copy" if isinstance(call, cst.Call) and self._reads_argument(call) else (
-                    "alias"
+                return (
+                    "copy"
+                    if isinstance(call, cst.Call) and self._reads_argument(call)
+                    else ("alias")
                 )
             return "alias"
 
@@ -437,15 +443,23 @@ class DataMutation(NoGradBlockRule):
         name = self.analysis.call_name(call)
         if name is not None:
             short = name.rpartition(".")[2]
-            return name.startswith("torch.") and not (
-                short in ALIASING or short.endswith("_") or name.startswith("torch.nn.")
-                and not name.startswith("torch.nn.functional.")
-            ) and name not in ("torch.save",)
+            return (
+                name.startswith("torch.")
+                and not (
+                    short in ALIASING
+                    or short.endswith("_")
+                    or name.startswith("torch.nn.")
+                    and not name.startswith("torch.nn.functional.")
+                )
+                and name not in ("torch.save",)
+            )
         if isinstance(func, cst.Name):
             return func.value in READING_BUILTINS
         # ``ema.copy_(p.data)``, ``acc.add(x.data)``: the argument is read, not kept
-        return isinstance(func, cst.Attribute) and func.attr.value not in ALIASING and (
-            is_inplace_method(func.attr.value) or func.attr.value in LAYOUT_KEEPING
+        return (
+            isinstance(func, cst.Attribute)
+            and func.attr.value not in ALIASING
+            and (is_inplace_method(func.attr.value) or func.attr.value in LAYOUT_KEEPING)
         )
 
     # -- which ``.data`` belongs to a tensor ---------------------------------------------------
@@ -499,19 +513,23 @@ class DataMutation(NoGradBlockRule):
         assert isinstance(result, cst.BaseSmallStatement)
         return result
 
-    def _keeps_layout(self, value: cst.BaseExpression, owner: cst.BaseExpression,
-                      at: cst.CSTNode) -> bool:
+    def _keeps_layout(
+        self, value: cst.BaseExpression, owner: cst.BaseExpression, at: cst.CSTNode
+    ) -> bool:
         """``value`` has the shape and dtype of ``owner`` (a tensor that requires grad, so
         floating point: Python numbers do not change its dtype)."""
         analysis = self.analysis
-        floating = analysis.requires_grad(owner, at) or (
-            isinstance(owner, cst.Attribute) and owner.attr.value in LAYER_PARAMETERS
-        ) or (isinstance(owner, cst.Name) and self._iterates_tensors(owner, at))
+        floating = (
+            analysis.requires_grad(owner, at)
+            or (isinstance(owner, cst.Attribute) and owner.attr.value in LAYER_PARAMETERS)
+            or (isinstance(owner, cst.Name) and self._iterates_tensors(owner, at))
+        )
         return floating and self._layout_of(value, owner)
 
     def _layout_of(self, value: cst.BaseExpression, owner: cst.BaseExpression) -> bool:
         if _same(value, owner) or (
-            isinstance(value, cst.Attribute) and value.attr.value == "data"
+            isinstance(value, cst.Attribute)
+            and value.attr.value == "data"
             and _same(value.value, owner)
         ):
             return True
@@ -522,9 +540,9 @@ class DataMutation(NoGradBlockRule):
             )
         if isinstance(value, cst.UnaryOperation):
             return self._layout_of(value.expression, owner)
-        if not isinstance(value, cst.Call) or any(a.keyword and a.keyword.value in (
-            "dtype", "device", "out"
-        ) for a in value.args):
+        if not isinstance(value, cst.Call) or any(
+            a.keyword and a.keyword.value in ("dtype", "device", "out") for a in value.args
+        ):
             return False
         name = self.analysis.call_name(value)
         short = name.rpartition(".")[2] if name else None
@@ -565,7 +583,7 @@ def _data_attributes(node: cst.CSTNode) -> list[cst.Attribute]:
             if attr.attr.value == "data":
                 found.append(attr)
 
-    node.visit(Collect())
+    walk(node, Collect())
     return found
 
 

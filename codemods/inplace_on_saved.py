@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import PositionProvider
 
 from gradfix.analysis import (
     FACTORIES,
@@ -31,6 +30,7 @@ from gradfix.inplace import (
     small_statement,
 )
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.walk import walk
 
 #: In-place methods whose out-of-place twin takes the same arguments (``h.mul_(2)`` ->
 #: ``h = h.mul(2)``). Others (``fill_``, ``copy_``, ``zero_``...) get ``h = h.clone()``.
@@ -552,8 +552,9 @@ class InplaceOnSaved(Rule):
         args = [a for a in constructor.args if a is not flag]
         if args:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return self.fix([Edit(constructor, constructor.with_changes(args=args))],
-                        "Drop `inplace=True`")
+        return self.fix(
+            [Edit(constructor, constructor.with_changes(args=args))], "Drop `inplace=True`"
+        )
 
     def _graph_needed(self, saver: Saver, mutation: Mutation) -> bool:
         """A backward may still run through the saving op after the change: a name that
@@ -610,7 +611,7 @@ class InplaceOnSaved(Rule):
         return None
 
     def _message(self, mutation: Mutation, saver: Saver) -> str:
-        line = self.get_metadata(PositionProvider, saver.node).start.line
+        line = self.context.position(saver.node).start.line
         code = " ".join(cst.Module([]).code_for_node(mutation.statement).split())
         if len(code) > 40:
             code = code[:37] + "..."
@@ -662,9 +663,7 @@ class InplaceOnSaved(Rule):
             if use.kind == "alias":
                 aliases |= {a.value for a in use.aliases if a.value != binding.name}
         return not any(
-            analysis.index(n) > after
-            for alias in aliases
-            for n in self.names.named(scope, alias)
+            analysis.index(n) > after for alias in aliases for n in self.names.named(scope, alias)
         )
 
     def _is_fresh(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
@@ -788,16 +787,14 @@ class InplaceOnSaved(Rule):
         if not isinstance(func, cst.Attribute) or cls is None:
             return 0
         finder = _AttributeUses(func.attr.value)
-        cls.visit(finder)
+        walk(cls, finder)
         return finder.count
 
     def _read_after(self, mutation: Mutation) -> bool:
         analysis = self.analysis
         scope = analysis.scope_of(mutation.statement).node
         after = analysis.end_index(mutation.statement)
-        return any(
-            analysis.index(n) > after for n in self.names.named(scope, mutation.name.value)
-        )
+        return any(analysis.index(n) > after for n in self.names.named(scope, mutation.name.value))
 
     def _clone_fix(self, mutation: Mutation) -> Fix | None:
         """``h = h.clone()`` on its own line before the change."""
@@ -904,13 +901,11 @@ class _Backwards(cst.CSTVisitor):
 
 def _backward_calls(scope: cst.CSTNode) -> list[cst.Call]:
     finder = _Backwards()
-    scope.visit(finder)
+    walk(scope, finder)
     return finder.calls
 
 
-def _loop_without(
-    analysis: object, node: cst.CSTNode, binding: cst.CSTNode
-) -> cst.CSTNode | None:
+def _loop_without(analysis: object, node: cst.CSTNode, binding: cst.CSTNode) -> cst.CSTNode | None:
     """The outermost loop around ``node`` that does not contain ``binding``."""
     found = None
     for ancestor in analysis.ancestors(node):  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import libcst as cst
 
 from gradfix.analysis import VIEW_ATTRIBUTES, VIEW_OPS, Binding, LeafReason, Scope
 from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
+from gradfix.walk import walk
 
 #: Attributes whose read means the leaf itself: its gradient.
 LEAF_ATTRIBUTES = frozenset({"grad"})
@@ -403,8 +404,9 @@ class LeafRebinding(Rule):
                 if isinstance(func, cst.Attribute) and func.attr.value == "add_param_group":
                     return True
                 return False  # only list/tuple/dict literals may lie between
-            if not isinstance(ancestor, (cst.Element, cst.List, cst.Tuple, cst.Dict,
-                                         cst.DictElement, cst.Arg)):
+            if not isinstance(
+                ancestor, (cst.Element, cst.List, cst.Tuple, cst.Dict, cst.DictElement, cst.Arg)
+            ):
                 return False
         return False
 
@@ -501,7 +503,7 @@ def _op_suffix(value: cst.BaseExpression) -> str:
 
 def _declared_global(module: cst.Module, name: str) -> bool:
     finder = _GlobalFinder(name)
-    module.visit(finder)
+    walk(module, finder)
     return finder.found
 
 
@@ -531,11 +533,11 @@ class _NameReads(cst.CSTVisitor):
         return super().on_visit(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
@@ -543,14 +545,14 @@ class _NameReads(cst.CSTVisitor):
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:
-            node.default.visit(self)
+            walk(node.default, self)
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        node.params.visit(self)
-        node.body.visit(self)
+        walk(node.params, self)
+        walk(node.body, self)
         for decorator in node.decorators:
-            decorator.visit(self)
+            walk(decorator, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -560,7 +562,7 @@ class _NameReads(cst.CSTVisitor):
 def _name_reads(node: cst.CSTNode, *, nested: bool = False) -> list[cst.Name]:
     """The variable reads in ``node``; inside nested functions too when ``nested``."""
     finder = _NameReads(node, nested)
-    node.visit(finder)
+    walk(node, finder)
     return finder.reads
 
 
@@ -575,5 +577,5 @@ def _all_names(module: cst.Module) -> set[str]:
         def visit_Name(self, node: cst.Name) -> None:
             names.add(node.value)
 
-    module.visit(Collect())
+    walk(module, Collect())
     return names

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.walk import walk
 
 #: Calls that turn their argument into something printed or logged.
 LOG_FUNCTIONS = frozenset({"print", "float", "int", "round", "str", "repr", "len", "format"})
@@ -407,7 +408,7 @@ class _NameFinder(cst.CSTVisitor):
 
 def _names(scope: cst.CSTNode, name: str) -> list[cst.Name]:
     finder = _NameFinder(name)
-    scope.visit(finder)
+    walk(scope, finder)
     return finder.found
 
 
@@ -422,5 +423,5 @@ class _BackwardFinder(cst.CSTVisitor):
 
 def _calls_backward(function: cst.FunctionDef) -> bool:
     finder = _BackwardFinder()
-    function.visit(finder)
+    walk(function, finder)
     return finder.found

@@ -8,6 +8,7 @@ import libcst as cst
 
 from gradfix.analysis import Binding
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.walk import walk
 
 #: Calls that fill ``.grad`` of the tensors that retain it.
 BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
@@ -271,7 +272,7 @@ class NonleafGradRead(Rule):
         leaf (GF102): the user meant the leaf's gradient, not an intermediate one."""
         finder = _SubexpressionLeaves(self, binding)
         assert binding.value is not None
-        binding.value.visit(finder)
+        walk(binding.value, finder)
         return finder.found
 
     def _should_report(self, read: Read) -> bool:
@@ -331,7 +332,7 @@ class _SubexpressionLeaves(cst.CSTVisitor):
         return not self.found
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # the attribute's own name is not a variable
+        walk(node.value, self)  # the attribute's own name is not a variable
         return False
 
     def visit_Name(self, node: cst.Name) -> None:

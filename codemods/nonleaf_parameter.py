@@ -16,10 +16,13 @@ MOVES = frozenset({"to", "cuda", "double", "half", "bfloat16"})
 CAST_DTYPES = {"double": "float64", "half": "float16", "bfloat16": "bfloat16"}
 #: Methods that return the tensor itself on a fresh CPU float tensor (still a leaf), or
 #: keep it a leaf, or are not ops: not reported.
-NOT_REPORTED = frozenset(
-    "float cpu contiguous requires_grad_ retain_grad register_hook detach clone_ share_memory_ "
-    "pin_memory".split()
-) | NON_TENSOR_METHODS
+NOT_REPORTED = (
+    frozenset(
+        "float cpu contiguous requires_grad_ retain_grad register_hook detach clone_ share_memory_ "
+        "pin_memory".split()
+    )
+    | NON_TENSOR_METHODS
+)
 #: Ops that shape a parameter's value: the fix makes their result the leaf. After other ops
 #: (``.sum()``, ``.matmul(x)``) the value is a computation, not a parameter: report only.
 SHAPING = (
@@ -316,8 +319,9 @@ class NonleafParameter(Rule):
         Unsafe: the module gains a parameter (optimizers, ``state_dict`` keys)."""
         if lost.kind == "parameter":
             return self._parameter_fix(value, lost, FixSafety.UNSAFE)
-        if not all(_op_name(op) in SHAPING or _op_name(op).endswith("Operation")
-                   for op in lost.ops):
+        if not all(
+            _op_name(op) in SHAPING or _op_name(op).endswith("Operation") for op in lost.ops
+        ):
             return None
         moved = value.deep_replace(lost.creation, self._plain(lost))
         assert isinstance(moved, cst.BaseExpression)
@@ -340,9 +344,7 @@ class NonleafParameter(Rule):
             return creation.func.value
         return creation.with_changes(args=_without_requires_grad(creation.args))
 
-    def _parameter_fix(
-        self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety
-    ) -> Fix:
+    def _parameter_fix(self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety) -> Fix:
         creation = lost.creation
         data = creation.args[0]
         moved = value.deep_replace(creation, _parenthesized(data.value))
@@ -402,7 +404,7 @@ class NonleafParameter(Rule):
         self, value: cst.BaseExpression
     ) -> tuple[str, cst.BaseExpression] | None:
         qualified = self.analysis.qualified_name(value) or ""
-        if qualified.startswith("torch.") and qualified[len("torch."):] in DTYPE_NAMES:
+        if qualified.startswith("torch.") and qualified[len("torch.") :] in DTYPE_NAMES:
             return "dtype", value
         if isinstance(value, cst.SimpleString):
             return "device", value
@@ -435,8 +437,20 @@ def _op_name(op: cst.BaseExpression) -> str:
 
 def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``expr`` wrapped in parentheses when it is an operator expression without them."""
-    if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation,
-                         cst.Comparison, cst.IfExp, cst.Lambda)) and not expr.lpar:
+    if (
+        isinstance(
+            expr,
+            (
+                cst.BinaryOperation,
+                cst.UnaryOperation,
+                cst.BooleanOperation,
+                cst.Comparison,
+                cst.IfExp,
+                cst.Lambda,
+            ),
+        )
+        and not expr.lpar
+    ):
         return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return expr
 

@@ -381,9 +381,7 @@ class _RowLoopFix:
         rows = _first_size(self.analysis, self.write.base, self.write.assign)
         return size is not None and size == rows
 
-    def _is_length_of_base(
-        self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
-    ) -> bool:
+    def _is_length_of_base(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
         """``len(x)``, ``x.shape[0]``, ``x.size(0)``, ``x.size()[0]``, or a name bound to one."""
         measured = _measured_tensor(expr)
         if measured is not None:
@@ -621,9 +619,7 @@ def _first_size(
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def _is_whole_reduction(
-    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode
-) -> bool:
+def _is_whole_reduction(analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
     """``x.max()``, ``torch.sum(x)``: a 0-d tensor that broadcasts against anything."""
     if not isinstance(expr, cst.Call):
         return False

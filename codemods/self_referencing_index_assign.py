@@ -323,15 +323,17 @@ class _SelfReads(SelfReads):
         if self.is_view(expr):
             return self._is_element(expr)
         op = self.analysis.tensor_op(expr, expr)
-        return op is not None and op[0] in POINTWISE_OPS and all(
-            self.element_only(o) for o in op[1]
+        return (
+            op is not None and op[0] in POINTWISE_OPS and all(self.element_only(o) for o in op[1])
         )
 
     def _is_element(self, expr: cst.BaseExpression) -> bool:
         if isinstance(expr, cst.Name) and expr.value != self.name:
             binding = self.analysis.reaching_binding(expr, expr)
-            return binding is not None and binding.value is not None and (
-                self._is_element(binding.value)
+            return (
+                binding is not None
+                and binding.value is not None
+                and (self._is_element(binding.value))
             )
         return (
             isinstance(expr, cst.Subscript)
@@ -387,9 +389,7 @@ def _attribute_length(
     return lengths.pop() if len(lengths) == 1 else None
 
 
-def _call_length(
-    analysis: FileAnalysis, call: cst.Call, at: cst.CSTNode, depth: int
-) -> int | None:
+def _call_length(analysis: FileAnalysis, call: cst.Call, at: cst.CSTNode, depth: int) -> int | None:
     name = analysis.call_name(call)
     positional = [a.value for a in call.args if a.keyword is None and not a.star]
     if name in SIZED_FACTORIES and len(positional) == 1:

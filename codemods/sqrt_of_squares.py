@@ -236,9 +236,7 @@ class SqrtOfSquares(Rule):
         return self.replace(node, new, "Use `torch.linalg.vector_norm`")
 
 
-def _norm_dims(
-    call: cst.Call, rest: Sequence[cst.Arg], first: int
-) -> list[cst.Arg] | None:
+def _norm_dims(call: cst.Call, rest: Sequence[cst.Arg], first: int) -> list[cst.Arg] | None:
     """The sum's ``dim``/``keepdim`` as keyword arguments, None if it has any other."""
     known = {"dim", "axis", "keepdim"}
     if any(a.star or (a.keyword is not None and a.keyword.value not in known) for a in rest):

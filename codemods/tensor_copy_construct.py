@@ -6,6 +6,7 @@ import libcst as cst
 
 from gradfix.analysis import argument, is_false, is_true
 from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.walk import walk
 
 #: Expressions that can take ``.detach()`` without parentheses.
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
@@ -294,5 +295,5 @@ def _names(expr: cst.BaseExpression) -> list[cst.Name]:
         def visit_Call(self, node: cst.Call) -> bool:
             return False  # a call's result is a tensor because of the callee
 
-    expr.visit(Collect())
+    walk(expr, Collect())
     return found

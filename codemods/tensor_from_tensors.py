@@ -14,8 +14,7 @@ CONSTRUCTORS = frozenset(
 
 #: dtypes that cannot carry gradients: ``torch.tensor([...], dtype=torch.long)`` wants values.
 INTEGER_DTYPES = frozenset(
-    "torch." + name
-    for name in "long int int64 int32 int16 int8 uint8 short bool".split()
+    "torch." + name for name in "long int int64 int32 int16 int8 uint8 short bool".split()
 )
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from gradfix.walk import walk
+
 SCOPE_NODES = (
     cst.Module,
     cst.FunctionDef,
@@ -124,6 +126,29 @@ class LeafReason:
     binding: Binding | None = None
 
 
+#: Exact node types (``isinstance`` on LibCST's abstract node classes is slow).
+_SCOPE_TYPES = frozenset(SCOPE_NODES)
+#: The node types :meth:`_Collector._record` looks at.
+_RECORDED_TYPES = frozenset(
+    {
+        cst.Assign,
+        cst.AnnAssign,
+        cst.AugAssign,
+        cst.For,
+        cst.CompFor,
+        cst.WithItem,
+        cst.NamedExpr,
+        cst.Param,
+        cst.ExceptHandler,
+        cst.Import,
+        cst.ImportFrom,
+        cst.Call,
+        cst.Return,
+        cst.Yield,
+    }
+)
+
+
 class _Collector(cst.CSTVisitor):
     """One traversal: parents, pre-order indices, scopes and their bindings, call sites."""
 
@@ -149,15 +174,17 @@ class _Collector(cst.CSTVisitor):
         self.order[id(node)] = self._counter
         self._counter += 1
         self._stack.append(node)
-        if isinstance(node, SCOPE_NODES):
+        kind = type(node)
+        if kind in _SCOPE_TYPES:
             self._enter_scope(node)
-        self._record(node)
+        if kind in _RECORDED_TYPES:
+            self._record(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         self.last[id(original_node)] = self._counter - 1
         self._stack.pop()
-        if isinstance(original_node, SCOPE_NODES):
+        if type(original_node) in _SCOPE_TYPES:
             self._scope_stack.pop()
 
     def _enter_scope(self, node: cst.CSTNode) -> None:
@@ -358,7 +385,7 @@ class FileAnalysis:
 
     def __init__(self, module: cst.Module) -> None:
         collector = _Collector()
-        module.visit(collector)
+        walk(module, collector)
         collector.finish()
         self.module = module
         self._parents = collector.parents
@@ -610,7 +637,7 @@ class FileAnalysis:
         key = id(scope.node)
         if key not in self._requires_grad_cache:
             finder = _RequiresGradFinder()
-            scope.node.visit(finder)
+            walk(scope.node, finder)
             self._requires_grad_cache[key] = finder.found
         return self._requires_grad_cache[key]
 
@@ -1465,7 +1492,7 @@ def _names_in(root: cst.CSTNode, name: str) -> list[cst.Name]:
             if node.value == name:
                 found.append(node)
 
-    root.visit(_Finder())
+    walk(root, _Finder())
     return found
 
 

@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from gradfix.analysis import FileAnalysis
 from gradfix.rule import Finding, Fix, FixSafety, FixSummary, Report, Rule, RuleContext
 from gradfix.suppression import has_suppressions, unsuppressed
+from gradfix.walk import walk_batched
 
 MAX_PASSES = 10
 
@@ -90,22 +91,29 @@ def should_run(rule: type[Rule], source: str) -> bool:
     return not rule.prefilter or any(token in source for token in rule.prefilter)
 
 
+def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
+    """The rules that may fire on ``source``: none when the text never names torch (every
+    rule needs a torch import), else those whose text prefilter matches."""
+    if "torch" not in source:
+        return []
+    return [rule for rule in rules if should_run(rule, source)]
+
+
 def collect_reports(
     module: cst.Module, rules: Sequence[type[Rule]], source: str, path: str
-) -> tuple[list[Report], MetadataWrapper]:
+) -> tuple[list[Report], RuleContext]:
     """Run ``rules`` over ``module`` in one batched traversal."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     analysis = FileAnalysis(module)
-    if not analysis.imports_torch():
-        return [], wrapper
     context = RuleContext(path=path, source=source, analysis=analysis)
+    if not analysis.imports_torch():
+        return [], context
     visitors = [rule(context) for rule in rules]
-    wrapper.visit_batched(visitors)
+    walk_batched(module, visitors)
     reports = [report for visitor in visitors for report in visitor.reports]
-    if has_suppressions(source):
-        reports = unsuppressed(reports, source, analysis, wrapper)
+    if reports and has_suppressions(source):
+        reports = unsuppressed(reports, source, analysis, context.positions)
     reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
-    return reports, wrapper
+    return reports, context
 
 
 def to_finding(report: Report) -> Finding:
@@ -139,12 +147,12 @@ def lint_source(
 
     ``keep`` limits fixing to the fixes whose findings (on ``source``) it accepts, in one
     pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one."""
-    active = [rule for rule in rules if should_run(rule, source)]
+    active = active_rules(rules, source)
     if not active:
         _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
         return LintResult([], source)
     module = parse(source)
-    reports, wrapper = collect_reports(module, active, source, path)
+    reports, context = collect_reports(module, active, source, path)
     findings = [to_finding(r) for r in reports]
     result = LintResult(findings, source, remaining=list(findings))
     if not fix:
@@ -155,14 +163,14 @@ def lint_source(
         fixes = _applicable(reports, unsafe_fixes, keep)
         if not fixes:
             break
-        new_source, applied, dropped = _apply_pass(wrapper, fixes)
+        new_source, applied, dropped = _apply_pass(context, fixes)
         result.dropped.extend(dropped)
         if not applied or new_source == result.source:
             break
         result.applied += applied
         result.source = new_source
         module = parse(new_source)
-        reports, wrapper = collect_reports(module, rules, new_source, path)
+        reports, context = collect_reports(module, rules, new_source, path)
     result.remaining = [to_finding(r) for r in reports]
     return result
 
@@ -200,7 +208,7 @@ def single_fixes(
     source: str, *, rules: Sequence[type[Rule]], path: str = "<stdin>"
 ) -> list[SingleFix]:
     """Every fix the rules offer on ``source`` (safe and unsafe), each applied alone."""
-    active = [rule for rule in rules if should_run(rule, source)]
+    active = active_rules(rules, source)
     if not active:
         _check_syntax(source)
         return []
@@ -222,11 +230,10 @@ def single_fixes(
     return singles
 
 
-def _apply_pass(wrapper: MetadataWrapper, fixes: list[Fix]) -> tuple[str, int, list[str]]:
+def _apply_pass(context: RuleContext, fixes: list[Fix]) -> tuple[str, int, list[str]]:
     """Apply the non-overlapping ``fixes``; return (source, number applied, dropped notes)."""
-    positions = wrapper.resolve(PositionProvider)
-    chosen = _non_overlapping(fixes, positions)
-    module = wrapper.module
+    chosen = _non_overlapping(fixes, context.positions)
+    module = context.analysis.module
     new_source = _render(module, chosen)
     if _compiles(new_source):
         return new_source, len(chosen), []

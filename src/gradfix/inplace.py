@@ -24,6 +24,7 @@ from gradfix.analysis import (
     FileAnalysis,
     is_number_literal,
 )
+from gradfix.walk import walk
 
 #: Methods ending in ``_`` that do not change the tensor's values.
 NOT_INPLACE = frozenset(
@@ -229,16 +230,16 @@ class _VariableNames(cst.CSTVisitor):
         self.names.append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:
-            node.default.visit(self)
+            walk(node.default, self)
         return False
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
@@ -247,7 +248,7 @@ class _VariableNames(cst.CSTVisitor):
 
 def variable_names(node: cst.CSTNode) -> list[cst.Name]:
     collector = _VariableNames()
-    node.visit(collector)
+    walk(node, collector)
     return collector.names
 
 
@@ -356,7 +357,7 @@ def in_autograd_function(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
     if func is None or cls is None or func.name.value not in ("forward", "backward"):
         return False
     return any(
-        analysis.qualified_name(base.value) in ("torch.autograd.Function",
-                                                "torch.autograd.function.Function")
+        analysis.qualified_name(base.value)
+        in ("torch.autograd.Function", "torch.autograd.function.Function")
         for base in cls.bases
     )

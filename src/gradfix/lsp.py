@@ -60,7 +60,6 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-
 # --- settings ------------------------------------------------------------------------------
 
 
@@ -391,9 +390,7 @@ class GradfixServer(LanguageServer):
         if entry is None or entry[0] != source:
             text = ClientText(source, document.position_codec)
             path = _path(document)
-            future = self.in_engine(
-                BufferLint.of, document.uri, text, path, self.rules_for(path)
-            )
+            future = self.in_engine(BufferLint.of, document.uri, text, path, self.rules_for(path))
             entry = self.buffers[document.uri] = (source, future)
         # shielded: a cancelled request must not cancel the lint other requests wait for
         return await asyncio.shield(entry[1])

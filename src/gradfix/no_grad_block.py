@@ -18,6 +18,7 @@ import libcst as cst
 
 from gradfix.analysis import FileAnalysis, LeafReason
 from gradfix.rule import Edit, Fix, FixSafety, Rule, RuleContext
+from gradfix.walk import walk
 
 #: Methods ending in ``_`` that do not modify the tensor's values.
 NOT_INPLACE = frozenset(
@@ -222,7 +223,7 @@ def used_in_graph_before(
         start = binding.end
     end = analysis.index(analysis.enclosing_statement(at) or at)
     finder = _ReadsAndBackwards(tensor, analysis)
-    scope.node.visit(finder)
+    walk(scope.node, finder)
     uses = [u for u in finder.uses if start < analysis.index(u) < end]
     if not uses:
         return False

@@ -21,6 +21,7 @@ from gradfix.analysis import (
     Binding,
     FileAnalysis,
 )
+from gradfix.walk import walk
 
 #: Elementwise ops: the result has the broadcast shape of the operands (0-d tensors and
 #: numbers give a 0-d tensor; 1-D tensors a 1-D tensor of the broadcast length).
@@ -91,8 +92,11 @@ class SelfReads:
         if isinstance(expr, cst.Attribute):
             return expr.attr.value in VIEW_ATTRIBUTES and self.is_view(expr.value, depth + 1)
         op = self.analysis.tensor_op(expr, expr)
-        return op is not None and op[0] in VIEW_OPS and bool(op[1]) and (
-            self.is_view(op[1][0], depth + 1)
+        return (
+            op is not None
+            and op[0] in VIEW_OPS
+            and bool(op[1])
+            and (self.is_view(op[1][0], depth + 1))
         )
 
     def _is_view_index(self, element: cst.SubscriptElement) -> bool:
@@ -128,11 +132,11 @@ class _NameCollector(cst.CSTVisitor):
             self.names.append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False  # ``.attr`` is not a variable
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False  # nor is ``keyword=``
 
     def visit_Param(self, node: cst.Param) -> bool:
@@ -154,7 +158,7 @@ def assigned_value(
 
 def names_in(node: cst.CSTNode) -> list[cst.Name]:
     collector = _NameCollector()
-    node.visit(collector)
+    walk(node, collector)
     return collector.names
 
 

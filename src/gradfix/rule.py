@@ -20,12 +20,12 @@ from __future__ import annotations
 import enum
 import functools
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Union
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 if TYPE_CHECKING:
     from gradfix.analysis import FileAnalysis
@@ -151,12 +151,26 @@ class RuleContext:
     path: str
     source: str
     analysis: FileAnalysis
+    _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
+
+    @property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        """Every node's position, computed on first use (one code generation of the
+        module): a file without findings never pays for it."""
+        if self._positions is None:
+            wrapper = MetadataWrapper(self.analysis.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        return self._positions
+
+    def position(self, node: cst.CSTNode) -> CodeRange:
+        return self.positions[node]
 
 
 class Rule(cst.BatchableCSTVisitor):
-    """Base class of every codemod. Subclasses set the class data below."""
+    """Base class of every codemod. Subclasses set the class data below.
 
-    METADATA_DEPENDENCIES = (PositionProvider,)
+    Rules are visited with :func:`gradfix.walk.walk_batched`; positions come from
+    ``self.context.position(node)``."""
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -186,7 +200,7 @@ class Rule(cst.BatchableCSTVisitor):
     def report(
         self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
     ) -> None:
-        position = self.get_metadata(PositionProvider, node)
+        position = self.context.position(node)
         self.reports.append(Report(type(self), node, position, message or self.message, fix))
 
     def fix(

@@ -14,10 +14,11 @@ import dataclasses
 import io
 import re
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from libcst.metadata import MetadataWrapper, PositionProvider
+import libcst as cst
+from libcst.metadata import CodeRange
 
 if TYPE_CHECKING:
     from gradfix.analysis import FileAnalysis
@@ -66,7 +67,10 @@ def _comment_codes(comment: str) -> frozenset[str] | None:
 
 
 def unsuppressed(
-    reports: Sequence[Report], source: str, analysis: FileAnalysis, wrapper: MetadataWrapper
+    reports: Sequence[Report],
+    source: str,
+    analysis: FileAnalysis,
+    positions: Mapping[cst.CSTNode, CodeRange],
 ) -> list[Report]:
     """``reports`` without those a comment suppresses. A fix shared with a suppressed
     finding (one ``with torch.no_grad():`` around several updates) is dropped: a
@@ -74,7 +78,6 @@ def unsuppressed(
     comments = suppressed_codes(source)
     if not comments:
         return list(reports)
-    positions = wrapper.resolve(PositionProvider)
     kept, dropped_fixes = [], set()
     for report in reports:
         lines = {report.position.start.line}

@@ -37,17 +37,30 @@ from gradfix.verify.process import (
     shutdown_fork_server,
 )
 
-__all__ = ["Verdict", "compare_traces", "plan_fd", "shutdown_fork_server", "verify_files",
-           "verify_sources"]
+__all__ = [
+    "Verdict",
+    "compare_traces",
+    "plan_fd",
+    "shutdown_fork_server",
+    "verify_files",
+    "verify_sources",
+]
 
 FD_BUDGET = 200
 _SKIPPED = {"runner_error": {"kind": "skipped", "message": "not run"}}
 
 
-def verify_sources(before_src: str, after_src: str, *, filename: str = "snippet.py",
-                   seed: int = 0, timeout: float = 60.0, fd_budget: int = FD_BUDGET,
-                   memory_limit: int = DEFAULT_MEMORY_LIMIT,
-                   source_dir: str | None = None) -> Verdict:
+def verify_sources(
+    before_src: str,
+    after_src: str,
+    *,
+    filename: str = "snippet.py",
+    seed: int = 0,
+    timeout: float = 60.0,
+    fd_budget: int = FD_BUDGET,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    source_dir: str | None = None,
+) -> Verdict:
     """Execute BEFORE and AFTER and decide whether AFTER is a proven fix.
 
     ``timeout`` bounds each phase of each subprocess (the trace, the finite differences).
@@ -56,52 +69,73 @@ def verify_sources(before_src: str, after_src: str, *, filename: str = "snippet.
     early = _check_syntax(before_src, after_src, filename)
     if early is not None:
         return early
-    options = {"filename": filename, "seed": seed, "source_dir": source_dir,
-               "memory_limit": memory_limit}
+    options = {
+        "filename": filename,
+        "seed": seed,
+        "source_dir": source_dir,
+        "memory_limit": memory_limit,
+    }
     try:
         return _verify(before_src, after_src, options, timeout, fd_budget)
     except RunnerFailure as failure:
-        return Verdict("unverified", f"could not start the runner: {failure}",
-                       {"filename": filename})
+        return Verdict(
+            "unverified", f"could not start the runner: {failure}", {"filename": filename}
+        )
 
 
-def _verify(before_src: str, after_src: str, options: dict[str, Any], timeout: float,
-            fd_budget: int) -> Verdict:
-    with RunnerProcess(before_src, **options) as before_proc, \
-            RunnerProcess(after_src, **options) as after_proc:
+def _verify(
+    before_src: str, after_src: str, options: dict[str, Any], timeout: float, fd_budget: int
+) -> Verdict:
+    with (
+        RunnerProcess(before_src, **options) as before_proc,
+        RunnerProcess(after_src, **options) as after_proc,
+    ):
         procs = {"before": before_proc, "after": after_proc}
         traces = {source: _send(proc, "trace", timeout) for source, proc in procs.items()}
         before: dict[str, Any] = traces["before"] or _receive(
-            before_proc, before_proc.started + timeout, timeout)
+            before_proc, before_proc.started + timeout, timeout
+        )
         after: dict[str, Any] = _SKIPPED  # if before failed, the verdict is decided
         if "runner_error" not in before:
-            after = traces["after"] or _receive(after_proc, after_proc.started + timeout,
-                                                timeout)
+            after = traces["after"] or _receive(after_proc, after_proc.started + timeout, timeout)
         plan = plan_fd(before, after)
-        sent = {source: _send(procs[source], "fd", timeout, targets=targets,
-                              budget=fd_budget, time_budget=0.8 * timeout)
-                for source, targets in plan.items()}
+        sent = {
+            source: _send(
+                procs[source],
+                "fd",
+                timeout,
+                targets=targets,
+                budget=fd_budget,
+                time_budget=0.8 * timeout,
+            )
+            for source, targets in plan.items()
+        }
         deadline = time.monotonic() + timeout
-        fd = {source: failed or _receive(procs[source], deadline, timeout)
-              for source, failed in sent.items()}
+        fd = {
+            source: failed or _receive(procs[source], deadline, timeout)
+            for source, failed in sent.items()
+        }
     verdict = compare_traces(before, after, fd or None)
     verdict.evidence["filename"] = options["filename"]
     verdict.evidence["seed"] = options["seed"]
     verdict.evidence["duration_s"] = {
-        "before": before.get("duration_s"), "after": after.get("duration_s"),
+        "before": before.get("duration_s"),
+        "after": after.get("duration_s"),
         **{f"fd_{source}": result.get("duration_s") for source, result in fd.items()},
     }
     return verdict
 
 
-def verify_files(before_path: str | os.PathLike[str], after_path: str | os.PathLike[str],
-                 **options: Any) -> Verdict:
+def verify_files(
+    before_path: str | os.PathLike[str], after_path: str | os.PathLike[str], **options: Any
+) -> Verdict:
     """:func:`verify_sources` on two files (read only, never written)."""
     before = Path(before_path)
     options.setdefault("filename", before.name)
     options.setdefault("source_dir", str(before.resolve().parent))
-    return verify_sources(before.read_text(encoding="utf-8"),
-                          Path(after_path).read_text(encoding="utf-8"), **options)
+    return verify_sources(
+        before.read_text(encoding="utf-8"), Path(after_path).read_text(encoding="utf-8"), **options
+    )
 
 
 def _check_syntax(before_src: str, after_src: str, filename: str) -> Verdict | None:
@@ -110,13 +144,15 @@ def _check_syntax(before_src: str, after_src: str, filename: str) -> Verdict | N
             compile(source, filename, "exec", dont_inherit=True)
         except SyntaxError as exc:
             status = "rejected" if label == "after" else "unverified"
-            return Verdict(status, f"{label} does not compile: {filename}:{exc.lineno}: "
-                           f"{exc.msg}", {"stage": "compile"})
+            return Verdict(
+                status,
+                f"{label} does not compile: {filename}:{exc.lineno}: {exc.msg}",
+                {"stage": "compile"},
+            )
     return None
 
 
-def _send(proc: RunnerProcess, mode: str, timeout: float,
-          **fields: Any) -> dict[str, Any] | None:
+def _send(proc: RunnerProcess, mode: str, timeout: float, **fields: Any) -> dict[str, Any] | None:
     """Send a request; None when sent, else a ``runner_error`` entry."""
     try:
         proc.send(mode, timeout=timeout, **fields)

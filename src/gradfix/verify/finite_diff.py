@@ -80,14 +80,18 @@ def _encode(value: float | None) -> float | str | None:
 class _Entry:
     """Estimates for one (event, leaf) pair."""
 
-    def __init__(self, target: dict[str, Any], numel: int, first_use: int | None,
-                 error: str | None) -> None:
+    def __init__(
+        self, target: dict[str, Any], numel: int, first_use: int | None, error: str | None
+    ) -> None:
         self.event = int(target["event"])
         self.leaf = int(target["leaf"])
         self.numel = numel
         requested = target.get("elements")
-        self.requested = list(range(numel)) if requested is None else [
-            int(j) for j in requested if 0 <= int(j) < numel]
+        self.requested = (
+            list(range(numel))
+            if requested is None
+            else [int(j) for j in requested if 0 <= int(j) < numel]
+        )
         self.first_use = first_use
         self.error = error
         self.indices: list[int] = []
@@ -106,10 +110,16 @@ class _Entry:
 
     def payload(self) -> dict[str, Any]:
         return {
-            "event": self.event, "leaf": self.leaf, "numel": self.numel,
-            "requested": len(self.requested), "unused": self.unused, "error": self.error,
-            "indices": self.indices, "values": [_encode(v) for v in self.values],
-            "methods": self.methods, "noise": self.noise,
+            "event": self.event,
+            "leaf": self.leaf,
+            "numel": self.numel,
+            "requested": len(self.requested),
+            "unused": self.unused,
+            "error": self.error,
+            "indices": self.indices,
+            "values": [_encode(v) for v in self.values],
+            "methods": self.methods,
+            "noise": self.noise,
             "intervals": [None if i is None else list(i) for i in self.intervals],
         }
 
@@ -139,8 +149,11 @@ def _interleave(entries: list[_Entry], chosen: list[list[int]]) -> list[tuple[_E
     """Round-robin order over the entries, so running out of time spreads the loss."""
     work: list[tuple[_Entry, int]] = []
     for rank in range(max((len(c) for c in chosen), default=0)):
-        work.extend((entry, elements[rank]) for entry, elements in zip(entries, chosen)
-                    if rank < len(elements) and not entry.unused)
+        work.extend(
+            (entry, elements[rank])
+            for entry, elements in zip(entries, chosen)
+            if rank < len(elements) and not entry.unused
+        )
     return work
 
 
@@ -177,7 +190,8 @@ class _Estimator:
     def _objective(self, entry: _Entry, element: int, multiple: float) -> tuple[float, float]:
         """Objective of event m with the element moved by ``multiple * h``, and the step."""
         perturbation = self.session.instrument.Perturbation(
-            leaf=entry.leaf, use=entry.first_use, element=element, multiple=multiple)
+            leaf=entry.leaf, use=entry.first_use, element=element, multiple=multiple
+        )
         self.evaluations += 1
         recorder, _ = _run(self.session, stop_after=entry.event, perturbation=perturbation)
         value = recorder.objectives.get(entry.event)
@@ -194,8 +208,15 @@ class _Estimator:
             return self._central(entry, j, f0, eps, plus, minus)
         return self._one_sided(entry, j, f0, eps, plus if _finite(*plus) else minus)
 
-    def _central(self, entry: _Entry, j: int, f0: float | None, eps: float,
-                 plus: tuple[float, float], minus: tuple[float, float]) -> _Estimate:
+    def _central(
+        self,
+        entry: _Entry,
+        j: int,
+        f0: float | None,
+        eps: float,
+        plus: tuple[float, float],
+        minus: tuple[float, float],
+    ) -> _Estimate:
         (f_plus, x_plus), (f_minus, x_minus) = plus, minus
         width = x_plus - x_minus
         noise = NOISE_FACTOR * eps * max(abs(f_plus), abs(f_minus)) * 2 / width
@@ -203,8 +224,9 @@ class _Estimator:
         if f0 is None or not math.isfinite(f0):
             return estimate
         gap, low, high = _one_sided_gap(f0, plus, minus)
-        one_sided_noise = NOISE_FACTOR * eps * max(abs(f0), abs(f_plus), abs(f_minus)) * 2 / min(
-            x_plus, -x_minus)
+        one_sided_noise = (
+            NOISE_FACTOR * eps * max(abs(f0), abs(f_plus), abs(f_minus)) * 2 / min(x_plus, -x_minus)
+        )
         if gap <= KINK_GAP * (FD_ATOL + FD_RTOL * max(abs(low), abs(high)) + one_sided_noise):
             return estimate
         # The slopes on either side disagree: a kink, or strong curvature. With curvature
@@ -217,8 +239,9 @@ class _Estimator:
             return estimate
         return _Estimate(estimate.value, "kink", noise, (min(low, half_low), max(high, half_high)))
 
-    def _one_sided(self, entry: _Entry, j: int, f0: float | None, eps: float,
-                   near: tuple[float, float]) -> _Estimate:
+    def _one_sided(
+        self, entry: _Entry, j: int, f0: float | None, eps: float, near: tuple[float, float]
+    ) -> _Estimate:
         """Second-order one-sided difference through 0, x1 and x2 = 2 x1 (on the finite
         side), exact for quadratics."""
         f1, x1 = near
@@ -242,8 +265,9 @@ class _Estimate:
     interval: tuple[float, float] | None = None  # [left, right] slopes at a kink
 
 
-def _one_sided_gap(f0: float, plus: tuple[float, float],
-                   minus: tuple[float, float]) -> tuple[float, float, float]:
+def _one_sided_gap(
+    f0: float, plus: tuple[float, float], minus: tuple[float, float]
+) -> tuple[float, float, float]:
     """|right slope - left slope| and the two slopes in increasing order."""
     right = (plus[0] - f0) / plus[1]
     left = (f0 - minus[0]) / -minus[1]

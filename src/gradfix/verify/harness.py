@@ -34,7 +34,7 @@ SHAPE_LADDER = ((4,), (3, 4), (2, 3, 4), (2, 3, 8, 8), (2, 8), ())
 #: Annotations that say a parameter is not a tensor: such a function is not probed.
 _NON_TENSOR_ANNOTATIONS = frozenset({"int", "float", "str", "bool", "bytes", "dict", "list"})
 
-_PRELUDE = '''
+_PRELUDE = """
 
 # --- gradfix verification probe: drives {what} (not part of the user's code) ---
 def __gradfix_probe_sum(value):
@@ -63,7 +63,7 @@ def __gradfix_probe_call(fn, count):
         except Exception:
             continue
     raise GradfixProbeError("no input shape of {ladder!r} is accepted")
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,7 @@ def _module_probe(cls: ast.ClassDef) -> Probe | None:
     forward = methods.get("forward")
     count = _tensor_parameter_count(forward.args, skip_first=True) if forward else None
     if count is not None:
-        lines.append(
-            f"__gradfix_outputs.append(__gradfix_probe_call(__gradfix_module, {count}))"
-        )
+        lines.append(f"__gradfix_outputs.append(__gradfix_probe_call(__gradfix_module, {count}))")
     lines += [f"__gradfix_outputs.append(__gradfix_module.{name})" for name in properties]
     if len(lines) == 2:
         return None

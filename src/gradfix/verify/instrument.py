@@ -75,8 +75,13 @@ def encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
     try:
         return _encode_strided(tensor)
     except Exception:  # noqa: BLE001 - never let the instrumentation break the script
-        return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", ""),
-                "numel": tensor.numel(), "values": [], "truncated": True}
+        return {
+            "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).replace("torch.", ""),
+            "numel": tensor.numel(),
+            "values": [],
+            "truncated": True,
+        }
 
 
 def _encode_strided(tensor: torch.Tensor) -> dict[str, Any]:
@@ -142,13 +147,15 @@ class Recorder:
             return
         self._leaf_index[id(tensor)] = len(self.leaves)
         self.leaves.append(tensor)
-        self.leaf_info.append({
-            "index": len(self.leaf_info),
-            "shape": list(tensor.shape),
-            "dtype": str(tensor.dtype).replace("torch.", ""),
-            "origin": origin,
-            "line": self.script_line(),
-        })
+        self.leaf_info.append(
+            {
+                "index": len(self.leaf_info),
+                "shape": list(tensor.shape),
+                "dtype": str(tensor.dtype).replace("torch.", ""),
+                "origin": origin,
+                "line": self.script_line(),
+            }
+        )
 
     def leaf_index(self, obj: object) -> int | None:
         return self._leaf_index.get(id(obj)) if isinstance(obj, torch.Tensor) else None
@@ -163,8 +170,14 @@ class Recorder:
         return None
 
     # ----------------------------------------------------------------- events
-    def run_event(self, kind: str, roots: list[Any], grad_outputs: list[Any],
-                  inputs: Any, call: Callable[[], Any]) -> Any:
+    def run_event(
+        self,
+        kind: str,
+        roots: list[Any],
+        grad_outputs: list[Any],
+        inputs: Any,
+        call: Callable[[], Any],
+    ) -> Any:
         """Record one backward call around ``call`` (the real autograd function)."""
         if self.depth:
             return call()
@@ -201,9 +214,10 @@ class Recorder:
             try:
                 record["grads"] = self._event_grads(kind, grads_before, inputs, result)
                 if bound:
-                    record["bound_grads"] = {name: None if hook.grad is None else
-                                             encode_tensor(hook.grad)
-                                             for name, hook in bound.items()}
+                    record["bound_grads"] = {
+                        name: None if hook.grad is None else encode_tensor(hook.grad)
+                        for name, hook in bound.items()
+                    }
             finally:
                 self.internal = False
         return result
@@ -269,11 +283,14 @@ class Recorder:
     def _grad_snapshot(self) -> list[torch.Tensor | None]:
         return [None if leaf.grad is None else leaf.grad.detach().clone() for leaf in self.leaves]
 
-    def _event_grads(self, kind: str, grads_before: list[torch.Tensor | None] | None,
-                     inputs: Any, result: Any) -> dict[str, Any]:
+    def _event_grads(
+        self, kind: str, grads_before: list[torch.Tensor | None] | None, inputs: Any, result: Any
+    ) -> dict[str, Any]:
         if kind == "grad":
-            return {str(k): None if g is None else encode_tensor(g)
-                    for k, g in self._returned_grads(inputs, result)}
+            return {
+                str(k): None if g is None else encode_tensor(g)
+                for k, g in self._returned_grads(inputs, result)
+            }
         grads: dict[str, Any] = {}
         for k, leaf in enumerate(self.leaves):
             before = grads_before[k] if grads_before and k < len(grads_before) else None
@@ -395,8 +412,11 @@ def objective_value(roots: list[Any], grad_outputs: list[Any]) -> float | None:
 
 def _rounding_unit(roots: list[Any]) -> float:
     """Machine epsilon of the least precise floating root (float32 when none is)."""
-    eps = [torch.finfo(r.dtype).eps for r in roots
-           if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex())]
+    eps = [
+        torch.finfo(r.dtype).eps
+        for r in roots
+        if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex())
+    ]
     return max(eps) if eps else torch.finfo(torch.float32).eps
 
 
@@ -431,8 +451,13 @@ class UseTracker(TorchFunctionMode):
     loops whose optimizer updates the leaf between events.
     """
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         recorder = _ACTIVE
         if recorder is not None and not recorder.internal:
@@ -474,22 +499,25 @@ def _wrap_event(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
         if recorder is None or recorder.depth:
             return fn(*args, **kwargs)
         roots, grad_outputs, inputs = _event_arguments(signature, kind, args, kwargs)
-        return recorder.run_event(record_kind, roots, grad_outputs, inputs,
-                                  lambda: fn(*args, **kwargs))
+        return recorder.run_event(
+            record_kind, roots, grad_outputs, inputs, lambda: fn(*args, **kwargs)
+        )
 
     return event
 
 
-def _event_arguments(signature: inspect.Signature, kind: str, args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
+def _event_arguments(
+    signature: inspect.Signature, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[Any], list[Any], Any]:
     try:
         bound = signature.bind(*args, **kwargs).arguments
     except TypeError:
         return [], [], None
     if kind == "tensor.backward":
         return [bound.get("self")], [bound.get("gradient")], None
-    root_name, weight_name = ("outputs", "grad_outputs") if kind == "grad" else (
-        "tensors", "grad_tensors")
+    root_name, weight_name = (
+        ("outputs", "grad_outputs") if kind == "grad" else ("tensors", "grad_tensors")
+    )
     weights = bound.get(weight_name)
     if weights is None:
         weights = bound.get("grad_variables")  # the deprecated spelling
@@ -553,11 +581,13 @@ def _patch_leaf_marking() -> None:
             _register(self, "requires_grad = True")
 
     torch.Tensor.requires_grad = property(  # type: ignore[assignment,method-assign]
-        get_requires_grad, set_requires_grad, doc=_BASE_REQUIRES_GRAD.__doc__)
+        get_requires_grad, set_requires_grad, doc=_BASE_REQUIRES_GRAD.__doc__
+    )
 
 
 def _patch_backward() -> None:
     torch.Tensor.backward = _wrap_event(  # type: ignore[method-assign]
-        torch.Tensor.backward, "tensor.backward")
+        torch.Tensor.backward, "tensor.backward"
+    )
     torch.autograd.backward = _wrap_event(torch.autograd.backward, "backward")
     torch.autograd.grad = _wrap_event(torch.autograd.grad, "grad")

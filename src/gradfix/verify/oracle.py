@@ -115,8 +115,11 @@ class Verdict:
         return self.status == "verified"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason,
-                "evidence": copy.deepcopy(self.evidence)}
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "evidence": copy.deepcopy(self.evidence),
+        }
 
 
 class _Rejected(Exception):
@@ -141,12 +144,16 @@ class _Stats:
         self.count += 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_abs_diff": self.max_abs_diff, "max_rel_diff": self.max_rel_diff,
-                "values_compared": self.count}
+        return {
+            "max_abs_diff": self.max_abs_diff,
+            "max_rel_diff": self.max_rel_diff,
+            "values_compared": self.count,
+        }
 
 
-def compare_traces(before: dict[str, Any], after: dict[str, Any],
-                   fd: dict[str, Any] | None = None) -> Verdict:
+def compare_traces(
+    before: dict[str, Any], after: dict[str, Any], fd: dict[str, Any] | None = None
+) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
     ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers.
@@ -176,8 +183,9 @@ def _same_values(tb: dict[str, Any], ta: dict[str, Any]) -> bool:
     """Two encoded tensors hold the same values (forward tolerance; any shape)."""
     if tb.get("numel") != ta.get("numel") or tb.get("truncated") or ta.get("truncated"):
         return False
-    return all(abs(a - b) <= FORWARD_ATOL + FORWARD_RTOL * abs(b)
-               for b, a in zip(_values(tb), _values(ta)))
+    return all(
+        abs(a - b) <= FORWARD_ATOL + FORWARD_RTOL * abs(b) for b, a in zip(_values(tb), _values(ta))
+    )
 
 
 def _at_line(line: int | None) -> str:
@@ -196,13 +204,16 @@ def _format(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _fd_bounds(estimate: float, noise: float,
-               interval: tuple[float, float] | list[float] | None) -> tuple[float, float]:
+def _fd_bounds(
+    estimate: float, noise: float, interval: tuple[float, float] | list[float] | None
+) -> tuple[float, float]:
     """The range of gradients a finite-difference estimate accepts: the estimate, or the
     slopes on either side of a kink, widened by the FD tolerance and the noise bound."""
     low, high = (estimate, estimate) if interval is None else (interval[0], interval[1])
-    return (low - (FD_ATOL + noise + FD_RTOL * abs(low)),
-            high + (FD_ATOL + noise + FD_RTOL * abs(high)))
+    return (
+        low - (FD_ATOL + noise + FD_RTOL * abs(low)),
+        high + (FD_ATOL + noise + FD_RTOL * abs(high)),
+    )
 
 
 def _estimate_text(estimate: float, interval: tuple[float, float] | list[float] | None) -> str:
@@ -217,11 +228,16 @@ def _estimates(entry: dict[str, Any]) -> dict[int, tuple[float, str, float, Any]
         return {j: (0.0, "unused", 0.0, None) for j in range(int(entry.get("numel", 0)))}
     intervals = entry.get("intervals") or [None] * len(entry["indices"])
     found = {}
-    for j, value, method, noise, interval in zip(entry["indices"], entry["values"],
-                                                 entry["methods"], entry["noise"], intervals):
+    for j, value, method, noise, interval in zip(
+        entry["indices"], entry["values"], entry["methods"], entry["noise"], intervals
+    ):
         kink = method == "kink" and interval is not None
-        found[int(j)] = (float(value), method, float(noise),
-                         (float(interval[0]), float(interval[1])) if kink else None)
+        found[int(j)] = (
+            float(value),
+            method,
+            float(noise),
+            (float(interval[0]), float(interval[1])) if kink else None,
+        )
     return found
 
 
@@ -235,14 +251,21 @@ class _GradientChange:
     after: list[float]
 
     def message(self, j: int) -> str:
-        return (f"gradient changed: {self.label} gives {self.leaf} the gradient "
-                f"{_format(self.after[j])} at element {j}, before's autograd gives "
-                f"{_format(self.before[j])} (rtol {GRAD_RTOL}, atol {GRAD_ATOL})")
+        return (
+            f"gradient changed: {self.label} gives {self.leaf} the gradient "
+            f"{_format(self.after[j])} at element {j}, before's autograd gives "
+            f"{_format(self.before[j])} (rtol {GRAD_RTOL}, atol {GRAD_ATOL})"
+        )
 
 
 class _Comparison:
-    def __init__(self, before: dict[str, Any], after: dict[str, Any],
-                 fd: dict[str, Any] | None, planning: bool = False) -> None:
+    def __init__(
+        self,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        fd: dict[str, Any] | None,
+        planning: bool = False,
+    ) -> None:
         self.before = before
         self.after = after
         self.fd = fd
@@ -251,8 +274,13 @@ class _Comparison:
         self.forward = _Stats()
         self.gradient = _Stats()
         self.finite = _Stats()
-        self.fd_details: dict[str, Any] = {"one_sided": [], "kinks": [], "undefined": 0,
-                                           "uncompared": 0, "capped": False}
+        self.fd_details: dict[str, Any] = {
+            "one_sided": [],
+            "kinks": [],
+            "undefined": 0,
+            "uncompared": 0,
+            "capped": False,
+        }
         self.kink_checks = 0
         self.notes: list[str] = []
         self.leaves_compared: set[int] = set()
@@ -283,41 +311,58 @@ class _Comparison:
     def _conclude(self) -> Verdict:
         missing = sum(len(t) for t in self.needs.values())
         if missing:
-            return Verdict("unverified", "a finite-difference reference is needed for "
-                           f"{missing} (backward call, leaf) pair(s) but was not computed",
-                           self.evidence())
+            return Verdict(
+                "unverified",
+                "a finite-difference reference is needed for "
+                f"{missing} (backward call, leaf) pair(s) but was not computed",
+                self.evidence(),
+            )
         undefined = self.fd_details["undefined"]
         if undefined and not (self.finite.count or self.gradient.count or self.kink_checks):
-            return Verdict("unverified", f"the finite-difference reference is undefined (not "
-                           f"finite) at all {undefined} gradient element(s) that need it",
-                           self.evidence())
+            return Verdict(
+                "unverified",
+                f"the finite-difference reference is undefined (not "
+                f"finite) at all {undefined} gradient element(s) that need it",
+                self.evidence(),
+            )
         if self.events_compared == 0 and self.self_checked_events == 0:
             return self._conclude_without_gradients()
         parts = []
         if self.events_compared:
-            parts.append(f"forward results and gradients match over {self.events_compared} "
-                         f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)")
+            parts.append(
+                f"forward results and gradients match over {self.events_compared} "
+                f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)"
+            )
         if self.silent_cuts:
-            parts.append("before's autograd gradient differs from finite differences of its "
-                         f"forward (a silent graph cut) at {len(self.silent_cuts)} element(s): "
-                         "compared against finite differences")
+            parts.append(
+                "before's autograd gradient differs from finite differences of its "
+                f"forward (a silent graph cut) at {len(self.silent_cuts)} element(s): "
+                "compared against finite differences"
+            )
         if self.self_checked_events and self.diverged_at is not None:
-            parts.append(f"before's gradient is broken at backward call #{self._broken_call()}"
-                         f" and its trajectory parts from the fix's at #{self.diverged_at + 1}:"
-                         f" {self.self_checked_events} call(s) compared against the fix's own "
-                         "finite differences")
+            parts.append(
+                f"before's gradient is broken at backward call #{self._broken_call()}"
+                f" and its trajectory parts from the fix's at #{self.diverged_at + 1}:"
+                f" {self.self_checked_events} call(s) compared against the fix's own "
+                "finite differences"
+            )
         elif self.self_checked_events:
             count = self.before.get("event_count", 0)
             where = "any forward result" if count == 0 else f"backward call #{count + 1}"
-            parts.append(f"before raised {_short_outcome(self.before['outcome'])} before "
-                         f"{where}: compared against the fix's own finite differences over "
-                         f"{self.self_checked_events} backward call(s)")
+            parts.append(
+                f"before raised {_short_outcome(self.before['outcome'])} before "
+                f"{where}: compared against the fix's own finite differences over "
+                f"{self.self_checked_events} backward call(s)"
+            )
         if self.finite.count:
-            parts.append(f"{self.finite.count} gradient element(s) checked against finite "
-                         "differences")
+            parts.append(
+                f"{self.finite.count} gradient element(s) checked against finite differences"
+            )
         if self.kink_checks:
-            parts.append(f"{self.kink_checks} element(s) at a kink of the forward function "
-                         "accepted between its one-sided slopes")
+            parts.append(
+                f"{self.kink_checks} element(s) at a kink of the forward function "
+                "accepted between its one-sided slopes"
+            )
         if self.fd_details.get("capped"):
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
@@ -325,26 +370,43 @@ class _Comparison:
     def _conclude_without_gradients(self) -> Verdict:
         outcome = self.before["outcome"]
         if outcome.get("category") == "env":
-            return Verdict("unverified", f"could not run: {_outcome_text(outcome)}",
-                           self.evidence())
+            return Verdict(
+                "unverified", f"could not run: {_outcome_text(outcome)}", self.evidence()
+            )
         if outcome.get("status") != "ok":
-            return Verdict("unverified", f"before raised {_outcome_text(outcome)} and "
-                           "neither version calls backward: nothing to compare", self.evidence())
+            return Verdict(
+                "unverified",
+                f"before raised {_outcome_text(outcome)} and "
+                "neither version calls backward: nothing to compare",
+                self.evidence(),
+            )
         if not self.globals_compared:
-            return Verdict("unverified", "nothing to compare: neither version calls backward "
-                           "and they share no module-level tensors", self.evidence())
-        return Verdict("verified", f"forward values equal ({len(self.globals_compared)} "
-                       "module-level tensor(s)); no gradients were exercised", self.evidence())
+            return Verdict(
+                "unverified",
+                "nothing to compare: neither version calls backward "
+                "and they share no module-level tensors",
+                self.evidence(),
+            )
+        return Verdict(
+            "verified",
+            f"forward values equal ({len(self.globals_compared)} "
+            "module-level tensor(s)); no gradients were exercised",
+            self.evidence(),
+        )
 
     def evidence(self) -> dict[str, Any]:
         fd_used = self.fd_consulted
-        grads = _Stats(max(self.gradient.max_abs_diff, self.finite.max_abs_diff),
-                       max(self.gradient.max_rel_diff, self.finite.max_rel_diff),
-                       self.gradient.count + self.finite.count)
+        grads = _Stats(
+            max(self.gradient.max_abs_diff, self.finite.max_abs_diff),
+            max(self.gradient.max_rel_diff, self.finite.max_rel_diff),
+            self.gradient.count + self.finite.count,
+        )
         return {
             "seed": self.before.get("seed"),
-            "backward_events": {"before": self.before.get("event_count", 0),
-                                "after": self.after.get("event_count", 0)},
+            "backward_events": {
+                "before": self.before.get("event_count", 0),
+                "after": self.after.get("event_count", 0),
+            },
             "events_compared": self.events_compared,
             "events_self_checked": self.self_checked_events,
             "leaves_compared": sorted(self.leaves_compared),
@@ -355,9 +417,11 @@ class _Comparison:
             "tolerances": copy.deepcopy(TOLERANCES),
             "forward": self.forward.as_dict(),
             "gradient": self.gradient.as_dict(),
-            "finite_difference": dict(self.finite.as_dict(), **self.fd_details,
-                                      evaluations=sum(r.get("evaluations", 0)
-                                                      for r in (self.fd or {}).values())),
+            "finite_difference": dict(
+                self.finite.as_dict(),
+                **self.fd_details,
+                evaluations=sum(r.get("evaluations", 0) for r in (self.fd or {}).values()),
+            ),
             "silent_graph_cuts": copy.deepcopy(self.silent_cuts),
             "globals_compared": list(self.globals_compared),
             "before_outcome": self.before.get("outcome"),
@@ -396,18 +460,24 @@ class _Comparison:
         for k in range(min(lb, la)):
             self._check_leaf(k)
         if self.after.get("events_truncated"):
-            self.notes.append(f"only the first {len(self.after['events'])} backward calls "
-                              "were recorded and compared")
+            self.notes.append(
+                f"only the first {len(self.after['events'])} backward calls "
+                "were recorded and compared"
+            )
 
     def _check_leaf(self, k: int) -> None:
         leaf_b, leaf_a = self.before["leaves"][k], self.after["leaves"][k]
         shape_b, shape_a = leaf_b.get("shape"), leaf_a.get("shape")
         if math.prod(shape_b) != math.prod(shape_a):
-            raise _Rejected(f"leaf {k} has shape {tuple(shape_b)} in before "
-                            f"(line {leaf_b.get('line')}) but {tuple(shape_a)} in after")
+            raise _Rejected(
+                f"leaf {k} has shape {tuple(shape_b)} in before "
+                f"(line {leaf_b.get('line')}) but {tuple(shape_a)} in after"
+            )
         if shape_b != shape_a:
-            self.notes.append(f"leaf {k} reshaped {tuple(shape_b)} -> {tuple(shape_a)}; "
-                              "gradients compared element by element")
+            self.notes.append(
+                f"leaf {k} reshaped {tuple(shape_b)} -> {tuple(shape_a)}; "
+                "gradients compared element by element"
+            )
         if leaf_b.get("dtype") != leaf_a.get("dtype"):
             self.notes.append(f"leaf {k} dtype {leaf_b.get('dtype')} -> {leaf_a.get('dtype')}")
 
@@ -416,14 +486,17 @@ class _Comparison:
         ea = self.after["events"][i]
         label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
         if ea.get("error"):
-            raise _Rejected(f"after: {label} raised {ea['error']['type']}: "
-                            f"{ea['error']['message']}")
+            raise _Rejected(
+                f"after: {label} raised {ea['error']['type']}: {ea['error']['message']}"
+            )
         if i >= self.before.get("event_count", 0):
             if self.self_checked_events == 0:
-                self.notes.append(f"before raised {_short_outcome(self.before['outcome'])} "
-                                  f"before {label}: from there on the fix is compared against "
-                                  "its own finite differences; its forward results cannot be "
-                                  "checked")
+                self.notes.append(
+                    f"before raised {_short_outcome(self.before['outcome'])} "
+                    f"before {label}: from there on the fix is compared against "
+                    "its own finite differences; its forward results cannot be "
+                    "checked"
+                )
             self._self_check_event(i, ea)
             return
         if self.diverged_at is not None:
@@ -443,45 +516,58 @@ class _Comparison:
         # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
         # trajectory is not what the fixed code should reproduce.
         self.diverged_at = i
-        self.notes.append(f"{mismatch}; before's gradient was broken at backward call "
-                          f"#{self._broken_call()}, so its later trajectory is no reference: "
-                          "from here on the fix is compared against its own finite "
-                          "differences")
+        self.notes.append(
+            f"{mismatch}; before's gradient was broken at backward call "
+            f"#{self._broken_call()}, so its later trajectory is no reference: "
+            "from here on the fix is compared against its own finite "
+            "differences"
+        )
         self._self_check_event(i, ea)
 
-    def _roots_mismatch(self, eb: dict[str, Any], ea: dict[str, Any],
-                        label: str) -> str | None:
+    def _roots_mismatch(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> str | None:
         roots_b, roots_a = eb.get("roots", []), ea.get("roots", [])
         if len(roots_b) != len(roots_a):
-            return (f"forward changed: {label} differentiates {len(roots_a)} tensor(s), "
-                    f"before {len(roots_b)}")
+            return (
+                f"forward changed: {label} differentiates {len(roots_a)} tensor(s), "
+                f"before {len(roots_b)}"
+            )
         for rb, ra in zip(roots_b, roots_a):
             if rb.get("shape") != ra.get("shape") or rb.get("dtype") != ra.get("dtype"):
-                return (f"forward changed: the result of {label} is {ra.get('dtype')}"
-                        f"{tuple(ra.get('shape', []))}, before {rb.get('dtype')}"
-                        f"{tuple(rb.get('shape', []))}")
-            mismatch = self._forward_mismatch(_values(rb), _values(ra),
-                                              f"the result of {label}",
-                                              nan_matters=self.broken_at is not None)
+                return (
+                    f"forward changed: the result of {label} is {ra.get('dtype')}"
+                    f"{tuple(ra.get('shape', []))}, before {rb.get('dtype')}"
+                    f"{tuple(rb.get('shape', []))}"
+                )
+            mismatch = self._forward_mismatch(
+                _values(rb),
+                _values(ra),
+                f"the result of {label}",
+                nan_matters=self.broken_at is not None,
+            )
             if mismatch:
                 return mismatch
         return None
 
-    def _forward_mismatch(self, expected: list[float], actual: list[float], what: str,
-                          nan_matters: bool = False) -> str | None:
+    def _forward_mismatch(
+        self, expected: list[float], actual: list[float], what: str, nan_matters: bool = False
+    ) -> str | None:
         """Where ``expected`` is finite, ``actual`` must be close; elsewhere it is undefined
         (``nan_matters``: after a broken gradient, a nan in before that after does not
         have shows the trajectories parted)."""
         for j, (e, a) in enumerate(zip(expected, actual)):
             if not math.isfinite(e):
                 if nan_matters and math.isfinite(a):
-                    return (f"forward results part: {what} is {_format(e)} at element {j} "
-                            f"in before, {_format(a)} in after")
+                    return (
+                        f"forward results part: {what} is {_format(e)} at element {j} "
+                        f"in before, {_format(a)} in after"
+                    )
                 continue
             if not abs(a - e) <= FORWARD_ATOL + FORWARD_RTOL * abs(e):
-                return (f"forward changed: {what} differs at element {j}: before "
-                        f"{_format(e)}, after {_format(a)} (rtol {FORWARD_RTOL}, "
-                        f"atol {FORWARD_ATOL})")
+                return (
+                    f"forward changed: {what} differs at element {j}: before "
+                    f"{_format(e)}, after {_format(a)} (rtol {FORWARD_RTOL}, "
+                    f"atol {FORWARD_ATOL})"
+                )
             self.forward.add(a, e)
         return None
 
@@ -497,14 +583,16 @@ class _Comparison:
             keys = keys_a | set(eb.get("grads", {}))
         return sorted(int(k) for k in keys)
 
-    def _compare_event_grads(self, i: int, eb: dict[str, Any], ea: dict[str, Any],
-                             label: str) -> None:
+    def _compare_event_grads(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
+    ) -> None:
         for k in self._event_keys(eb, ea):
             self._require_leaf(k, label)
             key = str(k)
             if key not in ea.get("grads", {}):
-                raise _Rejected(f"after: {label} does not compute the gradient of "
-                                f"{self._leaf_name(k)}")
+                raise _Rejected(
+                    f"after: {label} does not compute the gradient of {self._leaf_name(k)}"
+                )
             grad_a = ea["grads"][key]
             if eb.get("error"):
                 self._mark_broken(i)
@@ -526,8 +614,10 @@ class _Comparison:
                 self._compare_to_fd("before", i, k, grad_a, None, label)
                 continue
             if grad_a is None:
-                raise _Rejected(f"after: {label} leaves the gradient of {self._leaf_name(k)} "
-                                "None where before computes one")
+                raise _Rejected(
+                    f"after: {label} leaves the gradient of {self._leaf_name(k)} "
+                    "None where before computes one"
+                )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
 
     def _bound_value(self, eb: dict[str, Any], ea: dict[str, Any], k: int) -> str | None:
@@ -544,36 +634,54 @@ class _Comparison:
         held_a = ea.get("bound_values") or {}
         held_b = eb.get("bound_values") or {}
         if k in self.before.get("global_leaf_index", {}).values() or any(
-                entry.get("leaf") == k for entry in held_b.values()):
+            entry.get("leaf") == k for entry in held_b.values()
+        ):
             return None
-        bound = [n for n, entry in held_a.items()
-                 if entry.get("leaf") == k and n in (eb.get("bound_grads") or {})
-                 and n in held_b and _same_values(held_b[n]["value"], entry["value"])]
+        bound = [
+            n
+            for n, entry in held_a.items()
+            if entry.get("leaf") == k
+            and n in (eb.get("bound_grads") or {})
+            and n in held_b
+            and _same_values(held_b[n]["value"], entry["value"])
+        ]
         return bound[0] if len(bound) == 1 else None
 
-    def _compare_to_bound_value(self, k: int, name: str, grad_b: dict[str, Any] | None,
-                                grad_a: dict[str, Any] | None, label: str) -> None:
-        what = (f"{self._leaf_name(k)}, bound to '{name}' where before binds a non-leaf "
-                "to it")
-        note = (f"{self._leaf_name(k)} compared with the gradient of before's non-leaf "
-                f"'{name}' (the value the name holds)")
+    def _compare_to_bound_value(
+        self,
+        k: int,
+        name: str,
+        grad_b: dict[str, Any] | None,
+        grad_a: dict[str, Any] | None,
+        label: str,
+    ) -> None:
+        what = f"{self._leaf_name(k)}, bound to '{name}' where before binds a non-leaf to it"
+        note = (
+            f"{self._leaf_name(k)} compared with the gradient of before's non-leaf "
+            f"'{name}' (the value the name holds)"
+        )
         if note not in self.notes:
             self.notes.append(note)
         self._require_finite(grad_a, k, label)
         if grad_b is None:
             return  # before's value was not reached by this call
         if grad_a is None:
-            raise _Rejected(f"after: {label} leaves the gradient of {what} None where "
-                            "before computes one")
+            raise _Rejected(
+                f"after: {label} leaves the gradient of {what} None where before computes one"
+            )
         expected, actual = _values(grad_b), _values(grad_a)
         if len(expected) != len(actual):
-            raise _Rejected(f"after: {label} gives {what} a gradient of {len(actual)} "
-                            f"elements, before's value has {len(expected)}")
+            raise _Rejected(
+                f"after: {label} gives {what} a gradient of {len(actual)} "
+                f"elements, before's value has {len(expected)}"
+            )
         self.leaves_compared.add(k)
         for j, (e, a) in enumerate(zip(expected, actual)):
             if math.isfinite(e) and abs(a - e) > GRAD_ATOL + GRAD_RTOL * abs(e):
-                raise _Rejected(f"gradient changed: {label} gives {what} the gradient "
-                                f"{_format(a)} at element {j}, before's gives {_format(e)}")
+                raise _Rejected(
+                    f"gradient changed: {label} gives {what} the gradient "
+                    f"{_format(a)} at element {j}, before's gives {_format(e)}"
+                )
             if math.isfinite(e):
                 self.gradient.add(a, e)
 
@@ -595,8 +703,10 @@ class _Comparison:
 
     def _require_leaf(self, k: int, label: str) -> None:
         if k >= len(self.before.get("leaves", [])):
-            raise _Rejected(f"after creates {self._leaf_name(k)} that requires grad and "
-                            f"reaches {label}; before has no such leaf")
+            raise _Rejected(
+                f"after creates {self._leaf_name(k)} that requires grad and "
+                f"reaches {label}; before has no such leaf"
+            )
 
     def _leaf_name(self, k: int, trace: dict[str, Any] | None = None) -> str:
         leaves = (trace or self.after).get("leaves", [])
@@ -610,12 +720,15 @@ class _Comparison:
             return
         for j, value in enumerate(_values(grad)):
             if not math.isfinite(value):
-                raise _Rejected(f"after: {label} gives {self._leaf_name(k)} a non-finite "
-                                f"gradient ({value}) at element {j}")
+                raise _Rejected(
+                    f"after: {label} gives {self._leaf_name(k)} a non-finite "
+                    f"gradient ({value}) at element {j}"
+                )
 
     # ----------------------------------------------------------- references
-    def _compare_to_autograd(self, i: int, k: int, grad_b: dict[str, Any],
-                             grad_a: dict[str, Any], label: str) -> None:
+    def _compare_to_autograd(
+        self, i: int, k: int, grad_b: dict[str, Any], grad_a: dict[str, Any], label: str
+    ) -> None:
         expected, actual = _values(grad_b), _values(grad_a)
         undefined, mismatched = [], []
         for j, (e, a) in enumerate(zip(expected, actual)):
@@ -637,24 +750,31 @@ class _Comparison:
         try:
             entry = self._fd_entry("before", i, k, sorted(undefined + mismatched))
         except _Unverifiable as exc:
-            raise _Rejected(f"{changed.message(mismatched[0])}; finite differences of "
-                            f"before's forward could not check it: {exc}") from None
+            raise _Rejected(
+                f"{changed.message(mismatched[0])}; finite differences of "
+                f"before's forward could not check it: {exc}"
+            ) from None
         if entry is None and self.planning:
             return  # decided once the estimates are there
         if entry is None:
-            raise _Rejected(f"{changed.message(mismatched[0])}; finite differences of "
-                            "before's forward were not computed to check it")
+            raise _Rejected(
+                f"{changed.message(mismatched[0])}; finite differences of "
+                "before's forward were not computed to check it"
+            )
         self._check_silent_cut(i, k, entry, mismatched, changed)
         if undefined:
             self._check_fd_entry("before", i, k, grad_a, entry, undefined, label)
 
-    def _check_silent_cut(self, i: int, k: int, entry: dict[str, Any], mismatched: list[int],
-                          changed: _GradientChange) -> None:
+    def _check_silent_cut(
+        self, i: int, k: int, entry: dict[str, Any], mismatched: list[int], changed: _GradientChange
+    ) -> None:
         """Accept AFTER's differing elements only where finite differences of BEFORE's
         forward agree with AFTER and not with BEFORE's autograd gradient."""
         estimates = _estimates(entry)
-        found = [dict(self._judge_changed_element(j, estimates.get(j), changed),
-                      event=i, leaf=k) for j in mismatched]
+        found = [
+            dict(self._judge_changed_element(j, estimates.get(j), changed), event=i, leaf=k)
+            for j in mismatched
+        ]
         self.silent_cuts.extend(found)
         first = found[0]
         self.notes.append(
@@ -663,40 +783,62 @@ class _Comparison:
             f"differences at {len(found)} element(s), e.g. element {first['element']}: "
             f"before's autograd {_format(first['before_autograd'])}, after "
             f"{_format(first['after'])}, finite differences "
-            f"{_estimate_text(first['finite_difference'], first['interval'])}")
+            f"{_estimate_text(first['finite_difference'], first['interval'])}"
+        )
 
-    def _judge_changed_element(self, j: int, estimate: tuple[float, str, float, Any] | None,
-                               changed: _GradientChange) -> dict[str, Any]:
+    def _judge_changed_element(
+        self, j: int, estimate: tuple[float, str, float, Any] | None, changed: _GradientChange
+    ) -> dict[str, Any]:
         """The evidence of a silent graph cut at element ``j``, or a rejection."""
         if estimate is None:
-            raise _Rejected(f"{changed.message(j)}; no finite-difference estimate of "
-                            "before's forward was computed there to check it")
+            raise _Rejected(
+                f"{changed.message(j)}; no finite-difference estimate of "
+                "before's forward was computed there to check it"
+            )
         value, method, noise, interval = estimate
         if not math.isfinite(value):
-            raise _Rejected(f"{changed.message(j)}; the finite-difference derivative of "
-                            "before's forward is undefined there")
+            raise _Rejected(
+                f"{changed.message(j)}; the finite-difference derivative of "
+                "before's forward is undefined there"
+            )
         low, high = _fd_bounds(value, noise, interval)
         before, after = changed.before[j], changed.after[j]
         shown = _estimate_text(value, interval)
         if low <= before <= high:
-            raise _Rejected(f"{changed.message(j)}; the finite-difference derivative of "
-                            f"before's forward agrees with before's autograd: {shown}")
+            raise _Rejected(
+                f"{changed.message(j)}; the finite-difference derivative of "
+                f"before's forward agrees with before's autograd: {shown}"
+            )
         if not low <= after <= high:
-            raise _Rejected(f"gradient wrong: {changed.label} gives {changed.leaf} the "
-                            f"gradient {_format(after)} at element {j}, the finite-difference "
-                            f"derivative of before's forward is {shown} (before's autograd "
-                            f"gives {_format(before)}; rtol {FD_RTOL}, atol "
-                            f"{_format(FD_ATOL + noise)})")
+            raise _Rejected(
+                f"gradient wrong: {changed.label} gives {changed.leaf} the "
+                f"gradient {_format(after)} at element {j}, the finite-difference "
+                f"derivative of before's forward is {shown} (before's autograd "
+                f"gives {_format(before)}; rtol {FD_RTOL}, atol "
+                f"{_format(FD_ATOL + noise)})"
+            )
         if interval is None:
             self.finite.add(after, value)
         else:
             self.kink_checks += 1
-        return {"element": j, "before_autograd": before, "after": after,
-                "finite_difference": value, "method": method,
-                "interval": None if interval is None else list(interval)}
+        return {
+            "element": j,
+            "before_autograd": before,
+            "after": after,
+            "finite_difference": value,
+            "method": method,
+            "interval": None if interval is None else list(interval),
+        }
 
-    def _compare_to_fd(self, source: str, i: int, k: int, grad_a: dict[str, Any] | None,
-                       elements: list[int] | None, label: str) -> None:
+    def _compare_to_fd(
+        self,
+        source: str,
+        i: int,
+        k: int,
+        grad_a: dict[str, Any] | None,
+        elements: list[int] | None,
+        label: str,
+    ) -> None:
         """Compare AFTER's gradient with a finite-difference estimate (of ``source``)."""
         self._require_finite(grad_a, k, label)
         entry = self._fd_entry(source, i, k, elements)
@@ -705,8 +847,16 @@ class _Comparison:
         self.leaves_compared.add(k)
         self._check_fd_entry(source, i, k, grad_a, entry, elements, label)
 
-    def _check_fd_entry(self, source: str, i: int, k: int, grad_a: dict[str, Any] | None,
-                        entry: dict[str, Any], elements: list[int] | None, label: str) -> None:
+    def _check_fd_entry(
+        self,
+        source: str,
+        i: int,
+        k: int,
+        grad_a: dict[str, Any] | None,
+        entry: dict[str, Any],
+        elements: list[int] | None,
+        label: str,
+    ) -> None:
         actual = _values(grad_a) if grad_a is not None else None
         wanted = None if elements is None else set(elements)
         if entry.get("unused"):
@@ -716,21 +866,32 @@ class _Comparison:
             return
         done = set()
         intervals = entry.get("intervals") or [None] * len(entry["indices"])
-        for j, value, method, noise, interval in zip(entry["indices"], entry["values"],
-                                                     entry["methods"], entry["noise"],
-                                                     intervals):
+        for j, value, method, noise, interval in zip(
+            entry["indices"], entry["values"], entry["methods"], entry["noise"], intervals
+        ):
             if wanted is not None and j not in wanted:
                 continue
             done.add(j)
             a = actual[j] if actual is not None and j < len(actual) else None
-            self._check_fd_estimate(source, i, k, j, a, float(value), method, float(noise),
-                                    interval, label)
+            self._check_fd_estimate(
+                source, i, k, j, a, float(value), method, float(noise), interval, label
+            )
         requested = entry.get("requested", 0) if wanted is None else len(wanted)
         self.fd_details["uncompared"] += max(0, requested - len(done))
 
-    def _check_fd_estimate(self, source: str, i: int, k: int, j: int, actual: float | None,
-                           estimate: float, method: str, noise: float,
-                           interval: list[float] | None, label: str) -> None:
+    def _check_fd_estimate(
+        self,
+        source: str,
+        i: int,
+        k: int,
+        j: int,
+        actual: float | None,
+        estimate: float,
+        method: str,
+        noise: float,
+        interval: list[float] | None,
+        label: str,
+    ) -> None:
         where = {"source": source, "event": i, "leaf": k, "element": j}
         if not math.isfinite(estimate):
             self.fd_details["undefined"] += 1
@@ -743,35 +904,57 @@ class _Comparison:
                 self.fd_details["one_sided"].append(dict(where, method=method))
             self._check_fd_element(k, j, actual, estimate, noise, source, label)
 
-    def _check_fd_element(self, k: int, j: int, actual: float | None, estimate: float,
-                          noise: float, source: str, label: str) -> None:
+    def _check_fd_element(
+        self,
+        k: int,
+        j: int,
+        actual: float | None,
+        estimate: float,
+        noise: float,
+        source: str,
+        label: str,
+    ) -> None:
         """``actual`` None: AFTER left ``.grad`` None, which is right only for zero."""
         atol = FD_ATOL + noise
         value = 0.0 if actual is None else actual
         if not abs(value - estimate) <= atol + FD_RTOL * abs(estimate):
             whose = "before's forward" if source == "before" else "the fix's own forward"
             got = "no gradient (None)" if actual is None else _format(value)
-            raise _Rejected(f"gradient wrong: {label} gives {self._leaf_name(k)} the "
-                            f"gradient {got} at element {j}, the finite-difference "
-                            f"derivative of {whose} is {_format(estimate)} "
-                            f"(rtol {FD_RTOL}, atol {_format(atol)})")
+            raise _Rejected(
+                f"gradient wrong: {label} gives {self._leaf_name(k)} the "
+                f"gradient {got} at element {j}, the finite-difference "
+                f"derivative of {whose} is {_format(estimate)} "
+                f"(rtol {FD_RTOL}, atol {_format(atol)})"
+            )
         self.finite.add(value, estimate)
 
-    def _check_fd_interval(self, k: int, j: int, actual: float | None, low: float,
-                           high: float, noise: float, source: str, label: str) -> None:
+    def _check_fd_interval(
+        self,
+        k: int,
+        j: int,
+        actual: float | None,
+        low: float,
+        high: float,
+        noise: float,
+        source: str,
+        label: str,
+    ) -> None:
         """At a kink any gradient between the left and right slopes is acceptable."""
         value = 0.0 if actual is None else actual
         lower, upper = _fd_bounds(low, noise, (low, high))
         if not lower <= value <= upper:
             whose = "before's forward" if source == "before" else "the fix's own forward"
             got = "no gradient (None)" if actual is None else _format(value)
-            raise _Rejected(f"gradient wrong: {label} gives {self._leaf_name(k)} the "
-                            f"gradient {got} at element {j}, where {whose} has a kink with "
-                            f"slopes {_format(low)} and {_format(high)} on either side")
+            raise _Rejected(
+                f"gradient wrong: {label} gives {self._leaf_name(k)} the "
+                f"gradient {got} at element {j}, where {whose} has a kink with "
+                f"slopes {_format(low)} and {_format(high)} on either side"
+            )
         self.kink_checks += 1
 
-    def _fd_entry(self, source: str, i: int, k: int,
-                  elements: list[int] | None) -> dict[str, Any] | None:
+    def _fd_entry(
+        self, source: str, i: int, k: int, elements: list[int] | None
+    ) -> dict[str, Any] | None:
         target = {"event": i, "leaf": k, "elements": elements}
         result = (self.fd or {}).get(source)
         if result is None:
@@ -788,8 +971,10 @@ class _Comparison:
             if entry.get("event") == i and entry.get("leaf") == k:
                 error = entry.get("error")
                 if error and "did not exist" in error:
-                    raise _Rejected(f"after's {self._leaf_name(k)} reaches backward call "
-                                    f"#{i + 1}, but {source} has no such leaf at that point")
+                    raise _Rejected(
+                        f"after's {self._leaf_name(k)} reaches backward call "
+                        f"#{i + 1}, but {source} has no such leaf at that point"
+                    )
                 if error:
                     raise _Unverifiable(f"finite differences of {source} failed: {error}")
                 return entry
@@ -807,9 +992,11 @@ class _Comparison:
             return
         recorded, replayed = float(events[i]["objective"]), float(probe)
         if math.isfinite(recorded) and not abs(recorded - replayed) <= 1e-6 * (1 + abs(recorded)):
-            raise _Unverifiable(f"{source} is not deterministic under a fixed seed: backward "
-                                f"call #{i + 1} differentiates {_format(recorded)} in one run "
-                                f"and {_format(replayed)} in another")
+            raise _Unverifiable(
+                f"{source} is not deterministic under a fixed seed: backward "
+                f"call #{i + 1} differentiates {_format(recorded)} in one run "
+                f"and {_format(replayed)} in another"
+            )
 
     # --------------------------------------------------------------- globals
     def _compare_globals(self) -> None:
@@ -819,12 +1006,12 @@ class _Comparison:
             return
         tensors_b, tensors_a = self.before.get("globals", {}), self.after.get("globals", {})
         leaf_names = set(self.before.get("leaf_globals", [])) | set(
-            self.after.get("leaf_globals", []))
+            self.after.get("leaf_globals", [])
+        )
         for name in sorted(set(tensors_b) & set(tensors_a) - leaf_names):
             tb, ta = tensors_b[name], tensors_a[name]
             if tb.get("shape") != ta.get("shape") or tb.get("dtype") != ta.get("dtype"):
-                self.notes.append(f"module-level '{name}' differs in shape or dtype; "
-                                  "not compared")
+                self.notes.append(f"module-level '{name}' differs in shape or dtype; not compared")
                 continue
             if self.diverged_at is not None:
                 self.notes.append(f"module-level '{name}' not compared (trajectories parted)")
@@ -833,7 +1020,9 @@ class _Comparison:
             if mismatch and self.broken_at is None:
                 raise _Rejected(mismatch)
             if mismatch:
-                self.notes.append(f"{mismatch}; not a reference after before's broken gradient "
-                                  f"at backward call #{self._broken_call()}")
+                self.notes.append(
+                    f"{mismatch}; not a reference after before's broken gradient "
+                    f"at backward call #{self._broken_call()}"
+                )
                 continue
             self.globals_compared.append(name)

@@ -50,16 +50,18 @@ def runner_env() -> dict[str, str]:
     """Environment of the runners: deterministic hashing, no GPU, finds this `gradfix`."""
     env = dict(os.environ)
     paths = [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env.update({
-        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
-        "PYTHONHASHSEED": "0",
-        "CUDA_VISIBLE_DEVICES": "",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONIOENCODING": "utf-8",
-        "MPLBACKEND": "Agg",
-    })
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            "PYTHONHASHSEED": "0",
+            "CUDA_VISIBLE_DEVICES": "",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "MPLBACKEND": "Agg",
+        }
+    )
     return env
 
 
@@ -77,8 +79,13 @@ class ForkServer:
         self._log = Path(self._home) / "stderr.txt"
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
-                [*RUNNER, "--fork-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log, cwd=self._home, env=runner_env(), start_new_session=True,
+                [*RUNNER, "--fork-server"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=self._home,
+                env=runner_env(),
+                start_new_session=True,
             )
         self._lock = threading.Lock()
 
@@ -137,9 +144,15 @@ def shutdown_fork_server() -> None:
 class RunnerProcess:
     """One runner executing one script (use as a context manager)."""
 
-    def __init__(self, source: str, *, filename: str = "snippet.py", seed: int = 0,
-                 source_dir: str | None = None,
-                 memory_limit: int = DEFAULT_MEMORY_LIMIT) -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        filename: str = "snippet.py",
+        seed: int = 0,
+        source_dir: str | None = None,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    ) -> None:
         self.job_dir = Path(tempfile.mkdtemp(prefix="gradfix-verify-"))
         work = self.job_dir / "work"
         work.mkdir()
@@ -152,11 +165,20 @@ class RunnerProcess:
         self._buffer = b""
         self._popen: subprocess.Popen[bytes] | None = None
         self._pending = 0
-        self._base = {"source": source, "path": str(script), "filename": filename,
-                      "seed": seed, "source_dir": source_dir}
-        spec = {"socket": str(self.job_dir / "runner.sock"), "cwd": str(work),
-                "stdout": str(self.job_dir / "stdout.txt"),
-                "stderr": str(self.job_dir / "stderr.txt"), "memory_limit": memory_limit}
+        self._base = {
+            "source": source,
+            "path": str(script),
+            "filename": filename,
+            "seed": seed,
+            "source_dir": source_dir,
+        }
+        spec = {
+            "socket": str(self.job_dir / "runner.sock"),
+            "cwd": str(work),
+            "stdout": str(self.job_dir / "stdout.txt"),
+            "stderr": str(self.job_dir / "stderr.txt"),
+            "memory_limit": memory_limit,
+        }
         try:
             self.pid = self._launch(spec)
         except BaseException:
@@ -171,8 +193,12 @@ class RunnerProcess:
             return fork_server().spawn(spec)
         with open(spec["stdout"], "wb") as out, open(spec["stderr"], "wb") as err:
             self._popen = subprocess.Popen(
-                [*RUNNER, "--child", json.dumps(spec)], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, cwd=spec["cwd"], env=runner_env(),
+                [*RUNNER, "--child", json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=spec["cwd"],
+                env=runner_env(),
                 start_new_session=True,
             )
         return self._popen.pid
@@ -249,8 +275,11 @@ class RunnerProcess:
                 self._popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 return "the runner stopped answering"
-        tail = (self.job_dir / "stderr.txt").read_bytes()[-4000:] if (
-            self.job_dir / "stderr.txt").exists() else b""
+        tail = (
+            (self.job_dir / "stderr.txt").read_bytes()[-4000:]
+            if (self.job_dir / "stderr.txt").exists()
+            else b""
+        )
         lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
         code = self._popen.returncode if self._popen is not None else None
         if code is not None and code < 0 or not lines:

@@ -42,7 +42,9 @@ ENV_ERROR_TYPES = frozenset({
 })  # fmt: skip
 ENV_MESSAGE = re.compile(
     r"CUDA|NVIDIA|cuda|not compiled with|MPS backend|can't allocate memory|"
-    r"DefaultCPUAllocator", re.ASCII)
+    r"DefaultCPUAllocator",
+    re.ASCII,
+)
 
 
 def main(argv: list[str]) -> int:
@@ -50,8 +52,7 @@ def main(argv: list[str]) -> int:
         return fork_server()
     if argv[:1] == ["--child"] and len(argv) == 2:
         serve(json.loads(argv[1]), forked=False)
-    print("usage: python -m gradfix.verify.runner (--fork-server | --child SPEC)",
-          file=sys.stderr)
+    print("usage: python -m gradfix.verify.runner (--fork-server | --child SPEC)", file=sys.stderr)
     return 2
 
 
@@ -149,9 +150,15 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
         tb = tb.tb_next
     env = name in ENV_ERROR_TYPES or (
         name in ("AssertionError", "RuntimeError", "AttributeError")
-        and bool(ENV_MESSAGE.search(message)))
-    return {"status": "error", "type": name, "message": message, "line": line,
-            "category": "env" if env else "code"}
+        and bool(ENV_MESSAGE.search(message))
+    )
+    return {
+        "status": "error",
+        "type": name,
+        "message": message,
+        "line": line,
+        "category": "env" if env else "code",
+    }
 
 
 def _deterministic_algorithms(torch: Any) -> None:
@@ -202,8 +209,9 @@ class Session:
             return estimate(self, request)
         return {"error": f"unknown mode {request['mode']!r}"}
 
-    def execute(self, recorder: Any, *, track_uses: bool = False
-                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def execute(
+        self, recorder: Any, *, track_uses: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run the script once under ``recorder``; return its outcome and namespace."""
         if self.code is None:
             return dict(self.compile_error or {}), {}
@@ -225,8 +233,9 @@ class Session:
         except self.instrument.StopScript:
             outcome = {"status": "stopped"}
         except SystemExit as exc:
-            outcome = {"status": "ok"} if exc.code in (None, 0) else describe_exception(
-                exc, self.path)
+            outcome = (
+                {"status": "ok"} if exc.code in (None, 0) else describe_exception(exc, self.path)
+            )
         except Exception as exc:  # noqa: BLE001 - the script's failure is the data
             outcome = describe_exception(exc, self.path)
         finally:
@@ -260,15 +269,17 @@ class Session:
             "events_truncated": recorder.event_count > len(recorder.events),
             "globals": tensors,
             "leaf_globals": leaf_globals,
-            "global_leaf_index": {name: recorder.leaf_index(namespace[name])
-                                  for name in leaf_globals},
+            "global_leaf_index": {
+                name: recorder.leaf_index(namespace[name]) for name in leaf_globals
+            },
             "seed": self.seed,
             "torch_version": self.torch.__version__,
             "duration_s": round(time.monotonic() - started, 3),
         }
 
-    def _module_tensors(self, namespace: dict[str, Any], recorder: Any
-                        ) -> tuple[list[str], dict[str, Any]]:
+    def _module_tensors(
+        self, namespace: dict[str, Any], recorder: Any
+    ) -> tuple[list[str], dict[str, Any]]:
         """Final module-level tensors (forward values), minus leaves and gradients."""
         torch = self.torch
         grads = {id(leaf.grad) for leaf in recorder.leaves if leaf.grad is not None}

@@ -1,0 +1,179 @@
+"""A fast read-only traversal of LibCST trees, in LibCST's own visiting order.
+
+``node.visit(visitor)`` rebuilds every node of the tree as it goes (LibCST's visit is
+shared with transformers), which costs several times the parse itself. A visitor that only
+reads the tree does not need that: :func:`walk` and :func:`walk_batched` call the same
+``visit_<Type>`` / ``leave_<Type>`` (or ``on_visit`` / ``on_leave``) methods on the same
+node objects, in the same order, without building anything.
+
+Whitespace, comments, punctuation and operator tokens (:data:`TRIVIA`) are not visited: no
+gradfix visitor looks at them as nodes (a rule reads ``node.operator`` as an attribute).
+
+    walk(module, collector)              # like module.visit(collector)
+    walk_batched(module, rule_visitors)  # like MetadataWrapper.visit_batched(...)
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from collections.abc import Callable, Sequence
+
+import libcst as cst
+
+#: Node types that are never visited: layout and tokens, not code.
+TRIVIA: tuple[type[cst.CSTNode], ...] = (
+    cst.BaseParenthesizableWhitespace,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.Newline,
+    cst.Comment,
+    cst.Comma,
+    cst.Dot,
+    cst.Colon,
+    cst.Semicolon,
+    cst.AssignEqual,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.BaseBinaryOp,
+    cst.BaseUnaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseAugOp,
+    cst.ImportStar,
+    cst.Asynchronous,
+)
+
+
+@functools.cache
+def child_fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
+    """The fields of ``node_type`` that may hold code nodes, in LibCST's visiting order.
+
+    The order is read from the keyword order of the node's ``_visit_and_replace_children``
+    (LibCST visits the fields in that order); fields that only ever hold trivia are left out.
+    """
+    source = textwrap.dedent(inspect.getsource(node_type._visit_and_replace_children))
+    fields: list[str] = []
+    for call in ast.walk(ast.parse(source)):
+        if isinstance(call, ast.Call) and _called(call) == node_type.__name__:
+            fields.extend(
+                keyword.arg
+                for keyword in call.keywords
+                if keyword.arg is not None
+                and not _trivia_field(keyword.arg)
+                and any(_called(inner).startswith("visit_") for inner in ast.walk(keyword.value))
+            )
+            break
+    return tuple(fields)
+
+
+_TRIVIA_FIELDS = frozenset(
+    {
+        "lpar",
+        "rpar",
+        "leading_lines",
+        "lines_after_decorators",
+        "header",
+        "footer",
+        "semicolon",
+        "comma",
+        "equal",
+        "colon",
+        "dot",
+        "lbracket",
+        "rbracket",
+        "lbrace",
+        "rbrace",
+        "operator",
+        "asynchronous",
+        "trailing_whitespace",
+        "newline",
+    }
+)
+
+
+def _called(node: ast.AST) -> str:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id
+    return ""
+
+
+def _trivia_field(name: str) -> bool:
+    return name in _TRIVIA_FIELDS or name.startswith("whitespace")
+
+
+def _concrete(base: type) -> set[type]:
+    found = {base}
+    for sub in base.__subclasses__():
+        found |= _concrete(sub)
+    return found
+
+
+#: Every node type that is visited (exact types: ``isinstance`` on LibCST's abstract
+#: classes is slow, and the walk asks it for every child).
+CODE_TYPES: frozenset[type] = frozenset(
+    _concrete(cst.CSTNode) - set().union(*(_concrete(t) for t in TRIVIA))
+)
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The code children of ``node`` in source order (no whitespace or tokens)."""
+    found: list[cst.CSTNode] = []
+    for name in child_fields(type(node)):
+        value = getattr(node, name)
+        if type(value) in CODE_TYPES:
+            found.append(value)
+        elif type(value) is tuple or type(value) is list:
+            found.extend(item for item in value if type(item) in CODE_TYPES)
+    return found
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """Visit ``node``'s tree like ``node.visit(visitor)``; ``visit_X`` returning False
+    skips the children, as in LibCST."""
+    on_visit, on_leave = visitor.on_visit, visitor.on_leave
+
+    def visit(current: cst.CSTNode) -> None:
+        if on_visit(current):
+            for child in children(current):
+                visit(child)
+        on_leave(current)  # type: ignore[call-arg]
+
+    if type(node) in CODE_TYPES:
+        visit(node)
+
+
+def walk_batched(node: cst.CSTNode, visitors: Sequence[cst.CSTVisitor]) -> None:
+    """Visit once for all ``visitors`` (LibCST's batched visit: no visitor can skip
+    children)."""
+    visits: dict[type, list[Callable[[cst.CSTNode], object]]] = {}
+    leaves: dict[type, list[Callable[[cst.CSTNode], object]]] = {}
+
+    def handlers(
+        table: dict[type, list[Callable[[cst.CSTNode], object]]], prefix: str, kind: type
+    ) -> list[Callable[[cst.CSTNode], object]]:
+        found = table.get(kind)
+        if found is None:
+            name = prefix + kind.__name__
+            found = table[kind] = [
+                method for v in visitors if (method := getattr(v, name, None)) is not None
+            ]
+        return found
+
+    def visit(current: cst.CSTNode) -> None:
+        kind = type(current)
+        for handler in handlers(visits, "visit_", kind):
+            handler(current)
+        for child in children(current):
+            visit(child)
+        for handler in handlers(leaves, "leave_", kind):
+            handler(current)
+
+    if type(node) in CODE_TYPES:
+        visit(node)
