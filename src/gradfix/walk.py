@@ -110,6 +110,7 @@ def _trivia_field(name: str) -> bool:
 
 def _concrete(base: type) -> set[type]:
     found = {base}
+    sub: type
     for sub in base.__subclasses__():
         found |= _concrete(sub)
     return found
