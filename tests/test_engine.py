@@ -191,3 +191,57 @@ def test_syntax_errors_are_reported_even_when_no_rule_runs() -> None:
 def test_syntax_error_message_is_pythons() -> None:
     with pytest.raises(SourceError, match=r"^syntax error at line 2: '\(' was never closed$"):
         lint_source("import torch\nx = (\n", rules=ALL_RULES)
+
+
+def _python_sources() -> list[str]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.glob("fixtures/*/*.py"), *root.glob("examples/**/*.py")]
+    files += root.glob("tests/data/**/*.py")
+    sources = [p.read_text(encoding="utf-8", errors="replace") for p in files]
+    for rule in ALL_RULES:
+        sources += [textwrap.dedent(case.code) for case in [*rule.VALID, *rule.INVALID]]
+    return sources
+
+
+def test_the_text_gate_keeps_every_file_that_imports_torch() -> None:
+    """``active_rules`` skips LibCST for text that cannot import torch: it must never
+    skip a file the analysis sees importing torch (checked on every source we have)."""
+    from gradfix.analysis import FileAnalysis
+    from gradfix.engine import may_import_torch
+
+    checked = 0
+    for source in _python_sources():
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError:
+            continue
+        if FileAnalysis(module).imports_torch():
+            assert may_import_torch(source), source[:200]
+            checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize(
+    ("source", "imports"),
+    [
+        ("import torch\n", True),
+        ("import numpy as np, torch.nn as nn\n", True),
+        ("from torch import nn\n", True),
+        ("try: import torch\nexcept ImportError: torch = None\n", True),
+        ("import os, \\\n    torch\n", True),
+        ("from \\\n  torch import nn\n", True),
+        ("def f():\n    import torch.nn.functional as F\n", True),
+        ('"""Returns torch tensors."""\nimport numpy\n', False),
+        ("from transformers import torch_utils\nimport torchvision\n", False),
+    ],
+)
+def test_text_that_cannot_import_torch_is_not_parsed(source: str, imports: bool) -> None:
+    from gradfix.engine import may_import_torch
+
+    assert may_import_torch(source) is imports
+    module = cst.parse_module(source)
+    from gradfix.analysis import FileAnalysis
+
+    assert FileAnalysis(module).imports_torch() is imports

@@ -13,6 +13,7 @@ is dropped and reported), and lint again, until nothing changes or ``max_passes`
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -91,10 +92,21 @@ def should_run(rule: type[Rule], source: str) -> bool:
     return not rule.prefilter or any(token in source for token in rule.prefilter)
 
 
+#: A line that may import torch: ``import torch``, ``import numpy as np, torch.nn as nn``,
+#: ``from torch import nn``, ``try: import torch``, also across a backslash continuation.
+#: An over-approximation of :meth:`FileAnalysis.imports_torch` on the text.
+_MAY_IMPORT_TORCH = re.compile(r"\bimport\b(?:[^\n]|\\\n)*?\btorch\b|\bfrom(?:\s|\\\n)+torch\b")
+
+
+def may_import_torch(source: str) -> bool:
+    return "torch" in source and _MAY_IMPORT_TORCH.search(source) is not None
+
+
 def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
-    """The rules that may fire on ``source``: none when the text never names torch (every
-    rule needs a torch import), else those whose text prefilter matches."""
-    if "torch" not in source:
+    """The rules that may fire on ``source``: none when the text cannot import torch (every
+    rule needs a torch import; such a file is never parsed by LibCST), else those whose
+    text prefilter matches."""
+    if not may_import_torch(source):
         return []
     return [rule for rule in rules if should_run(rule, source)]
 

@@ -22,6 +22,9 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 import libcst as cst
+from libcst._typed_visitor import CSTTypedVisitorFunctions
+
+Handler = Callable[[cst.CSTNode], object]
 
 #: Node types that are never visited: layout and tokens, not code.
 TRIVIA: tuple[type[cst.CSTNode], ...] = (
@@ -153,28 +156,35 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
 def walk_batched(node: cst.CSTNode, visitors: Sequence[cst.CSTVisitor]) -> None:
     """Visit once for all ``visitors`` (LibCST's batched visit: no visitor can skip
     children)."""
-    visits: dict[type, list[Callable[[cst.CSTNode], object]]] = {}
-    leaves: dict[type, list[Callable[[cst.CSTNode], object]]] = {}
-
-    def handlers(
-        table: dict[type, list[Callable[[cst.CSTNode], object]]], prefix: str, kind: type
-    ) -> list[Callable[[cst.CSTNode], object]]:
-        found = table.get(kind)
-        if found is None:
-            name = prefix + kind.__name__
-            found = table[kind] = [
-                method for v in visitors if (method := getattr(v, name, None)) is not None
-            ]
-        return found
+    visits: dict[type, list[Handler]] = {}
+    leaves: dict[type, list[Handler]] = {}
 
     def visit(current: cst.CSTNode) -> None:
         kind = type(current)
-        for handler in handlers(visits, "visit_", kind):
+        before = visits.get(kind)
+        if before is None:
+            before = visits[kind] = _handlers(visitors, "visit_" + kind.__name__)
+            leaves[kind] = _handlers(visitors, "leave_" + kind.__name__)
+        for handler in before:
             handler(current)
         for child in children(current):
             visit(child)
-        for handler in handlers(leaves, "leave_", kind):
+        for handler in leaves[kind]:
             handler(current)
 
     if type(node) in CODE_TYPES:
         visit(node)
+
+
+def _handlers(visitors: Sequence[cst.CSTVisitor], name: str) -> list[Handler]:
+    """The visitors' own ``name`` methods (LibCST's typed visitor defines a no-op for every
+    node type: calling those for every node of every rule costs more than the rules)."""
+    return [
+        getattr(visitor, name)
+        for visitor in visitors
+        if getattr(type(visitor), name, _NO_OP) is not getattr(_TYPED_DEFAULTS, name, _NO_OP)
+    ]
+
+
+_TYPED_DEFAULTS = CSTTypedVisitorFunctions
+_NO_OP = object()
