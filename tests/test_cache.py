@@ -113,3 +113,59 @@ def test_the_key_changes_with_the_installed_code(
         monkeypatch.undo()
         gradfix.cache.gradfix_version.cache_clear()
     assert before != after
+
+
+CLEAN = "import torch\nw = torch.randn(3, requires_grad=True)\n(w * 2).sum().backward()\n"
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    reads: list[str] = []
+    real = gradfix.runner.read_source
+
+    def counting(path):  # type: ignore[no-untyped-def]
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(gradfix.runner, "read_source", counting)
+    return reads
+
+
+def test_a_warm_run_does_not_read_files_known_clean(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "clean.py").write_text(CLEAN, encoding="utf-8")
+    (project / "gen.py").write_text("# @" + "generated\nimport torch\n", encoding="utf-8")
+    first = invoke("check", "-j", "1", ".")
+    reads = count_reads(monkeypatch)
+    second = invoke("check", "-j", "1", ".")
+    assert second == first
+    # clean.py and gen.py are not read; files with findings or errors always are
+    assert sorted(reads) == ["broken.py", "train.py"]
+
+
+def test_a_changed_clean_file_is_read_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = project / "clean.py"
+    clean.write_text(CLEAN, encoding="utf-8")
+    invoke("check", "-j", "1", "clean.py")
+    reads = count_reads(monkeypatch)
+    clean.write_text(CLEAN.replace("(w * 2)", "w.normal_()\n(w * 3)"), encoding="utf-8")
+    code, out, _ = invoke("check", "-j", "1", "clean.py")
+    assert reads == ["clean.py"] and code == 1 and "GF201" in out
+    reads.clear()
+    invoke("check", "-j", "1", "clean.py")
+    assert reads == ["clean.py"]  # it has a finding now: never taken from the clean index
+
+
+def test_the_clean_index_depends_on_the_rules(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "clean.py").write_text(CLEAN, encoding="utf-8")
+    invoke("check", "-j", "1", "--select", "GF101", "clean.py")
+    reads = count_reads(monkeypatch)
+    invoke("check", "-j", "1", "--select", "GF201", "clean.py")
+    assert reads == ["clean.py"]
+    reads.clear()
+    invoke("check", "-j", "1", "--select", "GF201", "clean.py")
+    assert reads == []

@@ -125,3 +125,68 @@ def findings_from_json(items: Sequence[dict[str, Any]]) -> list[Finding]:
         )
         for item in items
     ]
+
+
+class CleanIndex:
+    """Files known to have nothing to report, by path, modification time and size.
+
+    A warm run stats a file and, when nothing changed since it was found clean with the
+    same rules and options, neither reads nor parses it (ruff's cache does the same). Only
+    clean files are listed: a file with findings, fixes or errors always goes through the
+    content-hash cache, which gives back its text and results exactly.
+
+        index = CleanIndex.open(cache_dir, header)
+        if index.is_clean(path, codes): ...
+        index.record(path, stat, codes); index.save()
+    """
+
+    def __init__(self, path: str, entries: dict[str, list[Any]]) -> None:
+        self.path = path
+        self.entries = entries
+        self.dirty = False
+
+    @classmethod
+    def open(cls, directory: str, options_header: str) -> CleanIndex:
+        digest = hashlib.sha256(f"{gradfix_version()}\0{options_header}".encode()).hexdigest()
+        path = os.path.join(directory, f"clean-{digest[:16]}.json")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                entries = json.load(handle)
+        except (OSError, ValueError):
+            entries = {}
+        return cls(path, entries if isinstance(entries, dict) else {})
+
+    @staticmethod
+    def signature(stat: os.stat_result) -> list[int]:
+        return [stat.st_mtime_ns, stat.st_size, stat.st_ino]
+
+    def lookup(self, path: str, stat: os.stat_result | None, codes: str) -> list[Any] | None:
+        """The entry of ``path`` if it is still clean: ``[mtime, size, inode, codes, skipped]``."""
+        entry = self.entries.get(os.path.abspath(path))
+        if stat is None or not isinstance(entry, list) or len(entry) != 5:
+            return None
+        if entry[:3] != self.signature(stat) or entry[3] != codes:
+            return None
+        return entry
+
+    def record(self, path: str, stat: os.stat_result, codes: str, skipped: str | None) -> None:
+        self.entries[os.path.abspath(path)] = [*self.signature(stat), codes, skipped]
+        self.dirty = True
+
+    def forget(self, path: str) -> None:
+        if self.entries.pop(os.path.abspath(path), None) is not None:
+            self.dirty = True
+
+    def save(self) -> None:
+        """Write the index atomically; an index that cannot be written is skipped."""
+        if not self.dirty:
+            return
+        directory = os.path.dirname(self.path)
+        try:
+            ResultCache(directory)._ensure_root()
+            handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(self.entries, out)
+            os.replace(temporary, self.path)
+        except OSError:
+            pass

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gradfix.config import Config
 from gradfix.engine import SourceError, lint_source
@@ -34,6 +35,9 @@ from gradfix.files import (
 )
 from gradfix.notebook import is_notebook, lint_notebook
 from gradfix.rule import Finding, FixSafety, Rule
+
+if TYPE_CHECKING:
+    from gradfix.cache import CleanIndex
 
 #: fewer files per worker than this and starting the workers costs more than it saves
 MIN_FILES_PER_WORKER = 8
@@ -178,9 +182,38 @@ def process_files(
 ) -> list[FileResult]:
     """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes.
 
-    A file that kills its worker process (a crash in native code, the memory limit) is
-    reported as that file's error and the batch goes on in a new pool."""
+    Files the cache's clean index knows unchanged are not read at all; the others are
+    handed out largest first, so no worker is left with a big file at the end. A file
+    that kills its worker process (a crash in native code, the memory limit) is reported
+    as that file's error and the batch goes on in a new pool."""
     tick = advance or (lambda: None)
+    index = _clean_index(options)
+    results: list[FileResult | None] = [None] * len(paths)
+    stats: dict[int, os.stat_result | None] = {}
+    for position, path in enumerate(paths):
+        if index is not None:
+            stat = _stat(path)
+            entry = index.lookup(path, stat, _codes(options, path))
+            if entry is not None:
+                results[position] = FileResult(path, skipped=entry[4])
+                tick()
+                continue
+            stats[position] = stat
+        else:
+            stats[position] = None
+    todo = sorted(stats, key=lambda i: -_size(paths[i], stats[i]))
+    for position, result in zip(todo, _process_all([paths[i] for i in todo], options, jobs, tick)):
+        results[position] = result
+        if index is not None:
+            _remember(index, result, stats[position], options)
+    if index is not None:
+        index.save()
+    return [result for result in results if result is not None]
+
+
+def _process_all(
+    paths: Sequence[str], options: RunOptions, jobs: int, tick: Callable[[], None]
+) -> list[FileResult]:
     workers = min(jobs, len(paths) // MIN_FILES_PER_WORKER)
     if workers > 1:
         try:
@@ -192,6 +225,50 @@ def process_files(
         results.append(process_file(path, options))
         tick()
     return results
+
+
+def _clean_index(options: RunOptions) -> CleanIndex | None:
+    if options.cache_dir is None:
+        return None
+    from gradfix.cache import CleanIndex
+
+    header = f"fix={options.fix or options.write} unsafe={options.unsafe_fixes}"
+    return CleanIndex.open(options.cache_dir, header)
+
+
+def _codes(options: RunOptions, path: str) -> str:
+    return ",".join(sorted(rule.code for rule in options.rules_for(path)))
+
+
+def _remember(
+    index: CleanIndex, result: FileResult, stat: os.stat_result | None, options: RunOptions
+) -> None:
+    """List ``result``'s file as clean when there was nothing to report; the stat taken
+    before reading makes a file changed meanwhile miss next time."""
+    clean = (
+        result.error is None
+        and result.traceback is None
+        and not result.findings
+        and not result.dropped
+        and not result.changed
+        and not result.written
+    )
+    if clean and stat is not None:
+        index.record(result.path, stat, _codes(options, result.path), result.skipped)
+    else:
+        index.forget(result.path)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _size(path: str, stat: os.stat_result | None) -> int:
+    stat = stat or _stat(path)
+    return stat.st_size if stat is not None else 0
 
 
 def _in_workers(
