@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
+from libcst._nodes.base import CSTNode
 from libcst.metadata import CodeRange
 
 from gradfix.analysis import FileAnalysis
@@ -54,11 +56,31 @@ class LintResult:
 def parse(source: str) -> cst.Module:
     """Parse with LibCST; raise :class:`SourceError` with the line of the problem."""
     try:
-        return cst.parse_module(source)
+        with _nodes_unvalidated():
+            return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         raise _syntax_error(source, error) from None
     except (RecursionError, MemoryError) as error:
         raise SourceError(f"cannot parse: {type(error).__name__}") from None
+
+
+@contextmanager
+def _nodes_unvalidated() -> Iterator[None]:
+    """Build nodes without LibCST's per-node validation (``CSTNode.__post_init__``).
+
+    The parser only builds nodes from source it accepted, so checking each of them again
+    is redundant; it costs about 15% of the parse. Nodes built later (a rule's
+    replacement, a fix) are validated as usual."""
+    validate = CSTNode.__post_init__
+    CSTNode.__post_init__ = _no_validation  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CSTNode.__post_init__ = validate  # type: ignore[method-assign]
+
+
+def _no_validation(self: CSTNode) -> None:
+    return None
 
 
 def _check_syntax(source: str) -> None:
