@@ -157,6 +157,7 @@ class _Collector(cst.CSTVisitor):
         self.order: dict[int, int] = {}
         self.last: dict[int, int] = {}
         self.scopes: dict[int, Scope] = {}
+        self.node_scopes: dict[int, Scope] = {}  # the scope each node is evaluated in
         self.calls_by_name: dict[str, list[cst.Call]] = {}
         self.subscript_assigns: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
         self.class_attrs: dict[int, dict[str, list[tuple[cst.BaseExpression, Binding]]]] = {}
@@ -174,6 +175,8 @@ class _Collector(cst.CSTVisitor):
         self.order[id(node)] = self._counter
         self._counter += 1
         self._stack.append(node)
+        if self._scope_stack:
+            self.node_scopes[id(node)] = self._scope_stack[-1]
         kind = type(node)
         if kind in _SCOPE_TYPES:
             self._enter_scope(node)
@@ -393,6 +396,7 @@ class FileAnalysis:
         self._last = collector.last
         self._scopes = collector.scopes
         self._calls_by_name = collector.calls_by_name
+        self._node_scopes = collector.node_scopes
         self._subscript_assigns = collector.subscript_assigns
         self._class_attrs = collector.class_attrs
         self._returns = collector.returns
@@ -422,8 +426,12 @@ class FileAnalysis:
         return self.index(outer) <= self.index(inner) <= self.end_index(outer)
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
-        for ancestor in [node, *self.ancestors(node)]:
-            if id(ancestor) in self._scopes and ancestor is not node:
+        """The scope ``node`` is evaluated in (a scope node's own is its parent's)."""
+        known = self._node_scopes.get(id(node))
+        if known is not None:
+            return known
+        for ancestor in self.ancestors(node):
+            if id(ancestor) in self._scopes:
                 return self._scopes[id(ancestor)]
         return self._scopes[id(self.module)]
 
