@@ -227,6 +227,8 @@ class LeafRebinding(Rule):
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
         target = node.targets[0].target
+        if not self.analysis.names_in(node.value, target.value):
+            return  # cheap: the name is not even spelled in the value
         own_reads = [n for n in _name_reads(node.value) if n.value == target.value]
         if not own_reads:
             return

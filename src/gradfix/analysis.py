@@ -22,6 +22,7 @@ silence: what it cannot prove is not a tensor, not a leaf, not in no_grad.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -158,6 +159,8 @@ class _Collector(cst.CSTVisitor):
         self.last: dict[int, int] = {}
         self.scopes: dict[int, Scope] = {}
         self.node_scopes: dict[int, Scope] = {}  # the scope each node is evaluated in
+        self.names: dict[str, list[cst.Name]] = {}  # every Name node by spelling, in order
+        self.name_orders: dict[str, list[int]] = {}  # their pre-order indices
         self.calls_by_name: dict[str, list[cst.Call]] = {}
         self.subscript_assigns: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = {}
         self.class_attrs: dict[int, dict[str, list[tuple[cst.BaseExpression, Binding]]]] = {}
@@ -178,6 +181,10 @@ class _Collector(cst.CSTVisitor):
         if self._scope_stack:
             self.node_scopes[id(node)] = self._scope_stack[-1]
         kind = type(node)
+        if kind is cst.Name:
+            spelling = node.value  # type: ignore[attr-defined]
+            self.names.setdefault(spelling, []).append(node)  # type: ignore[arg-type]
+            self.name_orders.setdefault(spelling, []).append(self._counter - 1)
         if kind in _SCOPE_TYPES:
             self._enter_scope(node)
         if kind in _RECORDED_TYPES:
@@ -397,6 +404,8 @@ class FileAnalysis:
         self._scopes = collector.scopes
         self._calls_by_name = collector.calls_by_name
         self._node_scopes = collector.node_scopes
+        self._names = collector.names
+        self._name_orders = collector.name_orders
         self._subscript_assigns = collector.subscript_assigns
         self._class_attrs = collector.class_attrs
         self._returns = collector.returns
@@ -424,6 +433,15 @@ class FileAnalysis:
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return self.index(outer) <= self.index(inner) <= self.end_index(outer)
+
+    def names_in(self, root: cst.CSTNode, name: str) -> list[cst.Name]:
+        """Every ``Name`` node spelled ``name`` under ``root`` (``root`` included), in
+        source order; from the index of the one traversal, nothing is walked."""
+        orders = self._name_orders.get(name)
+        if not orders or id(root) not in self._order:
+            return []
+        first = bisect.bisect_left(orders, self._order[id(root)])
+        return self._names[name][first : bisect.bisect_right(orders, self._last[id(root)])]
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The scope ``node`` is evaluated in (a scope node's own is its parent's)."""
@@ -1205,7 +1223,7 @@ class FileAnalysis:
         elements = [(e.value, binding.node) for e in binding.value.elements]
         certain = bool(elements)
         scope_node = self.scope_of(binding.node).node
-        for use in _names_in(scope_node, name.value):
+        for use in self.names_in(scope_node, name.value):
             position = self.index(use)
             if not binding.end < position < self.index(at) or use is name:
                 continue
@@ -1489,19 +1507,6 @@ def _iterated_source(
     if iterable.func.value == "enumerate" and unpack_index == 1 and len(args) == 1:
         return args[0].value
     return None
-
-
-def _names_in(root: cst.CSTNode, name: str) -> list[cst.Name]:
-    """Every ``Name`` node spelled ``name`` under ``root``."""
-    found: list[cst.Name] = []
-
-    class _Finder(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            if node.value == name:
-                found.append(node)
-
-    walk(root, _Finder())
-    return found
 
 
 def _literal_items(value: cst.BaseExpression) -> list[cst.BaseExpression] | None:
