@@ -116,7 +116,7 @@ class Scope:
 
     @property
     def is_class(self) -> bool:
-        return isinstance(self.node, cst.ClassDef)
+        return type(self.node) is cst.ClassDef  # exact type: isinstance on ABCs is slow
 
 
 @dataclass
@@ -413,6 +413,7 @@ class FileAnalysis:
         self._no_grad_cache: dict[int, bool] = {}
         self._requires_grad_cache: dict[int, list[tuple[cst.CSTNode, bool]]] = {}
         self._torch_alias: str | None | bool = False
+        self._qualified: dict[int, str | None] = {}  # qualified_name by node (rules ask often)
 
     # -- tree navigation -------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -515,6 +516,14 @@ class FileAnalysis:
 
     def qualified_name(self, expr: cst.BaseExpression) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
+        key = id(expr)
+        if key not in self._order:  # a node built by a rule: its id may be reused later
+            return self._qualify(expr)
+        if key not in self._qualified:
+            self._qualified[key] = self._qualify(expr)
+        return self._qualified[key]
+
+    def _qualify(self, expr: cst.BaseExpression) -> str | None:
         if isinstance(expr, cst.Name):
             bindings = self.bindings(expr)
             imports = [b for b in bindings if b.kind == "import"]

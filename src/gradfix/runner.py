@@ -317,6 +317,10 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
     result = _cached_process_text(source.text, path, options, encoding=source.encoding)
     if options.write and result.error is None and result.changed:
         _write(source, result)
+    if not result.findings and not result.changed:
+        # nothing to show: the text need not travel back from a worker (a batch over a
+        # large tree would hold every file's text in the parent)
+        result.original = result.fixed = None
     return result
 
 
