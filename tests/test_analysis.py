@@ -379,3 +379,21 @@ def test_names_in_finds_every_name_node_under_a_root_in_order() -> None:
     assert len(found) == 3 and len(analysis.names_in(module, "x")) == 7
     assert analysis.names_in(first, "nothing") == []
     assert analysis.names_in(cst.Name("x"), "x") == []  # a node of another tree
+
+
+def test_a_function_returning_a_call_of_itself_ends_the_search() -> None:
+    """Found on transformers' chat_template_utils.py: ``return plain(value.item())``."""
+    from gradfix.engine import lint_source
+    from gradfix.registry import all_rules
+
+    source = (
+        "import torch\n"
+        "w = torch.zeros(3, requires_grad=True)\n"
+        "def plain(value):\n"
+        "    if isinstance(value, list):\n"
+        "        return [plain(v) for v in value]\n"
+        "    return plain(value.item())\n"
+        "y = plain(1)\n"
+        "y = y * 2\n"
+    )
+    assert lint_source(source, rules=all_rules()).findings == []

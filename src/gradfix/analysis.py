@@ -593,6 +593,8 @@ class FileAnalysis:
         self, value: cst.BaseExpression, at: cst.CSTNode, _depth: int = 0
     ) -> LeafReason | None:
         """Why evaluating ``value`` creates a leaf that requires grad."""
+        if _depth > 8:
+            return None  # a function that returns a call of itself, a chain of aliases
         if isinstance(value, (cst.Name, cst.Attribute)):
             return self.leaf_reason(value, at, _depth + 1)
         if not isinstance(value, cst.Call):
