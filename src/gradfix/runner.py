@@ -12,6 +12,7 @@ the other files are processed as usual.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import pickle
@@ -237,7 +238,14 @@ def _clean_index(options: RunOptions) -> CleanIndex | None:
 
 
 def _codes(options: RunOptions, path: str) -> str:
+    if options.config is None or not options.config.per_file_ignores:
+        return _all_codes(tuple(options.rules))  # the same for every file
     return ",".join(sorted(rule.code for rule in options.rules_for(path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _all_codes(rules: tuple[type[Rule], ...]) -> str:
+    return ",".join(sorted(rule.code for rule in rules))
 
 
 def _remember(
