@@ -397,3 +397,31 @@ def test_a_function_returning_a_call_of_itself_ends_the_search() -> None:
         "y = y * 2\n"
     )
     assert lint_source(source, rules=all_rules()).findings == []
+
+
+def test_arguments_passed_on_through_many_call_sites_do_not_multiply_the_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """transformers' modular_hgnet_v2.py: each function passes its parameters to the next
+    from several call sites; requires_grad used to re-walk every path (minutes)."""
+    from gradfix.analysis import FileAnalysis
+    from gradfix.engine import lint_source
+    from gradfix.registry import all_rules
+
+    layers = ["import torch", "def f0(x, y):", "    return torch.tensor([x, y])"]
+    for level in range(1, 8):
+        layers += [
+            f"def f{level}(x, y):",
+            *[f"    a{k} = f{level - 1}(x, y)" for k in range(4)],
+            "    return a0",
+        ]
+    calls = []
+    real = FileAnalysis._requires_grad
+
+    def counting(self, expr, at, depth):  # type: ignore[no-untyped-def]
+        calls.append(depth)
+        return real(self, expr, at, depth)
+
+    monkeypatch.setattr(FileAnalysis, "_requires_grad", counting)
+    lint_source("\n".join(layers) + "\n", rules=all_rules())
+    assert 0 < len(calls) < 2_000  # every path walked again: 4 ** 7 call sites and more

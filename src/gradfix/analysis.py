@@ -413,6 +413,7 @@ class FileAnalysis:
         self._no_grad_cache: dict[int, bool] = {}
         self._requires_grad_cache: dict[int, list[tuple[cst.CSTNode, bool]]] = {}
         self._torch_alias: str | None | bool = False
+        self._requires_grad_memo: dict[tuple[int, int, int], bool] = {}
         self._qualified: dict[int, str | None] = {}  # qualified_name by node (rules ask often)
 
     # -- tree navigation -------------------------------------------------------------------
@@ -819,6 +820,17 @@ class FileAnalysis:
         if _depth > 12:
             return False
         at = at if at is not None else expr
+        # The answer is a function of (expr, at, depth): memoised, call sites that pass
+        # arguments to functions that pass them on no longer multiply the work (a file of
+        # transformers took minutes).
+        key = (id(expr), id(at), _depth)
+        if id(expr) not in self._order or id(at) not in self._order:
+            return self._requires_grad(expr, at, _depth)  # nodes built by a rule
+        if key not in self._requires_grad_memo:
+            self._requires_grad_memo[key] = self._requires_grad(expr, at, _depth)
+        return self._requires_grad_memo[key]
+
+    def _requires_grad(self, expr: cst.BaseExpression, at: cst.CSTNode, _depth: int) -> bool:
         if self.leaf_reason(expr, at, _depth) is not None:
             return True
         recurse = self.requires_grad
