@@ -1,0 +1,78 @@
+"""Bugs found by the property-based tests (tests/test_properties.py), one test each."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gradfix.engine import LintResult, lint_source
+from gradfix.registry import find_rule
+
+
+def _fix(code: str, rule_code: str) -> LintResult:
+    source = textwrap.dedent(code).lstrip("\n")
+    return lint_source(source, rules=[find_rule(rule_code)], fix=True, unsafe_fixes=True)
+
+
+def test_spaces_inside_brackets_keep_the_fix() -> None:
+    # GF203 compared `x[ i ]` with `x[i]` as text: formatting cost the finding its fix
+    result = _fix(
+        """
+        import torch
+        logits = torch.randn(4, 5, requires_grad=True)
+        x = torch.exp(logits)
+        for i in range(4):
+            x[ i ] = x[ i ] / x[ i ].sum()
+        x.sum().backward()
+        """,
+        "GF203",
+    )
+    assert [f.fix is not None for f in result.findings] == [True]
+    assert "torch.stack" in result.source
+
+
+def test_functions_nested_in_a_method_are_analysed() -> None:
+    # a script wrapped in a method: its functions were taken for methods, so the tensor
+    # passed at their call site (it requires grad) was not seen
+    result = _fix(
+        """
+        import torch
+        class Script:
+            def run(self):
+                def norm(v):
+                    return torch.sqrt((v ** 2).sum())
+                norm(torch.zeros(3, requires_grad=True))
+        """,
+        "GF303",
+    )
+    assert [f.code for f in result.findings] == ["GF303"]
+    assert "torch.linalg.vector_norm(v)" in result.source
+
+
+def test_parameter_fix_uses_the_files_name_of_nn() -> None:
+    # GF103 looked for the name `nn` only: after `from torch import nn as tnn` its fix
+    # spelled `torch.nn.Parameter`, after `from torch import nn` `nn.Parameter`
+    result = _fix(
+        """
+        import torch
+        from torch import nn as tnn
+        class Gate(tnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate = torch.zeros(3, requires_grad=True) + 0.1
+        """,
+        "GF103",
+    )
+    assert "self.gate = tnn.Parameter(torch.zeros(3) + 0.1)" in result.source
+
+
+def test_device_is_recognised_by_its_binding_not_its_name() -> None:
+    # GF103 knew `.to(device)` by the variable's name: renamed, `.to(dev)` got another fix
+    result = _fix(
+        """
+        import torch
+        dev = torch.device("cpu")
+        b = torch.zeros(3, requires_grad=True).to(dev)
+        """,
+        "GF103",
+    )
+    assert "b = torch.zeros(3, device=dev, requires_grad=True)" in result.source
