@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import textwrap
 
+import libcst as cst
+
 from gradfix.engine import LintResult, lint_source
 from gradfix.registry import find_rule
+from gradfix.rule import Edit, Fix, FixSafety, loses_comments
 
 
 def _fix(code: str, rule_code: str) -> LintResult:
@@ -76,3 +79,30 @@ def test_device_is_recognised_by_its_binding_not_its_name() -> None:
         "GF103",
     )
     assert "b = torch.zeros(3, device=dev, requires_grad=True)" in result.source
+
+
+def test_a_rebuilt_expression_keeps_its_comments() -> None:
+    # GF303 rebuilt `w.pow(2).sum(  # per row` ... from its parts and dropped the comment
+    result = _fix(
+        """
+        import torch
+        w = torch.randn(3, 2, requires_grad=True)
+        m = w.pow(2).sum(  # per row
+            1, keepdim=True) ** 0.5
+        """,
+        "GF303",
+    )
+    assert result.source.endswith(
+        "m = torch.linalg.vector_norm(  # per row\n    w, dim=1, keepdim=True)\n"
+    )
+
+
+def test_a_fix_that_would_delete_a_comment_is_not_offered() -> None:
+    module = cst.parse_module("x = f(  # why\n    1)\n")
+    statement = module.body[0]
+    plain = cst.parse_statement("x = g(1)\n")
+    assert loses_comments(Fix((Edit(statement, plain),), FixSafety.SAFE, "g"))
+    moved = cst.parse_statement("x = g(  # why\n    1)\n")
+    assert not loses_comments(Fix((Edit(statement, moved),), FixSafety.SAFE, "g"))
+    removed = Fix((Edit(statement, cst.RemovalSentinel.REMOVE),), FixSafety.SAFE, "drop")
+    assert loses_comments(removed)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import functools
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Union
@@ -187,6 +188,8 @@ class Rule(cst.BatchableCSTVisitor):
         self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
     ) -> None:
         position = self.get_metadata(PositionProvider, node)
+        if fix is not None and loses_comments(fix):
+            fix = None  # never delete a user's comment: the finding stays, without a fix
         self.reports.append(Report(type(self), node, position, message or self.message, fix))
 
     def fix(
@@ -211,6 +214,63 @@ class Rule(cst.BatchableCSTVisitor):
         """A one-edit fix; adds ``import torch`` when the generated code needs it."""
         imports = () if self.analysis.torch_alias() else ("torch",)
         return self.fix([Edit(target, replacement)], description, safety=safety, imports=imports)
+
+
+def loses_comments(fix: Fix) -> bool:
+    """Whether applying ``fix`` would delete a comment of the nodes it replaces (a rule
+    that rebuilds an expression from its parts drops the comments inside it)."""
+    before: Counter[str] = Counter()
+    after: Counter[str] = Counter()
+    for edit in fix.edits:
+        before.update(_comments(edit.target))
+        replacement = edit.replacement
+        nodes = replacement.nodes if isinstance(replacement, cst.FlattenSentinel) else [replacement]
+        for node in nodes:
+            if isinstance(node, cst.CSTNode):
+                after.update(_comments(node))
+    return bool(before - after)
+
+
+def with_comments_of(original: cst.CSTNode, call: cst.Call) -> cst.Call:
+    """``call``, which replaces ``original``, carrying the comments inside ``original``
+    after its opening parenthesis, one per line:
+
+        torch.sqrt(                               torch.linalg.vector_norm(  # per row
+            (x ** 2).sum(1)  # per row    ->          x, dim=1)
+        )
+    """
+    kept = Counter(_comments(call))
+    missing = []
+    for text in _comments(original):
+        if kept[text]:
+            kept[text] -= 1
+        else:
+            missing.append(text)
+    if not missing:
+        return call
+    first, *rest = missing
+    lines = [
+        cst.EmptyLine(whitespace=cst.SimpleWhitespace("    "), comment=cst.Comment(text))
+        for text in rest
+    ]
+    inside = cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), cst.Comment(first)),
+        empty_lines=lines,
+        indent=True,
+        last_line=cst.SimpleWhitespace("    "),
+    )
+    return call.with_changes(whitespace_before_args=inside)
+
+
+def _comments(node: cst.CSTNode) -> list[str]:
+    found: list[str] = []
+
+    class _Comments(cst.CSTVisitor):
+        def visit_Comment(self, comment: cst.Comment) -> None:
+            found.append(comment.value)
+
+    node.visit(_Comments())
+    return found
 
 
 def docs_section(rule: type[Rule], title: str) -> str:
