@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from gradfix.analysis import argument
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid, with_comments_of
+from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (cst.Name, cst.Attribute, cst.Subscript)
@@ -233,7 +233,7 @@ class SqrtOfSquares(Rule):
             lpar=node.lpar,
             rpar=node.rpar,
         )
-        return self.replace(node, with_comments_of(node, new), "Use `torch.linalg.vector_norm`")
+        return self.replace(node, new, "Use `torch.linalg.vector_norm`")
 
 
 def _norm_dims(

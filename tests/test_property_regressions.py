@@ -8,7 +8,7 @@ import libcst as cst
 
 from gradfix.engine import LintResult, lint_source
 from gradfix.registry import find_rule
-from gradfix.rule import Edit, Fix, FixSafety, loses_comments
+from gradfix.rule import Edit, Fix, FixSafety, keeping_comments, missing_comments
 
 
 def _fix(code: str, rule_code: str) -> LintResult:
@@ -97,12 +97,20 @@ def test_a_rebuilt_expression_keeps_its_comments() -> None:
     )
 
 
-def test_a_fix_that_would_delete_a_comment_is_not_offered() -> None:
+def test_comments_a_fix_would_delete_are_carried_or_the_fix_dropped() -> None:
     module = cst.parse_module("x = f(  # why\n    1)\n")
     statement = module.body[0]
-    plain = cst.parse_statement("x = g(1)\n")
-    assert loses_comments(Fix((Edit(statement, plain),), FixSafety.SAFE, "g"))
-    moved = cst.parse_statement("x = g(  # why\n    1)\n")
-    assert not loses_comments(Fix((Edit(statement, moved),), FixSafety.SAFE, "g"))
+    call = cst.ensure_type(cst.ensure_type(statement, cst.SimpleStatementLine).body[0], cst.Assign)
+    rebuilt = Fix((Edit(call.value, cst.parse_expression("g(1)")),), FixSafety.SAFE, "g")
+    assert missing_comments(rebuilt) == ["# why"]
+    carried = keeping_comments(rebuilt)
+    assert carried is not None and missing_comments(carried) == []
+    new = cst.ensure_type(carried.edits[0].replacement, cst.CSTNode)
+    assert cst.Module([]).code_for_node(new) == "g(  # why\n    1)"
     removed = Fix((Edit(statement, cst.RemovalSentinel.REMOVE),), FixSafety.SAFE, "drop")
-    assert loses_comments(removed)
+    assert keeping_comments(removed) is None
+    statement_fix = Fix((Edit(statement, cst.parse_statement("x = 1\n")),), FixSafety.SAFE, "1")
+    kept = keeping_comments(statement_fix)
+    assert kept is not None
+    new = cst.ensure_type(kept.edits[0].replacement, cst.CSTNode)
+    assert cst.Module([new]).code == "# why\nx = 1\n"  # type: ignore[list-item]

@@ -17,6 +17,7 @@ and the engine applies them.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import textwrap
@@ -188,8 +189,8 @@ class Rule(cst.BatchableCSTVisitor):
         self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
     ) -> None:
         position = self.get_metadata(PositionProvider, node)
-        if fix is not None and loses_comments(fix):
-            fix = None  # never delete a user's comment: the finding stays, without a fix
+        if fix is not None:
+            fix = keeping_comments(fix)  # never delete a comment; None when it cannot move
         self.reports.append(Report(type(self), node, position, message or self.message, fix))
 
     def fix(
@@ -216,50 +217,88 @@ class Rule(cst.BatchableCSTVisitor):
         return self.fix([Edit(target, replacement)], description, safety=safety, imports=imports)
 
 
-def loses_comments(fix: Fix) -> bool:
-    """Whether applying ``fix`` would delete a comment of the nodes it replaces (a rule
-    that rebuilds an expression from its parts drops the comments inside it)."""
-    before: Counter[str] = Counter()
-    after: Counter[str] = Counter()
+def missing_comments(fix: Fix) -> list[str]:
+    """The comments of the nodes ``fix`` replaces that its replacements lack, in order (a
+    rule that rebuilds an expression from its parts drops the comments inside it)."""
+    kept: Counter[str] = Counter()
     for edit in fix.edits:
-        before.update(_comments(edit.target))
         replacement = edit.replacement
         nodes = replacement.nodes if isinstance(replacement, cst.FlattenSentinel) else [replacement]
         for node in nodes:
             if isinstance(node, cst.CSTNode):
-                after.update(_comments(node))
-    return bool(before - after)
+                kept.update(_comments(node))
+    missing = []
+    for edit in fix.edits:
+        for text in _comments(edit.target):
+            if kept[text]:
+                kept[text] -= 1
+            else:
+                missing.append(text)
+    return missing
 
 
-def with_comments_of(original: cst.CSTNode, call: cst.Call) -> cst.Call:
-    """``call``, which replaces ``original``, carrying the comments inside ``original``
-    after its opening parenthesis, one per line:
+def keeping_comments(fix: Fix) -> Fix | None:
+    """``fix`` with the comments it would delete moved into its first replacement that can
+    hold them: after a call's opening parenthesis, inside parentheses around another
+    expression, above a statement. None when no replacement can (a removal)::
 
         torch.sqrt(                               torch.linalg.vector_norm(  # per row
             (x ** 2).sum(1)  # per row    ->          x, dim=1)
         )
     """
-    kept = Counter(_comments(call))
-    missing = []
-    for text in _comments(original):
-        if kept[text]:
-            kept[text] -= 1
-        else:
-            missing.append(text)
+    missing = missing_comments(fix)
     if not missing:
-        return call
-    first, *rest = missing
+        return fix
+    for index, edit in enumerate(fix.edits):
+        carried = _carry(edit.replacement, missing)
+        if carried is not None:
+            edits = (*fix.edits[:index], Edit(edit.target, carried), *fix.edits[index + 1 :])
+            return dataclasses.replace(fix, edits=edits)
+    return None
+
+
+def _carry(node: Replacement, texts: list[str]) -> Replacement | None:
+    if isinstance(node, cst.FlattenSentinel):
+        for index, inner in enumerate(node.nodes):
+            carried = _carry(inner, texts)
+            if carried is not None:
+                nodes = [*node.nodes[:index], carried, *node.nodes[index + 1 :]]
+                return cst.FlattenSentinel(nodes)  # type: ignore[arg-type]
+        return None
+    lines = [cst.EmptyLine(comment=cst.Comment(text)) for text in texts]
+    if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        return node.with_changes(leading_lines=[*node.leading_lines, *lines])
+    if isinstance(node, cst.Call):
+        return node.with_changes(whitespace_before_args=_open(node.whitespace_before_args, texts))
+    if isinstance(node, cst.BaseExpression):
+        if not node.lpar:
+            return node.with_changes(
+                lpar=[cst.LeftParen(whitespace_after=_open(cst.SimpleWhitespace(""), texts))],
+                rpar=[cst.RightParen()],
+            )
+        first = node.lpar[0]
+        opened = first.with_changes(whitespace_after=_open(first.whitespace_after, texts))
+        return node.with_changes(lpar=[opened, *node.lpar[1:]])
+    return None
+
+
+def _open(
+    whitespace: cst.BaseParenthesizableWhitespace, texts: list[str]
+) -> cst.ParenthesizedWhitespace:
+    """The whitespace after an opening parenthesis, with ``texts`` as comments: the first
+    at the end of the line, the others on lines of their own."""
     lines = [
         cst.EmptyLine(whitespace=cst.SimpleWhitespace("    "), comment=cst.Comment(text))
-        for text in rest
+        for text in texts
     ]
-    inside = cst.ParenthesizedWhitespace(
-        first_line=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), cst.Comment(first)),
-        empty_lines=lines,
+    if isinstance(whitespace, cst.ParenthesizedWhitespace):
+        return whitespace.with_changes(empty_lines=[*whitespace.empty_lines, *lines])
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), cst.Comment(texts[0])),
+        empty_lines=lines[1:],
         indent=True,
         last_line=cst.SimpleWhitespace("    "),
     )
-    return call.with_changes(whitespace_before_args=inside)
 
 
 def _comments(node: cst.CSTNode) -> list[str]:
