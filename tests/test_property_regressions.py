@@ -114,3 +114,17 @@ def test_comments_a_fix_would_delete_are_carried_or_the_fix_dropped() -> None:
     assert kept is not None
     new = cst.ensure_type(kept.edits[0].replacement, cst.CSTNode)
     assert cst.Module([new]).code == "# why\nx = 1\n"  # type: ignore[list-item]
+
+
+def test_a_copy_construct_with_a_comment_inside_keeps_its_fix() -> None:
+    # GF104 withheld its fix when a comment sat after `torch.tensor(`: now it moves
+    result = _fix(
+        """
+        import torch
+        x = torch.randn(3, requires_grad=True)
+        target = torch.tensor(  # frozen copy
+            x * 2)
+        """,
+        "GF104",
+    )
+    assert result.source.endswith("target = (  # frozen copy\n    (x * 2).detach().clone())\n")

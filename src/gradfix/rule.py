@@ -268,7 +268,7 @@ def _carry(node: Replacement, texts: list[str]) -> Replacement | None:
     lines = [cst.EmptyLine(comment=cst.Comment(text)) for text in texts]
     if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
         return node.with_changes(leading_lines=[*node.leading_lines, *lines])
-    if isinstance(node, cst.Call):
+    if isinstance(node, cst.Call) and node.args:
         return node.with_changes(whitespace_before_args=_open(node.whitespace_before_args, texts))
     if isinstance(node, cst.BaseExpression):
         if not node.lpar:
