@@ -5,10 +5,18 @@ from __future__ import annotations
 import textwrap
 
 import libcst as cst
+import pytest
 
 from gradfix.engine import LintResult, lint_source
 from gradfix.registry import find_rule
-from gradfix.rule import Edit, Fix, FixSafety, keeping_comments, missing_comments
+from gradfix.rule import (
+    INDEX_ASSIGNMENT,
+    Edit,
+    Fix,
+    FixSafety,
+    keeping_comments,
+    missing_comments,
+)
 
 
 def _fix(code: str, rule_code: str) -> LintResult:
@@ -128,3 +136,27 @@ def test_a_copy_construct_with_a_comment_inside_keeps_its_fix() -> None:
         "GF104",
     )
     assert result.source.endswith("target = (  # frozen copy\n    (x * 2).detach().clone())\n")
+
+
+@pytest.mark.parametrize(
+    ("rule_code", "code"),
+    [
+        # aligned `=`: the prefilter looked for the text "] =" and skipped the file
+        ("GF203", "for q in range(len(s)):\n    s[q]  =  s[q] / s[q].sum()\n"),
+        ("GF203", "for q in range(len(s)):\n    (s[q]) = s[q] / s[q].sum()\n"),
+        ("GF203", "for q in range(len(s)):\n    s[q] \\\n        = s[q] / s[q].sum()\n"),
+        # `** .5` is a square root too: the prefilter knew only "** 0.5" and "**0.5"
+        ("GF303", "n = (s ** 2).sum() ** .5\n"),
+    ],
+)
+def test_prefilters_do_not_depend_on_layout(rule_code: str, code: str) -> None:
+    source = "import torch\ns = torch.exp(torch.randn(3, 4, requires_grad=True))\n" + code
+    result = lint_source(source, rules=[find_rule(rule_code)])
+    assert [f.code for f in result.findings] == [rule_code]
+
+
+def test_index_assignment_prefilter() -> None:
+    for text in ("x[i] = 1", "x[i]=1", "x[i]  =  1", "(x[i]) = 1", "x[i] \\\n  = 1"):
+        assert INDEX_ASSIGNMENT.search(text), text
+    for text in ("x[i] == 1", "f(x[i])", "y = x[i]"):
+        assert not INDEX_ASSIGNMENT.search(text), text

@@ -87,7 +87,10 @@ def _syntax_error(source: str, error: cst.ParserSyntaxError) -> SourceError:
 
 
 def should_run(rule: type[Rule], source: str) -> bool:
-    return not rule.prefilter or any(token in source for token in rule.prefilter)
+    return not rule.prefilter or any(
+        token in source if isinstance(token, str) else token.search(source) is not None
+        for token in rule.prefilter
+    )
 
 
 def collect_reports(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import re
 import textwrap
 from collections import Counter
 from collections.abc import Sequence
@@ -41,6 +42,10 @@ class FixSafety(str, enum.Enum):
 
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+#: Prefilter of an index assignment ``x[i] = v`` in any layout: ``x[i]  =  v``,
+#: ``(x[i]) = v``, a line continuation before ``=`` (the text ``"] ="`` misses them).
+INDEX_ASSIGNMENT = re.compile(r"\][\s\\)]*=(?!=)")
 
 
 @dataclass(frozen=True)
@@ -165,8 +170,10 @@ class Rule(cst.BatchableCSTVisitor):
     message: ClassVar[str]
     fix_safety: ClassVar[FixSafety]
     default_enabled: ClassVar[bool] = True
-    #: The rule can only fire on sources containing one of these substrings (cheap prefilter).
-    prefilter: ClassVar[tuple[str, ...]] = ()
+    #: The rule can only fire on sources containing one of these substrings or matching
+    #: one of these patterns (a cheap prefilter; it must never reject code the rule reports,
+    #: whatever its layout: see INDEX_ASSIGNMENT).
+    prefilter: ClassVar[tuple[str | re.Pattern[str], ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
