@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import FACTORIES, Binding, FileAnalysis
+from gradfix.analysis import FACTORIES, Binding, FileAnalysis, normalized_code
 from gradfix.rebuild import names_in
 from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
 
@@ -295,7 +295,7 @@ def _first_row_branch(
     target = first.targets[0].target
     if not isinstance(target, cst.Name) or target.value != name:
         return None
-    return branch if _code(first.value) == _code(row) else None
+    return branch if normalized_code(first.value) == normalized_code(row) else None
 
 
 def _none_test(test: cst.BaseExpression, name: str) -> str | None:

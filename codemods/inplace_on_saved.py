@@ -29,7 +29,7 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.rule import INDEX_ASSIGNMENT, Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
 from gradfix.walk import walk
 
 #: In-place methods whose out-of-place twin takes the same arguments (``h.mul_(2)`` ->
@@ -173,7 +173,7 @@ class InplaceOnSaved(Rule):
         "'modified by an inplace operation'"
     )
     fix_safety = FixSafety.SAFE
-    prefilter = ("_(", "+=", "-=", "*=", "/=", "] =", "]=", "inplace")
+    prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT, "inplace")
 
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)

@@ -330,9 +330,11 @@ class NonleafParameter(Rule):
         return self.replace(value, new, description, safety=FixSafety.UNSAFE)
 
     def _parameter_class(self) -> cst.BaseExpression:
-        """``nn.Parameter`` where the file imports ``nn`` from torch, else ``torch.nn...``."""
-        if self.analysis.qualified_name(cst.Name("nn")) == "torch.nn":
-            return cst.Attribute(cst.Name("nn"), cst.Name("Parameter"))
+        """``nn.Parameter`` with the file's name of ``torch.nn`` (``tnn.Parameter`` after
+        ``from torch import nn as tnn``), else ``torch.nn.Parameter``."""
+        alias = self.analysis.module_alias("torch.nn")
+        if alias is not None:
+            return cst.Attribute(cst.Name(alias), cst.Name("Parameter"))
         return self.analysis.torch_attr("nn.Parameter")
 
     def _plain(self, lost: LostLeaf) -> cst.BaseExpression:
@@ -398,10 +400,10 @@ class NonleafParameter(Rule):
         if arg.keyword is not None:
             keyword = arg.keyword.value
             return (keyword, arg.value) if keyword in ("device", "dtype") else None
-        return self._classify_to_argument(arg.value)
+        return self._classify_to_argument(arg.value, op)
 
     def _classify_to_argument(
-        self, value: cst.BaseExpression
+        self, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
     ) -> tuple[str, cst.BaseExpression] | None:
         qualified = self.analysis.qualified_name(value) or ""
         if qualified.startswith("torch.") and qualified[len("torch.") :] in DTYPE_NAMES:
@@ -410,6 +412,13 @@ class NonleafParameter(Rule):
             return "device", value
         if isinstance(value, cst.Call) and self.analysis.call_name(value) == "torch.device":
             return "device", value
+        if isinstance(value, cst.Name) and depth < 3:  # `dev = torch.device(...)`: any name
+            binding = self.analysis.reaching_binding(value, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                if binding.unpack_index is None:
+                    bound = self._classify_to_argument(binding.value, binding.node, depth + 1)
+                    if bound is not None:
+                        return bound[0], value
         last = value.attr.value if isinstance(value, cst.Attribute) else None
         last = value.value if isinstance(value, cst.Name) else last
         if last is not None and "device" in last.lower():

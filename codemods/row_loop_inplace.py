@@ -6,7 +6,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import REDUCTIONS, Binding, FileAnalysis, is_number_literal
+from gradfix.analysis import (
+    REDUCTIONS,
+    Binding,
+    FileAnalysis,
+    is_number_literal,
+    normalized_code,
+)
 from gradfix.rebuild import (
     LIKE_FACTORIES,
     POINTWISE_OPS,
@@ -18,7 +24,7 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixSafety, Invalid, Rule, Valid
 
 #: Longest line the rewrite writes on one line before wrapping (the usual 100 columns).
 MAX_LINE = 100
@@ -96,7 +102,7 @@ class RowLoopInplace(Rule):
         "that saves them for backward: backward fails with 'modified by an inplace operation'"
     )
     fix_safety = FixSafety.SAFE
-    prefilter = ("] =", "]=")
+    prefilter = (INDEX_ASSIGNMENT,)
 
     VALID = [
         Valid(
@@ -363,11 +369,11 @@ class _RowLoopFix:
     def _reads_only_its_row(self, value: cst.BaseExpression) -> bool:
         """Every read of ``x`` in ``value`` is the row being written: no recurrence, no
         whole-tensor read that would see rows already updated, no alias of ``x``."""
-        row = _code(self.write.assign.targets[0].target)
+        row = normalized_code(self.write.assign.targets[0].target)
         for name in names_in(value):
             parent = self.analysis.parent(name)
             if name.value == self.write.base.value:
-                if not isinstance(parent, cst.Subscript) or _code(parent) != row:
+                if not isinstance(parent, cst.Subscript) or normalized_code(parent) != row:
                     return False
             elif name.value != self.write.index and self.reads.is_view(name):
                 return False
@@ -408,8 +414,8 @@ class _RowLoopFix:
         whole-row reductions, None when it involves anything else."""
         if is_number_literal(expr):
             return "scalar"
-        row = _code(self.write.assign.targets[0].target)
-        if isinstance(expr, cst.Subscript) and _code(expr) == row:
+        row = normalized_code(self.write.assign.targets[0].target)
+        if isinstance(expr, cst.Subscript) and normalized_code(expr) == row:
             return "row"
         if self._is_full_reduction(expr):
             return "scalar"

@@ -19,7 +19,7 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixSafety, Invalid, Rule, Valid
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8
@@ -76,7 +76,7 @@ class SelfReferencingIndexAssign(Rule):
         "saves it for backward: backward fails with 'modified by an inplace operation'"
     )
     fix_safety = FixSafety.SAFE
-    prefilter = ("] =", "]=")
+    prefilter = (INDEX_ASSIGNMENT,)
 
     VALID = [
         Valid(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import libcst as cst
@@ -57,7 +58,7 @@ class SqrtOfSquares(Rule):
     message = "`sqrt` of a sum of squares has a `nan` gradient at 0; use `torch.linalg.vector_norm`"
     fix_safety = FixSafety.SAFE
     default_enabled = True
-    prefilter = ("sqrt", "** 0.5", "**0.5")
+    prefilter = ("sqrt", re.compile(r"\*\*[\s\\(]*[.\d]"))  # `** 0.5`, `**.5`, `** (0.5)`
 
     VALID = [
         Valid(

@@ -204,8 +204,8 @@ class TensorCopyConstruct(Rule):
 
     def _fix(self, node: cst.Call, data: cst.Arg) -> Fix | None:
         receiver = _receiver_keeping_layout(node, data)
-        if receiver is None:
-            return None
+        if receiver is None:  # one line; Rule.report moves the call's comments to its front
+            receiver = _receiver(data.value)
         new = _method(receiver, "detach")
         new = _method(new, "clone")
         requires_grad = False
@@ -233,7 +233,7 @@ def _receiver_keeping_layout(node: cst.Call, data: cst.Arg) -> cst.BaseExpressio
             dtype=d,             ).detach().clone().to(d)
         )
 
-    ``None`` when comments sit elsewhere in the call (they would be lost).
+    ``None`` when comments sit elsewhere in the call.
     """
     placeholder = data.with_changes(value=cst.Name("_"))
     if not _has_comment(

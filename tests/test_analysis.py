@@ -425,3 +425,24 @@ def test_arguments_passed_on_through_many_call_sites_do_not_multiply_the_work(
     monkeypatch.setattr(FileAnalysis, "_requires_grad", counting)
     lint_source("\n".join(layers) + "\n", rules=all_rules())
     assert 0 < len(calls) < 2_000  # every path walked again: 4 ** 7 call sites and more
+
+
+def test_function_nested_in_a_method_is_not_a_method() -> None:
+    # found by tests/test_properties.py: a script wrapped in a method lost its findings,
+    # its functions were taken for methods (called as `obj.f(...)`, first parameter self)
+    analysis, module = analyse(
+        """
+        import torch
+        class Runner:
+            def run(self):
+                def loss_function(x):
+                    return x.sqrt()
+                loss_function(torch.rand(3, requires_grad=True))
+        """
+    )
+    by_name = {f.name.value: f for f in find(module, cst.FunctionDef)}
+    assert analysis.method_class(by_name["run"]) is not None
+    assert analysis.method_class(by_name["loss_function"]) is None
+    param = by_name["loss_function"].params.params[0]
+    passed = [cst.Module([]).code_for_node(arg) for arg, _ in analysis.passed_arguments(param)]
+    assert passed == ["torch.rand(3, requires_grad=True)"]

@@ -22,6 +22,7 @@ silence: what it cannot prove is not a tensor, not a leaf, not in no_grad.
 
 from __future__ import annotations
 
+import ast
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -473,6 +474,13 @@ class FileAnalysis:
                 return ancestor
         return None
 
+    def method_class(self, func: cst.FunctionDef) -> cst.ClassDef | None:
+        """The class whose body defines ``func``: None for a plain function, also for one
+        nested in a method (``enclosing_class`` would name the method's class)."""
+        block = self.parent(func)
+        owner = self.parent(block) if block is not None else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
     # -- names -----------------------------------------------------------------------------
     def bindings(self, name: cst.Name) -> list[Binding]:
         """All bindings of ``name`` in the scope Python would look it up in."""
@@ -568,6 +576,14 @@ class FileAnalysis:
                             break
             self._torch_alias = alias
         return self._torch_alias  # type: ignore[return-value]
+
+    def module_alias(self, qualified: str) -> str | None:
+        """The module-level name an import binds to the module ``qualified`` and nothing
+        rebinds: ``nn`` for ``from torch import nn``, ``tnn`` for ``import torch.nn as tnn``."""
+        for name, bindings in self._scopes[id(self.module)].bindings.items():
+            if all(b.kind == "import" and b.qualified == qualified for b in bindings):
+                return name
+        return None
 
     def torch_attr(self, dotted: str) -> cst.BaseExpression:
         """An expression for ``torch.<dotted>`` using the file's alias (``th.stack``)."""
@@ -892,7 +908,7 @@ class FileAnalysis:
             return False
         if param not in func.params.params or param.default is not None:
             return False  # *args, keyword-only, defaults: configuration more often than data
-        cls = self.enclosing_class(func)
+        cls = self.method_class(func)
         if cls is None or not any(self._is_module_base(base.value) for base in cls.bases):
             return False
         annotation = param.annotation.annotation if param.annotation else None
@@ -914,7 +930,7 @@ class FileAnalysis:
         if func is None or param not in func.params.params:
             return []
         position = list(func.params.params).index(param)
-        is_method = self.enclosing_class(func) is not None and not any(
+        is_method = self.method_class(func) is not None and not any(
             isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
             for d in func.decorators
         )
@@ -1479,6 +1495,16 @@ def _target_name(node: cst.CSTNode) -> str | None:
     return None
 
 
+def normalized_code(expr: cst.BaseExpression) -> str:
+    """A key that two expressions share when they differ only in layout: whitespace,
+    comments, parentheses (``x[ i ]`` and ``x[i]``; not ``"a b"`` and ``"ab"``)."""
+    code = cst.Module([]).code_for_node(expr)
+    try:
+        return ast.dump(ast.parse(f"(\n{code}\n)", mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "".join(code.split())
+
+
 def _is_self(expr: cst.BaseExpression, analysis: FileAnalysis, at: cst.CSTNode) -> bool:
     """``expr`` is the first parameter of the method enclosing ``at``."""
     if not isinstance(expr, cst.Name):
@@ -1486,7 +1512,7 @@ def _is_self(expr: cst.BaseExpression, analysis: FileAnalysis, at: cst.CSTNode) 
     func = analysis.enclosing_function(at)
     if func is None or not func.params.params:
         return False
-    if analysis.enclosing_class(func) is None:
+    if analysis.method_class(func) is None:
         return False
     return func.params.params[0].name.value == expr.value
 

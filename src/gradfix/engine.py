@@ -111,7 +111,10 @@ def _syntax_error(source: str, error: cst.ParserSyntaxError) -> SourceError:
 
 
 def should_run(rule: type[Rule], source: str) -> bool:
-    return not rule.prefilter or any(token in source for token in rule.prefilter)
+    return not rule.prefilter or any(
+        token in source if isinstance(token, str) else token.search(source) is not None
+        for token in rule.prefilter
+    )
 
 
 #: A line that may import torch: ``import torch``, ``import numpy as np, torch.nn as nn``,

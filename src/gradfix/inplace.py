@@ -353,7 +353,7 @@ def in_autograd_function(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
     """``node`` is inside ``forward``/``backward`` of a ``torch.autograd.Function``
     subclass, where autograd records nothing."""
     func = analysis.enclosing_function(node)
-    cls = analysis.enclosing_class(func) if func is not None else None
+    cls = analysis.method_class(func) if func is not None else None
     if func is None or cls is None or func.name.value not in ("forward", "backward"):
         return False
     return any(

@@ -17,9 +17,12 @@ and the engine applies them.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
+import re
 import textwrap
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Union
@@ -39,6 +42,10 @@ class FixSafety(str, enum.Enum):
 
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+#: Prefilter of an index assignment ``x[i] = v`` in any layout: ``x[i]  =  v``,
+#: ``(x[i]) = v``, a line continuation before ``=`` (the text ``"] ="`` misses them).
+INDEX_ASSIGNMENT = re.compile(r"\][\s\\)]*=(?!=)")
 
 
 @dataclass(frozen=True)
@@ -177,8 +184,10 @@ class Rule(cst.BatchableCSTVisitor):
     message: ClassVar[str]
     fix_safety: ClassVar[FixSafety]
     default_enabled: ClassVar[bool] = True
-    #: The rule can only fire on sources containing one of these substrings (cheap prefilter).
-    prefilter: ClassVar[tuple[str, ...]] = ()
+    #: The rule can only fire on sources containing one of these substrings or matching
+    #: one of these patterns (a cheap prefilter; it must never reject code the rule reports,
+    #: whatever its layout: see INDEX_ASSIGNMENT).
+    prefilter: ClassVar[tuple[str | re.Pattern[str], ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
@@ -201,6 +210,8 @@ class Rule(cst.BatchableCSTVisitor):
         self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
     ) -> None:
         position = self.context.position(node)
+        if fix is not None:
+            fix = keeping_comments(fix)  # never delete a comment; None when it cannot move
         self.reports.append(Report(type(self), node, position, message or self.message, fix))
 
     def fix(
@@ -225,6 +236,101 @@ class Rule(cst.BatchableCSTVisitor):
         """A one-edit fix; adds ``import torch`` when the generated code needs it."""
         imports = () if self.analysis.torch_alias() else ("torch",)
         return self.fix([Edit(target, replacement)], description, safety=safety, imports=imports)
+
+
+def missing_comments(fix: Fix) -> list[str]:
+    """The comments of the nodes ``fix`` replaces that its replacements lack, in order (a
+    rule that rebuilds an expression from its parts drops the comments inside it)."""
+    kept: Counter[str] = Counter()
+    for edit in fix.edits:
+        replacement = edit.replacement
+        nodes = replacement.nodes if isinstance(replacement, cst.FlattenSentinel) else [replacement]
+        for node in nodes:
+            if isinstance(node, cst.CSTNode):
+                kept.update(_comments(node))
+    missing = []
+    for edit in fix.edits:
+        for text in _comments(edit.target):
+            if kept[text]:
+                kept[text] -= 1
+            else:
+                missing.append(text)
+    return missing
+
+
+def keeping_comments(fix: Fix) -> Fix | None:
+    """``fix`` with the comments it would delete moved into its first replacement that can
+    hold them: after a call's opening parenthesis, inside parentheses around another
+    expression, above a statement. None when no replacement can (a removal)::
+
+        torch.sqrt(                               torch.linalg.vector_norm(  # per row
+            (x ** 2).sum(1)  # per row    ->          x, dim=1)
+        )
+    """
+    missing = missing_comments(fix)
+    if not missing:
+        return fix
+    for index, edit in enumerate(fix.edits):
+        carried = _carry(edit.replacement, missing)
+        if carried is not None:
+            edits = (*fix.edits[:index], Edit(edit.target, carried), *fix.edits[index + 1 :])
+            return dataclasses.replace(fix, edits=edits)
+    return None
+
+
+def _carry(node: Replacement, texts: list[str]) -> Replacement | None:
+    if isinstance(node, cst.FlattenSentinel):
+        for index, inner in enumerate(node.nodes):
+            carried = _carry(inner, texts)
+            if carried is not None:
+                nodes = [*node.nodes[:index], carried, *node.nodes[index + 1 :]]
+                return cst.FlattenSentinel(nodes)  # type: ignore[arg-type]
+        return None
+    lines = [cst.EmptyLine(comment=cst.Comment(text)) for text in texts]
+    if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        return node.with_changes(leading_lines=[*node.leading_lines, *lines])
+    if isinstance(node, cst.Call) and node.args:
+        return node.with_changes(whitespace_before_args=_open(node.whitespace_before_args, texts))
+    if isinstance(node, cst.BaseExpression):
+        if not node.lpar:
+            return node.with_changes(
+                lpar=[cst.LeftParen(whitespace_after=_open(cst.SimpleWhitespace(""), texts))],
+                rpar=[cst.RightParen()],
+            )
+        first = node.lpar[0]
+        opened = first.with_changes(whitespace_after=_open(first.whitespace_after, texts))
+        return node.with_changes(lpar=[opened, *node.lpar[1:]])
+    return None
+
+
+def _open(
+    whitespace: cst.BaseParenthesizableWhitespace, texts: list[str]
+) -> cst.ParenthesizedWhitespace:
+    """The whitespace after an opening parenthesis, with ``texts`` as comments: the first
+    at the end of the line, the others on lines of their own."""
+    lines = [
+        cst.EmptyLine(whitespace=cst.SimpleWhitespace("    "), comment=cst.Comment(text))
+        for text in texts
+    ]
+    if isinstance(whitespace, cst.ParenthesizedWhitespace):
+        return whitespace.with_changes(empty_lines=[*whitespace.empty_lines, *lines])
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(cst.SimpleWhitespace("  "), cst.Comment(texts[0])),
+        empty_lines=lines[1:],
+        indent=True,
+        last_line=cst.SimpleWhitespace("    "),
+    )
+
+
+def _comments(node: cst.CSTNode) -> list[str]:
+    found: list[str] = []
+
+    class _Comments(cst.CSTVisitor):
+        def visit_Comment(self, comment: cst.Comment) -> None:
+            found.append(comment.value)
+
+    node.visit(_Comments())
+    return found
 
 
 def docs_section(rule: type[Rule], title: str) -> str:

@@ -35,7 +35,7 @@ from typing import Union
 
 import libcst as cst
 
-from gradfix.analysis import FileAnalysis, argument
+from gradfix.analysis import FileAnalysis, argument, normalized_code
 
 INF = math.inf
 
@@ -493,12 +493,6 @@ def _names(expr: cst.CSTNode) -> list[cst.Name]:
     attribute_names = {id(n.attr) for n in _walk(expr) if isinstance(n, cst.Attribute)}
     keywords = {id(a.keyword) for a in _walk(expr) if isinstance(a, cst.Arg) and a.keyword}
     return [n for n in found if id(n) not in attribute_names and id(n) not in keywords]
-
-
-def normalized_code(expr: cst.BaseExpression) -> str:
-    """The code of ``expr`` without outer parentheses and whitespace."""
-    code = cst.Module([]).code_for_node(expr.with_changes(lpar=[], rpar=[]))
-    return "".join(code.split())
 
 
 def _tie(
