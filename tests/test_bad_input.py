@@ -258,6 +258,19 @@ def test_symlink_loops_end_discovery_with_one_line_each(project: Path) -> None:
     assert os.readlink(project / "a.py") == "b.py"
 
 
+def test_what_gitignore_or_exclude_hides_is_not_reported(project: Path) -> None:
+    """A broken link or a FIFO in an ignored directory is skipped like any file there."""
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    (project / ".gitignore").write_text("out/\n", encoding="utf-8")
+    for directory in ("out", "legacy"):
+        (project / directory).mkdir()
+        os.symlink("gone.py", project / directory / "dangling.py")
+        os.mkfifo(project / directory / "pipe.py")
+    result = invoke("fix", "--write", "--config", "exclude=['legacy']", ".")
+    assert (result.exit_code, result.stderr) == (0, "Fixed 2 findings in 1 file.\n")
+    assert_good_file_fixed(project)
+
+
 def _without_file_permission_override() -> tuple[str, ...] | None:
     """A prefix that runs a command without root's right to read any file (Linux
     capabilities ``dac_override`` / ``dac_read_search``); () when not root."""

@@ -159,7 +159,10 @@ def _skipped(
 ) -> set[str]:
     """Paths not to process: ``exclude`` of the configuration, files git ignores (found by
     walking a directory; a file named on the command line is always taken), and with
-    ``changed_since`` every file git does not list as changed."""
+    ``changed_since`` every file git does not list as changed. What a walk found that
+    cannot be read (a broken link, a link loop, a FIFO) is skipped like a file."""
+    explicit = set(given)
+    walked = [c.path for c in candidates if c.path not in explicit]
     files = [c.path for c in candidates if c.error is None and c.warning is None]
     skipped = set()
     if options.config is not None:
@@ -167,10 +170,10 @@ def _skipped(
     if options.respect_gitignore:
         from gradfix.gitfiles import ignored_paths
 
-        explicit = set(given)
-        skipped |= ignored_paths([path for path in files if path not in explicit])
+        skipped |= ignored_paths(walked)
     if options.changed is not None:
-        skipped |= {path for path in files if os.path.abspath(path) not in options.changed}
+        considered = {*walked, *files}
+        skipped |= {path for path in considered if os.path.abspath(path) not in options.changed}
     return skipped
 
 
