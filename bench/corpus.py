@@ -24,6 +24,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 DEFAULT_PACKAGES = ["transformers", "timm", "diffusers"]
+#: the versions the figures in docs/ and the sweep's sample (bench/corpus_sample.txt) are of
+PINNED = {"transformers": "5.23.0", "timm": "1.0.31", "diffusers": "0.42.1"}
 
 
 def cache_dir() -> Path:
@@ -31,16 +33,19 @@ def cache_dir() -> Path:
 
 
 def fetch(packages: list[str], root: Path) -> list[Path]:
-    """Download and unpack each package's wheel once; return the unpacked directories."""
+    """Download and unpack each package's wheel once; return the unpacked directories.
+
+    A package is a name (any version already there, else the latest) or ``name==version``.
+    Raises :class:`subprocess.CalledProcessError` when pip cannot download them."""
     wheels = root / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    missing = [p for p in packages if not list(wheels.glob(f"{_wheel_stem(p)}-*.whl"))]
+    missing = [p for p in packages if not list(wheels.glob(_wheel_pattern(p)))]
     if missing:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels)]
         subprocess.run([*command, *missing], check=True)
     unpacked = []
     for package in packages:
-        wheel = sorted(wheels.glob(f"{_wheel_stem(package)}-*.whl"))[-1]
+        wheel = sorted(wheels.glob(_wheel_pattern(package)))[-1]
         target = root / "src" / wheel.stem
         if not target.exists():
             with zipfile.ZipFile(wheel) as archive:
@@ -49,8 +54,10 @@ def fetch(packages: list[str], root: Path) -> list[Path]:
     return unpacked
 
 
-def _wheel_stem(package: str) -> str:
-    return package.replace("-", "_")
+def _wheel_pattern(package: str) -> str:
+    """``transformers==5.23.0`` -> ``transformers-5.23.0-*.whl``."""
+    name, _, version = package.partition("==")
+    return f"{name.replace('-', '_')}-{version or '*'}-*.whl"
 
 
 def scan(directories: list[Path], jobs: int) -> tuple[list[dict[str, object]], str, float]:

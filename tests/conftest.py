@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -10,6 +12,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite fixtures/*/*.after.py from the current fixer output (on purpose only)",
     )
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="also run the tests marked slow (or set GRADFIX_SLOW=1)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (minutes: the sweep of the whole corpus) run only on demand."""
+    if config.getoption("--run-slow") or os.environ.get("GRADFIX_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow or GRADFIX_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

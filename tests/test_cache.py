@@ -122,9 +122,9 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     reads: list[str] = []
     real = gradfix.runner.read_source
 
-    def counting(path):  # type: ignore[no-untyped-def]
+    def counting(path, *args):  # type: ignore[no-untyped-def]
         reads.append(path)
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(gradfix.runner, "read_source", counting)
     return reads

@@ -38,6 +38,8 @@ STDIN_PATH = "-"
 PROGRESS_MIN_FILES = 50
 DEFAULT_STDIN_NAME = "<stdin>"
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+#: Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = 130
 
 
 class CheckFormat(str, enum.Enum):
@@ -185,6 +187,12 @@ def main() -> None:
     verbose = "--verbose" in sys.argv or "-v" in sys.argv
     try:
         app(prog_name="gradfix")
+    except KeyboardInterrupt:
+        _interrupted()
+    except SystemExit as exit_:
+        if _caused_by_interrupt(exit_):  # typer turns Ctrl-C into a silent exit 130
+            _interrupted()
+        raise
     except Exception as error:  # a bug in gradfix itself: one line, not a traceback
         if verbose:
             raise
@@ -193,6 +201,22 @@ def main() -> None:
             " (run with --verbose for the traceback)"
         )
         sys.exit(EXIT_ERROR)
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: one line and exit 130 (128 + SIGINT, the shell's convention). Writes are
+    atomic, so every file is either complete (fixed) or as it was."""
+    _error("gradfix: interrupted; files already fixed are complete, the others unchanged")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _caused_by_interrupt(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _version(value: bool) -> None:
@@ -259,6 +283,7 @@ def check(
       1  findings
       2  a file could not be processed (the others are still checked),
          or a bad option (e.g. an unknown rule code)
+      130  interrupted (Ctrl-C)
     """
     from gradfix.runner import RunOptions
 
@@ -419,6 +444,7 @@ def fix(
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
       always            2 a file could not be processed or written (the others
                         are still fixed), or a bad option
+      Ctrl-C            130; every file is either completely fixed or untouched
     """
     from gradfix.runner import RunOptions
 
@@ -930,6 +956,8 @@ def _report_problems(run: RunResult, verbose: bool) -> None:
     for result in run.files:
         for note in result.dropped:
             _error(f"{result.path}: note: {note}")
+        if result.skipped is not None and result.skipped != "generated":
+            _error(f"{result.path}: skipped: {result.skipped}")
         if result.error is None:
             continue
         hint = ""

@@ -6,6 +6,7 @@
     ignore = ["GF106"]
     exclude = ["build/*", "legacy/**/*.py"]
     unsafe-fixes = false
+    max-file-size = 5_000_000        # bytes; larger files are skipped with a note (0: no limit)
     [tool.gradfix.per-file-ignores]
     "tests/*" = ["GF201"]
 
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gradfix.files import MAX_FILE_BYTES
+
 if TYPE_CHECKING:
     from gradfix.rule import Rule
 
@@ -36,7 +39,7 @@ else:  # pragma: no cover - Python < 3.11
     import tomli as tomllib
 
 LIST_KEYS = ("select", "extend-select", "ignore", "exclude")
-KNOWN_KEYS = (*LIST_KEYS, "per-file-ignores", "unsafe-fixes")
+KNOWN_KEYS = (*LIST_KEYS, "per-file-ignores", "unsafe-fixes", "max-file-size")
 
 
 class ConfigError(ValueError):
@@ -51,6 +54,8 @@ class Config:
     exclude: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     unsafe_fixes: bool = False
+    #: Python files larger than this many bytes are skipped with a note; 0: no limit
+    max_file_size: int = MAX_FILE_BYTES
     #: where it came from (for messages and relative patterns); None: no file
     path: str | None = None
 
@@ -175,6 +180,11 @@ def _from_table(table: dict[str, Any], path: str | None) -> Config:
         if not isinstance(table["unsafe-fixes"], bool):
             raise ConfigError(f"{where}: unsafe-fixes must be true or false")
         config.unsafe_fixes = table["unsafe-fixes"]
+    if "max-file-size" in table:
+        value = table["max-file-size"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{where}: max-file-size must be a number of bytes (0: no limit)")
+        config.max_file_size = value
     return config
 
 

@@ -7,7 +7,13 @@ changed: the encoding (PEP 263 cookie, UTF-8 BOM) is detected with
 
 Writing is atomic: the new bytes go to a temporary file in the same directory, which is
 fsynced, given the original file's mode and moved over the original with
-:func:`os.replace`. A file that changed on disk since it was read is not overwritten.
+:func:`os.replace`, so an interrupted run (Ctrl-C) leaves each file either as it was or
+completely fixed. A file that changed on disk since it was read, or that is read-only,
+is not overwritten.
+
+Discovery terminates on symbolic link loops (directory links are never followed; a link
+back to an enclosing directory is reported once) and refuses what cannot be read as a
+source without blocking: FIFOs, sockets and devices, broken links, link loops.
 
     source = read_source("model.py")
     write_source(source, fixed_text)   # raises FileError with a one-line message
@@ -16,6 +22,7 @@ fsynced, given the original file's mode and moved over the original with
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import io
 import os
@@ -31,6 +38,9 @@ EXCLUDED_DIRS = frozenset(
     {"__pycache__", ".git", "venv", ".venv", "node_modules", "build", "dist", "site-packages"}
 )
 PYTHON_SUFFIX = ".py"
+#: files larger than this are skipped with a note, not parsed: a source this big is data
+#: or generated code (``max-file-size`` in ``[tool.gradfix]`` changes it; 0: no limit)
+MAX_FILE_BYTES = 5_000_000
 #: suffixes a directory walk takes: Python files and Jupyter notebooks
 WALKED_SUFFIXES = (PYTHON_SUFFIX, ".ipynb")
 
@@ -38,6 +48,10 @@ WALKED_SUFFIXES = (PYTHON_SUFFIX, ".ipynb")
 class FileError(Exception):
     """A file cannot be read, decoded or written. ``str()`` is a one-line message
     without the path (the caller prefixes it)."""
+
+
+class FileTooLarge(FileError):
+    """The file is larger than the size limit: it is skipped with a note, not an error."""
 
 
 @dataclass(frozen=True)
@@ -94,26 +108,77 @@ def discover(paths: Iterable[str]) -> list[Candidate]:
 
 def _expand(path: str) -> Iterator[Candidate]:
     if os.path.isdir(path):
-        files = list(walk_python_files(path))
+        files, loops = _walk(path)
         if not files:
             yield Candidate(path, warning="no Python files found")
-        yield from (Candidate(file) for file in files)
-    elif os.path.lexists(path) and not os.path.exists(path):
-        yield Candidate(path, error="broken symbolic link")
-    elif os.path.exists(path):
-        yield Candidate(path)
+        yield from (Candidate(file, error=_not_a_source(file)) for file in files)
+        yield from (Candidate(link, warning=LOOP_WARNING) for link in loops)
+    elif os.path.lexists(path):
+        yield Candidate(path, error=_not_a_source(path, explicit=True))
     else:
         yield Candidate(path, error="no such file or directory")
+
+
+LOOP_WARNING = "symbolic link to an enclosing directory (a loop); not followed"
 
 
 def walk_python_files(root: str) -> Iterator[str]:
     """The ``*.py`` and ``*.ipynb`` files under ``root``, sorted by path; symlinked
     directories are not followed."""
-    found = []
+    yield from _walk(root)[0]
+
+
+def _walk(root: str) -> tuple[list[str], list[str]]:
+    """The files :func:`walk_python_files` yields, and the symbolic links to a directory
+    enclosing them (never followed, so a loop cannot make the walk endless; reported so
+    the user knows what was left out)."""
+    found, loops = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [name for name in dirnames if not is_excluded_dir(name)]
         found += [os.path.join(dirpath, name) for name in filenames if _is_walked(name)]
-    yield from sorted(_display_path(path) for path in found)
+        loops += _links_to_enclosing(dirpath, dirnames)
+    return sorted(map(_display_path, found)), sorted(map(_display_path, loops))
+
+
+def _links_to_enclosing(dirpath: str, dirnames: list[str]) -> list[str]:
+    links = [os.path.join(dirpath, name) for name in dirnames]
+    links = [link for link in links if os.path.islink(link)]
+    if not links:
+        return []
+    here = os.path.realpath(dirpath)
+    return [link for link in links if _encloses(os.path.realpath(link), here)]
+
+
+def _encloses(directory: str, path: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _not_a_source(path: str, *, explicit: bool = False) -> str | None:
+    """Why ``path`` (a file found or named) cannot be read as a source, or None.
+
+    A FIFO, socket or device would block or never end; a FIFO named on the command line
+    is taken (``gradfix check <(git show HEAD:m.py)``)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "symbolic link loop (it never reaches a file); skipped"
+        if os.path.islink(path):
+            return "broken symbolic link"
+        return _os_error_message(error)
+    if stat.S_ISREG(mode) or (explicit and stat.S_ISFIFO(mode)):
+        return None
+    return f"not a regular file (a {_file_kind(mode)}); skipped"
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
 
 
 def _is_walked(name: str) -> bool:
@@ -135,16 +200,33 @@ def _display_path(path: str) -> str:
 # --- reading -----------------------------------------------------------------------------
 
 
-def read_source(path: str) -> SourceFile:
-    """Read and decode ``path``; raise :class:`FileError` with a one-line message."""
+def read_source(path: str, max_bytes: int = 0) -> SourceFile:
+    """Read and decode ``path``; raise :class:`FileError` with a one-line message, and
+    :class:`FileTooLarge` without reading it when it has more than ``max_bytes`` (0: no
+    limit)."""
     try:
         with open(path, "rb") as handle:
+            status = os.fstat(handle.fileno())
+            if max_bytes and status.st_size > max_bytes:
+                raise FileTooLarge(too_large_message(status.st_size, max_bytes))
             data = handle.read()
-            mode = os.fstat(handle.fileno()).st_mode
     except OSError as error:
         raise FileError(_os_error_message(error)) from None
+    mode = status.st_mode
     decoded = decode_source(data)
     return SourceFile(path, decoded.text, decoded.encoding, _digest(data), stat.S_IMODE(mode))
+
+
+def too_large_message(size: int, limit: int) -> str:
+    """``the file is larger than 5 MB (7.34 MB); raise max-file-size ... to check it``"""
+    return (
+        f"the file is larger than {_megabytes(limit)} ({_megabytes(size)}); "
+        "raise max-file-size in [tool.gradfix] to check it"
+    )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:.3g} MB"
 
 
 def decode_source(data: bytes) -> DecodedSource:
@@ -206,6 +288,7 @@ def write_source(source: SourceFile, text: str) -> None:
     data = encode_source(text, source.encoding)
     target = os.path.realpath(source.path)  # replace a symlink's target, not the link
     _check_unchanged(source, target)
+    _check_writable(source, target)
     directory = os.path.dirname(target) or "."
     try:
         handle, temporary = tempfile.mkstemp(
@@ -223,6 +306,9 @@ def write_source(source: SourceFile, text: str) -> None:
     except OSError as error:
         _remove_quietly(temporary)
         raise FileError(f"cannot write: {error.strerror or error}") from None
+    except BaseException:  # Ctrl-C: the original stays, no temporary file is left
+        _remove_quietly(temporary)
+        raise
     _fsync_directory(directory)
 
 
@@ -234,6 +320,14 @@ def _check_unchanged(source: SourceFile, target: str) -> None:
         raise FileError(f"not written: {_os_error_message(error)}") from None
     if _digest(current) != source.digest:
         raise FileError("changed on disk while gradfix was running; not overwritten, run again")
+
+
+def _check_writable(source: SourceFile, target: str) -> None:
+    """A read-only file is the user's "do not touch": replacing it by a rename (which
+    only needs the directory writable) would go around that, so it is refused. Without
+    any write bit counts as read-only for root too."""
+    if not source.mode & 0o222 or not os.access(target, os.W_OK):
+        raise FileError("not written: the file is read-only (make it writable to fix it)")
 
 
 def _remove_quietly(path: str) -> None:

@@ -16,6 +16,8 @@ import functools
 import itertools
 import os
 import pickle
+import re
+import signal
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +28,10 @@ from typing import TYPE_CHECKING
 from gradfix.config import Config
 from gradfix.engine import SourceError, lint_source
 from gradfix.files import (
+    MAX_FILE_BYTES,
     Candidate,
     FileError,
+    FileTooLarge,
     SourceFile,
     decode_source,
     discover,
@@ -91,7 +95,8 @@ class FileResult:
     #: the traceback of an unexpected exception, for ``--verbose``
     traceback: str | None = None
     written: bool = False
-    #: why the file was not looked at (``generated``: it says ``@generated``)
+    #: why the file was not looked at: ``generated`` (it says ``@generated``, skipped
+    #: silently), or a one-line reason shown as a note (the file is too large)
     skipped: str | None = None
 
     @property
@@ -159,7 +164,10 @@ def _skipped(
 ) -> set[str]:
     """Paths not to process: ``exclude`` of the configuration, files git ignores (found by
     walking a directory; a file named on the command line is always taken), and with
-    ``changed_since`` every file git does not list as changed."""
+    ``changed_since`` every file git does not list as changed. What a walk found that
+    cannot be read (a broken link, a link loop, a FIFO) is skipped like a file."""
+    explicit = set(given)
+    walked = [c.path for c in candidates if c.path not in explicit]
     files = [c.path for c in candidates if c.error is None and c.warning is None]
     skipped = set()
     if options.config is not None:
@@ -167,10 +175,10 @@ def _skipped(
     if options.respect_gitignore:
         from gradfix.gitfiles import ignored_paths
 
-        explicit = set(given)
-        skipped |= ignored_paths([path for path in files if path not in explicit])
+        skipped |= ignored_paths(walked)
     if options.changed is not None:
-        skipped |= {path for path in files if os.path.abspath(path) not in options.changed}
+        considered = {*walked, *files}
+        skipped |= {path for path in considered if os.path.abspath(path) not in options.changed}
     return skipped
 
 
@@ -286,10 +294,16 @@ def _in_workers(
     while len(results) < len(paths):
         rest = paths[len(results) :]
         try:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                for result in pool.map(process_file, rest, itertools.repeat(options)):
-                    results.append(result)
-                    tick()
+            with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts) as pool:
+                try:
+                    for result in pool.map(process_file, rest, itertools.repeat(options)):
+                        results.append(result)
+                        tick()
+                except KeyboardInterrupt:
+                    # Ctrl-C: the files in progress finish (each write is atomic), no
+                    # other file is started
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
         except BrokenProcessPool:
             # the first file without a result was running when its worker died: prove it
             # alone, then go on with the others in a new pool
@@ -298,10 +312,16 @@ def _in_workers(
     return results
 
 
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the main process, which stops the batch cleanly (a worker
+    interrupted on its own would print a traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _isolated(path: str, options: RunOptions) -> FileResult:
     """Process one file in a worker of its own; its death is the file's error."""
     try:
-        with ProcessPoolExecutor(max_workers=1) as pool:
+        with ProcessPoolExecutor(max_workers=1, initializer=_ignore_interrupts) as pool:
             return pool.submit(process_file, path, options).result()
     except BrokenProcessPool:
         return FileResult(path, error="crashed the worker process (skipped; the batch goes on)")
@@ -317,7 +337,9 @@ def process_file(path: str, options: RunOptions) -> FileResult:
 
 def _process_file(path: str, options: RunOptions) -> FileResult:
     try:
-        source = read_source(path)
+        source = read_source(path, _size_limit(path, options))
+    except FileTooLarge as error:
+        return FileResult(path, skipped=str(error))
     except FileError as error:
         return FileResult(path, error=str(error))
     if is_generated(source.text):
@@ -330,6 +352,14 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
         # large tree would hold every file's text in the parent)
         result.original = result.fixed = None
     return result
+
+
+def _size_limit(path: str, options: RunOptions) -> int:
+    """``max-file-size`` for Python files; a notebook's size is mostly its outputs, which
+    are never parsed, so it has no limit."""
+    if is_notebook(path):
+        return 0
+    return options.config.max_file_size if options.config is not None else MAX_FILE_BYTES
 
 
 #: generated files say so near their top (the ``@generated`` convention of Meta, Fixit)
@@ -370,7 +400,7 @@ def process_text(
             unsafe_fixes=options.unsafe_fixes,
         )
     except SourceError as error:
-        result.error = str(error)
+        result.error = str(error) + python2_hint(text, error.line)
         return result
     except Exception as error:  # a bug in a rule or the engine must not stop the run
         return _internal_error(result, error)
@@ -379,6 +409,31 @@ def process_text(
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
     return result
+
+
+#: Python 2 statements and literals that Python 3 rejects, matched on the line of a syntax
+#: error: ``print "x"``, ``exec "code"``, ``except E, e:``, ``raise E, "msg"``, ``a <> b``,
+#: backquotes, ``0777``, ``ur"..."``
+PYTHON2_SYNTAX = re.compile(
+    r"^\s*(print|exec)\s+[\w\"'>]"
+    r"|^\s*except\s+[\w.]+\s*,\s*\w+\s*:"
+    r"|^\s*raise\s+[\w.]+\s*,"
+    r"|\w\s*<>\s*\w"
+    r"|`[\w.()\[\]]+`"
+    r"|(?<![\w.])0\d+(?![\w.])"
+    r"|(?<!\w)[uU][rR][\"']"
+)
+
+
+def python2_hint(text: str, line: int | None) -> str:
+    """`` (Python 2 code? gradfix reads Python 3 only)`` when the line of a syntax error
+    looks like Python 2, else ``""``."""
+    lines = text.splitlines()
+    if line is None or not 1 <= line <= len(lines):
+        return ""
+    if PYTHON2_SYNTAX.search(lines[line - 1]) is None:
+        return ""
+    return " (this looks like Python 2: gradfix reads Python 3; port the file or exclude it)"
 
 
 def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding: str) -> FileResult:
