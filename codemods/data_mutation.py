@@ -359,7 +359,14 @@ class DataMutation(NoGradBlockRule):
         self.report(data, message, fix=fix)
 
     def _is_load(self, node: cst.Attribute) -> bool:
-        parent = self.analysis.parent(node)
+        """Not a target: ``w.data = v``, ``w.data, meta = f()``, ``for w.data in ...``."""
+        child, parent = node, self.analysis.parent(node)
+        while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+            child, parent = parent, self.analysis.parent(parent)
+        if isinstance(parent, (cst.For, cst.CompFor)):
+            return parent.target is not child
+        if child is not node and not isinstance(parent, (cst.AssignTarget, cst.Del)):
+            return True  # ``[w.data, 1]``: a read inside a display
         return not isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del))
 
     def _small_statement(self, node: cst.CSTNode) -> cst.BaseSmallStatement | None:

@@ -152,3 +152,21 @@ def test_inplace_function_of_a_relatively_imported_module_changes_its_argument()
     findings = run(source).findings
     assert [f.fix.safety for f in findings if f.fix] == ["unsafe"]
     assert "by `init.zeros_()`" in findings[0].message
+
+
+def test_data_in_an_unpacking_target_is_not_taken_for_a_read() -> None:
+    """transformers' quantizer_higgs.py: ``module.weight.data, meta = f(...)`` was reported
+    as a read with a `.detach()` fix on the assignment target (a syntax error, dropped)."""
+    from gradfix.engine import lint_source
+    from gradfix.registry import find_rule
+
+    source = (
+        "import torch\nfrom torch import nn\n\n"
+        "def replace(module: nn.Linear, weight, meta):\n"
+        "    module.weight.data, module.meta = weight, meta\n"
+        "    for module.weight.data in [weight]:\n"
+        "        pass\n"
+    )
+    result = lint_source(source, rules=[find_rule("GF205")], fix=True, unsafe_fixes=True)
+    assert not any("reads" in f.message for f in result.findings)
+    assert result.dropped == [] and result.source == source
