@@ -201,7 +201,7 @@ def lint_source(
         if not fixes:
             break
         new_source, applied, dropped = _apply_pass(context, fixes)
-        result.dropped.extend(dropped)
+        result.dropped.extend(note for note in dropped if note not in result.dropped)
         if not applied or new_source == result.source:
             break
         result.applied += applied
