@@ -360,7 +360,8 @@ class DataMutation(NoGradBlockRule):
 
     def _is_load(self, node: cst.Attribute) -> bool:
         """Not a target: ``w.data = v``, ``w.data, meta = f()``, ``for w.data in ...``."""
-        child, parent = node, self.analysis.parent(node)
+        child: cst.CSTNode = node
+        parent = self.analysis.parent(node)
         while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
             child, parent = parent, self.analysis.parent(parent)
         if isinstance(parent, (cst.For, cst.CompFor)):

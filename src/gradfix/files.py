@@ -94,16 +94,26 @@ def discover(paths: Iterable[str]) -> list[Candidate]:
     suffix. A file reached twice (``. a.py``) is taken once, under its first name.
     """
     candidates: list[Candidate] = []
-    seen: set[str] = set()
+    seen: set[object] = set()
     for path in paths:
         for candidate in _expand(path):
             if candidate.error is None and candidate.warning is None:
-                key = os.path.realpath(candidate.path)
+                key = _identity(candidate.path)
                 if key in seen:
                     continue
                 seen.add(key)
             candidates.append(candidate)
     return candidates
+
+
+def _identity(path: str) -> object:
+    """The file behind ``path``, whatever name reaches it (device and inode: one ``stat``,
+    where ``realpath`` costs one ``lstat`` per path component)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return (info.st_dev, info.st_ino)
 
 
 def _expand(path: str) -> Iterator[Candidate]:
