@@ -31,16 +31,19 @@ def cache_dir() -> Path:
 
 
 def fetch(packages: list[str], root: Path) -> list[Path]:
-    """Download and unpack each package's wheel once; return the unpacked directories."""
+    """Download and unpack each package's wheel once; return the unpacked directories.
+
+    A package is a name (the newest wheel already downloaded, else PyPI's newest) or a
+    pinned ``name==version`` (``bench/speed.py`` pins its corpus)."""
     wheels = root / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    missing = [p for p in packages if not list(wheels.glob(f"{_wheel_stem(p)}-*.whl"))]
+    missing = [p for p in packages if not list(wheels.glob(_wheel_pattern(p)))]
     if missing:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels)]
         subprocess.run([*command, *missing], check=True)
     unpacked = []
     for package in packages:
-        wheel = sorted(wheels.glob(f"{_wheel_stem(package)}-*.whl"))[-1]
+        wheel = sorted(wheels.glob(_wheel_pattern(package)))[-1]
         target = root / "src" / wheel.stem
         if not target.exists():
             with zipfile.ZipFile(wheel) as archive:
@@ -49,8 +52,9 @@ def fetch(packages: list[str], root: Path) -> list[Path]:
     return unpacked
 
 
-def _wheel_stem(package: str) -> str:
-    return package.replace("-", "_")
+def _wheel_pattern(package: str) -> str:
+    name, _, version = package.partition("==")
+    return f"{name.replace('-', '_')}-{version or '*'}-*.whl"
 
 
 def scan(directories: list[Path], jobs: int) -> tuple[list[dict[str, object]], str, float]:
