@@ -111,16 +111,28 @@ def process_tree(pid: int, *, scan: bool = False) -> list[int]:
     return tree
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` (VmRSS) in MB; 0 for a process gone or a zombie."""
+def _proc_field_mb(path: str, key: str) -> float:
+    """A ``Key:   123 kB`` line of a /proc file, in MB; 0 when missing (process gone)."""
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+        with open(path, encoding="ascii", errors="replace") as handle:
             for line in handle:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass
     return 0.0
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` (VmRSS) in MB; 0 for a process gone or a zombie."""
+    return _proc_field_mb(f"/proc/{pid}/status", "VmRSS:")
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional set size of ``pid`` in MB: each shared page divided among the
+    processes sharing it, so the sum over a tree is its real footprint (0 when the kernel
+    has no ``smaps_rollup``)."""
+    return _proc_field_mb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def _children_files_exist() -> bool:
@@ -129,7 +141,8 @@ def _children_files_exist() -> bool:
 
 class TreeMemoryPoller:
     """Polls, in a thread, the summed RSS of a process tree every ``interval`` seconds and
-    keeps the peaks: of the sum (``peak_tree_mb``) and of one process (``peak_process_mb``).
+    keeps the peaks: of the sum (``peak_tree_mb``), of one process (``peak_process_mb``)
+    and of the summed proportional set size (``peak_pss_mb``).
 
         poller = TreeMemoryPoller(process.pid).start()
         process.wait()
@@ -141,6 +154,7 @@ class TreeMemoryPoller:
         self.interval = interval
         self.peak_tree_mb = 0.0
         self.peak_process_mb = 0.0
+        self.peak_pss_mb = 0.0
         self.samples = 0
         self._scan = not _children_files_exist()
         self._done = threading.Event()
@@ -156,10 +170,12 @@ class TreeMemoryPoller:
         self._thread.join()
 
     def sample(self) -> None:
-        sizes = [rss_mb(pid) for pid in process_tree(self.pid, scan=self._scan)]
+        tree = process_tree(self.pid, scan=self._scan)
+        sizes = [rss_mb(pid) for pid in tree]
         self.samples += 1
         self.peak_tree_mb = max(self.peak_tree_mb, sum(sizes))
         self.peak_process_mb = max(self.peak_process_mb, max(sizes, default=0.0))
+        self.peak_pss_mb = max(self.peak_pss_mb, sum(pss_mb(pid) for pid in tree))
 
     def _poll(self) -> None:
         while not self._done.wait(self.interval):
@@ -173,6 +189,7 @@ class Measurement:
     wall: float
     peak_tree_mb: float
     peak_process_mb: float
+    peak_pss_mb: float
     stdout: str
     stderr: str
 
@@ -222,6 +239,7 @@ def measure(
         wall,
         poller.peak_tree_mb,
         poller.peak_process_mb,
+        poller.peak_pss_mb,
         stdout,
         stderr,
     )
@@ -374,6 +392,7 @@ class Row:
     wall: str = "—"
     peak_tree: str = "—"
     peak_process: str = "—"
+    peak_pss: str = "—"
     target: str = "—"
     met: str = "—"
     notes: str = ""
@@ -386,6 +405,7 @@ class Row:
             self.wall,
             self.peak_tree,
             self.peak_process,
+            self.peak_pss,
             self.target,
             self.met,
             self.notes,
@@ -399,6 +419,7 @@ HEADER = [
     "wall s",
     "peak MB (process tree)",
     "peak MB (largest process)",
+    "peak MB (PSS sum)",
     "target",
     "met",
     "notes",
@@ -427,6 +448,10 @@ def _time_target(limit: float, corpus: Corpus, wall: float) -> tuple[str, str]:
     return f"≤ {limit:g} s", _met(wall, limit)
 
 
+def _pss(run: Measurement) -> str:
+    return f"{run.peak_pss_mb:.0f}" if run.peak_pss_mb > 0 else "n/a"
+
+
 def measured_row(name: str, run: Measurement, corpus: Corpus, notes: str = "") -> Row:
     return Row(
         run=name,
@@ -435,6 +460,7 @@ def measured_row(name: str, run: Measurement, corpus: Corpus, notes: str = "") -
         wall=f"{run.wall:.2f}",
         peak_tree=f"{run.peak_tree_mb:.0f}",
         peak_process=f"{run.peak_process_mb:.0f}",
+        peak_pss=_pss(run),
         notes=notes or f"exit {run.returncode}: {run.summary()}",
     )
 
@@ -586,6 +612,7 @@ def run_verify(report: Report, commands: Commands, workdir: Path, env: dict[str,
         wall=f"{result.wall:.2f}",
         peak_tree=f"{result.peak_tree_mb:.0f}",
         peak_process=f"{result.peak_process_mb:.0f}",
+        peak_pss=_pss(result),
         target=f"≤ {VERIFY_TARGET_S:g} s per fix (issue 4)",
     )
     fixes, amortised = FIXES.search(result.stdout), AMORTISED.search(result.stdout)
@@ -628,7 +655,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
-    numeric = {1, 2, 3, 4, 5}
+    numeric = {1, 2, 3, 4, 5, 6}
     rule = ["---:" if index in numeric else "---" for index in range(len(header))]
     return "\n".join([line(header), "|" + "|".join(rule) + "|", *map(line, rows)])
 
@@ -658,10 +685,11 @@ def render(report: Report) -> str:
         "",
         markdown_table(HEADER, [row.cells() for row in report.rows]),
         "",
-        "Peak memory: the highest sum of VmRSS over the process and all its descendants, "
-        f"polled every {settings.interval * 1000:.0f} ms from /proc (pages that forked workers "
-        "share are counted in each, so the sum overstates the footprint); the largest process "
-        "alone in the next column.",
+        "Peak memory (judged against the target): the highest sum of VmRSS over the process "
+        f"and all its descendants, polled every {settings.interval * 1000:.0f} ms from /proc; "
+        "pages that forked workers share are counted once in each, so it overstates the "
+        "footprint. Next: the largest single process, and the highest sum of PSS (shared "
+        "pages divided among their sharers: the footprint itself).",
     ]
     return "\n".join(lines)
 
