@@ -43,6 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import corpus
 
@@ -57,6 +58,12 @@ WARM_TARGET_S = 1.0
 MEMORY_TARGET_MB = 500.0
 RATIO_TARGET = 60.0
 VERIFY_TARGET_S = 0.3
+
+
+def fail(message: str) -> NoReturn:
+    """One line on stderr (file, problem, what to do) and exit 2."""
+    print(f"speed.py: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 # --- memory of a process tree, from /proc --------------------------------------------------
@@ -224,7 +231,7 @@ def measure(
         try:
             process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=out, stderr=err)
         except OSError as error:
-            sys.exit(f"speed.py: cannot run {command[0]}: {error.strerror}; check the path")
+            fail(f"cannot run {command[0]}: {error.strerror}; check the path")
         poller = TreeMemoryPoller(process.pid, interval).start()
         returncode = process.wait()
         wall = time.perf_counter() - start
@@ -284,14 +291,14 @@ def package_corpus(packages: Sequence[str]) -> Corpus:
     try:
         unpacked = corpus.fetch(specs, corpus.cache_dir())
     except subprocess.CalledProcessError as error:
-        sys.exit(
-            f"speed.py: pip download {' '.join(specs)} failed (exit {error.returncode});"
+        fail(
+            f"pip download {' '.join(specs)} failed (exit {error.returncode});"
             " check access to PyPI or pass --paths"
         )
     directories = [root / package for root, package in zip(unpacked, packages)]
     for directory in directories:
         if not directory.is_dir():
-            sys.exit(f"speed.py: {directory}: no package directory in the wheel; delete it")
+            fail(f"{directory}: no package directory in the wheel; delete it")
     label = ", ".join(f"{p} {PINNED[p]} (`{p}/`)" for p in packages)
     return make_corpus(label, directories, is_target_corpus=list(packages) == ["transformers"])
 
@@ -312,7 +319,7 @@ def torchfix_command(location: str) -> list[str]:
     if path.is_dir():
         path = path / "bin" / "torchfix"
     if not path.exists():
-        sys.exit(f"speed.py: {path}: no such file; pass a venv, its bin/torchfix or its python")
+        fail(f"{path}: no such file; pass a venv, its bin/torchfix or its python")
     if path.name.startswith("python"):
         return [str(path), "-m", "torchfix"]
     return [str(path)]
@@ -336,7 +343,7 @@ def setup_torchfix(directory: Path) -> Path:
     ]
     for step in steps:
         if subprocess.run(step, check=False).returncode != 0:
-            sys.exit(f"speed.py: {directory}: `{shlex.join(step)}` failed; check access to PyPI")
+            fail(f"{directory}: `{shlex.join(step)}` failed; check access to PyPI")
     return executable
 
 
@@ -436,6 +443,8 @@ class Report:
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
     load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
     torchfix_version: str = ""
+    gradfix_version: str = ""
+    revision: str = ""
 
 
 def _met(value: float, limit: float) -> str:
@@ -634,12 +643,35 @@ def run_verify(report: Report, commands: Commands, workdir: Path, env: dict[str,
     report.rows.append(row)
 
 
+def gradfix_version(command: Sequence[str]) -> str:
+    """``gradfix 0.1.0``; exits with one line when ``command`` does not run gradfix."""
+    result = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        fail(
+            f"`{shlex.join(command)} --version` failed ({last}); install gradfix or pass --gradfix"
+        )
+    return result.stdout.strip()
+
+
+def source_revision() -> str:
+    """The commit of the repository this script is in (``+dirty`` with local changes)."""
+    command = ["git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty=+dirty"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError:
+        return "unknown"
+    return result.stdout.strip() or "unknown"
+
+
 def run_benchmark(corpus: Corpus, commands: Commands, settings: Settings) -> Report:
     """Every requested run, from an empty temporary directory (the warm run's cache lives
     there and is deleted with it)."""
     report = Report(corpus, settings, load_before=os.getloadavg())
     env = dict(os.environ)
     env.pop("GRADFIX_NO_CACHE", None)  # the warm run needs the cache
+    report.gradfix_version = gradfix_version(commands.gradfix)
+    report.revision = source_revision()
     with tempfile.TemporaryDirectory(prefix="gradfix-speed-") as directory:
         workdir = Path(directory)
         run_gradfix(report, commands, workdir, env)
@@ -679,7 +711,8 @@ def render(report: Report) -> str:
     lines = [
         f"### {corpus.label}: {len(corpus.files):,} files, {corpus.lines:,} lines",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {cores} cores ({cpu_model()}), Python "
+        f"{time.strftime('%Y-%m-%d')}, {report.gradfix_version} (repository at "
+        f"{report.revision}), {cores} cores ({cpu_model()}), Python "
         f"{platform.python_version()}, `-j {settings.jobs}`; load average before "
         f"{before}, after {after}.",
         "",
@@ -752,7 +785,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.paths:
         missing = [path for path in args.paths if not path.exists()]
         if missing:
-            sys.exit(f"speed.py: {missing[0]}: no such file or directory")
+            fail(f"{missing[0]}: no such file or directory")
         paths = [path.resolve() for path in args.paths]
         chosen = make_corpus(", ".join(f"`{path}`" for path in paths), paths)
     else:

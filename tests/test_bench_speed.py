@@ -21,6 +21,9 @@ HAS_PROC = Path("/proc/self/status").exists()
 
 FAKE_GRADFIX = """
 import json, os, sys, time
+if sys.argv[2:] == ["--version"]:
+    print("gradfix 0.0+fake")
+    sys.exit(0)
 with open(sys.argv[1], "a") as log:
     log.write(json.dumps({"argv": sys.argv[2:], "cwd": os.getcwd(),
                           "no_cache": os.environ.get("GRADFIX_NO_CACHE")}) + "\\n")
@@ -108,6 +111,7 @@ def test_table_of_every_run_with_a_torchfix_sample(
     text = speed.render(report)
 
     header, *rows = table_rows(text)
+    assert "gradfix 0.0+fake (repository at " in text
     assert header[:4] == ["run", "files", "lines", "wall s"]
     by_run = {row[0]: row for row in rows}
     assert [row[0] for row in rows] == [
@@ -185,15 +189,27 @@ def test_torchfix_on_every_file_gives_a_measured_ratio(
 
 
 def test_torchfix_is_not_run_without_a_venv(speed: ModuleType, tiny_corpus: Path) -> None:
-    commands = speed.Commands(gradfix=[sys.executable, "-c", "pass"])
+    commands = speed.Commands(gradfix=[sys.executable, "-c", "print('gradfix 0.0+fake')"])
     settings = speed.Settings(jobs=1, runs=("torchfix",), interval=0.01)
     report = speed.run_benchmark(speed.make_corpus("tiny", [tiny_corpus]), commands, settings)
     assert [row.run for row in report.rows] == ["TorchFix"]
     assert "--torchfix" in report.rows[0].notes
 
 
+def test_a_gradfix_that_does_not_run_stops_with_one_line(
+    speed: ModuleType, tiny_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    commands = speed.Commands(gradfix=[sys.executable, "-c", "raise SystemExit('no gradfix')"])
+    settings = speed.Settings(jobs=1, runs=("cold",))
+    with pytest.raises(SystemExit) as stop:
+        speed.run_benchmark(speed.make_corpus("tiny", [tiny_corpus]), commands, settings)
+    assert stop.value.code == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and "--version` failed (no gradfix)" in message
+
+
 def test_torchfix_command_from_a_venv_its_entry_point_or_its_python(
-    speed: ModuleType, tmp_path: Path
+    speed: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "bin").mkdir()
     for name in ("torchfix", "python"):
@@ -201,8 +217,9 @@ def test_torchfix_command_from_a_venv_its_entry_point_or_its_python(
     assert speed.torchfix_command(str(tmp_path)) == [str(tmp_path / "bin" / "torchfix")]
     python = str(tmp_path / "bin" / "python")
     assert speed.torchfix_command(python) == [python, "-m", "torchfix"]
-    with pytest.raises(SystemExit, match="no such file"):
+    with pytest.raises(SystemExit):
         speed.torchfix_command(str(tmp_path / "missing"))
+    assert "missing: no such file; pass a venv" in capsys.readouterr().err
 
 
 ALLOCATE = "import time; block = bytearray(b'x') * (80 << 20); time.sleep(1.0)"
