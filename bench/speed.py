@@ -348,7 +348,12 @@ def setup_torchfix(directory: Path) -> Path:
 
 
 def torchfix_version(command: Sequence[str]) -> str:
-    result = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, check=False
+        )
+    except OSError as error:
+        fail(f"{command[0]}: {error.strerror}; pass a venv with TorchFix (--setup-torchfix)")
     return result.stdout.strip() or "unknown"
 
 
@@ -524,7 +529,7 @@ def run_gradfix(report: Report, commands: Commands, workdir: Path, env: dict[str
         entries = sum(1 for _ in (workdir / ".gradfix_cache").rglob("*.json"))
         warm = run("warm", [*check, *paths])
         row = gradfix_row("`gradfix check` (warm: cache filled)", warm, corpus, WARM_TARGET_S)
-        row.notes += f"; {entries:,} cache entries (in a temporary directory)"
+        row.notes += f" Cache: {entries:,} entries, in a temporary directory."
         report.rows.append(row)
     if "fix" in settings.runs:
         fix = run("fix", [*commands.gradfix, "fix", *jobs, "--no-cache", *paths])
@@ -645,7 +650,12 @@ def run_verify(report: Report, commands: Commands, workdir: Path, env: dict[str,
 
 def gradfix_version(command: Sequence[str]) -> str:
     """``gradfix 0.1.0``; exits with one line when ``command`` does not run gradfix."""
-    result = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, check=False
+        )
+    except OSError as error:
+        fail(f"{command[0]}: {error.strerror}; install gradfix or pass --gradfix")
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         fail(

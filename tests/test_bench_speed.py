@@ -135,7 +135,7 @@ def test_table_of_every_run_with_a_torchfix_sample(
     assert float(cold[4]) >= float(cold[5]) > 0
 
     warm = by_run["`gradfix check` (warm: cache filled)"]
-    assert "1 cache entries" in warm[9]
+    assert "Cache: 1 entries" in warm[9]
 
     torchfix, sample = report.measured["torchfix"], report.measured["sample-gradfix"]
     sample_files = by_run["TorchFix 0.7.0 `-j 2`, sample of 2 files (seed 3)"]
@@ -206,6 +206,10 @@ def test_a_gradfix_that_does_not_run_stops_with_one_line(
     assert stop.value.code == 2
     message = capsys.readouterr().err
     assert message.count("\n") == 1 and "--version` failed (no gradfix)" in message
+    commands.gradfix = [str(tiny_corpus / "missing-gradfix")]
+    with pytest.raises(SystemExit):
+        speed.run_benchmark(speed.make_corpus("tiny", [tiny_corpus]), commands, settings)
+    assert "missing-gradfix: No such file or directory; install" in capsys.readouterr().err
 
 
 def test_torchfix_command_from_a_venv_its_entry_point_or_its_python(
