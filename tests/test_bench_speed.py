@@ -128,20 +128,21 @@ def test_table_of_every_run_with_a_torchfix_sample(
     ]
     cold = by_run["`gradfix check --no-cache` (cold)"]
     assert cold[1:3] == ["3", "7"]  # the .py files and their lines, not notes.txt
-    assert cold[7] == "≤ 15 s (transformers only); ≤ 500 MB"
-    assert cold[8] == "n/a; yes"
-    assert cold[9] == "exit 1: Found 1 finding (1 fixable with `gradfix fix`)."
+    assert cold[8] == "≤ 15 s (transformers only); ≤ 500 MB"
+    assert cold[9] == "n/a; yes"
+    assert cold[10] == "exit 1: Found 1 finding (1 fixable with `gradfix fix`)."
     assert cold[3] == f"{report.measured['cold'].wall:.2f}"
-    assert float(cold[4]) >= float(cold[5]) > 0
+    assert cold[4] == f"{report.measured['cold'].cpu:.1f}"
+    assert float(cold[5]) >= float(cold[6]) > 0
 
     warm = by_run["`gradfix check` (warm: cache filled)"]
-    assert "Cache: 1 entries" in warm[9]
+    assert "Cache: 1 entries" in warm[10]
 
     torchfix, sample = report.measured["torchfix"], report.measured["sample-gradfix"]
     sample_files = by_run["TorchFix 0.7.0 `-j 2`, sample of 2 files (seed 3)"]
     assert sample_files[1] == "2"
-    assert "exit 1 (some files failed" in sample_files[9]
-    assert "2 violations" in sample_files[9]
+    assert "exit 1 (some files failed" in sample_files[10]
+    assert "2 violations" in sample_files[10]
     assert by_run["ratio TorchFix / gradfix cold, sample"][3] == (
         f"{torchfix.wall / sample.wall:.1f}x"
     )
@@ -149,11 +150,12 @@ def test_table_of_every_run_with_a_torchfix_sample(
     assert by_run["TorchFix, **extrapolated** to all files"][3] == f"{estimate:.0f} (extrapolated)"
     ratio = by_run["ratio TorchFix (**extrapolated**) / gradfix cold"]
     assert ratio[3] == f"{estimate / report.measured['cold'].wall:.1f}x"
-    assert ratio[7] == "≥ 60x"
+    assert ratio[4] == f"{torchfix.cpu * 1.5 / report.measured['cold'].cpu:.1f}x"
+    assert ratio[8] == "≥ 60x"
 
     verify = by_run["`bench/verify_speed.py` (proving fixes)"]
-    assert verify[8] == "yes"
-    assert "12 fixes proven in 2.4 s: 0.200 s per fix" in verify[9]
+    assert verify[9] == "yes"
+    assert "12 fixes proven in 2.4 s: 0.200 s per fix" in verify[10]
 
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [call["argv"][0] for call in calls] == ["check", "check", "check", "fix", "check"]
@@ -184,8 +186,8 @@ def test_torchfix_on_every_file_gives_a_measured_ratio(
     ]
     ratio = report.measured["torchfix"].wall / report.measured["cold"].wall
     assert rows[2][3] == f"{ratio:.1f}x"
-    assert "both measured" in rows[2][9]
-    assert rows[3][8] == "**failed**" and "no torch" in rows[3][9]
+    assert "both measured" in rows[2][10]
+    assert rows[3][9] == "**failed**" and "no torch" in rows[3][10]
 
 
 def test_torchfix_is_not_run_without_a_venv(speed: ModuleType, tiny_corpus: Path) -> None:
@@ -226,16 +228,33 @@ def test_torchfix_command_from_a_venv_its_entry_point_or_its_python(
     assert "missing: no such file; pass a venv" in capsys.readouterr().err
 
 
-ALLOCATE = "import time; block = bytearray(b'x') * (80 << 20); time.sleep(1.0)"
+ALLOCATE = (
+    "import time\n"
+    "block = bytearray(b'x') * (80 << 20)\n"
+    "while time.process_time() < 0.3: pass\n"  # CPU time, whatever the machine's load
+    "time.sleep(1.0)\n"
+)
 PARENT = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {ALLOCATE!r}], check=True)"
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="needs /proc")
-def test_poller_sums_the_memory_of_a_real_process_tree(speed: ModuleType, tmp_path: Path) -> None:
+def test_poller_sums_the_rss_of_a_real_process_tree(speed: ModuleType) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT])
+    poller = speed.TreeMemoryPoller(parent.pid, interval=0.02).start()
+    assert parent.wait() == 0
+    poller.stop()
+    assert poller.samples > 1
+    assert poller.peak_process_mb >= 80  # the grandchild's block, seen by polling alone
+    assert poller.peak_tree_mb > poller.peak_process_mb  # plus the parent interpreter
+
+
+@pytest.mark.skipif(not HAS_PROC, reason="needs /proc")
+def test_memory_and_cpu_of_a_real_process_tree(speed: ModuleType, tmp_path: Path) -> None:
     run = speed.measure([sys.executable, "-c", PARENT], cwd=tmp_path, interval=0.02)
     assert run.returncode == 0, run.stderr
     assert run.peak_process_mb >= 80  # the grandchild's block
     assert run.peak_tree_mb > run.peak_process_mb  # plus the parent interpreter
+    assert run.cpu >= 0.3  # the grandchild's busy loop counts
     if Path("/proc/self/smaps_rollup").exists():
         assert 80 <= run.peak_pss_mb <= run.peak_tree_mb + 1  # sharing only lowers it
 
