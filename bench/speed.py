@@ -780,36 +780,65 @@ def _usable_cores() -> int:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--packages", nargs="+", choices=sorted(PINNED), default=["transformers"])
-    parser.add_argument("--paths", nargs="+", type=Path, help="measure these instead")
-    parser.add_argument("-j", "--jobs", type=int, default=_usable_cores())
-    parser.add_argument("--runs", type=_runs, default=RUNS, help=f"comma-separated, of {RUNS}")
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="Example: python bench/speed.py --setup-torchfix ~/.cache/gradfix-bench/torchfix "
+        "--torchfix-sample 200",
+    )
+    parser.add_argument(
+        "--packages",
+        nargs="+",
+        choices=sorted(PINNED),
+        default=["transformers"],
+        help="pinned wheels whose package directories are measured (default: transformers)",
+    )
+    parser.add_argument(
+        "--paths", nargs="+", type=Path, help="measure these directories or files instead"
+    )
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=_usable_cores(),
+        help="processes for gradfix, TorchFix and the verifier (default: the usable cores)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=_runs,
+        default=RUNS,
+        help=f"the rows to measure, comma-separated (default: {','.join(RUNS)})",
+    )
     parser.add_argument(
         "--gradfix",
         default=f"{shlex.quote(sys.executable)} -m gradfix",
-        help="the gradfix command (default: this Python's)",
+        help="the gradfix command (default: this Python's gradfix)",
     )
-    parser.add_argument("--torchfix", help="a venv with TorchFix, its bin/torchfix or python")
+    parser.add_argument(
+        "--torchfix", metavar="PATH", help="a venv with TorchFix, its bin/torchfix or its python"
+    )
     parser.add_argument(
         "--setup-torchfix",
         type=Path,
         metavar="DIR",
-        help=f"create a venv in DIR with torchfix=={TORCHFIX_VERSION} and use it",
+        help=f"create a venv in DIR with torchfix=={TORCHFIX_VERSION} (once) and use it",
     )
     parser.add_argument(
         "--torchfix-sample",
         type=int,
         metavar="N",
-        help="run TorchFix on a seeded sample of N files and extrapolate",
+        help="run TorchFix (and gradfix) on a seeded sample of N files; extrapolate TorchFix",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--interval", type=float, default=0.025, help="memory poll, seconds")
+    parser.add_argument("--seed", type=int, default=0, help="of the sample (default: 0)")
+    parser.add_argument(
+        "--interval", type=float, default=0.025, help="memory poll in seconds (default: 0.025)"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.jobs < 1 or (args.torchfix_sample is not None and args.torchfix_sample < 1):
+        fail("--jobs and --torchfix-sample take a number of at least 1")
     if args.setup_torchfix is not None and args.torchfix is None:
         args.torchfix = str(setup_torchfix(args.setup_torchfix.expanduser().resolve()))
     commands = Commands(
