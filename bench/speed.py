@@ -15,9 +15,10 @@ directory (so gradfix's ``.gradfix_cache``, which it puts next to the configurat
 or in the current directory, lands there and is deleted afterwards; no configuration file
 applies, so the default rules run) with ``-j JOBS`` (default: the usable cores). Prints a
 markdown table: files, lines, wall seconds (``time.perf_counter`` around the subprocess),
-peak memory of the whole process tree (the highest sum of VmRSS over the process and its
-descendants, polled from /proc) and of its largest process, the issue's target for the
-row and whether it is met. ``bench/verify_speed.py`` runs as the last row.
+CPU seconds of the process tree (``os.wait4``), peak memory of the whole tree (the highest
+sum of VmRSS over the process and its descendants, polled from /proc), of its largest
+process and as summed PSS, the issue's target for the row and whether it is met.
+``bench/verify_speed.py`` runs as the last row. docs/speed.md explains each figure.
 
 TorchFix is run as ``torchfix -j JOBS PATH...`` (its CLI: LibCST's parallel codemod
 runner, without --fix it only prints violations and diffs). It exits 0 whatever it finds,
