@@ -553,6 +553,8 @@ def run_gradfix(report: Report, commands: Commands, workdir: Path, env: dict[str
         warm = run("warm", [*check, *paths])
         row = gradfix_row("`gradfix check` (warm: cache filled)", warm, corpus, WARM_TARGET_S)
         row.notes += f" Cache: {entries:,} entries, in a temporary directory."
+        if entries == 0:
+            row.met = "**not warm**: no cache entries where gradfix was run"
         report.rows.append(row)
     if "fix" in settings.runs:
         fix = run("fix", [*commands.gradfix, "fix", *jobs, "--no-cache", *paths])
