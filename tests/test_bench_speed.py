@@ -198,6 +198,14 @@ def test_torchfix_is_not_run_without_a_venv(speed: ModuleType, tiny_corpus: Path
     assert "--torchfix" in report.rows[0].notes
 
 
+def test_a_warm_run_without_cache_entries_is_flagged(speed: ModuleType, tiny_corpus: Path) -> None:
+    commands = speed.Commands(gradfix=[sys.executable, "-c", "print('gradfix 0.0+fake')"])
+    settings = speed.Settings(jobs=1, runs=("warm",), interval=0.01)
+    report = speed.run_benchmark(speed.make_corpus("tiny", [tiny_corpus]), commands, settings)
+    assert [row.run for row in report.rows][1] == "`gradfix check` (warm: cache filled)"
+    assert report.rows[1].met.startswith("**not warm**")
+
+
 def test_a_gradfix_that_does_not_run_stops_with_one_line(
     speed: ModuleType, tiny_corpus: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
