@@ -379,9 +379,10 @@ def torchfix_notes(run: Measurement) -> str:
     elif run.returncode not in (0, 1):
         parts[0] += " (**failed**: " + (run.last_stderr_line() or "no message") + ")"
     if checked:
+        parsed = int(checked.group(1))
         parts.append(
-            f"{int(checked.group(1)):,} files containing `torch` parsed (the rest are"
-            " skipped by its text filter)"
+            f"{parsed:,} files containing `torch` parsed (the rest are skipped by its text "
+            f"filter), {run.cpu / max(1, parsed):.2f} CPU s per parsed file"
         )
     parts.append(f"{len(VIOLATION.findall(run.stdout)):,} violations")
     return "; ".join(parts)

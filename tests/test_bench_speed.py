@@ -143,6 +143,7 @@ def test_table_of_every_run_with_a_torchfix_sample(
     assert sample_files[1] == "2"
     assert "exit 1 (some files failed" in sample_files[10]
     assert "2 violations" in sample_files[10]
+    assert f"{torchfix.cpu / 2:.2f} CPU s per parsed file" in sample_files[10]
     assert by_run["ratio TorchFix / gradfix cold, sample"][3] == (
         f"{torchfix.wall / sample.wall:.1f}x"
     )
