@@ -247,15 +247,14 @@ def measure(
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
-    # ru_maxrss (kB): the largest process, even one too short-lived for the poller
-    largest = max(poller.peak_process_mb, usage.ru_maxrss / 1024)
+    # not wait4's ru_maxrss: on Linux exec() carries the parent's high-water mark into it
     return Measurement(
         command=list(command),
         returncode=returncode,
         wall=wall,
         cpu=usage.ru_utime + usage.ru_stime,
-        peak_tree_mb=max(poller.peak_tree_mb, largest),
-        peak_process_mb=largest,
+        peak_tree_mb=poller.peak_tree_mb,
+        peak_process_mb=poller.peak_process_mb,
         peak_pss_mb=poller.peak_pss_mb,
         stdout=stdout,
         stderr=stderr,
