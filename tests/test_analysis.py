@@ -7,7 +7,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from gradfix.analysis import FileAnalysis
+from gradfix.analysis import FileAnalysis, _argument, _is_false, _is_true
 
 
 def analyse(code: str) -> tuple[FileAnalysis, cst.Module]:
@@ -446,3 +446,53 @@ def test_function_nested_in_a_method_is_not_a_method() -> None:
     param = by_name["loss_function"].params.params[0]
     passed = [cst.Module([]).code_for_node(arg) for arg, _ in analysis.passed_arguments(param)]
     assert passed == ["torch.rand(3, requires_grad=True)"]
+
+
+class _RequiresGradWalk(cst.CSTVisitor):
+    """The reference: every ``x.requires_grad = flag`` / ``x.requires_grad_(flag)`` by a
+    walk of the scope (what the analysis did before it used its index of names)."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[cst.CSTNode, bool]] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, cst.Attribute) and t.attr.value == "requires_grad":
+                if _is_true(node.value) or _is_false(node.value):
+                    self.found.append((node, _is_true(node.value)))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+            flag = _argument(node, "requires_grad", 0)
+            self.found.append((node, flag is None or _is_true(flag.value)))
+
+
+def test_requires_grad_marks_from_the_name_index_match_a_walk_of_each_scope() -> None:
+    from pathlib import Path
+
+    from gradfix.analysis import FileAnalysis
+    from gradfix.walk import walk
+
+    root = Path(__file__).resolve().parents[1]
+    sources = [p.read_text(encoding="utf-8") for p in sorted(root.glob("fixtures/*/*.py"))]
+    sources.append(
+        "import torch\nw = torch.ones(2)\nw.requires_grad = True\nv = w * 2\n"
+        "a.requires_grad = b.requires_grad = False\nv.requires_grad_(False)\n"
+        "def f(x):\n    x.requires_grad_()\n    x.requires_grad = flag\n"
+    )
+    compared = 0
+    for source in sources:
+        if "requires_grad" not in source:
+            continue
+        analysis = FileAnalysis(cst.parse_module(source))
+        for scope in analysis._scopes.values():
+            reference = _RequiresGradWalk()
+            walk(scope.node, reference)
+            got = analysis._requires_grad_statements(scope)
+            assert sorted((id(n), f) for n, f in got) == sorted(
+                (id(n), f) for n, f in reference.found
+            )
+            compared += 1
+    assert compared > 50

@@ -413,6 +413,7 @@ class FileAnalysis:
         self._generators = collector.generators
         self._no_grad_cache: dict[int, bool] = {}
         self._requires_grad_cache: dict[int, list[tuple[cst.CSTNode, bool]]] = {}
+        self._requires_grad_all: list[tuple[cst.CSTNode, bool]] | None = None
         self._torch_alias: str | None | bool = False
         self._requires_grad_memo: dict[tuple[int, int, int], bool] = {}
         self._qualified: dict[int, str | None] = {}  # qualified_name by node (rules ask often)
@@ -688,12 +689,40 @@ class FileAnalysis:
         return None if last is None else last[1]
 
     def _requires_grad_statements(self, scope: Scope) -> list[tuple[cst.CSTNode, bool]]:
+        """Statements ``x.requires_grad = flag`` and ``x.requires_grad_(flag)`` in ``scope``
+        (nested scopes included), found from the index of names, without a walk."""
         key = id(scope.node)
         if key not in self._requires_grad_cache:
-            finder = _RequiresGradFinder()
-            walk(scope.node, finder)
-            self._requires_grad_cache[key] = finder.found
+            start, end = self.index(scope.node), self.end_index(scope.node)
+            self._requires_grad_cache[key] = [
+                (node, flag)
+                for node, flag in self._all_requires_grad_statements()
+                if start <= self.index(node) <= end
+            ]
         return self._requires_grad_cache[key]
+
+    def _all_requires_grad_statements(self) -> list[tuple[cst.CSTNode, bool]]:
+        if self._requires_grad_all is None:
+            found: list[tuple[cst.CSTNode, bool]] = []
+            for name in self._names.get("requires_grad", []):
+                attr, target = self.parent(name), None
+                if isinstance(attr, cst.Attribute) and attr.attr is name:
+                    target = self.parent(attr)
+                assign = self.parent(target) if isinstance(target, cst.AssignTarget) else None
+                if isinstance(assign, cst.Assign) and (
+                    _is_true(assign.value) or _is_false(assign.value)
+                ):
+                    found.append((assign, _is_true(assign.value)))
+            for name in self._names.get("requires_grad_", []):
+                attr = self.parent(name)
+                call = None
+                if isinstance(attr, cst.Attribute) and attr.attr is name:
+                    call = self.parent(attr)
+                if isinstance(call, cst.Call) and call.func is attr:
+                    flag = _argument(call, "requires_grad", 0)
+                    found.append((call, flag is None or _is_true(flag.value)))
+            self._requires_grad_all = found
+        return self._requires_grad_all
 
     def _attribute_leaf_reason(
         self, attr: cst.Attribute, at: cst.CSTNode, depth: int
@@ -1461,26 +1490,6 @@ _NN_NON_LAYERS = frozenset(
     "Module ModuleList ModuleDict Sequential ParameterList ParameterDict Parameter "
     "Identity Flatten Unflatten Dropout ReLU GELU Tanh Sigmoid Softmax".split()
 )
-
-
-class _RequiresGradFinder(cst.CSTVisitor):
-    """Statements ``x.requires_grad = flag`` and ``x.requires_grad_(flag)`` in a scope."""
-
-    def __init__(self) -> None:
-        self.found: list[tuple[cst.CSTNode, bool]] = []
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            t = target.target
-            if isinstance(t, cst.Attribute) and t.attr.value == "requires_grad":
-                if _is_true(node.value) or _is_false(node.value):
-                    self.found.append((node, _is_true(node.value)))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
-            flag = _argument(node, "requires_grad", 0)
-            self.found.append((node, flag is None or _is_true(flag.value)))
 
 
 def _target_name(node: cst.CSTNode) -> str | None:
