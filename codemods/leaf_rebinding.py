@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from gradfix.analysis import VIEW_ATTRIBUTES, VIEW_OPS, Binding, LeafReason, Scope
+from gradfix.analysis import (
+    VIEW_ATTRIBUTES,
+    VIEW_OPS,
+    Binding,
+    LeafReason,
+    Scope,
+    VariableNames,
+)
 from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
 from gradfix.walk import walk
 
@@ -227,7 +234,7 @@ class LeafRebinding(Rule):
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
         target = node.targets[0].target
-        if not self.analysis.names_in(node.value, target.value):
+        if not self.analysis.name_nodes_in(node.value, target.value):
             return  # cheap: the name is not even spelled in the value
         own_reads = [n for n in _name_reads(node.value) if n.value == target.value]
         if not own_reads:
@@ -521,26 +528,18 @@ class _GlobalFinder(cst.CSTVisitor):
         self.found = self.found or any(n.name.value == self.name for n in node.names)
 
 
-class _NameReads(cst.CSTVisitor):
+class _NameReads(VariableNames):
     """Names used as variables (not attribute names, keywords or assignment targets)."""
 
     def __init__(self, root: cst.CSTNode, nested: bool) -> None:
+        super().__init__()
         self.root = root
         self.nested = nested
-        self.reads: list[cst.Name] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, _NESTED_SCOPES) and node is not self.root and not self.nested:
             return False
         return super().on_visit(node)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
         return not isinstance(node.target, cst.Name)
@@ -557,15 +556,12 @@ class _NameReads(cst.CSTVisitor):
             walk(decorator, self)
         return False
 
-    def visit_Name(self, node: cst.Name) -> None:
-        self.reads.append(node)
-
 
 def _name_reads(node: cst.CSTNode, *, nested: bool = False) -> list[cst.Name]:
     """The variable reads in ``node``; inside nested functions too when ``nested``."""
     finder = _NameReads(node, nested)
     walk(node, finder)
-    return finder.reads
+    return finder.names
 
 
 def _reads_name(node: cst.CSTNode, name: str) -> bool:

@@ -366,7 +366,7 @@ def test_forward_parameters_with_defaults_are_configuration() -> None:
     assert not analysis.requires_grad(last_use(module, "input_shape"))
 
 
-def test_names_in_finds_every_name_node_under_a_root_in_order() -> None:
+def test_name_nodes_in_finds_every_name_node_under_a_root_in_order() -> None:
     import libcst as cst
 
     from gradfix.analysis import FileAnalysis
@@ -374,11 +374,11 @@ def test_names_in_finds_every_name_node_under_a_root_in_order() -> None:
     module = cst.parse_module("x = f(x, k=x.x)\ndef g(x):\n    return x\ny = x\n")
     analysis = FileAnalysis(module)
     first = module.body[0].body[0]
-    found = analysis.names_in(first.value, "x")  # the Name nodes, attribute names included
+    found = analysis.name_nodes_in(first.value, "x")  # the Name nodes, attribute names included
     assert [analysis.index(n) for n in found] == sorted(analysis.index(n) for n in found)
-    assert len(found) == 3 and len(analysis.names_in(module, "x")) == 7
-    assert analysis.names_in(first, "nothing") == []
-    assert analysis.names_in(cst.Name("x"), "x") == []  # a node of another tree
+    assert len(found) == 3 and len(analysis.name_nodes_in(module, "x")) == 7
+    assert analysis.name_nodes_in(first, "nothing") == []
+    assert analysis.name_nodes_in(cst.Name("x"), "x") == []  # a node of another tree
 
 
 def test_a_function_returning_a_call_of_itself_ends_the_search() -> None:

@@ -438,7 +438,7 @@ class FileAnalysis:
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         return self.index(outer) <= self.index(inner) <= self.end_index(outer)
 
-    def names_in(self, root: cst.CSTNode, name: str) -> list[cst.Name]:
+    def name_nodes_in(self, root: cst.CSTNode, name: str) -> list[cst.Name]:
         """Every ``Name`` node spelled ``name`` under ``root`` (``root`` included), in
         source order; from the index of the one traversal, nothing is walked."""
         orders = self._name_orders.get(name)
@@ -1291,7 +1291,7 @@ class FileAnalysis:
         elements = [(e.value, binding.node) for e in binding.value.elements]
         certain = bool(elements)
         scope_node = self.scope_of(binding.node).node
-        for use in self.names_in(scope_node, name.value):
+        for use in self.name_nodes_in(scope_node, name.value):
             position = self.index(use)
             if not binding.end < position < self.index(at) or use is name:
                 continue
@@ -1502,6 +1502,31 @@ def _target_name(node: cst.CSTNode) -> str | None:
         if isinstance(node.func.value, cst.Name):
             return node.func.value.value
     return None
+
+
+class VariableNames(cst.CSTVisitor):
+    """Collects the ``Name`` nodes used as variables, in source order: not an attribute's
+    name (``x.attr``) nor a keyword (``f(k=v)``). The name walkers of the rules subclass
+    it for what they count besides (parameters, imports, assignment targets).
+
+        collector = VariableNames()
+        walk(node, collector)
+        collector.names
+    """
+
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(node.value, self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        walk(node.value, self)
+        return False
 
 
 def normalized_code(expr: cst.BaseExpression) -> str:

@@ -22,6 +22,7 @@ from gradfix.analysis import (
     VIEW_OPS,
     Binding,
     FileAnalysis,
+    VariableNames,
     is_number_literal,
 )
 from gradfix.walk import walk
@@ -220,22 +221,8 @@ def _is_true(expr: cst.BaseExpression) -> bool:
 
 
 # -- names -------------------------------------------------------------------------------------
-class _VariableNames(cst.CSTVisitor):
+class _VariableNames(VariableNames):
     """Every ``Name`` used as a variable (not ``.attr`` or ``keyword=``)."""
-
-    def __init__(self) -> None:
-        self.names: list[cst.Name] = []
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.append(node)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:

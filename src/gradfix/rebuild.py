@@ -20,6 +20,7 @@ from gradfix.analysis import (
     VIEW_OPS,
     Binding,
     FileAnalysis,
+    VariableNames,
 )
 from gradfix.walk import walk
 
@@ -123,21 +124,10 @@ class SelfReads:
         return bool(names) and same and self.is_view(value, depth)
 
 
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: list[cst.Name] = []
-
+class _NameCollector(VariableNames):
     def visit_Name(self, node: cst.Name) -> None:
         if node.value != "None":
             self.names.append(node)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)
-        return False  # ``.attr`` is not a variable
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False  # nor is ``keyword=``
 
     def visit_Param(self, node: cst.Param) -> bool:
         return False
