@@ -169,3 +169,14 @@ def test_the_clean_index_depends_on_the_rules(
     reads.clear()
     invoke("check", "-j", "1", "--select", "GF201", "clean.py")
     assert reads == []
+
+
+def test_a_file_skipped_for_its_size_is_checked_once_the_limit_is_raised(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "clean.py").write_text(CLEAN, encoding="utf-8")
+    code, _, err = invoke("check", "-j", "1", "--config", "max-file-size=10", "clean.py")
+    assert "skipped" in err
+    reads = count_reads(monkeypatch)
+    code, _, err = invoke("check", "-j", "1", "clean.py")
+    assert reads == ["clean.py"] and "skipped" not in err and code == 0

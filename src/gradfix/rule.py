@@ -329,7 +329,7 @@ def _comments(node: cst.CSTNode) -> list[str]:
         def visit_Comment(self, comment: cst.Comment) -> None:
             found.append(comment.value)
 
-    node.visit(_Comments())
+    node.visit(_Comments())  # LibCST's own visit: gradfix.walk does not visit comments
     return found
 
 

@@ -262,7 +262,8 @@ def _remember(
     """List ``result``'s file as clean when there was nothing to report; the stat taken
     before reading makes a file changed meanwhile miss next time."""
     clean = (
-        result.error is None
+        result.skipped in (None, "generated")  # a size limit is an option, not the file's
+        and result.error is None
         and result.traceback is None
         and not result.findings
         and not result.dropped
