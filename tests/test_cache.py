@@ -143,9 +143,7 @@ def test_a_warm_run_does_not_read_files_known_clean(
     assert sorted(reads) == ["broken.py", "train.py"]
 
 
-def test_a_changed_clean_file_is_read_again(
-    project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_changed_clean_file_is_read_again(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean = project / "clean.py"
     clean.write_text(CLEAN, encoding="utf-8")
     invoke("check", "-j", "1", "clean.py")
