@@ -456,7 +456,15 @@ def test_rules_table() -> None:
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["CODE", "NAME", "FIX", "DEFAULT", "SUMMARY"]
     gf101 = next(row for row in rows if row.startswith("GF101"))
-    assert gf101.split()[:4] == ["GF101", "tensor-from-tensors", "safe", "enabled"]
+    assert gf101.split()[:5] == [
+        "GF101",
+        "tensor-from-tensors",
+        "sometimes",
+        "safe/unsafe",
+        "enabled",
+    ]
+    gf403 = next(row for row in rows if row.startswith("GF403"))
+    assert gf403.split()[:4] == ["GF403", "loss-accumulation", "safe/unsafe", "enabled"]
     assert "torch.stack" in gf101
 
 
@@ -467,9 +475,12 @@ def test_rules_json() -> None:
         "code": "GF101",
         "name": "tensor-from-tensors",
         "message": MESSAGE,
-        "safety": "safe",
+        "safety": "unsafe",
         "default_enabled": True,
         "summary": gf101["summary"],
+        "fix": "sometimes safe/unsafe",
+        "fix_availability": "sometimes",
+        "fix_safeties": ["safe", "unsafe"],
     }
     assert gf101["summary"].startswith("Finds `torch.tensor([...])`")
 
@@ -478,7 +489,10 @@ def test_rules_json() -> None:
 def test_explain(code: str) -> None:
     result = invoke("explain", code)
     assert result.exit_code == 0
-    assert result.stdout.startswith("# GF101 tensor-from-tensors\n\nFix safety: safe.")
+    assert result.stdout.startswith(
+        "# GF101 tensor-from-tensors\n\nFix: sometimes safe/unsafe. Some findings get a fix "
+        "(safe or unsafe, depending on the finding); the others are only reported."
+    )
     for section in ["What it does", "Why is this bad?", "Example", "Use instead", "Fix safety"]:
         assert f"\n## {section}\n" in result.stdout
 

@@ -46,6 +46,12 @@ def test_sarif_is_valid_against_the_sarif_2_1_0_schema(buggy: Path) -> None:
     assert (region["startLine"], region["startColumn"]) == (3, 1)
     rules = run["tool"]["driver"]["rules"]
     assert rules[results[1]["ruleIndex"]]["id"] == "GF101"
+    assert rules[results[1]["ruleIndex"]]["properties"] == {
+        "fixSafety": "unsafe",
+        "fix": "sometimes safe/unsafe",
+        "fixAvailability": "sometimes",
+        "fixSafeties": ["safe", "unsafe"],
+    }
 
 
 def test_sarif_of_a_clean_tree_is_valid_and_empty(tmp_path: Path) -> None:

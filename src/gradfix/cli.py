@@ -730,7 +730,9 @@ def rules(
         RulesFormat, typer.Option("--format", help="text: a table; json: an array.")
     ] = RulesFormat.text,
 ) -> None:
-    """List the rules: code, name, fix safety, default state and summary."""
+    """List the rules: code, name, fix (what it offers: safe, unsafe, safe/unsafe by
+    finding, `sometimes ...` when some findings are only reported, or none), default state
+    and summary."""
     from gradfix.registry import all_rules
 
     known = all_rules()
@@ -739,7 +741,7 @@ def rules(
         return
     rows = [("CODE", "NAME", "FIX", "DEFAULT", "SUMMARY")]
     rows += [
-        (rule.code, rule.name, rule.fix_safety.value, _default_state(rule), rule.summary())
+        (rule.code, rule.name, rule.fix_label(), _default_state(rule), rule.summary())
         for rule in known
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
@@ -749,13 +751,19 @@ def rules(
 
 
 def rule_to_dict(rule: type[Rule]) -> dict[str, object]:
+    """``safety`` (kept from before ``fix``) is ``unsafe`` when any fix may be unsafe and
+    None when the rule never fixes."""
+    riskiest = rule.riskiest_safety()
     return {
         "code": rule.code,
         "name": rule.name,
         "message": rule.message,
-        "safety": rule.fix_safety.value,
+        "safety": None if riskiest is None else riskiest.value,
         "default_enabled": rule.default_enabled,
         "summary": rule.summary(),
+        "fix": rule.fix_label(),
+        "fix_availability": rule.fix_availability.value,
+        "fix_safeties": [safety.value for safety in rule.offered_safeties()],
     }
 
 
@@ -773,7 +781,8 @@ def explain(
         raise typer.Exit(EXIT_ERROR) from None
     typer.echo(f"# {rule.code} {rule.name}\n")
     typer.echo(
-        f"Fix safety: {rule.fix_safety.value}. {_default_state(rule).capitalize()} by default.\n"
+        f"Fix: {rule.fix_label()}. {rule.fix_sentence()} "
+        f"{_default_state(rule).capitalize()} by default.\n"
     )
     typer.echo(rule.docs())
 

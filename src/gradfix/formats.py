@@ -77,6 +77,7 @@ def sarif_log(
 
 
 def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
+    riskiest = rule.riskiest_safety()
     return {
         "id": rule.code,
         "name": rule.name,
@@ -84,7 +85,12 @@ def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
         "fullDescription": {"text": rule.summary()},
         "help": {"text": rule.docs(), "markdown": rule.docs()},
         "defaultConfiguration": {"level": "warning", "enabled": rule.default_enabled},
-        "properties": {"fixSafety": rule.fix_safety.value},
+        "properties": {
+            "fixSafety": None if riskiest is None else riskiest.value,
+            "fix": rule.fix_label(),
+            "fixAvailability": rule.fix_availability.value,
+            "fixSafeties": [safety.value for safety in rule.offered_safeties()],
+        },
     }
 
 
