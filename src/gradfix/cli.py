@@ -416,7 +416,8 @@ def fix(
             "--interactive",
             "-i",
             help="Review the fixes one at a time (y apply, n skip, a apply all remaining, "
-            "q quit); the accepted ones are written at the end.",
+            "q quit); the accepted ones are written at the end. With --verify each verdict "
+            "is shown, and `a` applies only the fixes --verify would.",
         ),
     ] = False,
     select: SelectOption = None,
@@ -822,16 +823,16 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             typer.echo("")
         return answer
 
-    def verdict(path: str, before: str, after: str) -> str:
+    def verdict(path: str, before: str, after: str) -> tuple[str, str]:
         from gradfix.proof import prove_change
 
         status, reason, _ = prove_change(path, before, after, timeout=timeout or 60.0)
-        return f"Verdict: {status}: {reason}"
+        return status, reason
 
     reviewer = Reviewer(
         options.rules, options.unsafe_fixes, ask, typer.echo, verdict if timeout else None
     )
-    accepted = 0
+    accepted = refused = 0
     for result in sorted(run.files, key=lambda r: r.path):
         if result.error is not None or not result.changed or result.original is None:
             continue
@@ -839,7 +840,7 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             _error(f"{result.path}: note: notebooks are not reviewed interactively; skipped")
             continue
         review = reviewer.review(result.path, result.original)
-        accepted += review.accepted
+        accepted, refused = accepted + review.accepted, refused + review.refused
         result.fixed = review.current
         if review.changed:
             write_result(result)
@@ -849,6 +850,8 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             break
     written = sum(1 for r in run.files if r.written)
     answered = f"{accepted} accepted one by one" if not reviewer.apply_all else "all remaining"
+    if refused:
+        answered += f"; {refused} not applied (rejected or unverified)"
     _error(f"Wrote {_count(written, 'file')} ({answered}).")
     raise typer.Exit(EXIT_ERROR if run.errors else EXIT_CLEAN)
 
