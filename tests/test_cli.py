@@ -322,7 +322,28 @@ def test_fix_stdin_prints_the_fixed_source(project: Path) -> None:
     result = invoke("fix", *SELECT, "-", input=BUGGY.replace("\n", "\r\n").encode())
     assert result.exit_code == 0
     assert result.stdout_bytes == FIXED.replace("\n", "\r\n").encode()
-    assert result.stderr == "Fixed 1 finding in 1 file.\n"
+    assert result.stderr == ""  # an editor filter (vim's `:%!`) would put it in the buffer
+
+
+def test_fix_stdin_is_silent_with_remaining_findings_and_notes(project: Path) -> None:
+    result = invoke("fix", "--stdin-filename", "m.py", "-", input=NO_FIX)
+    assert (result.exit_code, result.stdout, result.stderr) == (1, NO_FIX, "")
+
+
+def test_quiet_prints_results_only(project: Path) -> None:
+    write(project, "m.py", BUGGY)
+    write(project, "big.py", "import torch\n" + "x = 1\n" * 100)
+    write(project, "bad.py", SYNTAX_ERROR)
+    settings = ["--config", "max-file-size=400"]
+    fixed = invoke("fix", *SELECT, *settings, "--quiet", "m.py", "big.py", "bad.py")
+    assert fixed.exit_code == 2
+    assert fixed.stdout.startswith("--- a/m.py\n+++ b/m.py\n")
+    assert fixed.stderr.splitlines() == ["bad.py: syntax error at line 2: '[' was never closed"]
+    checked = invoke("check", *SELECT, *settings, "-q", "--format", "concise", "m.py", "bad.py")
+    assert checked.stdout == f"m.py:5:5: GF101 {MESSAGE}\n"
+    assert checked.stderr.splitlines() == fixed.stderr.splitlines()
+    text = invoke("check", *SELECT, "-q", "m.py").stdout
+    assert text.startswith(f"m.py:5:5: GF101 {MESSAGE}\n") and "Found" not in text
 
 
 def test_fix_stdin_unchanged_and_remaining(project: Path) -> None:
@@ -335,6 +356,7 @@ def test_fix_stdin_with_a_syntax_error_echoes_the_input(project: Path) -> None:
     assert result.exit_code == 2
     assert result.stdout == SYNTAX_ERROR
     assert result.stderr.startswith("pkg/m.py: syntax error at line 2")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_check_stdin_uses_the_stdin_filename(project: Path) -> None:

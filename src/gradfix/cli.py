@@ -180,6 +180,14 @@ NoCacheOption = Annotated[
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors.")
 ]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print the results only: no summary, notes or warnings (errors still go to stderr).",
+    ),
+]
 
 
 def main() -> None:
@@ -273,6 +281,7 @@ def check(
     changed_since: ChangedSinceOption = None,
     report: ReportOption = None,
     no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Report autograd pitfalls, one `path:line:col: CODE message` line per finding.
@@ -296,8 +305,8 @@ def check(
     )
     run, _ = _run(paths, options, stdin_filename, jobs)
     if add_noqa:
-        _add_noqa(run)
-    _report_problems(run, verbose)
+        _add_noqa(run, quiet)
+    _report_problems(run, verbose, notes=not quiet)
     if report is not None:
         _write_report(report, run, {})
     findings = sorted(
@@ -328,7 +337,7 @@ def check(
             typer.echo(finding_line(path, finding))
             for line in frames.get((path, finding.line, finding.col, finding.code), []):
                 typer.echo(line)
-        if output_format is CheckFormat.text:
+        if output_format is CheckFormat.text and not quiet:
             typer.echo(check_summary([finding for _, finding in findings], len(run.errors)))
     if run.errors:
         raise typer.Exit(EXIT_ERROR)
@@ -350,7 +359,7 @@ def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, st
     return frames
 
 
-def _add_noqa(run: RunResult) -> None:
+def _add_noqa(run: RunResult, quiet: bool) -> None:
     from gradfix.noqa import add_noqa_to_file
 
     added = 0
@@ -360,7 +369,8 @@ def _add_noqa(run: RunResult) -> None:
                 added += add_noqa_to_file(result.path, result.findings)
             except OSError as error:
                 result.error = f"cannot add noqa comments: {error.strerror or error}"
-    _error(f"Added {_count(added, 'noqa comment')}.")
+    if not quiet:
+        _error(f"Added {_count(added, 'noqa comment')}.")
 
 
 def finding_line(path: str, finding: Finding) -> str:
@@ -428,6 +438,7 @@ def fix(
     changed_since: ChangedSinceOption = None,
     report: ReportOption = None,
     no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Show the fixes as a unified diff (patience algorithm); write them with --write.
@@ -436,7 +447,8 @@ def fix(
     headers, `git apply` / `patch -p1` apply it) and a summary to stderr. With --write
     the files are replaced atomically (encoding, newlines and mode kept), the findings
     left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
-    fixed and the whole fixed source goes to stdout. With --verify each fix is first
+    fixed and the whole fixed source goes to stdout, and nothing goes to stderr but an
+    error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With --verify each fix is first
     executed and judged (`gradfix verify`); its verdict line precedes the diff.
 
     \b
@@ -470,7 +482,10 @@ def fix(
         _report_problems(run, verbose)
         _interactive(run, options, timeout if verify else None)
     verdicts = _verify_run(run, options, timeout) if verify else {}
-    _report_problems(run, verbose)
+    # stdin is an editor's filter (vim's `:%!`): stdout is the buffer, and whatever goes
+    # to stderr may end up in it too, so only errors are reported
+    quiet = quiet or stdin_data is not None
+    _report_problems(run, verbose, notes=not quiet)
     if report is not None:
         _write_report(report, run, verdicts)
     if stdin_data is not None:
@@ -481,7 +496,8 @@ def fix(
     else:
         _emit_diffs(run, verdicts)
     applied = write or stdin_data is not None
-    _error(fix_summary(run, applied=applied, unsafe_fixes=unsafe_fixes))
+    if not quiet:
+        _error(fix_summary(run, applied=applied, unsafe_fixes=unsafe_fixes))
     raise typer.Exit(_fix_exit_code(run, applied=applied))
 
 
@@ -961,14 +977,15 @@ def _progress_bar() -> Iterator[Progress | None]:
         bar.stop()
 
 
-def _report_problems(run: RunResult, verbose: bool) -> None:
-    """One stderr line per warning, per file that failed and per dropped fix."""
-    for warning in run.warnings:
+def _report_problems(run: RunResult, verbose: bool, *, notes: bool = True) -> None:
+    """One stderr line per file that failed and, with ``notes``, per warning, dropped fix
+    and skipped file."""
+    for warning in run.warnings if notes else []:
         _error(f"warning: {warning}")
     for result in run.files:
-        for note in result.dropped:
+        for note in result.dropped if notes else []:
             _error(f"{result.path}: note: {note}")
-        if result.skipped is not None and result.skipped != "generated":
+        if notes and result.skipped is not None and result.skipped != "generated":
             _error(f"{result.path}: skipped: {result.skipped}")
         if result.error is None:
             continue
