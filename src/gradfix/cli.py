@@ -263,7 +263,12 @@ def check(
         ),
     ] = CheckFormat.text,
     statistics: Annotated[
-        bool, typer.Option("--statistics", help="Print the number of findings per rule.")
+        bool,
+        typer.Option(
+            "--statistics",
+            help="Print the number of findings per rule and the total ([*]: every finding "
+            "of the rule has a safe fix) instead of the findings.",
+        ),
     ] = False,
     add_noqa: Annotated[
         bool,
