@@ -94,6 +94,44 @@ def test_bad_configuration_is_one_clear_line(project: Path, content: str, messag
 
 
 @pytest.mark.parametrize(
+    ("content", "arguments", "origin"),
+    [
+        ('[tool.gradfix]\nignore = ["GF999"]\n', [], "pyproject.toml [tool.gradfix] ignore"),
+        ('[tool.gradfix]\nselect = ["GF999"]\n', [], "pyproject.toml [tool.gradfix] select"),
+        (
+            '[tool.gradfix]\nextend-select = ["GF999"]\n',
+            [],
+            "pyproject.toml [tool.gradfix] extend-select",
+        ),
+        (
+            '[tool.gradfix.per-file-ignores]\n"a.py" = ["GF999"]\n',
+            [],
+            "pyproject.toml [tool.gradfix] per-file-ignores 'a.py'",
+        ),
+        ("[tool.gradfix]\n", ["--config", "ignore=['GF999']"], "--config ignore=..."),
+        ("[tool.gradfix]\n", ["--ignore", "GF999"], "--ignore"),
+        ("[tool.gradfix]\n", ["--select", "GF999"], "--select"),
+    ],
+)
+def test_unknown_code_names_where_it_came_from(
+    project: Path, content: str, arguments: list[str], origin: str
+) -> None:
+    (project / "pyproject.toml").write_text(content, encoding="utf-8")
+    code, _, err = invoke("check", *arguments, ".")
+    assert code == 2
+    assert err == (
+        f"error: unknown rule code or prefix 'GF999' in {origin}"
+        " (run `gradfix rules` to list them)\n"
+    )
+
+
+def test_unknown_code_in_gradfix_toml_names_the_file(project: Path) -> None:
+    (project / "gradfix.toml").write_text('ignore = ["GF999"]\n', encoding="utf-8")
+    _, _, err = invoke("check", ".")
+    assert "'GF999' in gradfix.toml ignore (run" in err
+
+
+@pytest.mark.parametrize(
     ("override", "message"),
     [
         ("ignore", "expected KEY=VALUE"),

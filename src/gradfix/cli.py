@@ -453,8 +453,9 @@ def fix(
     the files are replaced atomically (encoding, newlines and mode kept), the findings
     left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
     fixed and the whole fixed source goes to stdout, and nothing goes to stderr but an
-    error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With --verify each fix is first
-    executed and judged (`gradfix verify`); its verdict line precedes the diff.
+    error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With
+    --verify each fix is first executed and judged (`gradfix verify`); its verdict line
+    precedes the diff.
 
     \b
     Exit status:
@@ -919,14 +920,9 @@ def _configure(
 
     try:
         settings = load_config(overrides=overrides or ())
-        where = settings.path or "--config"
         rules = resolve_rules(settings, select, ignore or ())
-    except ConfigError as error:
+    except (ConfigError, SelectionError) as error:  # each names where the value came from
         _error(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
-    except SelectionError as error:
-        origin = "" if select is not None or not settings.path else f" ({where})"
-        _error(f"error: {error}{origin}")
         raise typer.Exit(EXIT_ERROR) from None
     return rules, settings
 
