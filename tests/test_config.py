@@ -53,6 +53,23 @@ def test_pyproject_table_selects_ignores_and_excludes(project: Path) -> None:
     assert codes(out) == ["GF201@src/train.py"]
 
 
+@pytest.mark.parametrize("command", ["check", "fix"])
+def test_an_excluded_file_named_on_the_command_line_gets_a_note(
+    project: Path, command: str
+) -> None:
+    """`exclude` applies to files named on the command line too (pre-commit and editors
+    name every file), but not silently."""
+    (project / "pyproject.toml").write_text('[tool.gradfix]\nexclude = ["build"]\n')
+    code, out, err = invoke(command, "build/copy.py", "src/train.py")
+    assert code == 1 and "build/copy.py" not in out
+    assert err.splitlines()[0] == (
+        "build/copy.py: skipped: excluded by pyproject.toml [tool.gradfix] exclude"
+        ' (to check it anyway: --config "exclude=[]")'
+    )
+    code, _, err = invoke(command, "build")  # a directory: its files are not noted
+    assert code == 0 and "skipped" not in err
+
+
 def test_command_line_beats_the_file(project: Path) -> None:
     (project / "gradfix.toml").write_text('select = ["GF2"]\nexclude = ["build", "tests"]\n')
     _, out, _ = invoke("check", "--format", "concise", ".")

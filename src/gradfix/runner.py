@@ -145,6 +145,9 @@ def process_paths(
     skipped = _skipped(candidates, paths, options)
     for candidate in candidates:
         if candidate.path in skipped:
+            if candidate.path in paths and _is_excluded(candidate.path, options):
+                # named on the command line: say why it is not looked at
+                slots.append(FileResult(candidate.path, skipped=_excluded_note(options)))
             continue
         if candidate.warning is not None:
             run.warnings.append(f"{candidate.path}: {candidate.warning}")
@@ -170,8 +173,7 @@ def _skipped(
     walked = [c.path for c in candidates if c.path not in explicit]
     files = [c.path for c in candidates if c.error is None and c.warning is None]
     skipped = set()
-    if options.config is not None:
-        skipped |= {c.path for c in candidates if options.config.is_excluded(c.path)}
+    skipped |= {c.path for c in candidates if _is_excluded(c.path, options)}
     if options.respect_gitignore:
         from gradfix.gitfiles import ignored_paths
 
@@ -180,6 +182,17 @@ def _skipped(
         considered = {*walked, *files}
         skipped |= {path for path in considered if os.path.abspath(path) not in options.changed}
     return skipped
+
+
+def _is_excluded(path: str, options: RunOptions) -> bool:
+    return options.config is not None and options.config.is_excluded(path)
+
+
+def _excluded_note(options: RunOptions) -> str:
+    """Why a file named on the command line was not looked at (shown as a note)."""
+    assert options.config is not None
+    where = options.config.origin("exclude")
+    return f'excluded by {where} (to check it anyway: --config "exclude=[]")'
 
 
 def process_files(
