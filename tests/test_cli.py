@@ -554,3 +554,35 @@ def test_python_m_gradfix_without_torch_or_libcst_at_import(project: Path) -> No
         [sys.executable, "-m", "gradfix", "fix", "--write", "m.py"], capture_output=True, text=True
     )
     assert (module.returncode, module.stderr) == (0, "Fixed 1 finding in 1 file.\n")
+
+
+# --- help ----------------------------------------------------------------------------------
+
+
+def _help(command: str) -> str:
+    return " ".join(invoke(command, "--help").stdout.split())
+
+
+def test_check_help_is_true() -> None:
+    """check has no --verify, and its default format prints code frames and diffs."""
+    text = _help("check")
+    assert "--verify" not in text
+    assert "one line per finding and a summary" not in text
+    assert "one `path:line:col: CODE message` line per finding." not in text
+    assert "code frame" in text
+
+
+@pytest.mark.parametrize("command", ["check", "fix", "verify", "rules", "explain", "lsp"])
+def test_help_names_only_options_the_command_has(command: str) -> None:
+    import re
+
+    import typer.main
+
+    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    options = {"--help", *(name for param in click_command.params for name in param.opts)}
+    mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", _help(command)))
+    assert mentioned - options == set()
+
+
+def test_fix_help_states_the_interactive_exit_status() -> None:
+    assert "--interactive 0 whatever was accepted or declined" in _help("fix")

@@ -173,6 +173,16 @@ ReportOption = Annotated[
         show_default=False,
     ),
 ]
+CheckReportOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--report",
+        metavar="FILE",
+        help="Also write a report: every finding and its fix (diff), with totals by rule; "
+        ".json, .md or .html by the suffix.",
+        show_default=False,
+    ),
+]
 NoCacheOption = Annotated[
     bool,
     typer.Option("--no-cache", help="Do not read or write the result cache (.gradfix_cache)."),
@@ -257,9 +267,10 @@ def check(
         CheckFormat,
         typer.Option(
             "--format",
-            help="text: one line per finding and a summary; concise: the lines only; "
-            "json: an array of findings; sarif: a SARIF 2.1.0 log; github: GitHub Actions "
-            "workflow annotations.",
+            help="text: per finding a `path:line:col: CODE message` line, its code frame "
+            "and its fix's diff, then a summary; concise: one such line per finding and "
+            "nothing else; json: an array of findings; sarif: a SARIF 2.1.0 log; github: "
+            "GitHub Actions workflow annotations.",
         ),
     ] = CheckFormat.text,
     statistics: Annotated[
@@ -284,12 +295,13 @@ def check(
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
     changed_since: ChangedSinceOption = None,
-    report: ReportOption = None,
+    report: CheckReportOption = None,
     no_cache: NoCacheOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Report autograd pitfalls, one `path:line:col: CODE message` line per finding.
+    """Report autograd pitfalls: per finding a `path:line:col: CODE message` line with
+    its code frame and the diff of its fix (`--format concise`: the lines only).
 
     \b
     Exit status:
@@ -455,12 +467,13 @@ def fix(
     fixed and the whole fixed source goes to stdout, and nothing goes to stderr but an
     error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With
     --verify each fix is first executed and judged (`gradfix verify`); its verdict line
-    precedes the diff.
+    precedes the diff (with --write it goes to stderr).
 
     \b
     Exit status:
       without --write   0 nothing to change, 1 there is a diff
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
+      --interactive     0 whatever was accepted or declined
       always            2 a file could not be processed or written (the others
                         are still fixed), or a bad option
       Ctrl-C            130; every file is either completely fixed or untouched
@@ -540,6 +553,7 @@ def _verify_run(
     timeout: float,
     entry: str | None = None,
     command: CommandHarness | None = None,
+    jobs: int = 2,
 ) -> dict[str, list[FixVerdict]]:
     """``fix --verify``: judge every fix of every changed file, then keep (and with
     --write, write) only the accepted ones, once the accepted fixes together are proven.
@@ -560,7 +574,9 @@ def _verify_run(
             result.fixed, result.remaining = result.original, list(result.findings)
             continue
         try:
-            found = verify_fixes(result.path, result.original, rules=options.rules, **harness)
+            found = verify_fixes(
+                result.path, result.original, rules=options.rules, jobs=jobs, **harness
+            )
         except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
@@ -672,7 +688,7 @@ def verify(
 
         harness = CommandHarness(command, timeout=timeout, seed=seed)
     try:
-        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness)
+        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness, jobs=jobs)
     finally:
         if harness is not None:
             harness.close()
