@@ -402,6 +402,34 @@ class Crashes(Rule):
         raise RuntimeError("boom\nsecond line")
 
 
+class TwoSteps(Rule):
+    """## What it does\nRewrites `step1` to `step2`, then `step2` to `step3`: one finding,
+    fixed in two passes."""
+
+    code = "GF903"
+    name = "two-steps"
+    message = "a step to take"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Name(self, node: cst.Name) -> None:
+        following = {"step1": "step2", "step2": "step3"}.get(node.value)
+        if following is not None:
+            self.report(node, fix=self.replace(node, cst.Name(following), "Take a step"))
+
+
+def test_fix_summary_counts_findings_and_the_fixes_applied(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gradfix.registry, "all_rules", lambda: [TwoSteps])
+    write(project, "m.py", "import torch\nx = step1\n")
+    preview = invoke("fix", "m.py")
+    assert "+x = step3\n" in preview.stdout
+    assert preview.stderr == "Would fix 1 finding (2 fixes) in 1 file.\n"
+    written = invoke("fix", "--write", "m.py")
+    assert written.stderr == "Fixed 1 finding (2 fixes) in 1 file.\n"
+    assert (project / "m.py").read_text() == "import torch\nx = step3\n"
+
+
 @pytest.fixture
 def fake_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gradfix.registry, "all_rules", lambda: [BreaksSyntax, Crashes])

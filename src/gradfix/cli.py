@@ -521,15 +521,19 @@ def fix(
 
 
 def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) -> str:
-    """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write."""
+    """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write;
+    ``Fixed 1 finding (2 fixes) in 1 file.`` when more fixes were applied than findings
+    fixed (a later pass fixed what an earlier fix left, or a fix left a finding)."""
     fixed = sum(result.fixed_count for result in run.files)
+    fixes = sum(result.applied_count for result in run.files)
     remaining = sum(len(result.remaining) for result in run.files)
     files = sum(1 for result in run.files if result.changed)
+    counted = f" ({_count(fixes, 'fix')})" if fixes > fixed else ""
     if fixed:
         verb = "Fixed" if applied else "Would fix"
-        text = f"{verb} {_count(fixed, 'finding')} in {_count(files, 'file')}"
+        text = f"{verb} {_count(fixed, 'finding')}{counted} in {_count(files, 'file')}"
     elif files:  # the fixes changed the code without removing a finding
-        text = f"{'Changed' if applied else 'Would change'} {_count(files, 'file')}"
+        text = f"{'Changed' if applied else 'Would change'} {_count(files, 'file')}{counted}"
     else:
         text = "Nothing to fix" if not remaining else "No fixes available"
     if remaining:
@@ -713,8 +717,7 @@ def verify_summary(verdicts: Sequence[FixVerdict], errors: int = 0) -> str:
     for verdict in verdicts:
         counts[verdict.status] = counts.get(verdict.status, 0) + 1
     parts = ", ".join(f"{n} {status}" for status, n in counts.items())
-    fixes = f"{len(verdicts)} fix{'' if len(verdicts) == 1 else 'es'}"
-    return f"{fixes}: {parts}." + _errors_sentence(errors)
+    return f"{_count(len(verdicts), 'fix')}: {parts}." + _errors_sentence(errors)
 
 
 def _verify_baseline(
@@ -1028,7 +1031,8 @@ def _errors_sentence(errors: int) -> str:
 
 
 def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    plural = "es" if noun.endswith(("x", "s")) else "s"
+    return f"{number} {noun}{'' if number == 1 else plural}"
 
 
 def _first_line(error: BaseException) -> str:

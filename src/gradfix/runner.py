@@ -98,6 +98,10 @@ class FileResult:
     #: why the file was not looked at: ``generated`` (it says ``@generated``, skipped
     #: silently), or a one-line reason shown as a note (the file is too large)
     skipped: str | None = None
+    #: fixes applied to make ``fixed``, over all passes (one fix may resolve several
+    #: findings, or a later pass fix what an earlier fix left); None: not counted
+    #: (notebooks)
+    applied: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -107,6 +111,13 @@ class FileResult:
     def fixed_count(self) -> int:
         """Findings the fixes removed."""
         return max(0, len(self.findings) - len(self.remaining)) if self.changed else 0
+
+    @property
+    def applied_count(self) -> int:
+        """Fixes applied to the file (where they are not counted, its fixed findings)."""
+        if not self.changed:
+            return 0
+        return self.fixed_count if self.applied is None else self.applied
 
     def unsafe_remaining(self) -> list[Finding]:
         """Remaining findings that ``unsafe_fixes`` would fix."""
@@ -422,6 +433,7 @@ def process_text(
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
+    result.applied = lint.applied
     return result
 
 
@@ -472,6 +484,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             encoding=encoding,
             dropped=list(entry["dropped"]),
             error=entry["error"],
+            applied=entry.get("applied"),
         )
     result = process_text(text, path, options, encoding=encoding)
     if result.traceback is None:  # an internal error is not a property of the file
@@ -482,6 +495,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             "fixed": changed,
             "dropped": result.dropped,
             "error": result.error,
+            "applied": result.applied,
         }
         cache.put(key, entry)
     return result
@@ -526,6 +540,7 @@ def refix_selected(
     )
     result.fixed = lint.source
     result.remaining = sorted(lint.remaining)
+    result.applied = lint.applied
 
 
 def write_result(result: FileResult) -> None:
