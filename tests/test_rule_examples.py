@@ -98,3 +98,15 @@ def test_readme_rule_table_shows_what_each_rule_fixes() -> None:
         for cells in [[cell.strip() for cell in line.split("|")]]
     }
     assert rows == {rule.code: rule.fix_label() for rule in ALL_RULES}
+
+
+def test_readme_example_of_what_gradfix_can_see() -> None:
+    """README's "What gradfix can see": the helper alone has no finding; a call in the same
+    file with a tensor that requires grad makes its line 1 a GF101 finding."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("**What gradfix can see.**")[1]
+    example = section.split("```python\n")[1].split("```")[0]
+    helper = example.splitlines()[0] + "\n"
+    assert lint_source("import torch\n" + helper, rules=ALL_RULES).findings == []
+    findings = lint_source("import torch\n" + example, rules=ALL_RULES).findings
+    assert [(f.line - 1, f.code) for f in findings] == [(1, "GF101")]
