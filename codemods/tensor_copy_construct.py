@@ -163,7 +163,7 @@ class TensorCopyConstruct(Rule):
             """
             import torch
             w = torch.randn(3, requires_grad=True)
-            copy = torch.tensor(w, pin_memory=True)  # no fix: `pin_memory` has no twin
+            copy = torch.tensor(w, pin_memory=True)  # no fix: `clone` has no `pin_memory`
             """,
         ),
     ]

@@ -227,7 +227,7 @@ class TensorFromTensors(Rule):
             """
             import torch
             w = torch.randn(2, requires_grad=True)
-            pair = torch.tensor([w[0], w[1]], pin_memory=True)  # no fix: `pin_memory` has no twin
+            pair = torch.tensor([w[0], w[1]], pin_memory=True)  # no fix: `stack` lacks `pin_memory`
             """,
         ),
     ]
