@@ -15,7 +15,7 @@ from gradfix.analysis import (
     argument,
     is_false,
 )
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.walk import walk
 
 #: Backward entry points -> (position of ``retain_graph``, position of ``create_graph``).
@@ -82,6 +82,7 @@ class BackwardTwice(Rule):
     name = "backward-twice"
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     prefilter = ("backward", "grad")
 
     VALID = [

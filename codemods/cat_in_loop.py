@@ -8,7 +8,7 @@ import libcst as cst
 
 from gradfix.analysis import FACTORIES, Binding, FileAnalysis, normalized_code
 from gradfix.rebuild import names_in
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 
 #: The torch functions that join tensors along an existing dimension.
 CAT_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
@@ -91,6 +91,8 @@ class CatInLoop(Rule):
         "(O(n²)); collect the rows in a list and concatenate once after the loop"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("cat(", "concat")
 
     VALID = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import FACTORIES, VIEW_ATTRIBUTES, argument, is_true
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.walk import walk
 
 #: ``backward`` entry points -> position of ``create_graph`` (and of ``gradient``).
@@ -92,6 +92,7 @@ class CreateGraphBackward(Rule):
         "or reset `.grad = None` after use"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     prefilter = ("create_graph",)
 
     VALID = [

@@ -12,7 +12,7 @@ from gradfix.no_grad_block import (
     is_inplace_method,
     used_in_graph_before,
 )
-from gradfix.rule import Edit, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Valid
 from gradfix.walk import walk
 
 #: Attributes that hold a tensor on whatever object has them (``layer.weight``).
@@ -115,6 +115,8 @@ class DataMutation(NoGradBlockRule):
     name = "data-mutation"
     message = "`.data` bypasses autograd's version check; use `torch.no_grad()` or `.detach()`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     default_enabled = False
     prefilter = (".data",)
 
@@ -208,6 +210,19 @@ class DataMutation(NoGradBlockRule):
             w = torch.randn(3, requires_grad=True)
             w.data = w.data.to(torch.float64)
             """
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            w.data = w.data.clamp(-0.5, 0.5)
+            """,
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            with torch.no_grad():
+                w.copy_(w.clamp(-0.5, 0.5))
+            """,
         ),
     ]
 

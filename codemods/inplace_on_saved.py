@@ -29,7 +29,17 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
-from gradfix.rule import INDEX_ASSIGNMENT, Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.rule import (
+    INDEX_ASSIGNMENT,
+    Edit,
+    Fix,
+    FixAvailability,
+    FixSafety,
+    Invalid,
+    Rule,
+    RuleContext,
+    Valid,
+)
 from gradfix.walk import walk
 
 #: In-place methods whose out-of-place twin takes the same arguments (``h.mul_(2)`` ->
@@ -173,6 +183,8 @@ class InplaceOnSaved(Rule):
         "'modified by an inplace operation'"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT, "inplace")
 
     def __init__(self, context: RuleContext) -> None:
@@ -361,6 +373,22 @@ class InplaceOnSaved(Rule):
                 p.clamp_(min=1e-6)
             torch.log(p).sum().backward()
             """
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            h = torch.sigmoid(w)
+            h += w  # unsafe: `h = h + w` may change the dtype or shape of `h`
+            h.sum().backward()
+            """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            h = torch.sigmoid(w)
+            h = h + w  # unsafe: `h = h + w` may change the dtype or shape of `h`
+            h.sum().backward()
+            """,
         ),
     ]
 

@@ -60,6 +60,7 @@ class IntegerRequiresGrad(Rule):
     name = "integer-requires-grad"
     message = "Integer tensor cannot require gradients; use a floating point dtype"
     fix_safety = FixSafety.SAFE
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("requires_grad", "Parameter")
 
     VALID = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.no_grad_block import NoGradBlockRule, Site, inplace_target, used_in_graph_before
-from gradfix.rule import FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixSafety, Invalid, Valid
 
 
 class LeafInplace(NoGradBlockRule):
@@ -66,6 +66,7 @@ class LeafInplace(NoGradBlockRule):
     name = "leaf-inplace"
     message = "In-place operation on a leaf tensor that requires grad"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     prefilter = ("_(", "=", "[")
 
     VALID = [
@@ -197,6 +198,15 @@ class LeafInplace(NoGradBlockRule):
             with torch.no_grad():
                 for p in model.parameters():
                     p.uniform_(-0.1, 0.1)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            y = w * 2
+            w.zero_()  # no fix: `w` was used in the graph before
+            y.sum().backward()
             """,
         ),
     ]

@@ -14,7 +14,7 @@ from gradfix.analysis import (
     Scope,
     VariableNames,
 )
-from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.walk import walk
 
 #: Attributes whose read means the leaf itself: its gradient.
@@ -101,6 +101,7 @@ class LeafRebinding(Rule):
     name = "leaf-rebinding"
     message = "Rebinding a leaf's name to an op on it loses the leaf: its `.grad` stays `None`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     prefilter = ("requires_grad", "Parameter(")
 
     VALID = [

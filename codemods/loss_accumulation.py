@@ -66,6 +66,7 @@ class LossAccumulation(Rule):
     name = "loss-accumulation"
     message = "Accumulating a loss that requires grad keeps every iteration's graph alive"
     fix_safety = FixSafety.SAFE
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("+=", "append", "+")
 
     VALID = [
@@ -180,6 +181,34 @@ class LossAccumulation(Rule):
                 loss.backward()
                 losses.append(loss.detach())
             print(sum(losses) / len(losses))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.Linear(3, 1)
+
+
+            def train_epoch(batches):
+                total = 0
+                for x in batches:
+                    loss = model(x).pow(2).mean()
+                    loss.backward()
+                    total = total + loss  # unsafe: the caller may backpropagate through it
+                return total / len(batches)
+            """,
+            """
+            import torch
+            model = torch.nn.Linear(3, 1)
+
+
+            def train_epoch(batches):
+                total = 0
+                for x in batches:
+                    loss = model(x).pow(2).mean()
+                    loss.backward()
+                    total = total + loss.detach()  # unsafe: the caller may backpropagate through it
+                return total / len(batches)
             """,
         ),
     ]

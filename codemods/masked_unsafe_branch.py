@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import FileAnalysis
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, RuleContext, Valid
 from gradfix.unsafe_branch import (
     Mask,
     UnsafeUse,
@@ -88,6 +88,8 @@ class MaskedUnsafeBranch(Rule):
         "use `torch.where` with a guarded input"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("sqrt", "**", "log", "/", "reciprocal", "acos", "asin", "atanh", "pow", "div")
 
     VALID = [

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from gradfix.analysis import Binding
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, RuleContext, Valid
 from gradfix.walk import walk
 
 #: Calls that fill ``.grad`` of the tensors that retain it.
@@ -81,6 +81,7 @@ class NonleafGradRead(Rule):
     name = "nonleaf-grad-read"
     message = "`.grad` of a non-leaf tensor is `None` after backward(); call `.retain_grad()`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     prefilter = (".grad",)
 
     VALID = [

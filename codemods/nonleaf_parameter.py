@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import NON_TENSOR_METHODS, VIEW_ATTRIBUTES, VIEW_OPS, argument
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 
 #: Methods that move a tensor to a device or cast it: the values stay, so the fix keeps them.
 MOVES = frozenset({"to", "cuda", "double", "half", "bfloat16"})
@@ -100,6 +100,8 @@ class NonleafParameter(Rule):
     name = "nonleaf-parameter"
     message = "An op after creating a leaf makes the bound value a non-leaf: `.grad` stays `None`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("requires_grad", "Parameter(")
 
     VALID = [
@@ -182,6 +184,12 @@ class NonleafParameter(Rule):
                     super().__init__()
                     self.scale = nn.Parameter(torch.ones(n).double())
                     self.proj = nn.Parameter((torch.randn(n, n) / n).t())
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True).clamp(-1, 1)  # no fix: not a move or a scaling
             """,
         ),
     ]

@@ -24,7 +24,7 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 
 #: Longest line the rewrite writes on one line before wrapping (the usual 100 columns).
 MAX_LINE = 100
@@ -102,6 +102,8 @@ class RowLoopInplace(Rule):
         "that saves them for backward: backward fails with 'modified by an inplace operation'"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = (INDEX_ASSIGNMENT,)
 
     VALID = [

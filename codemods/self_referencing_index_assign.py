@@ -19,7 +19,7 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8
@@ -76,6 +76,8 @@ class SelfReferencingIndexAssign(Rule):
         "saves it for backward: backward fails with 'modified by an inplace operation'"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = (INDEX_ASSIGNMENT,)
 
     VALID = [

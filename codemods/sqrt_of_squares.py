@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from gradfix.analysis import argument
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (cst.Name, cst.Attribute, cst.Subscript)
@@ -57,6 +57,7 @@ class SqrtOfSquares(Rule):
     name = "sqrt-of-squares"
     message = "`sqrt` of a sum of squares has a `nan` gradient at 0; use `torch.linalg.vector_norm`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     default_enabled = True
     prefilter = ("sqrt", re.compile(r"\*\*[\s\\(]*[.\d]"))  # `** 0.5`, `**.5`, `** (0.5)`
 
@@ -144,6 +145,13 @@ class SqrtOfSquares(Rule):
             class Normalize(nn.Module):
                 def forward(self, x):
                     return x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            x = torch.randn(3, requires_grad=True)
+            norm = torch.sqrt((x ** 2).sum(dtype=torch.float64))  # no fix: `dtype` of the sum
             """,
         ),
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import argument, is_false, is_true
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.walk import walk
 
 #: Expressions that can take ``.detach()`` without parentheses.
@@ -56,6 +56,7 @@ class TensorCopyConstruct(Rule):
     name = "tensor-copy-construct"
     message = "`torch.tensor()` of a tensor; use `t.detach().clone()`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
     prefilter = ("tensor(",)
 
     VALID = [
@@ -156,6 +157,13 @@ class TensorCopyConstruct(Rule):
             import torch as th
             x = th.rand(2, 2)
             start = (x * 2).detach().clone().to(th.float64).requires_grad_(True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            copy = torch.tensor(w, pin_memory=True)  # no fix: `clone` has no `pin_memory`
             """,
         ),
     ]

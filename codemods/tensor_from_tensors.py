@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import argument, is_number_literal, is_true
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
 
 CONSTRUCTORS = frozenset(
     {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.as_tensor"}
@@ -65,6 +65,8 @@ class TensorFromTensors(Rule):
     name = "tensor-from-tensors"
     message = "`torch.tensor()` of tensors cuts the autograd graph; use `torch.stack()`"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("tensor", "Tensor")
 
     VALID = [
@@ -191,6 +193,41 @@ class TensorFromTensors(Rule):
             for i in range(3):
                 parts.append(w[i] ** 2)
             total = torch.stack(parts).sum()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+
+            def path_lengths(points):
+                lengths = []
+                for a, b in zip(points[:-1], points[1:]):
+                    lengths.append(torch.linalg.vector_norm(b - a))
+                return torch.tensor(lengths)  # unsafe: `torch.stack([])` raises on an empty list
+
+
+            path_lengths(torch.randn(5, 2, requires_grad=True))
+            """,
+            """
+            import torch
+
+
+            def path_lengths(points):
+                lengths = []
+                for a, b in zip(points[:-1], points[1:]):
+                    lengths.append(torch.linalg.vector_norm(b - a))
+                return torch.stack(lengths)  # unsafe: `torch.stack([])` raises on an empty list
+
+
+            path_lengths(torch.randn(5, 2, requires_grad=True))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(2, requires_grad=True)
+            pair = torch.tensor([w[0], w[1]], pin_memory=True)  # no fix: `stack` lacks `pin_memory`
             """,
         ),
     ]

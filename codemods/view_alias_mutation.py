@@ -14,7 +14,17 @@ from gradfix.inplace import (
     is_inplace_method,
     small_statement,
 )
-from gradfix.rule import INDEX_ASSIGNMENT, Edit, Fix, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.rule import (
+    INDEX_ASSIGNMENT,
+    Edit,
+    Fix,
+    FixAvailability,
+    FixSafety,
+    Invalid,
+    Rule,
+    RuleContext,
+    Valid,
+)
 
 #: Tensor methods whose result is a view sharing storage with the receiver. ``detach``
 #: is left out: ``t.detach()`` is how code asks for the storage on purpose.
@@ -94,6 +104,8 @@ class ViewAliasMutation(Rule):
     name = "view-alias-mutation"
     message = "A view of a leaf tensor that requires grad is changed in place"
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT)
 
     VALID = [

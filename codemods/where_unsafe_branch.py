@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import argument
-from gradfix.rule import Edit, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.unsafe_branch import (
     UnsafeUse,
     guard,
@@ -82,6 +82,8 @@ class WhereUnsafeBranch(Rule):
         "gradient); guard its input with an inner `torch.where`"
     )
     fix_safety = FixSafety.SAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     prefilter = ("where",)
 
     VALID = [
@@ -277,6 +279,42 @@ class WhereUnsafeBranch(Rule):
 
             root(torch.rand(4, requires_grad=True))
             """
+        ),
+        Invalid(
+            """
+            import torch
+
+
+            def root(d):
+                # unsafe: the fix evaluates `cut()` twice
+                return torch.where(
+                    d > cut(), torch.sqrt(d), 0
+                )
+
+
+            def cut():
+                return 0.1
+
+
+            root(torch.rand(4, requires_grad=True))
+            """,
+            """
+            import torch
+
+
+            def root(d):
+                # unsafe: the fix evaluates `cut()` twice
+                return torch.where(
+                    d > cut(), torch.sqrt(torch.where(d > cut(), d, torch.ones_like(d))), 0
+                )
+
+
+            def cut():
+                return 0.1
+
+
+            root(torch.rand(4, requires_grad=True))
+            """,
         ),
     ]
 

@@ -322,7 +322,28 @@ def test_fix_stdin_prints_the_fixed_source(project: Path) -> None:
     result = invoke("fix", *SELECT, "-", input=BUGGY.replace("\n", "\r\n").encode())
     assert result.exit_code == 0
     assert result.stdout_bytes == FIXED.replace("\n", "\r\n").encode()
-    assert result.stderr == "Fixed 1 finding in 1 file.\n"
+    assert result.stderr == ""  # an editor filter (vim's `:%!`) would put it in the buffer
+
+
+def test_fix_stdin_is_silent_with_remaining_findings_and_notes(project: Path) -> None:
+    result = invoke("fix", "--stdin-filename", "m.py", "-", input=NO_FIX)
+    assert (result.exit_code, result.stdout, result.stderr) == (1, NO_FIX, "")
+
+
+def test_quiet_prints_results_only(project: Path) -> None:
+    write(project, "m.py", BUGGY)
+    write(project, "big.py", "import torch\n" + "x = 1\n" * 100)
+    write(project, "bad.py", SYNTAX_ERROR)
+    settings = ["--config", "max-file-size=400"]
+    fixed = invoke("fix", *SELECT, *settings, "--quiet", "m.py", "big.py", "bad.py")
+    assert fixed.exit_code == 2
+    assert fixed.stdout.startswith("--- a/m.py\n+++ b/m.py\n")
+    assert fixed.stderr.splitlines() == ["bad.py: syntax error at line 2: '[' was never closed"]
+    checked = invoke("check", *SELECT, *settings, "-q", "--format", "concise", "m.py", "bad.py")
+    assert checked.stdout == f"m.py:5:5: GF101 {MESSAGE}\n"
+    assert checked.stderr.splitlines() == fixed.stderr.splitlines()
+    text = invoke("check", *SELECT, "-q", "m.py").stdout
+    assert text.startswith(f"m.py:5:5: GF101 {MESSAGE}\n") and "Found" not in text
 
 
 def test_fix_stdin_unchanged_and_remaining(project: Path) -> None:
@@ -335,6 +356,7 @@ def test_fix_stdin_with_a_syntax_error_echoes_the_input(project: Path) -> None:
     assert result.exit_code == 2
     assert result.stdout == SYNTAX_ERROR
     assert result.stderr.startswith("pkg/m.py: syntax error at line 2")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_check_stdin_uses_the_stdin_filename(project: Path) -> None:
@@ -378,6 +400,34 @@ class Crashes(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         raise RuntimeError("boom\nsecond line")
+
+
+class TwoSteps(Rule):
+    """## What it does\nRewrites `step1` to `step2`, then `step2` to `step3`: one finding,
+    fixed in two passes."""
+
+    code = "GF903"
+    name = "two-steps"
+    message = "a step to take"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Name(self, node: cst.Name) -> None:
+        following = {"step1": "step2", "step2": "step3"}.get(node.value)
+        if following is not None:
+            self.report(node, fix=self.replace(node, cst.Name(following), "Take a step"))
+
+
+def test_fix_summary_counts_findings_and_the_fixes_applied(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gradfix.registry, "all_rules", lambda: [TwoSteps])
+    write(project, "m.py", "import torch\nx = step1\n")
+    preview = invoke("fix", "m.py")
+    assert "+x = step3\n" in preview.stdout
+    assert preview.stderr == "Would fix 1 finding (2 fixes) in 1 file.\n"
+    written = invoke("fix", "--write", "m.py")
+    assert written.stderr == "Fixed 1 finding (2 fixes) in 1 file.\n"
+    assert (project / "m.py").read_text() == "import torch\nx = step3\n"
 
 
 @pytest.fixture
@@ -456,7 +506,15 @@ def test_rules_table() -> None:
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["CODE", "NAME", "FIX", "DEFAULT", "SUMMARY"]
     gf101 = next(row for row in rows if row.startswith("GF101"))
-    assert gf101.split()[:4] == ["GF101", "tensor-from-tensors", "safe", "enabled"]
+    assert gf101.split()[:5] == [
+        "GF101",
+        "tensor-from-tensors",
+        "sometimes",
+        "safe/unsafe",
+        "enabled",
+    ]
+    gf403 = next(row for row in rows if row.startswith("GF403"))
+    assert gf403.split()[:4] == ["GF403", "loss-accumulation", "safe/unsafe", "enabled"]
     assert "torch.stack" in gf101
 
 
@@ -467,9 +525,12 @@ def test_rules_json() -> None:
         "code": "GF101",
         "name": "tensor-from-tensors",
         "message": MESSAGE,
-        "safety": "safe",
+        "safety": "unsafe",
         "default_enabled": True,
         "summary": gf101["summary"],
+        "fix": "sometimes safe/unsafe",
+        "fix_availability": "sometimes",
+        "fix_safeties": ["safe", "unsafe"],
     }
     assert gf101["summary"].startswith("Finds `torch.tensor([...])`")
 
@@ -478,7 +539,10 @@ def test_rules_json() -> None:
 def test_explain(code: str) -> None:
     result = invoke("explain", code)
     assert result.exit_code == 0
-    assert result.stdout.startswith("# GF101 tensor-from-tensors\n\nFix safety: safe.")
+    assert result.stdout.startswith(
+        "# GF101 tensor-from-tensors\n\nFix: sometimes safe/unsafe. Some findings get a fix "
+        "(safe or unsafe, depending on the finding); the others are only reported."
+    )
     for section in ["What it does", "Why is this bad?", "Example", "Use instead", "Fix safety"]:
         assert f"\n## {section}\n" in result.stdout
 
@@ -518,3 +582,35 @@ def test_python_m_gradfix_without_torch_or_libcst_at_import(project: Path) -> No
         [sys.executable, "-m", "gradfix", "fix", "--write", "m.py"], capture_output=True, text=True
     )
     assert (module.returncode, module.stderr) == (0, "Fixed 1 finding in 1 file.\n")
+
+
+# --- help ----------------------------------------------------------------------------------
+
+
+def _help(command: str) -> str:
+    return " ".join(invoke(command, "--help").stdout.split())
+
+
+def test_check_help_is_true() -> None:
+    """check has no --verify, and its default format prints code frames and diffs."""
+    text = _help("check")
+    assert "--verify" not in text
+    assert "one line per finding and a summary" not in text
+    assert "one `path:line:col: CODE message` line per finding." not in text
+    assert "code frame" in text
+
+
+@pytest.mark.parametrize("command", ["check", "fix", "verify", "rules", "explain", "lsp"])
+def test_help_names_only_options_the_command_has(command: str) -> None:
+    import re
+
+    import typer.main
+
+    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    options = {"--help", *(name for param in click_command.params for name in param.opts)}
+    mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", _help(command)))
+    assert mentioned - options == set()
+
+
+def test_fix_help_states_the_interactive_exit_status() -> None:
+    assert "--interactive 0 whatever was accepted or declined" in _help("fix")

@@ -53,6 +53,23 @@ def test_pyproject_table_selects_ignores_and_excludes(project: Path) -> None:
     assert codes(out) == ["GF201@src/train.py"]
 
 
+@pytest.mark.parametrize("command", ["check", "fix"])
+def test_an_excluded_file_named_on_the_command_line_gets_a_note(
+    project: Path, command: str
+) -> None:
+    """`exclude` applies to files named on the command line too (pre-commit and editors
+    name every file), but not silently."""
+    (project / "pyproject.toml").write_text('[tool.gradfix]\nexclude = ["build"]\n')
+    code, out, err = invoke(command, "build/copy.py", "src/train.py")
+    assert code == 1 and "build/copy.py" not in out
+    assert err.splitlines()[0] == (
+        "build/copy.py: skipped: excluded by pyproject.toml [tool.gradfix] exclude"
+        ' (to check it anyway: --config "exclude=[]")'
+    )
+    code, _, err = invoke(command, "build")  # a directory: its files are not noted
+    assert code == 0 and "skipped" not in err
+
+
 def test_command_line_beats_the_file(project: Path) -> None:
     (project / "gradfix.toml").write_text('select = ["GF2"]\nexclude = ["build", "tests"]\n')
     _, out, _ = invoke("check", "--format", "concise", ".")
@@ -91,6 +108,44 @@ def test_bad_configuration_is_one_clear_line(project: Path, content: str, messag
     assert code == 2 and out == ""
     assert message in err and err.count("\n") == 1, err
     assert "pyproject.toml" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "arguments", "origin"),
+    [
+        ('[tool.gradfix]\nignore = ["GF999"]\n', [], "pyproject.toml [tool.gradfix] ignore"),
+        ('[tool.gradfix]\nselect = ["GF999"]\n', [], "pyproject.toml [tool.gradfix] select"),
+        (
+            '[tool.gradfix]\nextend-select = ["GF999"]\n',
+            [],
+            "pyproject.toml [tool.gradfix] extend-select",
+        ),
+        (
+            '[tool.gradfix.per-file-ignores]\n"a.py" = ["GF999"]\n',
+            [],
+            "pyproject.toml [tool.gradfix] per-file-ignores 'a.py'",
+        ),
+        ("[tool.gradfix]\n", ["--config", "ignore=['GF999']"], "--config ignore=..."),
+        ("[tool.gradfix]\n", ["--ignore", "GF999"], "--ignore"),
+        ("[tool.gradfix]\n", ["--select", "GF999"], "--select"),
+    ],
+)
+def test_unknown_code_names_where_it_came_from(
+    project: Path, content: str, arguments: list[str], origin: str
+) -> None:
+    (project / "pyproject.toml").write_text(content, encoding="utf-8")
+    code, _, err = invoke("check", *arguments, ".")
+    assert code == 2
+    assert err == (
+        f"error: unknown rule code or prefix 'GF999' in {origin}"
+        " (run `gradfix rules` to list them)\n"
+    )
+
+
+def test_unknown_code_in_gradfix_toml_names_the_file(project: Path) -> None:
+    (project / "gradfix.toml").write_text('ignore = ["GF999"]\n', encoding="utf-8")
+    _, _, err = invoke("check", ".")
+    assert "'GF999' in gradfix.toml ignore (run" in err
 
 
 @pytest.mark.parametrize(

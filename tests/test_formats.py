@@ -46,6 +46,12 @@ def test_sarif_is_valid_against_the_sarif_2_1_0_schema(buggy: Path) -> None:
     assert (region["startLine"], region["startColumn"]) == (3, 1)
     rules = run["tool"]["driver"]["rules"]
     assert rules[results[1]["ruleIndex"]]["id"] == "GF101"
+    assert rules[results[1]["ruleIndex"]]["properties"] == {
+        "fixSafety": "unsafe",
+        "fix": "sometimes safe/unsafe",
+        "fixAvailability": "sometimes",
+        "fixSafeties": ["safe", "unsafe"],
+    }
 
 
 def test_sarif_of_a_clean_tree_is_valid_and_empty(tmp_path: Path) -> None:
@@ -70,7 +76,28 @@ def test_github_annotations(buggy: Path) -> None:
 def test_statistics(buggy: Path) -> None:
     code, out, _ = invoke("check", "--statistics", str(buggy))
     assert code == 1
-    assert out.splitlines() == ["1  GF101  [*] tensor-from-tensors", "1  GF201  [*] leaf-inplace"]
+    assert out.splitlines() == [
+        "1  GF101  [*] tensor-from-tensors",
+        "1  GF201  [*] leaf-inplace",
+        "2         total",
+        "[*] every finding of the rule has a safe fix: `gradfix fix --write` fixes them",
+    ]
+
+
+def test_statistics_without_findings_says_so(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("import torch\nx = torch.ones(2)\n", encoding="utf-8")
+    code, out, _ = invoke("check", "--statistics", str(tmp_path))
+    assert (code, out) == (0, "No findings.\n")
+
+
+def test_statistics_total_is_aligned_with_the_counts(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(BUGGY * 9, encoding="utf-8")
+    _, out, _ = invoke("check", "--statistics", str(tmp_path))
+    assert out.splitlines()[:3] == [
+        " 9  GF101  [*] tensor-from-tensors",
+        " 9  GF201  [*] leaf-inplace",
+        "18         total",
+    ]
 
 
 def test_add_noqa_makes_the_tree_check_clean(buggy: Path) -> None:

@@ -40,7 +40,7 @@ def test_yes_no_and_quit(tmp_path: Path) -> None:
     assert " with torch.no_grad():\n     w.normal_()\n" in second
 
 
-def test_default_is_no_and_end_of_input_skips(tmp_path: Path) -> None:
+def test_enter_is_no(tmp_path: Path) -> None:
     code, _, (a, b) = review(tmp_path, "\n\n")
     assert code == 0 and a == SOURCE and b == SOURCE
 
@@ -62,3 +62,51 @@ def test_verdict_is_shown_with_verify(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["fix", "-i", "--verify", str(tmp_path)], input="y\n")
     assert "Verdict: verified:" in result.stdout
     assert NORMAL in (tmp_path / "a.py").read_text(encoding="utf-8")
+
+
+def test_unknown_answer_asks_again(tmp_path: Path) -> None:
+    code, out, (a, b) = review(tmp_path, "Yes\nnope\nx\nno\nq\n")
+    assert out.count("Please answer y (apply), n (skip), a (all remaining) or q (quit)") == 2
+    assert out.count("Apply this fix?") == 5  # "nope" and "x" are asked again
+    assert NORMAL in a and "\nw.zero_()\n" in a  # yes, then no to the second fix
+    assert b == SOURCE
+
+
+def test_end_of_input_quits(tmp_path: Path) -> None:
+    code, out, (a, b) = review(tmp_path, "y\n")
+    assert code == 0
+    assert NORMAL in a and "\nw.zero_()\n" in a and b == SOURCE
+    assert out.count("Apply this fix?") == 2  # nothing asked after the end of the input
+
+
+#: two fixes: GF201 (wrap in no_grad) and GF101 (torch.stack)
+TWO_FIXES = """import torch
+w = torch.randn(3, requires_grad=True)
+w.normal_()
+a = torch.tensor([w[0], w[1]])
+(a * w[:2]).sum().backward()
+"""
+
+
+def test_all_remaining_still_verifies_each_fix(tmp_path: Path, monkeypatch) -> None:
+    """With --verify, `a` applies only the fixes the verifier accepts, and shows every
+    verdict; a rejected one is never applied (the oracle is replaced by one that rejects
+    the `torch.stack` fix: the real one verifies both)."""
+    pytest.importorskip("torch")
+    from gradfix import proof
+
+    def prove_change(path: str, before: str, after: str, **_: object) -> tuple[str, str, dict]:
+        if "torch.stack" in after and "torch.stack" not in before:
+            return "rejected", "a forward result changed", {}
+        return "verified", "forward results and gradients match", {}
+
+    monkeypatch.setattr(proof, "prove_change", prove_change)
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(TWO_FIXES, encoding="utf-8")
+    result = CliRunner().invoke(app, ["fix", "-i", "--verify", str(tmp_path)], input="a\n")
+    for name in ("a.py", "b.py"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert NORMAL in text and "torch.tensor([w[0], w[1]])" in text, name
+    assert result.stdout.count("Verdict: rejected: a forward result changed") == 2
+    assert result.stdout.count("Verdict: verified:") == 2
+    assert "2 not applied (rejected or unverified)" in result.stderr

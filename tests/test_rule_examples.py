@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from gradfix.codemods import ALL_RULES
 from gradfix.engine import lint_source
-from gradfix.rule import Rule
+from gradfix.rule import FixAvailability, Rule
 
 
 def _dedent(code: str) -> str:
@@ -62,3 +63,50 @@ def test_rule_metadata_is_complete(rule: type[Rule]) -> None:
 def test_codes_and_names_are_unique() -> None:
     assert len({r.code for r in ALL_RULES}) == len(ALL_RULES)
     assert len({r.name for r in ALL_RULES}) == len(ALL_RULES)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_fix_declaration_matches_invalid_examples(rule: type[Rule]) -> None:
+    """A rule's declared fix availability and safeties are what its INVALID examples
+    produce: "always" fixes every finding, "never" none, "sometimes" some; and the
+    examples show every declared safety and no other."""
+    findings = [
+        finding
+        for example in rule.INVALID
+        for finding in lint_source(_dedent(example.code), rules=[rule]).findings
+        if finding.code == rule.code
+    ]
+    fixed = [finding for finding in findings if finding.fix is not None]
+    if len(fixed) == len(findings):
+        seen = FixAvailability.ALWAYS
+    else:
+        seen = FixAvailability.SOMETIMES if fixed else FixAvailability.NEVER
+    assert rule.fix_availability is seen
+    safeties = {finding.fix.safety for finding in fixed if finding.fix is not None}
+    assert safeties == {safety.value for safety in rule.offered_safeties()}
+    if rule.fix_availability is not FixAvailability.NEVER:
+        assert rule.fix_safety in rule.offered_safeties()  # what `Rule.fix` builds by default
+
+
+def test_readme_rule_table_shows_what_each_rule_fixes() -> None:
+    """The Fix column of README's rule table is `gradfix rules`' FIX column."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = {
+        cells[1]: cells[3]
+        for line in readme.splitlines()
+        if line.startswith("| GF")
+        for cells in [[cell.strip() for cell in line.split("|")]]
+    }
+    assert rows == {rule.code: rule.fix_label() for rule in ALL_RULES}
+
+
+def test_readme_example_of_what_gradfix_can_see() -> None:
+    """README's "What gradfix can see": the helper alone has no finding; a call in the same
+    file with a tensor that requires grad makes its line 1 a GF101 finding."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("**What gradfix can see.**")[1]
+    example = section.split("```python\n")[1].split("```")[0]
+    helper = example.splitlines()[0] + "\n"
+    assert lint_source("import torch\n" + helper, rules=ALL_RULES).findings == []
+    findings = lint_source("import torch\n" + example, rules=ALL_RULES).findings
+    assert [(f.line - 1, f.code) for f in findings] == [(1, "GF101")]

@@ -381,3 +381,22 @@ def test_fixes_that_only_work_together_are_verified_together() -> None:
         assert record["verdict"] == "verified"
         assert record["reason"].startswith("verified together with the file's other fixes")
         assert record["evidence"]["proven"] == "with the file's other fixes"
+
+
+def test_jobs_is_the_number_of_fixes_verified_at_once(tmp_path: Path, monkeypatch) -> None:
+    """`verify --jobs` (its help: "Fixes verified at the same time") reaches the verifier."""
+    from gradfix import proof
+
+    seen: list[int] = []
+
+    def verify_fixes(path: str, source: str, **options: object) -> list:
+        seen.append(options["jobs"])  # type: ignore[arg-type]
+        return []
+
+    monkeypatch.setattr(proof, "verify_fixes", verify_fixes)
+    (tmp_path / "a.py").write_text(
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw.normal_()\n", encoding="utf-8"
+    )
+    invoke("verify", "-j", "1", str(tmp_path))
+    invoke("verify", str(tmp_path))
+    assert seen == [1, 2]

@@ -173,12 +173,30 @@ ReportOption = Annotated[
         show_default=False,
     ),
 ]
+CheckReportOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--report",
+        metavar="FILE",
+        help="Also write a report: every finding and its fix (diff), with totals by rule; "
+        ".json, .md or .html by the suffix.",
+        show_default=False,
+    ),
+]
 NoCacheOption = Annotated[
     bool,
     typer.Option("--no-cache", help="Do not read or write the result cache (.gradfix_cache)."),
 ]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show tracebacks of internal errors.")
+]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print the results only: no summary, notes or warnings (errors still go to stderr).",
+    ),
 ]
 
 
@@ -249,13 +267,19 @@ def check(
         CheckFormat,
         typer.Option(
             "--format",
-            help="text: one line per finding and a summary; concise: the lines only; "
-            "json: an array of findings; sarif: a SARIF 2.1.0 log; github: GitHub Actions "
-            "workflow annotations.",
+            help="text: per finding a `path:line:col: CODE message` line, its code frame "
+            "and its fix's diff, then a summary; concise: one such line per finding and "
+            "nothing else; json: an array of findings; sarif: a SARIF 2.1.0 log; github: "
+            "GitHub Actions workflow annotations.",
         ),
     ] = CheckFormat.text,
     statistics: Annotated[
-        bool, typer.Option("--statistics", help="Print the number of findings per rule.")
+        bool,
+        typer.Option(
+            "--statistics",
+            help="Print the number of findings per rule and the total ([*]: every finding "
+            "of the rule has a safe fix) instead of the findings.",
+        ),
     ] = False,
     add_noqa: Annotated[
         bool,
@@ -271,11 +295,13 @@ def check(
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
     changed_since: ChangedSinceOption = None,
-    report: ReportOption = None,
+    report: CheckReportOption = None,
     no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Report autograd pitfalls, one `path:line:col: CODE message` line per finding.
+    """Report autograd pitfalls: per finding a `path:line:col: CODE message` line with
+    its code frame and the diff of its fix (`--format concise`: the lines only).
 
     \b
     Exit status:
@@ -296,8 +322,8 @@ def check(
     )
     run, _ = _run(paths, options, stdin_filename, jobs)
     if add_noqa:
-        _add_noqa(run)
-    _report_problems(run, verbose)
+        _add_noqa(run, quiet)
+    _report_problems(run, verbose, notes=not quiet)
     if report is not None:
         _write_report(report, run, {})
     findings = sorted(
@@ -328,7 +354,7 @@ def check(
             typer.echo(finding_line(path, finding))
             for line in frames.get((path, finding.line, finding.col, finding.code), []):
                 typer.echo(line)
-        if output_format is CheckFormat.text:
+        if output_format is CheckFormat.text and not quiet:
             typer.echo(check_summary([finding for _, finding in findings], len(run.errors)))
     if run.errors:
         raise typer.Exit(EXIT_ERROR)
@@ -350,7 +376,7 @@ def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, st
     return frames
 
 
-def _add_noqa(run: RunResult) -> None:
+def _add_noqa(run: RunResult, quiet: bool) -> None:
     from gradfix.noqa import add_noqa_to_file
 
     added = 0
@@ -360,7 +386,8 @@ def _add_noqa(run: RunResult) -> None:
                 added += add_noqa_to_file(result.path, result.findings)
             except OSError as error:
                 result.error = f"cannot add noqa comments: {error.strerror or error}"
-    _error(f"Added {_count(added, 'noqa comment')}.")
+    if not quiet:
+        _error(f"Added {_count(added, 'noqa comment')}.")
 
 
 def finding_line(path: str, finding: Finding) -> str:
@@ -416,7 +443,8 @@ def fix(
             "--interactive",
             "-i",
             help="Review the fixes one at a time (y apply, n skip, a apply all remaining, "
-            "q quit); the accepted ones are written at the end.",
+            "q quit); the accepted ones are written at the end. With --verify each verdict "
+            "is shown, and `a` applies only the fixes --verify would.",
         ),
     ] = False,
     select: SelectOption = None,
@@ -427,6 +455,7 @@ def fix(
     changed_since: ChangedSinceOption = None,
     report: ReportOption = None,
     no_cache: NoCacheOption = False,
+    quiet: QuietOption = False,
     verbose: VerboseOption = False,
 ) -> None:
     """Show the fixes as a unified diff (patience algorithm); write them with --write.
@@ -435,13 +464,16 @@ def fix(
     headers, `git apply` / `patch -p1` apply it) and a summary to stderr. With --write
     the files are replaced atomically (encoding, newlines and mode kept), the findings
     left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
-    fixed and the whole fixed source goes to stdout. With --verify each fix is first
-    executed and judged (`gradfix verify`); its verdict line precedes the diff.
+    fixed and the whole fixed source goes to stdout, and nothing goes to stderr but an
+    error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With
+    --verify each fix is first executed and judged (`gradfix verify`); its verdict line
+    precedes the diff (with --write it goes to stderr).
 
     \b
     Exit status:
       without --write   0 nothing to change, 1 there is a diff
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
+      --interactive     0 whatever was accepted or declined
       always            2 a file could not be processed or written (the others
                         are still fixed), or a bad option
       Ctrl-C            130; every file is either completely fixed or untouched
@@ -469,7 +501,10 @@ def fix(
         _report_problems(run, verbose)
         _interactive(run, options, timeout if verify else None)
     verdicts = _verify_run(run, options, timeout) if verify else {}
-    _report_problems(run, verbose)
+    # stdin is an editor's filter (vim's `:%!`): stdout is the buffer, and whatever goes
+    # to stderr may end up in it too, so only errors are reported
+    quiet = quiet or stdin_data is not None
+    _report_problems(run, verbose, notes=not quiet)
     if report is not None:
         _write_report(report, run, verdicts)
     if stdin_data is not None:
@@ -480,20 +515,25 @@ def fix(
     else:
         _emit_diffs(run, verdicts)
     applied = write or stdin_data is not None
-    _error(fix_summary(run, applied=applied, unsafe_fixes=unsafe_fixes))
+    if not quiet:
+        _error(fix_summary(run, applied=applied, unsafe_fixes=unsafe_fixes))
     raise typer.Exit(_fix_exit_code(run, applied=applied))
 
 
 def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) -> str:
-    """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write."""
+    """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write;
+    ``Fixed 1 finding (2 fixes) in 1 file.`` when more fixes were applied than findings
+    fixed (a later pass fixed what an earlier fix left, or a fix left a finding)."""
     fixed = sum(result.fixed_count for result in run.files)
+    fixes = sum(result.applied_count for result in run.files)
     remaining = sum(len(result.remaining) for result in run.files)
     files = sum(1 for result in run.files if result.changed)
+    counted = f" ({_count(fixes, 'fix')})" if fixes > fixed else ""
     if fixed:
         verb = "Fixed" if applied else "Would fix"
-        text = f"{verb} {_count(fixed, 'finding')} in {_count(files, 'file')}"
+        text = f"{verb} {_count(fixed, 'finding')}{counted} in {_count(files, 'file')}"
     elif files:  # the fixes changed the code without removing a finding
-        text = f"{'Changed' if applied else 'Would change'} {_count(files, 'file')}"
+        text = f"{'Changed' if applied else 'Would change'} {_count(files, 'file')}{counted}"
     else:
         text = "Nothing to fix" if not remaining else "No fixes available"
     if remaining:
@@ -517,6 +557,7 @@ def _verify_run(
     timeout: float,
     entry: str | None = None,
     command: CommandHarness | None = None,
+    jobs: int = 2,
 ) -> dict[str, list[FixVerdict]]:
     """``fix --verify``: judge every fix of every changed file, then keep (and with
     --write, write) only the accepted ones, once the accepted fixes together are proven.
@@ -537,7 +578,9 @@ def _verify_run(
             result.fixed, result.remaining = result.original, list(result.findings)
             continue
         try:
-            found = verify_fixes(result.path, result.original, rules=options.rules, **harness)
+            found = verify_fixes(
+                result.path, result.original, rules=options.rules, jobs=jobs, **harness
+            )
         except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
@@ -649,7 +692,7 @@ def verify(
 
         harness = CommandHarness(command, timeout=timeout, seed=seed)
     try:
-        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness)
+        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness, jobs=jobs)
     finally:
         if harness is not None:
             harness.close()
@@ -674,8 +717,7 @@ def verify_summary(verdicts: Sequence[FixVerdict], errors: int = 0) -> str:
     for verdict in verdicts:
         counts[verdict.status] = counts.get(verdict.status, 0) + 1
     parts = ", ".join(f"{n} {status}" for status, n in counts.items())
-    fixes = f"{len(verdicts)} fix{'' if len(verdicts) == 1 else 'es'}"
-    return f"{fixes}: {parts}." + _errors_sentence(errors)
+    return f"{_count(len(verdicts), 'fix')}: {parts}." + _errors_sentence(errors)
 
 
 def _verify_baseline(
@@ -730,7 +772,9 @@ def rules(
         RulesFormat, typer.Option("--format", help="text: a table; json: an array.")
     ] = RulesFormat.text,
 ) -> None:
-    """List the rules: code, name, fix safety, default state and summary."""
+    """List the rules: code, name, fix (what it offers: safe, unsafe, safe/unsafe by
+    finding, `sometimes ...` when some findings are only reported, or none), default state
+    and summary."""
     from gradfix.registry import all_rules
 
     known = all_rules()
@@ -739,7 +783,7 @@ def rules(
         return
     rows = [("CODE", "NAME", "FIX", "DEFAULT", "SUMMARY")]
     rows += [
-        (rule.code, rule.name, rule.fix_safety.value, _default_state(rule), rule.summary())
+        (rule.code, rule.name, rule.fix_label(), _default_state(rule), rule.summary())
         for rule in known
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
@@ -749,13 +793,19 @@ def rules(
 
 
 def rule_to_dict(rule: type[Rule]) -> dict[str, object]:
+    """``safety`` (kept from before ``fix``) is ``unsafe`` when any fix may be unsafe and
+    None when the rule never fixes."""
+    riskiest = rule.riskiest_safety()
     return {
         "code": rule.code,
         "name": rule.name,
         "message": rule.message,
-        "safety": rule.fix_safety.value,
+        "safety": None if riskiest is None else riskiest.value,
         "default_enabled": rule.default_enabled,
         "summary": rule.summary(),
+        "fix": rule.fix_label(),
+        "fix_availability": rule.fix_availability.value,
+        "fix_safeties": [safety.value for safety in rule.offered_safeties()],
     }
 
 
@@ -773,7 +823,8 @@ def explain(
         raise typer.Exit(EXIT_ERROR) from None
     typer.echo(f"# {rule.code} {rule.name}\n")
     typer.echo(
-        f"Fix safety: {rule.fix_safety.value}. {_default_state(rule).capitalize()} by default.\n"
+        f"Fix: {rule.fix_label()}. {rule.fix_sentence()} "
+        f"{_default_state(rule).capitalize()} by default.\n"
     )
     typer.echo(rule.docs())
 
@@ -813,16 +864,16 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             typer.echo("")
         return answer
 
-    def verdict(path: str, before: str, after: str) -> str:
+    def verdict(path: str, before: str, after: str) -> tuple[str, str]:
         from gradfix.proof import prove_change
 
         status, reason, _ = prove_change(path, before, after, timeout=timeout or 60.0)
-        return f"Verdict: {status}: {reason}"
+        return status, reason
 
     reviewer = Reviewer(
         options.rules, options.unsafe_fixes, ask, typer.echo, verdict if timeout else None
     )
-    accepted = 0
+    accepted = refused = 0
     for result in sorted(run.files, key=lambda r: r.path):
         if result.error is not None or not result.changed or result.original is None:
             continue
@@ -830,7 +881,7 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             _error(f"{result.path}: note: notebooks are not reviewed interactively; skipped")
             continue
         review = reviewer.review(result.path, result.original)
-        accepted += review.accepted
+        accepted, refused = accepted + review.accepted, refused + review.refused
         result.fixed = review.current
         if review.changed:
             write_result(result)
@@ -840,6 +891,8 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             break
     written = sum(1 for r in run.files if r.written)
     answered = f"{accepted} accepted one by one" if not reviewer.apply_all else "all remaining"
+    if refused:
+        answered += f"; {refused} not applied (rejected or unverified)"
     _error(f"Wrote {_count(written, 'file')} ({answered}).")
     raise typer.Exit(EXIT_ERROR if run.errors else EXIT_CLEAN)
 
@@ -886,14 +939,9 @@ def _configure(
 
     try:
         settings = load_config(overrides=overrides or ())
-        where = settings.path or "--config"
         rules = resolve_rules(settings, select, ignore or ())
-    except ConfigError as error:
+    except (ConfigError, SelectionError) as error:  # each names where the value came from
         _error(f"error: {error}")
-        raise typer.Exit(EXIT_ERROR) from None
-    except SelectionError as error:
-        origin = "" if select is not None or not settings.path else f" ({where})"
-        _error(f"error: {error}{origin}")
         raise typer.Exit(EXIT_ERROR) from None
     return rules, settings
 
@@ -949,14 +997,15 @@ def _progress_bar() -> Iterator[Progress | None]:
         bar.stop()
 
 
-def _report_problems(run: RunResult, verbose: bool) -> None:
-    """One stderr line per warning, per file that failed and per dropped fix."""
-    for warning in run.warnings:
+def _report_problems(run: RunResult, verbose: bool, *, notes: bool = True) -> None:
+    """One stderr line per file that failed and, with ``notes``, per warning, dropped fix
+    and skipped file."""
+    for warning in run.warnings if notes else []:
         _error(f"warning: {warning}")
     for result in run.files:
-        for note in result.dropped:
+        for note in result.dropped if notes else []:
             _error(f"{result.path}: note: {note}")
-        if result.skipped is not None and result.skipped != "generated":
+        if notes and result.skipped is not None and result.skipped != "generated":
             _error(f"{result.path}: skipped: {result.skipped}")
         if result.error is None:
             continue
@@ -982,7 +1031,8 @@ def _errors_sentence(errors: int) -> str:
 
 
 def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    plural = "es" if noun.endswith(("x", "s")) else "s"
+    return f"{number} {noun}{'' if number == 1 else plural}"
 
 
 def _first_line(error: BaseException) -> str:

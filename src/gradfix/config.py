@@ -21,6 +21,7 @@ path relative to the configuration's directory and against the file name.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import sys
@@ -58,10 +59,20 @@ class Config:
     max_file_size: int = MAX_FILE_BYTES
     #: where it came from (for messages and relative patterns); None: no file
     path: str | None = None
+    #: the keys set by ``--config`` overrides (not by the file)
+    overridden: frozenset[str] = frozenset()
 
     @property
     def root(self) -> str:
         return os.path.dirname(os.path.abspath(self.path)) if self.path else os.getcwd()
+
+    def origin(self, key: str) -> str:
+        """Where ``key`` was set, for messages: ``pyproject.toml [tool.gradfix] ignore``,
+        ``gradfix.toml ignore``, ``--config ignore=...``."""
+        if key in self.overridden or self.path is None:
+            return f"--config {key}=..."
+        table = "" if self.path.endswith("gradfix.toml") else " [tool.gradfix]"
+        return f"{_shown(self.path)}{table} {key}"
 
     def is_excluded(self, path: str) -> bool:
         return _matches(path, self.exclude, self.root)
@@ -87,15 +98,30 @@ def resolve_rules(
     unknown code anywhere."""
     from gradfix.registry import select_rules
 
+    _check_codes(config)
     chosen = select if select is not None else config.select
     ignored = [*config.ignore, *ignore, *(config.ignored_for(path) if path else [])]
     rules = select_rules(chosen, ignored)
     if config.extend_select:
         extra = select_rules(config.extend_select, ignored)
         rules = sorted({*rules, *extra}, key=lambda rule: rule.code)
-    for codes in config.per_file_ignores.values():
-        select_rules(codes)  # unknown codes are errors, not ignored
     return rules
+
+
+def _check_codes(config: Config) -> None:
+    """Unknown codes in the configuration are errors that name the key they are in (the
+    command line's own are checked by :func:`select_rules`)."""
+    from gradfix.registry import all_rules, parse_selectors
+
+    known = all_rules()
+    for key, codes in (
+        ("select", config.select),
+        ("extend-select", config.extend_select),
+        ("ignore", config.ignore),
+    ):
+        parse_selectors(codes, known, config.origin(key))
+    for pattern, codes in config.per_file_ignores.items():
+        parse_selectors(codes, known, f"{config.origin('per-file-ignores')} {pattern!r}")
 
 
 def find_config(start: str | None = None) -> str | None:
@@ -122,10 +148,18 @@ def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> Confi
         data = _read_toml(path)
         table = data if path.endswith("gradfix.toml") else data.get("tool", {}).get("gradfix", {})
         table = dict(table)
+    overridden = set()
     for override in overrides:
         key, value = _parse_override(override)
         table[key] = value
-    return _from_table(table, path)
+        overridden.add(key)
+    return dataclasses.replace(_from_table(table, path), overridden=frozenset(overridden))
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when it is inside it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _read_toml(path: str) -> dict[str, Any]:

@@ -77,6 +77,7 @@ def sarif_log(
 
 
 def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
+    riskiest = rule.riskiest_safety()
     return {
         "id": rule.code,
         "name": rule.name,
@@ -84,7 +85,12 @@ def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
         "fullDescription": {"text": rule.summary()},
         "help": {"text": rule.docs(), "markdown": rule.docs()},
         "defaultConfiguration": {"level": "warning", "enabled": rule.default_enabled},
-        "properties": {"fixSafety": rule.fix_safety.value},
+        "properties": {
+            "fixSafety": None if riskiest is None else riskiest.value,
+            "fix": rule.fix_label(),
+            "fixAvailability": rule.fix_availability.value,
+            "fixSafeties": [safety.value for safety in rule.offered_safeties()],
+        },
     }
 
 
@@ -120,9 +126,15 @@ def _sarif_result(path: str, f: Finding, index: dict[str, int]) -> dict[str, Any
     return result
 
 
+STATISTICS_LEGEND = "[*] every finding of the rule has a safe fix: `gradfix fix --write` fixes them"
+
+
 def statistics(findings: Sequence[Located], rules: Sequence[type[Rule]]) -> str:
-    """Per-rule counts, most frequent first (ruff's ``--statistics``): ``[*]`` marks rules
-    whose findings here all have a safe fix."""
+    """Per-rule counts, most frequent first (ruff's ``--statistics``), a total row and the
+    legend of ``[*]``, which marks rules whose findings here all have a safe fix;
+    ``No findings.`` without any."""
+    if not findings:
+        return "No findings."
     counts = Counter(f.code for _, f in findings)
     names = {rule.code: rule.name for rule in rules}
     fixable = {
@@ -131,12 +143,15 @@ def statistics(findings: Sequence[Located], rules: Sequence[type[Rule]]) -> str:
         )
         for code in counts
     }
-    width = len(str(max(counts.values(), default=0)))
+    width = len(str(len(findings)))
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return "\n".join(
+    lines = [
         f"{n:>{width}}  {code}  {'[*]' if fixable[code] else '[ ]'} {names.get(code, '')}"
         for code, n in rows
-    )
+    ]
+    code_width = max(len(code) for code in counts)
+    total = f"{len(findings):>{width}}  {'':{code_width}}  total"
+    return "\n".join([*lines, total, STATISTICS_LEGEND])
 
 
 def code_frames(

@@ -3,9 +3,12 @@
 Fixes come sorted by file and line. Each is shown as a diff against the file *as it stands
 after the fixes already accepted* (with its verdict when verification is on) and answered
 with ``y`` (apply), ``n`` (skip, the default), ``a`` (apply this and every remaining fix)
-or ``q`` (stop, keeping what was accepted). Nothing is written until the review ends; then
-every file with accepted fixes is written once (atomically, never over a file that changed
-on disk meanwhile).
+or ``q`` (stop, keeping what was accepted; also the end of the input). Any other answer is
+asked again. With verification, ``a`` still proves every remaining fix and shows its
+verdict: a rejected fix is never applied, an unverified one only with ``--unsafe-fixes``
+(the rules of ``fix --verify``). Nothing is written until the review ends; then every file
+with accepted fixes is written once (atomically, never over a file that changed on disk
+meanwhile).
 """
 
 from __future__ import annotations
@@ -15,9 +18,18 @@ from dataclasses import dataclass, field
 
 from gradfix.diff import unified_diff
 from gradfix.engine import SingleFix, lint_source, single_fixes
+from gradfix.proof import may_apply
 from gradfix.rule import Finding, Rule
 
 PROMPT = "Apply this fix? [y]es, [n]o, [a]ll remaining, [q]uit (default n): "
+HINT = "Please answer y (apply), n (skip), a (all remaining) or q (quit); Enter: n."
+#: what each accepted answer means (case-insensitive); Enter is "n"
+ANSWERS = {
+    **dict.fromkeys(("y", "yes"), "y"),
+    **dict.fromkeys(("n", "no", ""), "n"),
+    **dict.fromkeys(("a", "all"), "a"),
+    **dict.fromkeys(("q", "quit"), "q"),
+}
 #: a review never asks more often than this per file (a fix that keeps reappearing)
 MAX_QUESTIONS_PER_FILE = 500
 
@@ -31,6 +43,8 @@ class Review:
     current: str
     accepted: int = 0
     skipped: int = 0
+    #: fixes ``a`` did not apply because the verifier did not accept them
+    refused: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -44,7 +58,8 @@ class Reviewer:
     unsafe_fixes: bool
     ask: Callable[[str], str]  # shows the prompt, returns the answer ("" at end of input)
     show: Callable[[str], None]
-    verdict: Callable[[str, str, str], str] | None = None  # (path, before, after) -> text
+    #: (path, before, after) -> (status, reason): the oracle, None without verification
+    verdict: Callable[[str, str, str], tuple[str, str]] | None = None
     apply_all: bool = False
     stopped: bool = False
 
@@ -56,10 +71,13 @@ class Reviewer:
             candidate = self._next(review)
             if candidate is None:
                 break
-            if self.apply_all:
+            if self.apply_all and self.verdict is None:
                 review.current = self._apply_remaining(review)
                 break
-            self._decide(review, candidate)
+            if self.apply_all:
+                self._apply_if_proven(review, candidate, self._show(review, candidate))
+            else:
+                self._decide(review, candidate)
         return review
 
     def _next(self, review: Review) -> SingleFix | None:
@@ -68,27 +86,58 @@ class Reviewer:
         ordered = self._ordered(review)
         return ordered[review.skipped] if review.skipped < len(ordered) else None
 
-    def _decide(self, review: Review, candidate: SingleFix) -> None:
+    def _show(self, review: Review, candidate: SingleFix) -> str | None:
+        """Show the fix (and its verdict); return the verdict's status."""
         assert candidate.source is not None
         first = min(candidate.findings, key=lambda f: (f.line, f.col))
         header = f"{review.path}:{first.line}:{first.col}: {first.code} {first.message}"
         safety = "" if candidate.safety == "safe" else " (unsafe)"
         self.show(f"\n{header}\nFix{safety}: {candidate.description}")
+        status = None
         if self.verdict is not None:
-            self.show(self.verdict(review.path, review.current, candidate.source))
+            status, reason = self.verdict(review.path, review.current, candidate.source)
+            self.show(f"Verdict: {status}: {reason}")
         self.show(unified_diff(review.current, candidate.source, review.path).rstrip("\n"))
-        answer = self.ask(PROMPT).strip().lower()[:1]
+        return status
+
+    def _decide(self, review: Review, candidate: SingleFix) -> None:
+        status = self._show(review, candidate)
+        answer = self._answer()
         if answer == "y":
+            assert candidate.source is not None
             review.current, review.accepted = candidate.source, review.accepted + 1
         elif answer == "a":
             self.apply_all = True
+            if self.verdict is not None:
+                self._apply_if_proven(review, candidate, status)
+                return
+            assert candidate.source is not None
             review.current = candidate.source
             review.accepted += 1
             review.current = self._apply_remaining(review)
         elif answer == "q":
             self.stopped = True
-        else:  # "n", anything else, or the end of the input: skip (the safe default)
+        else:  # "n" or Enter: skip (the safe default)
             review.skipped += 1
+
+    def _answer(self) -> str:
+        """y, n (also Enter), a or q (also the end of the input); asks again otherwise."""
+        while True:
+            raw = self.ask(PROMPT)
+            if not raw:
+                return "q"
+            answer = ANSWERS.get(raw.strip().lower())
+            if answer is not None:
+                return answer
+            self.show(HINT)
+
+    def _apply_if_proven(self, review: Review, candidate: SingleFix, status: str | None) -> None:
+        """After ``a`` with verification: apply the fix only if its verdict allows it."""
+        if status is not None and may_apply(status, unverified=self.unsafe_fixes):
+            assert candidate.source is not None
+            review.current, review.accepted = candidate.source, review.accepted + 1
+        else:
+            review.skipped, review.refused = review.skipped + 1, review.refused + 1
 
     def _apply_remaining(self, review: Review) -> str:
         """Every remaining fix, except those declined before ``a`` was answered."""

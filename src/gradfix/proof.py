@@ -229,10 +229,17 @@ def verify_baseline(
 def accepted(verdicts: Sequence[FixVerdict], *, unverified: bool) -> set[tuple[int, int, str]]:
     """The findings whose fix may be applied by ``fix --verify``: verified ones, and
     unverified ones when ``unverified`` (``--unsafe-fixes``). Rejected fixes never."""
-    allowed = {"verified", "unverified"} if unverified else {"verified"}
-    keys = {finding_key(v.finding) for v in verdicts if v.status in allowed}
-    refused = {finding_key(v.finding) for v in verdicts if v.status not in allowed}
+    keys = {finding_key(v.finding) for v in verdicts if may_apply(v.status, unverified=unverified)}
+    refused = {
+        finding_key(v.finding) for v in verdicts if not may_apply(v.status, unverified=unverified)
+    }
     return keys - refused
+
+
+def may_apply(status: str, *, unverified: bool) -> bool:
+    """A fix with this verdict may be applied: verified, or unverified when ``unverified``
+    (``--unsafe-fixes``); rejected never."""
+    return status == "verified" or (unverified and status == "unverified")
 
 
 def finding_key(finding: Finding) -> tuple[int, int, str]:

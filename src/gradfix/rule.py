@@ -8,7 +8,8 @@ and the engine applies them.
         code = "GF201"
         name = "leaf-inplace"
         message = "In-place operation on a leaf tensor that requires grad"
-        fix_safety = FixSafety.SAFE
+        fix_safety = FixSafety.SAFE  # the fixes' safety, unless a fix says otherwise
+        fix_availability = FixAvailability.SOMETIMES  # a leaf used in the graph before: no fix
 
         def visit_Call(self, node: cst.Call) -> None:
             ...
@@ -39,6 +40,17 @@ class FixSafety(str, enum.Enum):
 
     SAFE = "safe"
     UNSAFE = "unsafe"
+
+
+class FixAvailability(str, enum.Enum):
+    """Whether a rule's findings come with a fix (ruff's ``FixAvailability``).
+
+    ``always``: every finding has one (unless the fix would delete a comment it cannot
+    move); ``sometimes``: some findings are only reported; ``never``: none has one."""
+
+    NEVER = "never"
+    SOMETIMES = "sometimes"
+    ALWAYS = "always"
 
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
@@ -182,7 +194,12 @@ class Rule(cst.BatchableCSTVisitor):
     code: ClassVar[str]
     name: ClassVar[str]
     message: ClassVar[str]
+    #: the safety of the fixes :meth:`fix` builds unless a fix says otherwise
     fix_safety: ClassVar[FixSafety]
+    fix_availability: ClassVar[FixAvailability] = FixAvailability.ALWAYS
+    #: every safety its fixes can have, when some fixes override ``fix_safety`` (e.g.
+    #: ``(SAFE, UNSAFE)``); empty: all are ``fix_safety``. Checked against ``INVALID``.
+    fix_safeties: ClassVar[tuple[FixSafety, ...]] = ()
     default_enabled: ClassVar[bool] = True
     #: The rule can only fire on sources containing one of these substrings or matching
     #: one of these patterns (a cheap prefilter; it must never reject code the rule reports,
@@ -201,6 +218,45 @@ class Rule(cst.BatchableCSTVisitor):
     def summary(cls) -> str:
         """The first paragraph of the docstring's "What it does" section, on one line."""
         return docs_section(cls, "What it does").split("\n\n")[0].replace("\n", " ").strip()
+
+    @classmethod
+    def offered_safeties(cls) -> tuple[FixSafety, ...]:
+        """The safeties of the fixes this rule offers, safe first (none: no fix)."""
+        if cls.fix_availability is FixAvailability.NEVER:
+            return ()
+        offered = set(cls.fix_safeties or (cls.fix_safety,))
+        return tuple(safety for safety in FixSafety if safety in offered)
+
+    @classmethod
+    def riskiest_safety(cls) -> FixSafety | None:
+        """``unsafe`` when any of its fixes may be unsafe; None when it never fixes."""
+        safeties = cls.offered_safeties()
+        return safeties[-1] if safeties else None
+
+    @classmethod
+    def fix_label(cls) -> str:
+        """What the rule offers, as ``gradfix rules`` shows it: ``safe`` or ``unsafe`` (every
+        finding gets a fix of that safety), ``safe/unsafe`` (the safety depends on the
+        finding), with ``sometimes`` in front when some findings are only reported
+        (``sometimes safe/unsafe``), or ``none``."""
+        safeties = "/".join(safety.value for safety in cls.offered_safeties())
+        if not safeties:
+            return "none"
+        if cls.fix_availability is FixAvailability.SOMETIMES:
+            return f"sometimes {safeties}"
+        return safeties
+
+    @classmethod
+    def fix_sentence(cls) -> str:
+        """The label in words, for ``gradfix explain``."""
+        safeties = " or ".join(safety.value for safety in cls.offered_safeties())
+        if not safeties:
+            return "No fix: the findings are only reported."
+        if len(cls.offered_safeties()) > 1:
+            safeties += ", depending on the finding"
+        if cls.fix_availability is FixAvailability.ALWAYS:
+            return f"Every finding gets a fix ({safeties})."
+        return f"Some findings get a fix ({safeties}); the others are only reported."
 
     @classmethod
     def docs(cls) -> str:

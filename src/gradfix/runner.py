@@ -98,6 +98,10 @@ class FileResult:
     #: why the file was not looked at: ``generated`` (it says ``@generated``, skipped
     #: silently), or a one-line reason shown as a note (the file is too large)
     skipped: str | None = None
+    #: fixes applied to make ``fixed``, over all passes (one fix may resolve several
+    #: findings, or a later pass fix what an earlier fix left); None: not counted
+    #: (notebooks)
+    applied: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -107,6 +111,13 @@ class FileResult:
     def fixed_count(self) -> int:
         """Findings the fixes removed."""
         return max(0, len(self.findings) - len(self.remaining)) if self.changed else 0
+
+    @property
+    def applied_count(self) -> int:
+        """Fixes applied to the file (where they are not counted, its fixed findings)."""
+        if not self.changed:
+            return 0
+        return self.fixed_count if self.applied is None else self.applied
 
     def unsafe_remaining(self) -> list[Finding]:
         """Remaining findings that ``unsafe_fixes`` would fix."""
@@ -145,6 +156,9 @@ def process_paths(
     skipped = _skipped(candidates, paths, options)
     for candidate in candidates:
         if candidate.path in skipped:
+            if candidate.path in paths and _is_excluded(candidate.path, options):
+                # named on the command line: say why it is not looked at
+                slots.append(FileResult(candidate.path, skipped=_excluded_note(options)))
             continue
         if candidate.warning is not None:
             run.warnings.append(f"{candidate.path}: {candidate.warning}")
@@ -170,8 +184,7 @@ def _skipped(
     walked = [c.path for c in candidates if c.path not in explicit]
     files = [c.path for c in candidates if c.error is None and c.warning is None]
     skipped = set()
-    if options.config is not None:
-        skipped |= {c.path for c in candidates if options.config.is_excluded(c.path)}
+    skipped |= {c.path for c in candidates if _is_excluded(c.path, options)}
     if options.respect_gitignore:
         from gradfix.gitfiles import ignored_paths
 
@@ -180,6 +193,17 @@ def _skipped(
         considered = {*walked, *files}
         skipped |= {path for path in considered if os.path.abspath(path) not in options.changed}
     return skipped
+
+
+def _is_excluded(path: str, options: RunOptions) -> bool:
+    return options.config is not None and options.config.is_excluded(path)
+
+
+def _excluded_note(options: RunOptions) -> str:
+    """Why a file named on the command line was not looked at (shown as a note)."""
+    assert options.config is not None
+    where = options.config.origin("exclude")
+    return f'excluded by {where} (to check it anyway: --config "exclude=[]")'
 
 
 def process_files(
@@ -409,6 +433,7 @@ def process_text(
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
+    result.applied = lint.applied
     return result
 
 
@@ -459,6 +484,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             encoding=encoding,
             dropped=list(entry["dropped"]),
             error=entry["error"],
+            applied=entry.get("applied"),
         )
     result = process_text(text, path, options, encoding=encoding)
     if result.traceback is None:  # an internal error is not a property of the file
@@ -469,6 +495,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             "fixed": changed,
             "dropped": result.dropped,
             "error": result.error,
+            "applied": result.applied,
         }
         cache.put(key, entry)
     return result
@@ -513,6 +540,7 @@ def refix_selected(
     )
     result.fixed = lint.source
     result.remaining = sorted(lint.remaining)
+    result.applied = lint.applied
 
 
 def write_result(result: FileResult) -> None:
