@@ -306,6 +306,145 @@ def test_round_trip(server: LspClient, tmp_path: Path) -> None:
     assert server.stop() == 0
 
 
+def test_a_buffer_that_does_not_parse_keeps_the_findings_of_its_unchanged_lines(
+    server: LspClient, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "train.py").as_uri()
+    server.initialize(tmp_path)
+    server.open(uri, BUGGY)
+    [good] = server.diagnostics(uri, version=1)
+    # a line being typed above the finding: the finding moves down with its line
+    typing = BUGGY.replace("a0 = a[0] * 2\n", "a0 = a[0] * 2\nfor x in\n")
+    server.change(uri, 2, typing)
+    [kept] = server.diagnostics(uri, version=2)
+    shifted = {side: {**good["range"][side], "line": 5} for side in ("start", "end")}
+    assert kept == {**good, "range": shifted}
+    logged = server.wait_for("window/logMessage", lambda p: "train.py" in p["message"])
+    assert "line 4" in logged["message"] and "no quick fixes" in logged["message"]
+    # no fix is offered for a buffer that does not parse: it would apply to another text
+    assert server.code_actions(uri, shifted) == []
+    # the finding's own line changed: it goes; the buffer still does not parse
+    server.change(uri, 3, typing.replace("a1])", "a1, x])"))
+    assert server.diagnostics(uri, version=3) == []
+    # once the buffer parses, its own findings are published
+    server.change(uri, 4, typing.replace("for x in\n", "for x in a:\n    pass\n"))
+    [fresh] = server.diagnostics(uri, version=4)
+    assert fresh["range"]["start"]["line"] == 6
+    assert server.stop() == 0
+
+
+# a leaf made in cell 1 and initialised in place in cell 3 (as tests/test_notebooks.py);
+# IPython lines in cells 1 and 3, a markdown cell 2
+NOTEBOOK_CELLS = [
+    "%matplotlib inline\nimport torch\n\nw = torch.FloatTensor(10)\nw.requires_grad = True",
+    "## Initialise",
+    "x = torch.linspace(0.0, 1.0, 10)\n!nvidia-smi\nw.normal_()  # in place on a leaf",
+    "(w * x).sum().backward()\nprint(w.grad)",
+]
+FIXED_CELL_3 = (
+    "x = torch.linspace(0.0, 1.0, 10)\n!nvidia-smi\n"
+    "with torch.no_grad():\n    w.normal_()  # in place on a leaf"
+)
+
+
+def open_notebook(server: LspClient, tmp_path: Path) -> tuple[str, list[str]]:
+    """Open NOTEBOOK_CELLS as VS Code does; the notebook's URI and its cells' URIs."""
+    notebook = (tmp_path / "train.ipynb").as_uri()
+    # VS Code's cell URIs: the notebook's path and a quoted fragment
+    cells = [f"vscode-notebook-cell:{tmp_path}/train.ipynb#W{n}sZmlsZQ%3D%3D" for n in range(4)]
+    kinds = [types.NotebookCellKind.Code, types.NotebookCellKind.Markup] + [
+        types.NotebookCellKind.Code
+    ] * 2
+    languages = ["python", "markdown", "python", "python"]
+    server.notify(
+        "notebookDocument/didOpen",
+        {
+            "notebookDocument": {
+                "uri": notebook,
+                "notebookType": "jupyter-notebook",
+                "version": 1,
+                "cells": [{"kind": k, "document": uri} for k, uri in zip(kinds, cells)],
+            },
+            "cellTextDocuments": [
+                {"uri": uri, "languageId": language, "version": 1, "text": text}
+                for uri, language, text in zip(cells, languages, NOTEBOOK_CELLS)
+            ],
+        },
+    )
+    return notebook, cells
+
+
+def change_cell(server: LspClient, notebook: str, version: int, cell: str, text: str) -> None:
+    server.notify(
+        "notebookDocument/didChange",
+        {
+            "notebookDocument": {"uri": notebook, "version": version},
+            "change": {
+                "cells": {
+                    "textContent": [
+                        {"document": {"uri": cell, "version": version}, "changes": [{"text": text}]}
+                    ]
+                }
+            },
+        },
+    )
+
+
+def test_notebook_cells_are_checked_as_one_program(server: LspClient, tmp_path: Path) -> None:
+    synchronization = {"notebookDocument": {"synchronization": {}}}
+    capabilities = server.initialize(tmp_path, capabilities=synchronization)["capabilities"]
+    [selector] = capabilities["notebookDocumentSync"]["notebookSelector"]
+    assert selector["cells"] == [{"language": "python"}]
+    notebook, cells = open_notebook(server, tmp_path)
+
+    # the leaf of cell 1 is found misused in cell 3, in the cell's own lines
+    assert server.diagnostics(cells[0], version=1) == []
+    assert server.diagnostics(cells[1], version=1) == []  # markdown
+    [diagnostic] = server.diagnostics(cells[2], version=1)
+    assert server.diagnostics(cells[3], version=1) == []
+    assert diagnostic["code"] == "GF201"
+    span = {"start": {"line": 2, "character": 0}, "end": {"line": 2, "character": 11}}
+    assert diagnostic["range"] == span
+
+    actions = server.code_actions(cells[2], span)
+    quick_fix = titled(actions, "Fix GF201")
+    assert list(quick_fix["edit"]["changes"]) == [cells[2]]  # an edit of the cell, not the file
+    assert apply(NOTEBOOK_CELLS[2], edits_of(quick_fix, cells[2])) == FIXED_CELL_3
+    suppress = titled(actions, "Suppress GF201 with a comment")
+    assert apply(NOTEBOOK_CELLS[2], edits_of(suppress, cells[2])) == NOTEBOOK_CELLS[2].replace(
+        "leaf", "leaf  # noqa: GF201"
+    )
+    [fix_all] = server.code_actions(cells[2], span, only=["source.fixAll"])
+    assert apply(NOTEBOOK_CELLS[2], edits_of(fix_all, cells[2])) == FIXED_CELL_3
+    assert server.code_actions(cells[3], span, only=["source.fixAll"]) == []
+    hover = server.request(
+        "textDocument/hover",
+        {"textDocument": {"uri": cells[2]}, "position": {"line": 2, "character": 3}},
+    )
+    assert hover["contents"]["value"].startswith("### GF201 leaf-inplace")
+
+    # a line being typed in cell 3 above the finding: kept, one line down, no fixes
+    change_cell(server, notebook, 2, cells[2], "for i in\n" + NOTEBOOK_CELLS[2])
+    [kept] = server.diagnostics(cells[2], version=2)
+    assert kept["range"]["start"]["line"] == 3 and kept["code"] == "GF201"
+    assert server.code_actions(cells[2], kept["range"]) == []
+    logged = server.wait_for("window/logMessage", lambda p: "train.ipynb" in p["message"])
+    assert "cell 3: syntax error at line 1" in logged["message"]
+    change_cell(server, notebook, 3, cells[2], NOTEBOOK_CELLS[2])
+    assert server.diagnostics(cells[2], version=3) == [diagnostic]
+
+    # cell 1 no longer makes a leaf that requires grad: cell 3 has nothing to say
+    change_cell(server, notebook, 4, cells[0], NOTEBOOK_CELLS[0].replace("w.requires_grad", "w.x"))
+    assert server.diagnostics(cells[2], version=3) == []
+
+    server.notify(
+        "notebookDocument/didClose",
+        {"notebookDocument": {"uri": notebook}, "cellTextDocuments": [{"uri": c} for c in cells]},
+    )
+    assert server.code_actions(cells[2], span) == []
+    assert server.stop() == 0
+
+
 def test_settings_select_and_ignore(server: LspClient, tmp_path: Path) -> None:
     uri = (tmp_path / "train.py").as_uri()
     pull = {"workspace": {"configuration": True}}
