@@ -30,6 +30,7 @@ from gradfix.lsp import (
     BufferLint,
     ClientText,
     Settings,
+    carried,
     finding_range,
     noqa_edit,
     read_settings,
@@ -39,7 +40,7 @@ from gradfix.lsp import (
 )
 from gradfix.proof import FixVerdict
 from gradfix.registry import select_rules
-from gradfix.rule import FixSafety, Rule
+from gradfix.rule import Finding, FixSafety, Rule
 
 BUGGY = """import torch
 a = torch.nn.Parameter(torch.rand(5))
@@ -445,6 +446,41 @@ def test_notebook_cells_are_checked_as_one_program(server: LspClient, tmp_path: 
     assert server.stop() == 0
 
 
+def test_notebook_cells_added_and_deleted(server: LspClient, tmp_path: Path) -> None:
+    server.initialize(tmp_path, capabilities={"notebookDocument": {"synchronization": {}}})
+    notebook, cells = open_notebook(server, tmp_path)
+    assert [d["code"] for d in server.diagnostics(cells[2], version=1)] == ["GF201"]
+    # cell 3 replaced by a new cell with the same bug on its first line
+    added = f"vscode-notebook-cell:{tmp_path}/train.ipynb#W9sZmlsZQ%3D%3D"
+    structure = {
+        "array": {"start": 2, "deleteCount": 1, "cells": [{"kind": 2, "document": added}]},
+        "didOpen": [{"uri": added, "languageId": "python", "version": 1, "text": "w.zero_()"}],
+        "didClose": [{"uri": cells[2]}],
+    }
+    server.notify(
+        "notebookDocument/didChange",
+        {
+            "notebookDocument": {"uri": notebook, "version": 2},
+            "change": {"cells": {"structure": structure}},
+        },
+    )
+    assert server.diagnostics(cells[2]) == []  # a deleted cell keeps no warnings
+    [diagnostic] = server.diagnostics(added, version=1)
+    assert diagnostic["range"]["start"] == {"line": 0, "character": 0}
+    server.notify("notebookDocument/didSave", {"notebookDocument": {"uri": notebook}})
+    assert server.diagnostics(added, version=1) == [diagnostic]
+    assert server.stop() == 0
+
+
+def test_a_file_name_that_is_quoted_in_its_uri(server: LspClient, tmp_path: Path) -> None:
+    uri = (tmp_path / "my train.py").as_uri()  # .../my%20train.py
+    server.initialize(tmp_path)
+    server.open(uri, BUGGY)
+    [diagnostic] = server.diagnostics(uri)
+    assert titled(server.code_actions(uri, diagnostic["range"]), "Fix GF101")
+    assert server.stop() == 0
+
+
 def test_settings_select_and_ignore(server: LspClient, tmp_path: Path) -> None:
     uri = (tmp_path / "train.py").as_uri()
     pull = {"workspace": {"configuration": True}}
@@ -619,6 +655,23 @@ def test_a_crashing_rule_leaves_the_buffer_without_findings() -> None:
     lint = BufferLint.of("file:///t.py", ClientText(BUGGY), "t.py", [Crashes])
     assert lint.findings == [] and lint.error is None
     assert lint.singles() == [] and lint.fixed_safe() == BUGGY
+
+
+def test_carried_findings_follow_their_unchanged_lines() -> None:
+    def at(line: int, end_line: int) -> Finding:
+        return Finding(line, 1, "GF101", "n", "m", end_line, 3)
+
+    old = "a\nb\nc\nd\ne"
+    findings = [at(1, 1), at(2, 3), at(4, 4), at(5, 5)]
+    assert carried(findings, old, old) == findings
+    # a line inserted above b, c changed, the last line gets a line break and more text
+    new = "a\nnew\nb\nC\nd\ne\nf("
+    assert carried(findings, old, new) == [at(1, 1), at(5, 5), at(6, 6)]
+    # d deleted: e moves up; a two-line finding survives when both its lines do
+    assert carried([at(2, 3), at(5, 5)], old, "a\nb\nc\r\ne") == [at(2, 3), at(4, 4)]
+    # a line inserted inside a two-line finding: its lines are no longer one span
+    assert carried([at(2, 3)], old, "a\nb\nx\nc\nd\ne") == []
+    assert carried(findings, old, "") == []
 
 
 def test_verdict_note_keeps_titles_short() -> None:
