@@ -29,6 +29,7 @@ from gradfix.engine import SourceError, lint_source
 from gradfix.lsp import (
     BufferLint,
     ClientText,
+    NotebookCheck,
     Settings,
     carried,
     finding_range,
@@ -672,6 +673,62 @@ def test_carried_findings_follow_their_unchanged_lines() -> None:
     # a line inserted inside a two-line finding: its lines are no longer one span
     assert carried([at(2, 3)], old, "a\nb\nx\nc\nd\ne") == []
     assert carried(findings, old, "") == []
+
+
+def notebook_check(cells: list[str]) -> tuple[NotebookCheck, list[str]]:
+    """``cells`` checked as a notebook's (``md:`` ones are markdown); the cells' URIs."""
+    uris = [f"cell:{number}" for number in range(len(cells))]
+    texts = [None if text.startswith("md:") else ClientText(text) for text in cells]
+    return NotebookCheck.of("nb:", list(zip(uris, texts)), "nb.ipynb", select_rules()), uris
+
+
+def test_notebook_fixes_are_edits_of_the_cells_they_change() -> None:
+    # an import the fix needs goes into the first cell: one edit of two cells
+    cells = [
+        "%matplotlib inline\nfrom torch import nn",
+        "md:text",
+        "p = nn.Parameter(nn.Linear(2, 2).weight.detach())\np.normal_()\n(p * 2).sum().backward()",
+    ]
+    check, uris = notebook_check(cells)
+    lint = check.cell(uris[2])
+    assert lint is not None and check.cell(uris[1]) is None
+    [single] = [s for s in lint.singles() if s.findings[0].code == "GF201"]
+    edit = lint.fix_edit(single)
+    assert edit is not None and edit.changes is not None
+    assert sorted(edit.changes) == [uris[0], uris[2]]
+    assert apply(cells[0], as_json(edit.changes[uris[0]])) == "import torch\n" + cells[0]
+    fixed = apply(cells[2], as_json(edit.changes[uris[2]]))
+    assert "with torch.no_grad():\n    p.normal_()" in fixed
+
+
+def test_a_notebook_fix_that_would_join_two_cells_is_not_offered() -> None:
+    # GF201 wraps the last statement of cell 1 and the first of cell 2 in one block
+    cells = [
+        "import torch\nw = torch.empty(3, requires_grad=True)\n"
+        "b = torch.empty(3, requires_grad=True)\nw.normal_()",
+        "b.zero_()\n(w * b).sum().backward()",
+        "v = torch.empty(2, requires_grad=True)\nv.uniform_()\n(v * 1).sum().backward()",
+    ]
+    check, uris = notebook_check(cells)
+    first, third = check.cell(uris[0]), check.cell(uris[2])
+    assert first is not None and third is not None
+    [joining] = first.singles()
+    assert first.fix_edit(joining) is None and first.fix_all_edit() is None
+    fix_all = third.fix_all_edit()
+    assert (
+        fix_all is not None and fix_all.changes is not None and list(fix_all.changes) == [uris[2]]
+    )
+    assert apply(cells[2], as_json(fix_all.changes[uris[2]])) == cells[2].replace(
+        "v.uniform_()", "with torch.no_grad():\n    v.uniform_()"
+    )
+
+
+def test_a_notebook_cell_that_does_not_parse_is_left_out() -> None:
+    check, uris = notebook_check(
+        ["import torch\nw = torch.ones(2, requires_grad=True)", "w.(", "w.zero_()"]
+    )
+    assert check.broken == {uris[1]: "cell 2: syntax error at line 1: invalid syntax"}
+    assert [(f.cell, f.code) for f in check.findings] == [(3, "GF201")]
 
 
 def test_verdict_note_keeps_titles_short() -> None:

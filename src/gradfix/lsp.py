@@ -430,7 +430,8 @@ class NotebookCheck:
         try:
             found = lint_source(source, rules=rules, path=path).findings
         except SourceError as error:  # Python accepts it, LibCST does not
-            check.broken = {check.cell_uris[c.index]: str(error) for c in check.program.cells}
+            why = f"the cells as one program: {error}"  # its line is the program's
+            check.broken = {check.cell_uris[c.index]: why for c in check.program.cells}
             return check
         except Exception:  # a bug in a rule: no findings, the server goes on
             logger.exception("checking %s failed", path)
