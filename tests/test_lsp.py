@@ -470,6 +470,11 @@ def test_notebook_cells_added_and_deleted(server: LspClient, tmp_path: Path) -> 
     assert diagnostic["range"]["start"] == {"line": 0, "character": 0}
     server.notify("notebookDocument/didSave", {"notebookDocument": {"uri": notebook}})
     assert server.diagnostics(added, version=1) == [diagnostic]
+    # new settings check the notebook again, its cells as cells (alone, `w` is unknown)
+    server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.ignore": ["GF101"]}})
+    assert server.diagnostics(added, version=1) == [diagnostic]
+    server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.ignore": ["GF201"]}})
+    assert server.diagnostics(added, version=1) == []
     assert server.stop() == 0
 
 
