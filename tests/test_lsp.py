@@ -54,6 +54,7 @@ FIXED = BUGGY.replace("torch.tensor([a0, a1])", "torch.stack([a0, a1])")
 SUPPRESSED = BUGGY.replace("# keep me", "# keep me  # noqa: GF101")
 CLEAN = "import torch\nx = torch.tensor([1.0, 2.0])\n"
 SYNTAX_ERROR = "import torch\nx = torch.tensor([1,\n"
+LSP_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # a line as LSP counts it
 TIMEOUT = 30.0  # seconds for any one answer (the server answers in well under one)
 
 
@@ -209,7 +210,7 @@ def server(tmp_path: Path):
 
 def apply(text: str, edits: list[dict[str, Any]]) -> str:
     """Apply LSP text edits (positions in UTF-16 code units) to ``text``."""
-    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)  # LSP's line breaks
+    lines = LSP_LINE.findall(text)
 
     def offset(position: dict[str, int]) -> int:
         before = "".join(lines[: position["line"]])
@@ -294,7 +295,8 @@ def test_round_trip(server: LspClient, tmp_path: Path) -> None:
     assert server.diagnostics(uri, version=2) == []
     server.change(uri, 3, BUGGY)
     assert [d["code"] for d in server.diagnostics(uri, version=3)] == ["GF101"]
-    server.change(uri, 4, SYNTAX_ERROR)  # what a buffer looks like while typing
+    # what a buffer looks like while typing; the line of the finding is gone
+    server.change(uri, 4, SYNTAX_ERROR)
     assert server.diagnostics(uri, version=4) == []
     assert server.code_actions(uri, span) == []
     server.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
@@ -558,7 +560,7 @@ def test_noqa_edit(source: str, line: int, expected: str) -> None:
     edit = noqa_edit(source, line, "GF101")
     assert edit is not None
     column, text = edit
-    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", source)
+    lines = LSP_LINE.findall(source)
     lines[line - 1] = lines[line - 1][:column] + text + lines[line - 1][column:]
     assert "".join(lines) == expected
 
@@ -678,6 +680,24 @@ def test_carried_findings_follow_their_unchanged_lines() -> None:
     # a line inserted inside a two-line finding: its lines are no longer one span
     assert carried([at(2, 3)], old, "a\nb\nx\nc\nd\ne") == []
     assert carried(findings, old, "") == []
+
+
+LINES = st.lists(st.sampled_from(["a\n", "b\n", "c\r\n", "\n", "d"]), max_size=12)
+
+
+@given(LINES, LINES)
+def test_carried_findings_stay_on_their_own_text(old: list[str], new: list[str]) -> None:
+    def lines(pieces: list[str]) -> list[str]:
+        return [line.rstrip("\r\n") for line in LSP_LINE.findall("".join(pieces))]
+
+    old_lines, new_lines = lines(old), lines(new)
+    # one finding per line, its column says which line it was found on
+    findings = [Finding(n, n, "GF101", "n", "m", n, n) for n in range(1, len(old_lines) + 1)]
+    kept = carried(findings, "".join(old), "".join(new))
+    assert all(new_lines[f.line - 1] == old_lines[f.col - 1] for f in kept)
+    assert [f.line for f in kept] == sorted({f.line for f in kept})  # in order, one a line
+    if old_lines == new_lines:
+        assert kept == findings
 
 
 def notebook_check(cells: list[str]) -> tuple[NotebookCheck, list[str]]:
