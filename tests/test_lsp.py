@@ -29,7 +29,9 @@ from gradfix.engine import SourceError, lint_source
 from gradfix.lsp import (
     BufferLint,
     ClientText,
+    NotebookCheck,
     Settings,
+    carried,
     finding_range,
     noqa_edit,
     read_settings,
@@ -39,7 +41,7 @@ from gradfix.lsp import (
 )
 from gradfix.proof import FixVerdict
 from gradfix.registry import select_rules
-from gradfix.rule import FixSafety, Rule
+from gradfix.rule import Finding, FixSafety, Rule
 
 BUGGY = """import torch
 a = torch.nn.Parameter(torch.rand(5))
@@ -52,6 +54,7 @@ FIXED = BUGGY.replace("torch.tensor([a0, a1])", "torch.stack([a0, a1])")
 SUPPRESSED = BUGGY.replace("# keep me", "# keep me  # noqa: GF101")
 CLEAN = "import torch\nx = torch.tensor([1.0, 2.0])\n"
 SYNTAX_ERROR = "import torch\nx = torch.tensor([1,\n"
+LSP_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # a line as LSP counts it
 TIMEOUT = 30.0  # seconds for any one answer (the server answers in well under one)
 
 
@@ -207,7 +210,7 @@ def server(tmp_path: Path):
 
 def apply(text: str, edits: list[dict[str, Any]]) -> str:
     """Apply LSP text edits (positions in UTF-16 code units) to ``text``."""
-    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)  # LSP's line breaks
+    lines = LSP_LINE.findall(text)
 
     def offset(position: dict[str, int]) -> int:
         before = "".join(lines[: position["line"]])
@@ -292,7 +295,8 @@ def test_round_trip(server: LspClient, tmp_path: Path) -> None:
     assert server.diagnostics(uri, version=2) == []
     server.change(uri, 3, BUGGY)
     assert [d["code"] for d in server.diagnostics(uri, version=3)] == ["GF101"]
-    server.change(uri, 4, SYNTAX_ERROR)  # what a buffer looks like while typing
+    # what a buffer looks like while typing; the line of the finding is gone
+    server.change(uri, 4, SYNTAX_ERROR)
     assert server.diagnostics(uri, version=4) == []
     assert server.code_actions(uri, span) == []
     server.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
@@ -303,6 +307,190 @@ def test_round_trip(server: LspClient, tmp_path: Path) -> None:
     assert server.diagnostics(uri) == []  # a closed file keeps no warnings
     assert server.code_actions(uri, span) == []
 
+    assert server.stop() == 0
+
+
+def test_a_buffer_that_does_not_parse_keeps_the_findings_of_its_unchanged_lines(
+    server: LspClient, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "train.py").as_uri()
+    server.initialize(tmp_path)
+    server.open(uri, BUGGY)
+    [good] = server.diagnostics(uri, version=1)
+    # a line being typed above the finding: the finding moves down with its line
+    typing = BUGGY.replace("a0 = a[0] * 2\n", "a0 = a[0] * 2\nfor x in\n")
+    server.change(uri, 2, typing)
+    [kept] = server.diagnostics(uri, version=2)
+    shifted = {side: {**good["range"][side], "line": 5} for side in ("start", "end")}
+    assert kept == {**good, "range": shifted}
+    logged = server.wait_for("window/logMessage", lambda p: "train.py" in p["message"])
+    assert "line 4" in logged["message"] and "no quick fixes" in logged["message"]
+    # no fix is offered for a buffer that does not parse: it would apply to another text
+    assert server.code_actions(uri, shifted) == []
+    # the finding's own line changed: it goes; the buffer still does not parse
+    server.change(uri, 3, typing.replace("a1])", "a1, x])"))
+    assert server.diagnostics(uri, version=3) == []
+    # once the buffer parses, its own findings are published
+    server.change(uri, 4, typing.replace("for x in\n", "for x in a:\n    pass\n"))
+    [fresh] = server.diagnostics(uri, version=4)
+    assert fresh["range"]["start"]["line"] == 6
+    assert server.stop() == 0
+
+
+# a leaf made in cell 1 and initialised in place in cell 3 (as tests/test_notebooks.py);
+# IPython lines in cells 1 and 3, a markdown cell 2
+NOTEBOOK_CELLS = [
+    "%matplotlib inline\nimport torch\n\nw = torch.FloatTensor(10)\nw.requires_grad = True",
+    "## Initialise",
+    "x = torch.linspace(0.0, 1.0, 10)\n!nvidia-smi\nw.normal_()  # in place on a leaf",
+    "(w * x).sum().backward()\nprint(w.grad)",
+]
+FIXED_CELL_3 = (
+    "x = torch.linspace(0.0, 1.0, 10)\n!nvidia-smi\n"
+    "with torch.no_grad():\n    w.normal_()  # in place on a leaf"
+)
+
+
+def open_notebook(server: LspClient, tmp_path: Path) -> tuple[str, list[str]]:
+    """Open NOTEBOOK_CELLS as VS Code does; the notebook's URI and its cells' URIs."""
+    notebook = (tmp_path / "train.ipynb").as_uri()
+    # VS Code's cell URIs: the notebook's path and a quoted fragment
+    cells = [f"vscode-notebook-cell:{tmp_path}/train.ipynb#W{n}sZmlsZQ%3D%3D" for n in range(4)]
+    kinds = [types.NotebookCellKind.Code, types.NotebookCellKind.Markup] + [
+        types.NotebookCellKind.Code
+    ] * 2
+    languages = ["python", "markdown", "python", "python"]
+    server.notify(
+        "notebookDocument/didOpen",
+        {
+            "notebookDocument": {
+                "uri": notebook,
+                "notebookType": "jupyter-notebook",
+                "version": 1,
+                "cells": [{"kind": k, "document": uri} for k, uri in zip(kinds, cells)],
+            },
+            "cellTextDocuments": [
+                {"uri": uri, "languageId": language, "version": 1, "text": text}
+                for uri, language, text in zip(cells, languages, NOTEBOOK_CELLS)
+            ],
+        },
+    )
+    return notebook, cells
+
+
+def change_cell(server: LspClient, notebook: str, version: int, cell: str, text: str) -> None:
+    server.notify(
+        "notebookDocument/didChange",
+        {
+            "notebookDocument": {"uri": notebook, "version": version},
+            "change": {
+                "cells": {
+                    "textContent": [
+                        {"document": {"uri": cell, "version": version}, "changes": [{"text": text}]}
+                    ]
+                }
+            },
+        },
+    )
+
+
+def test_notebook_cells_are_checked_as_one_program(server: LspClient, tmp_path: Path) -> None:
+    synchronization = {"notebookDocument": {"synchronization": {}}}
+    capabilities = server.initialize(tmp_path, capabilities=synchronization)["capabilities"]
+    [selector] = capabilities["notebookDocumentSync"]["notebookSelector"]
+    assert selector["cells"] == [{"language": "python"}]
+    notebook, cells = open_notebook(server, tmp_path)
+
+    # the leaf of cell 1 is found misused in cell 3, in the cell's own lines
+    assert server.diagnostics(cells[0], version=1) == []
+    assert server.diagnostics(cells[1], version=1) == []  # markdown
+    [diagnostic] = server.diagnostics(cells[2], version=1)
+    assert server.diagnostics(cells[3], version=1) == []
+    assert diagnostic["code"] == "GF201"
+    span = {"start": {"line": 2, "character": 0}, "end": {"line": 2, "character": 11}}
+    assert diagnostic["range"] == span
+
+    actions = server.code_actions(cells[2], span)
+    quick_fix = titled(actions, "Fix GF201")
+    assert list(quick_fix["edit"]["changes"]) == [cells[2]]  # an edit of the cell, not the file
+    assert apply(NOTEBOOK_CELLS[2], edits_of(quick_fix, cells[2])) == FIXED_CELL_3
+    suppress = titled(actions, "Suppress GF201 with a comment")
+    assert apply(NOTEBOOK_CELLS[2], edits_of(suppress, cells[2])) == NOTEBOOK_CELLS[2].replace(
+        "leaf", "leaf  # noqa: GF201"
+    )
+    [fix_all] = server.code_actions(cells[2], span, only=["source.fixAll"])
+    assert apply(NOTEBOOK_CELLS[2], edits_of(fix_all, cells[2])) == FIXED_CELL_3
+    assert server.code_actions(cells[3], span, only=["source.fixAll"]) == []
+    hover = server.request(
+        "textDocument/hover",
+        {"textDocument": {"uri": cells[2]}, "position": {"line": 2, "character": 3}},
+    )
+    assert hover["contents"]["value"].startswith("### GF201 leaf-inplace")
+
+    # a line being typed in cell 3 above the finding: kept, one line down, no fixes
+    change_cell(server, notebook, 2, cells[2], "for i in\n" + NOTEBOOK_CELLS[2])
+    [kept] = server.diagnostics(cells[2], version=2)
+    assert kept["range"]["start"]["line"] == 3 and kept["code"] == "GF201"
+    assert server.code_actions(cells[2], kept["range"]) == []
+    logged = server.wait_for("window/logMessage", lambda p: "train.ipynb" in p["message"])
+    assert "cell 3: syntax error at line 1" in logged["message"]
+    # the comment the suppress action adds silences the finding
+    change_cell(
+        server, notebook, 3, cells[2], apply(NOTEBOOK_CELLS[2], edits_of(suppress, cells[2]))
+    )
+    assert server.diagnostics(cells[2], version=3) == []
+    change_cell(server, notebook, 4, cells[2], NOTEBOOK_CELLS[2])
+    assert server.diagnostics(cells[2], version=4) == [diagnostic]
+
+    # cell 1 no longer makes a leaf that requires grad: cell 3 has nothing to say
+    change_cell(server, notebook, 5, cells[0], NOTEBOOK_CELLS[0].replace("w.requires_grad", "w.x"))
+    assert server.diagnostics(cells[2], version=4) == []
+
+    server.notify(
+        "notebookDocument/didClose",
+        {"notebookDocument": {"uri": notebook}, "cellTextDocuments": [{"uri": c} for c in cells]},
+    )
+    assert server.code_actions(cells[2], span) == []
+    assert server.stop() == 0
+
+
+def test_notebook_cells_added_and_deleted(server: LspClient, tmp_path: Path) -> None:
+    server.initialize(tmp_path, capabilities={"notebookDocument": {"synchronization": {}}})
+    notebook, cells = open_notebook(server, tmp_path)
+    assert [d["code"] for d in server.diagnostics(cells[2], version=1)] == ["GF201"]
+    # cell 3 replaced by a new cell with the same bug on its first line
+    added = f"vscode-notebook-cell:{tmp_path}/train.ipynb#W9sZmlsZQ%3D%3D"
+    structure = {
+        "array": {"start": 2, "deleteCount": 1, "cells": [{"kind": 2, "document": added}]},
+        "didOpen": [{"uri": added, "languageId": "python", "version": 1, "text": "w.zero_()"}],
+        "didClose": [{"uri": cells[2]}],
+    }
+    server.notify(
+        "notebookDocument/didChange",
+        {
+            "notebookDocument": {"uri": notebook, "version": 2},
+            "change": {"cells": {"structure": structure}},
+        },
+    )
+    assert server.diagnostics(cells[2]) == []  # a deleted cell keeps no warnings
+    [diagnostic] = server.diagnostics(added, version=1)
+    assert diagnostic["range"]["start"] == {"line": 0, "character": 0}
+    server.notify("notebookDocument/didSave", {"notebookDocument": {"uri": notebook}})
+    assert server.diagnostics(added, version=1) == [diagnostic]
+    # new settings check the notebook again, its cells as cells (alone, `w` is unknown)
+    server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.ignore": ["GF101"]}})
+    assert server.diagnostics(added, version=1) == [diagnostic]
+    server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.ignore": ["GF201"]}})
+    assert server.diagnostics(added, version=1) == []
+    assert server.stop() == 0
+
+
+def test_a_file_name_that_is_quoted_in_its_uri(server: LspClient, tmp_path: Path) -> None:
+    uri = (tmp_path / "my train.py").as_uri()  # .../my%20train.py
+    server.initialize(tmp_path)
+    server.open(uri, BUGGY)
+    [diagnostic] = server.diagnostics(uri)
+    assert titled(server.code_actions(uri, diagnostic["range"]), "Fix GF101")
     assert server.stop() == 0
 
 
@@ -377,7 +565,7 @@ def test_noqa_edit(source: str, line: int, expected: str) -> None:
     edit = noqa_edit(source, line, "GF101")
     assert edit is not None
     column, text = edit
-    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", source)
+    lines = LSP_LINE.findall(source)
     lines[line - 1] = lines[line - 1][:column] + text + lines[line - 1][column:]
     assert "".join(lines) == expected
 
@@ -480,6 +668,97 @@ def test_a_crashing_rule_leaves_the_buffer_without_findings() -> None:
     lint = BufferLint.of("file:///t.py", ClientText(BUGGY), "t.py", [Crashes])
     assert lint.findings == [] and lint.error is None
     assert lint.singles() == [] and lint.fixed_safe() == BUGGY
+
+
+def test_carried_findings_follow_their_unchanged_lines() -> None:
+    def at(line: int, end_line: int) -> Finding:
+        return Finding(line, 1, "GF101", "n", "m", end_line, 3)
+
+    old = "a\nb\nc\nd\ne"
+    findings = [at(1, 1), at(2, 3), at(4, 4), at(5, 5)]
+    assert carried(findings, old, old) == findings
+    # a line inserted above b, c changed, the last line gets a line break and more text
+    new = "a\nnew\nb\nC\nd\ne\nf("
+    assert carried(findings, old, new) == [at(1, 1), at(5, 5), at(6, 6)]
+    # d deleted: e moves up; a two-line finding survives when both its lines do
+    assert carried([at(2, 3), at(5, 5)], old, "a\nb\nc\r\ne") == [at(2, 3), at(4, 4)]
+    # a line inserted inside a two-line finding: its lines are no longer one span
+    assert carried([at(2, 3)], old, "a\nb\nx\nc\nd\ne") == []
+    assert carried(findings, old, "") == []
+
+
+LINES = st.lists(st.sampled_from(["a\n", "b\n", "c\r\n", "\n", "d"]), max_size=12)
+
+
+@given(LINES, LINES)
+def test_carried_findings_stay_on_their_own_text(old: list[str], new: list[str]) -> None:
+    def lines(pieces: list[str]) -> list[str]:
+        return [line.rstrip("\r\n") for line in LSP_LINE.findall("".join(pieces))]
+
+    old_lines, new_lines = lines(old), lines(new)
+    # one finding per line, its column says which line it was found on
+    findings = [Finding(n, n, "GF101", "n", "m", n, n) for n in range(1, len(old_lines) + 1)]
+    kept = carried(findings, "".join(old), "".join(new))
+    assert all(new_lines[f.line - 1] == old_lines[f.col - 1] for f in kept)
+    assert [f.line for f in kept] == sorted({f.line for f in kept})  # in order, one a line
+    if old_lines == new_lines:
+        assert kept == findings
+
+
+def notebook_check(cells: list[str]) -> tuple[NotebookCheck, list[str]]:
+    """``cells`` checked as a notebook's (``md:`` ones are markdown); the cells' URIs."""
+    uris = [f"cell:{number}" for number in range(len(cells))]
+    texts = [None if text.startswith("md:") else ClientText(text) for text in cells]
+    return NotebookCheck.of("nb:", list(zip(uris, texts)), "nb.ipynb", select_rules()), uris
+
+
+def test_notebook_fixes_are_edits_of_the_cells_they_change() -> None:
+    # an import the fix needs goes into the first cell: one edit of two cells
+    cells = [
+        "%matplotlib inline\nfrom torch import nn",
+        "md:text",
+        "p = nn.Parameter(nn.Linear(2, 2).weight.detach())\np.normal_()\n(p * 2).sum().backward()",
+    ]
+    check, uris = notebook_check(cells)
+    lint = check.cell(uris[2])
+    assert lint is not None and check.cell(uris[1]) is None
+    [single] = [s for s in lint.singles() if s.findings[0].code == "GF201"]
+    edit = lint.fix_edit(single)
+    assert edit is not None and edit.changes is not None
+    assert sorted(edit.changes) == [uris[0], uris[2]]
+    assert apply(cells[0], as_json(edit.changes[uris[0]])) == "import torch\n" + cells[0]
+    fixed = apply(cells[2], as_json(edit.changes[uris[2]]))
+    assert "with torch.no_grad():\n    p.normal_()" in fixed
+
+
+def test_a_notebook_fix_that_would_join_two_cells_is_not_offered() -> None:
+    # GF201 wraps the last statement of cell 1 and the first of cell 2 in one block
+    cells = [
+        "import torch\nw = torch.empty(3, requires_grad=True)\n"
+        "b = torch.empty(3, requires_grad=True)\nw.normal_()",
+        "b.zero_()\n(w * b).sum().backward()",
+        "v = torch.empty(2, requires_grad=True)\nv.uniform_()\n(v * 1).sum().backward()",
+    ]
+    check, uris = notebook_check(cells)
+    first, third = check.cell(uris[0]), check.cell(uris[2])
+    assert first is not None and third is not None
+    [joining] = first.singles()
+    assert first.fix_edit(joining) is None and first.fix_all_edit() is None
+    fix_all = third.fix_all_edit()
+    assert (
+        fix_all is not None and fix_all.changes is not None and list(fix_all.changes) == [uris[2]]
+    )
+    assert apply(cells[2], as_json(fix_all.changes[uris[2]])) == cells[2].replace(
+        "v.uniform_()", "with torch.no_grad():\n    v.uniform_()"
+    )
+
+
+def test_a_notebook_cell_that_does_not_parse_is_left_out() -> None:
+    check, uris = notebook_check(
+        ["import torch\nw = torch.ones(2, requires_grad=True)", "w.(", "w.zero_()"]
+    )
+    assert check.broken == {uris[1]: "cell 2: syntax error at line 1: invalid syntax"}
+    assert [(f.cell, f.code) for f in check.findings] == [(3, "GF201")]
 
 
 def test_verdict_note_keeps_titles_short() -> None:

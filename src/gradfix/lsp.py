@@ -9,6 +9,15 @@ What the editor gets, all computed in memory from the buffer (nothing is written
   ``source.fixAll.gradfix`` (every safe fix);
 - hover over a finding: the rule's documentation.
 
+A buffer that does not parse (a line being typed) keeps the findings of its last text
+that did, on the lines unchanged since (a line diff moves them); no fix is offered until
+it parses again, since a fix computed on the old text would not apply to the new one.
+
+Jupyter notebooks (LSP 3.17 ``notebookDocument/*``): the Python cells are checked as one
+program, as ``gradfix check`` does (:mod:`gradfix.notebook`), and each cell gets its own
+diagnostics, quick fixes and fix-all, on its own URI in its own positions. A cell that
+does not parse is left out of the program and keeps its last findings, like a buffer.
+
 The engine runs in a worker thread (each buffer text is checked once, whatever asks for
 it) and a changed buffer is checked when typing pauses, so the server keeps answering
 while a big file is checked.
@@ -33,20 +42,25 @@ import difflib
 import logging
 import os
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from importlib.metadata import version as package_version
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import unquote
 
+import patiencediff
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
 from pygls.workspace import PositionCodec, TextDocument
 
 from gradfix.config import ConfigError, find_config, load_config, resolve_rules
 from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
 from gradfix.noqa import LINE, LINE_BREAK, noqa_edit
+from gradfix.notebook import Cell, NotebookError, Program, code_cell, locate
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
 from gradfix.registry import SelectionError, find_rule, select_rules
 from gradfix.rule import Finding, Rule
@@ -56,6 +70,13 @@ SECTION = "gradfix"
 FIX_ALL_KIND = "source.fixAll.gradfix"
 MAX_REASON = 80  # characters of a verdict's reason in a quick fix title
 CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is checked
+#: the notebooks whose cells the client sends: any notebook, its Python cells
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
+    notebook_selector=[
+        types.NotebookDocumentFilterWithCells(cells=[types.NotebookCellLanguage("python")])
+    ],
+    save=True,
+)
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
@@ -239,11 +260,77 @@ def workspace_edit(uri: str, edits: list[types.TextEdit]) -> types.WorkspaceEdit
     return types.WorkspaceEdit(changes={uri: edits})
 
 
+# --- findings kept while a buffer does not parse -------------------------------------------
+
+
+def carried(findings: Iterable[Finding], old: str, new: str) -> list[Finding]:
+    """The findings of the text ``old`` whose lines are all unchanged in ``new``, moved to
+    their lines there: lines inserted or deleted above shift a finding, a changed line
+    drops it (a line diff, so a finding never lands on code it was not found in)."""
+    moved = _moved_lines(old, new)
+    kept = []
+    for finding in findings:
+        span = range(finding.line, finding.end_line + 1)
+        if all(line in moved for line in span) and (
+            moved[finding.end_line] - moved[finding.line] == finding.end_line - finding.line
+        ):
+            line = moved[finding.line]
+            kept.append(replace(finding, line=line, end_line=line + len(span) - 1))
+    return kept
+
+
+def _moved_lines(old: str, new: str) -> dict[int, int]:
+    """1-based line of ``old`` -> its line in ``new``, for the lines the diff keeps
+    (compared without their line breaks: typing after the last line adds one)."""
+    old_lines = [LINE_BREAK.sub("", line) for line in LINE.findall(old)]
+    new_lines = [LINE_BREAK.sub("", line) for line in LINE.findall(new)]
+    matcher = patiencediff.PatienceSequenceMatcher(None, old_lines, new_lines)
+    moved = {}
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if tag == "equal":
+            moved.update({i1 + offset + 1: j1 + offset + 1 for offset in range(i2 - i1)})
+    return moved
+
+
 # --- the server ----------------------------------------------------------------------------
 
 
+class DocumentLint(ABC):
+    """What the code actions and hover need of a checked document: a buffer, or a cell of
+    a notebook. Positions are the document's own."""
+
+    uri: str
+    text: ClientText
+    findings: list[Finding]
+    #: whether its fixes can be verified (a notebook is not executed)
+    verifiable: ClassVar[bool] = True
+
+    @property
+    def source(self) -> str:
+        return self.text.source
+
+    def findings_at(self, span: types.Range) -> list[Finding]:
+        return [f for f in self.findings if overlaps(finding_range(f, self.text), span)]
+
+    @abstractmethod
+    def singles(self) -> list[SingleFix]:
+        """Each fix applied alone (safe and unsafe), findings in the document's positions."""
+
+    @abstractmethod
+    def fix_edit(self, single: SingleFix) -> types.WorkspaceEdit | None:
+        """The edit applying one of :meth:`singles`; ``None`` when it cannot be applied."""
+
+    @abstractmethod
+    def fix_all_edit(self) -> types.WorkspaceEdit | None:
+        """The edit applying every safe fix; ``None`` when there is none."""
+
+    @abstractmethod
+    def noqa_at(self, finding: Finding) -> tuple[int, str] | None:
+        """Where and what to insert to suppress ``finding`` (see :func:`noqa_edit`)."""
+
+
 @dataclass
-class BufferLint:
+class BufferLint(DocumentLint):
     """What gradfix says about one text of a buffer; fixes are computed on first request
     (code actions come on every cursor move: each text is linted and fixed once)."""
 
@@ -267,15 +354,7 @@ class BufferLint:
             logger.exception("checking %s failed", path)
         return lint
 
-    @property
-    def source(self) -> str:
-        return self.text.source
-
-    def findings_at(self, span: types.Range) -> list[Finding]:
-        return [f for f in self.findings if overlaps(finding_range(f, self.text), span)]
-
     def singles(self) -> list[SingleFix]:
-        """Each fix applied alone (safe and unsafe)."""
         if self._singles is None:
             self._singles = []
             if self.error is None and any(f.fix for f in self.findings):
@@ -284,6 +363,11 @@ class BufferLint:
                 except Exception:  # a bug in a fix: no quick fixes, the server goes on
                     logger.exception("fixing %s failed", self.path)
         return self._singles
+
+    def fix_edit(self, single: SingleFix) -> types.WorkspaceEdit | None:
+        if single.source is None:
+            return None
+        return workspace_edit(self.uri, text_edits(self.text, single.source))
 
     def fixed_safe(self) -> str:
         """The source with every safe fix applied (the source itself when there is none)."""
@@ -296,6 +380,189 @@ class BufferLint:
                 except Exception:  # a bug in a fix: no fix-all action, the server goes on
                     logger.exception("fixing %s failed", self.path)
         return self._fixed_safe
+
+    def fix_all_edit(self) -> types.WorkspaceEdit | None:
+        if self.fixed_safe() == self.source:
+            return None
+        return workspace_edit(self.uri, text_edits(self.text, self.fixed_safe()))
+
+    def noqa_at(self, finding: Finding) -> tuple[int, str] | None:
+        return noqa_edit(self.source, finding.line, finding.code)
+
+
+@dataclass
+class NotebookCheck:
+    """One state of a notebook: its Python cells checked as one program (the marker and
+    placeholder scheme of :mod:`gradfix.notebook`), findings located in their cells."""
+
+    uri: str
+    #: every cell's URI, in the notebook's order (a cell's index is its place here)
+    cell_uris: list[str]
+    #: the text of each Python code cell, by URI
+    texts: dict[str, ClientText]
+    path: str
+    rules: Sequence[type[Rule]]
+    #: what was checked (:func:`cells_key`): a later state of the notebook is another check
+    key: tuple[tuple[str, str | None], ...] = ()
+    program: Program = Program(())
+    #: findings with ``cell`` = index + 1 and lines counted in the cell
+    findings: list[Finding] = field(default_factory=list)
+    #: cell URI -> why the cell is not in the program (it does not parse)
+    broken: dict[str, str] = field(default_factory=dict)
+    _singles: list[SingleFix] | None = None
+    _fixed_safe: dict[int, types.WorkspaceEdit | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        uri: str,
+        cells: Sequence[tuple[str, ClientText | None]],
+        path: str,
+        rules: Sequence[type[Rule]],
+    ) -> NotebookCheck:
+        """``cells``: each cell's URI and text, ``None`` for a cell that is not Python."""
+        texts = {cell_uri: text for cell_uri, text in cells if text is not None}
+        check = cls(uri, [cell_uri for cell_uri, _ in cells], texts, path, rules, cells_key(cells))
+        check.program = Program(tuple(check._program_cells()))
+        if not check.program.cells:
+            return check
+        source = check.program.source
+        try:
+            found = lint_source(source, rules=rules, path=path).findings
+        except SourceError as error:  # Python accepts it, LibCST does not
+            why = f"the cells as one program: {error}"  # its line is the program's
+            check.broken = {check.cell_uris[c.index]: why for c in check.program.cells}
+            return check
+        except Exception:  # a bug in a rule: no findings, the server goes on
+            logger.exception("checking %s failed", path)
+            return check
+        check.findings = [locate(finding, source) for finding in found]
+        return check
+
+    def _program_cells(self) -> Iterator[Cell]:
+        """The cells that go into the program; those that do not parse go into ``broken``."""
+        for index, cell_uri in enumerate(self.cell_uris):
+            text = self.texts.get(cell_uri)
+            if text is None:
+                continue
+            try:
+                cell = code_cell(index, text.source)
+            except NotebookError as error:
+                self.broken[cell_uri] = str(error)
+                continue
+            if cell is not None:  # None: a cell magic that is not Python (%%bash)
+                yield cell
+
+    def cell(self, uri: str) -> CellLint | None:
+        """The view of one Python cell, ``None`` for any other URI."""
+        text = self.texts.get(uri)
+        if text is None:
+            return None
+        number = self.cell_uris.index(uri) + 1
+        return CellLint(uri, text, [f for f in self.findings if f.cell == number], self, number)
+
+    def singles(self) -> list[SingleFix]:
+        """Each fix of the program applied alone, findings located in their cells (the
+        source stays the fixed program's: :meth:`edit` maps it back)."""
+        if self._singles is None:
+            self._singles = []
+            if any(f.fix for f in self.findings):
+                source = self.program.source
+                try:
+                    singles = single_fixes(source, rules=self.rules, path=self.path)
+                except Exception:  # a bug in a fix: no quick fixes, the server goes on
+                    logger.exception("fixing %s failed", self.path)
+                    singles = []
+                self._singles = [
+                    replace(single, findings=[locate(f, source) for f in single.findings])
+                    for single in singles
+                ]
+        return self._singles
+
+    def edit(self, fixed: str) -> types.WorkspaceEdit | None:
+        """The edit of the cells turning the program into ``fixed``; ``None`` when a cell
+        does not map back (a fix that moves code across cells)."""
+        cells = self.program.split(fixed)
+        if cells is None:
+            return None
+        changes = {}
+        for index, new_text in cells.items():
+            uri = self.cell_uris[index]
+            if new_text != self.texts[uri].source:
+                changes[uri] = text_edits(self.texts[uri], new_text)
+        return types.WorkspaceEdit(changes=changes) if changes else None
+
+    def fix_all_edit(self, number: int) -> types.WorkspaceEdit | None:
+        """Every safe fix of cell ``number``'s findings but those that would move code
+        across cells, in one pass."""
+        if number not in self._fixed_safe:
+            source = self.program.source
+            wanted = {
+                _cell_key(finding)
+                for single in self.singles()
+                if single.safety == "safe"
+                and single.source is not None
+                and self.edit(single.source) is not None
+                for finding in single.findings
+                if finding.cell == number
+            }
+            self._fixed_safe[number] = None
+            if wanted:
+                try:
+                    fixed = lint_source(
+                        source,
+                        rules=self.rules,
+                        path=self.path,
+                        fix=True,
+                        keep=lambda finding: _cell_key(locate(finding, source)) in wanted,
+                    )
+                    self._fixed_safe[number] = self.edit(fixed.source)
+                except Exception:  # a bug in a fix: no fix-all action, the server goes on
+                    logger.exception("fixing %s failed", self.path)
+        return self._fixed_safe[number]
+
+
+def cells_key(
+    cells: Sequence[tuple[str, ClientText | None]],
+) -> tuple[tuple[str, str | None], ...]:
+    """The cells' URIs and Python texts: what a notebook's check depends on."""
+    return tuple((uri, None if text is None else text.source) for uri, text in cells)
+
+
+def _cell_key(finding: Finding) -> tuple[int | None, int, int, str]:
+    return (finding.cell, finding.line, finding.col, finding.code)
+
+
+@dataclass
+class CellLint(DocumentLint):
+    """One Python cell of a checked notebook: its findings, and fixes as edits of the cells
+    (a fix may add an import to the first cell)."""
+
+    uri: str
+    text: ClientText
+    findings: list[Finding]
+    notebook: NotebookCheck
+    number: int  # the cell's index + 1, as the findings' ``cell``
+    verifiable: ClassVar[bool] = False
+
+    def singles(self) -> list[SingleFix]:
+        return [
+            replace(single, findings=hit)
+            for single in self.notebook.singles()
+            if (hit := [f for f in single.findings if f.cell == self.number])
+        ]
+
+    def fix_edit(self, single: SingleFix) -> types.WorkspaceEdit | None:
+        return None if single.source is None else self.notebook.edit(single.source)
+
+    def fix_all_edit(self) -> types.WorkspaceEdit | None:
+        return self.notebook.fix_all_edit(self.number)
+
+    def noqa_at(self, finding: Finding) -> tuple[int, str] | None:
+        # the cell as the program holds it: the same lines, IPython ones as placeholders
+        # (which the tokenizer reads; ``!ls`` it may not)
+        cell = next(c for c in self.notebook.program.cells if c.index == self.number - 1)
+        return noqa_edit(cell.text, finding.line, finding.code)
 
 
 @dataclass
@@ -314,12 +581,20 @@ class GradfixServer(LanguageServer):
 
     def __init__(self) -> None:
         super().__init__(
-            "gradfix", _version(), text_document_sync_kind=types.TextDocumentSyncKind.Full
+            "gradfix",
+            _version(),
+            text_document_sync_kind=types.TextDocumentSyncKind.Full,
+            notebook_document_sync=NOTEBOOK_SYNC,
         )
         self.settings = Settings()
         self.rules: list[type[Rule]] = select_rules()
         #: per buffer: the text and its lint (a future: awaited by every request on it)
-        self.buffers: dict[str, tuple[str, asyncio.Future[BufferLint]]] = {}
+        self.buffers: dict[str, tuple[Any, asyncio.Future[BufferLint]]] = {}
+        #: per notebook: its cells' texts and their check
+        self.notebooks: dict[str, tuple[Any, asyncio.Future[NotebookCheck]]] = {}
+        #: per buffer or cell: its last text that parsed and the findings there
+        self.last_good: dict[str, tuple[str, list[Finding]]] = {}
+        self.broken: set[str] = set()  # the buffers and cells that do not parse now
         self.verification: dict[str, VerificationState] = {}
         self.pending_changes: dict[str, asyncio.TimerHandle] = {}
         self.tasks: set[asyncio.Future[None]] = set()
@@ -345,9 +620,14 @@ class GradfixServer(LanguageServer):
             self.settings = replace(settings, verify=False)
             self.notify("gradfix: verification needs torch in the server's Python; it is off")
         self.buffers.clear()
+        self.notebooks.clear()
         self.verification.clear()
-        for uri in list(self.workspace.text_documents):
-            self.spawn(self.lint(uri, verify=True))
+        self.last_good.clear()  # findings of other rules
+        for document in list(self.workspace.text_documents.values()):
+            if self.workspace.get_notebook_document(cell_uri=document.uri) is None:
+                self.spawn(self.lint(document.uri, verify=True))
+        for notebook in list(self.workspace.notebook_documents.values()):
+            self.spawn(self.lint(notebook.uri, verify=False))
 
     def rules_for(self, path: str) -> list[type[Rule]]:
         """The project's ``[tool.gradfix]`` (nearest to the file) with the editor's
@@ -380,23 +660,69 @@ class GradfixServer(LanguageServer):
         return asyncio.get_running_loop().run_in_executor(self.engine, partial(function, *args))
 
     def open_document(self, uri: str) -> TextDocument | None:
-        """The open buffer (pygls would read a closed file from disk)."""
-        return self.workspace.text_documents.get(uri)
+        """The open buffer or notebook cell (pygls would read a closed file from disk); pygls
+        keys them by unquoted URI (a cell's ``#W0sZmlsZQ%3D%3D``, a file's ``%20``)."""
+        return self.workspace.text_documents.get(unquote(uri))
+
+    def computed(
+        self,
+        cache: dict[str, tuple[Any, asyncio.Future[T]]],
+        uri: str,
+        key: Any,
+        start: Callable[[], asyncio.Future[T]],
+    ) -> asyncio.Future[T]:
+        """``cache[uri]``'s result if it was started for ``key``, else ``start()``'s."""
+        entry = cache.get(uri)
+        if entry is None or entry[0] != key:
+            entry = cache[uri] = (key, start())
+        # shielded: a cancelled request must not cancel the lint other requests wait for
+        return asyncio.shield(entry[1])
 
     async def buffer(self, document: TextDocument) -> BufferLint:
         """The lint of the buffer's current text, computed once per text and settings."""
-        source = document.source
-        entry = self.buffers.get(document.uri)
-        if entry is None or entry[0] != source:
-            text = ClientText(source, document.position_codec)
+        text = ClientText(document.source, document.position_codec)
+
+        def start() -> asyncio.Future[BufferLint]:
             path = _path(document)
-            future = self.in_engine(BufferLint.of, document.uri, text, path, self.rules_for(path))
-            entry = self.buffers[document.uri] = (source, future)
-        # shielded: a cancelled request must not cancel the lint other requests wait for
-        return await asyncio.shield(entry[1])
+            return self.in_engine(BufferLint.of, document.uri, text, path, self.rules_for(path))
+
+        return await self.computed(self.buffers, document.uri, text.source, start)
+
+    def notebook_cells(
+        self, notebook: types.NotebookDocument
+    ) -> list[tuple[str, ClientText | None]]:
+        """Each cell's URI and, for a Python code cell, its text."""
+        cells: list[tuple[str, ClientText | None]] = []
+        for cell in notebook.cells:
+            document = self.open_document(cell.document)
+            python = cell.kind == types.NotebookCellKind.Code and document is not None
+            if document is not None and python and document.language_id in (None, "python"):
+                cells.append((cell.document, ClientText(document.source, document.position_codec)))
+            else:
+                cells.append((cell.document, None))
+        return cells
+
+    async def notebook_check(self, notebook: types.NotebookDocument) -> NotebookCheck:
+        """The check of the notebook's current cells, computed once per texts and settings."""
+        cells = self.notebook_cells(notebook)
+
+        def start() -> asyncio.Future[NotebookCheck]:
+            path = _notebook_path(notebook)
+            return self.in_engine(NotebookCheck.of, notebook.uri, cells, path, self.rules_for(path))
+
+        return await self.computed(self.notebooks, notebook.uri, cells_key(cells), start)
+
+    async def document_lint(self, uri: str) -> DocumentLint | None:
+        """The lint of an open buffer or notebook cell (what requests on it need)."""
+        notebook = self.workspace.get_notebook_document(cell_uri=uri)
+        if notebook is not None:
+            return (await self.notebook_check(notebook)).cell(uri)
+        document = self.open_document(uri)
+        return None if document is None else await self.buffer(document)
 
     def lint_soon(self, uri: str) -> None:
-        """Lint a changed buffer when typing pauses (a big file takes a while to check)."""
+        """Lint a changed buffer or notebook when typing pauses (a big file takes a while
+        to check)."""
         pending = self.pending_changes.pop(uri, None)
         if pending is not None:
             pending.cancel()
@@ -405,7 +731,12 @@ class GradfixServer(LanguageServer):
         )
 
     async def lint(self, uri: str, *, verify: bool) -> None:
-        """Publish the buffer's diagnostics; with ``verify``, start verifying its fixes."""
+        """Publish the buffer's (or notebook's) diagnostics; with ``verify``, start
+        verifying the buffer's fixes."""
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+        if notebook is not None:
+            await self.lint_notebook(notebook)
+            return
         document = self.open_document(uri)
         if document is None:
             return
@@ -413,11 +744,51 @@ class GradfixServer(LanguageServer):
         if self.open_document(uri) is not document or document.source != lint.source:
             return  # closed or changed meanwhile: the next lint publishes
         if lint.error is not None:
-            self.publish(document, syntax_diagnostics(lint.error, lint.source))
+            unchecked = syntax_diagnostics(lint.error, lint.source)
+            self.publish(document, unchecked + self.kept(uri, lint.text, lint.path, lint.error))
             return
-        self.publish(document, [self.diagnostic(lint, f) for f in lint.findings])
+        self.publish_lint(document, lint)
         if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
             self.start_verification(document)
+
+    async def lint_notebook(self, notebook: types.NotebookDocument) -> None:
+        """Publish the diagnostics of each cell of the notebook."""
+        check = await self.notebook_check(notebook)
+        if cells_key(self.notebook_cells(notebook)) != check.key:
+            return  # changed meanwhile: the next lint publishes
+        for uri in check.cell_uris:
+            document, lint = self.open_document(uri), check.cell(uri)
+            if document is None:
+                continue
+            if lint is None:  # markdown, another language
+                self.publish(document, [])
+            elif uri in check.broken:
+                self.publish(document, self.kept(uri, lint.text, check.path, check.broken[uri]))
+            else:
+                self.publish_lint(document, lint)
+
+    def publish_lint(self, document: TextDocument, lint: DocumentLint) -> None:
+        """Publish the findings of a text that parsed, and remember them for when it does
+        not (:meth:`kept`)."""
+        self.last_good[document.uri] = (lint.source, lint.findings)
+        self.broken.discard(document.uri)
+        self.publish(document, [self.diagnostic(lint, f) for f in lint.findings])
+
+    def kept(self, uri: str, text: ClientText, path: str, error: object) -> list[types.Diagnostic]:
+        """For a buffer or cell that does not parse (a line being typed): the findings of
+        its last text that parsed, on the lines unchanged since. A log line says why, once
+        until it parses again."""
+        if uri not in self.broken:
+            self.broken.add(uri)
+            self.window_log_message(
+                types.LogMessageParams(
+                    type=types.MessageType.Info,
+                    message=f"gradfix: {path}: {error}; findings kept on the lines unchanged "
+                    "since it last parsed, no quick fixes until it parses",
+                )
+            )
+        source, findings = self.last_good.get(uri, ("", []))
+        return [to_diagnostic(finding, text) for finding in carried(findings, source, text.source)]
 
     def publish(self, document: TextDocument, diagnostics: list[types.Diagnostic]) -> None:
         self.text_document_publish_diagnostics(
@@ -427,12 +798,13 @@ class GradfixServer(LanguageServer):
         )
 
     def forget(self, uri: str) -> None:
-        """A closed buffer: no pending lint, no cache, no diagnostics."""
+        """A closed buffer, cell or notebook: no pending lint, no cache, no diagnostics."""
         pending = self.pending_changes.pop(uri, None)
         if pending is not None:
             pending.cancel()
-        self.buffers.pop(uri, None)
-        self.verification.pop(uri, None)
+        for cache in (self.buffers, self.notebooks, self.verification, self.last_good):
+            cache.pop(uri, None)
+        self.broken.discard(uri)
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, []))
 
     # verification
@@ -471,7 +843,7 @@ class GradfixServer(LanguageServer):
         if self.verification.get(uri) is state:
             self.spawn(self.lint(uri, verify=False))  # republish with the verdicts
 
-    def diagnostic(self, lint: BufferLint, finding: Finding) -> types.Diagnostic:
+    def diagnostic(self, lint: DocumentLint, finding: Finding) -> types.Diagnostic:
         """The finding as published: with the verdict on its fix once there is one."""
         state = self.verification.get(lint.uri)
         verdict = None
@@ -479,12 +851,12 @@ class GradfixServer(LanguageServer):
             verdict = state.verdicts.get(finding_key(finding))
         return to_diagnostic(finding, lint.text, verdict)
 
-    def verdict_title(self, uri: str, source: str, finding: Finding) -> str:
+    def verdict_title(self, lint: DocumentLint, finding: Finding) -> str:
         """`` (verified)`` and the like for a quick fix title; ``""`` without verification."""
-        if not self.settings.verify:
+        if not self.settings.verify or not lint.verifiable:
             return ""
-        state = self.verification.get(uri)
-        if state is None or state.source != source:
+        state = self.verification.get(lint.uri)
+        if state is None or state.source != lint.source:
             return " (not verified: save the file to verify)"
         if not state.done:
             return " (verifying...)"
@@ -498,7 +870,7 @@ class GradfixServer(LanguageServer):
     # code actions and hover (run in the engine thread: fixes take a while on big files)
 
     def code_actions(
-        self, lint: BufferLint, wanted: types.Range, only: Sequence[str] | None
+        self, lint: DocumentLint, wanted: types.Range, only: Sequence[str] | None
     ) -> list[types.CodeAction]:
         in_range = lint.findings_at(wanted)
         actions: list[types.CodeAction] = []
@@ -506,38 +878,38 @@ class GradfixServer(LanguageServer):
             actions += self.quick_fixes(lint, wanted)
             suppress = (suppress_action(lint, f, self.diagnostic(lint, f)) for f in in_range)
             actions += [action for action in suppress if action is not None]
-        if _wants(only, FIX_ALL_KIND) and lint.fixed_safe() != lint.source:
+        fix_all = lint.fix_all_edit() if _wants(only, FIX_ALL_KIND) else None
+        if fix_all is not None:
             actions.append(
                 types.CodeAction(
-                    title="Fix all gradfix (safe fixes)",
-                    kind=FIX_ALL_KIND,
-                    edit=workspace_edit(lint.uri, text_edits(lint.text, lint.fixed_safe())),
+                    title="Fix all gradfix (safe fixes)", kind=FIX_ALL_KIND, edit=fix_all
                 )
             )
         return actions
 
-    def quick_fixes(self, lint: BufferLint, wanted: types.Range) -> list[types.CodeAction]:
+    def quick_fixes(self, lint: DocumentLint, wanted: types.Range) -> list[types.CodeAction]:
         actions = []
         for single in lint.singles():
             hit = [f for f in single.findings if overlaps(finding_range(f, lint.text), wanted)]
-            if not hit or single.source is None:
+            edit = lint.fix_edit(single) if hit else None
+            if edit is None:
                 continue
             first = hit[0]
             safety = " (unsafe)" if single.safety == "unsafe" else ""
-            verdict = self.verdict_title(lint.uri, lint.source, first)
+            verdict = self.verdict_title(lint, first)
             actions.append(
                 types.CodeAction(
                     title=f"Fix {first.code}: {single.description}{safety}{verdict}",
                     kind=types.CodeActionKind.QuickFix,
                     diagnostics=[self.diagnostic(lint, f) for f in hit],
                     is_preferred=single.safety == "safe" and "rejected" not in verdict,
-                    edit=workspace_edit(lint.uri, text_edits(lint.text, single.source)),
+                    edit=edit,
                 )
             )
         return actions
 
 
-def hover_docs(lint: BufferLint, position: types.Position) -> types.Hover | None:
+def hover_docs(lint: DocumentLint, position: types.Position) -> types.Hover | None:
     """The docs of the rules whose findings cover ``position``."""
     hits = lint.findings_at(types.Range(position, position))
     if not hits:
@@ -555,9 +927,9 @@ def hover_docs(lint: BufferLint, position: types.Position) -> types.Hover | None
 
 
 def suppress_action(
-    lint: BufferLint, finding: Finding, diagnostic: types.Diagnostic
+    lint: DocumentLint, finding: Finding, diagnostic: types.Diagnostic
 ) -> types.CodeAction | None:
-    insertion = noqa_edit(lint.source, finding.line, finding.code)
+    insertion = lint.noqa_at(finding)
     if insertion is None:
         return None
     column, comment = insertion
@@ -577,6 +949,10 @@ def _wants(only: Sequence[str] | None, kind: str) -> bool:
 
 def _path(document: TextDocument) -> str:
     return document.path or document.filename or "<buffer>.py"
+
+
+def _notebook_path(notebook: types.NotebookDocument) -> str:
+    return to_fs_path(notebook.uri) or "<notebook>.ipynb"
 
 
 def _version() -> str:
@@ -624,6 +1000,33 @@ def create_server() -> GradfixServer:
     def did_close(ls: GradfixServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.forget(params.text_document.uri)
 
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    async def notebook_did_open(
+        ls: GradfixServer, params: types.DidOpenNotebookDocumentParams
+    ) -> None:
+        await ls.lint(params.notebook_document.uri, verify=False)  # notebooks are not run
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(
+        ls: GradfixServer, params: types.DidChangeNotebookDocumentParams
+    ) -> None:
+        structure = params.change.cells.structure if params.change.cells else None
+        for closed in (structure.did_close or []) if structure else []:
+            ls.forget(closed.uri)  # a deleted cell
+        ls.lint_soon(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    async def notebook_did_save(
+        ls: GradfixServer, params: types.DidSaveNotebookDocumentParams
+    ) -> None:
+        await ls.lint(params.notebook_document.uri, verify=False)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_did_close(ls: GradfixServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.forget(params.notebook_document.uri)
+        for cell in params.cell_text_documents:
+            ls.forget(cell.uri)
+
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
         types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND]),
@@ -631,18 +1034,15 @@ def create_server() -> GradfixServer:
     async def code_action(
         ls: GradfixServer, params: types.CodeActionParams
     ) -> list[types.CodeAction]:
-        document = ls.open_document(params.text_document.uri)
-        if document is None:
+        lint = await ls.document_lint(params.text_document.uri)
+        if lint is None:
             return []
-        lint = await ls.buffer(document)
         return await ls.in_engine(ls.code_actions, lint, params.range, params.context.only)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     async def hover(ls: GradfixServer, params: types.HoverParams) -> types.Hover | None:
-        document = ls.open_document(params.text_document.uri)
-        if document is None:
-            return None
-        return hover_docs(await ls.buffer(document), params.position)
+        lint = await ls.document_lint(params.text_document.uri)
+        return None if lint is None else hover_docs(lint, params.position)
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: GradfixServer, params: Any) -> None:

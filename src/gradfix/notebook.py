@@ -134,6 +134,16 @@ def is_notebook(path: str) -> bool:
     return path.lower().endswith(NOTEBOOK_SUFFIX)
 
 
+def code_cell(index: int, source: str) -> Cell | None:
+    """One code cell as :func:`build_program` holds it (IPython lines replaced), ``None``
+    for a cell magic whose body is not Python; raise :class:`NotebookError` when it does
+    not parse. For a caller that has the cells, not the JSON (the language server)."""
+    cell = _code_cell(index, source)
+    if cell is not None:
+        _check_cell_syntax(cell)
+    return cell
+
+
 # --- reading -------------------------------------------------------------------------------
 
 
