@@ -29,14 +29,16 @@ notebook gives back the file byte for byte.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gradfix.diff import split_lines, unified_diff
+from gradfix.diff import split_lines
 from gradfix.engine import MAX_PASSES, SourceError, lint_source, single_fixes
+from gradfix.noqa import codes_by_line, comment_lines
 from gradfix.rule import Finding, Rule
 
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -49,13 +51,15 @@ PYTHON_CELL_MAGICS = frozenset(
 )
 #: a line magic or shell escape, bare or assigned (``%time f()``, ``!ls``, ``x = !ls``)
 _LINE_MAGIC = re.compile(r"\s*(?:[\w.,\s]+=\s*)?[%!]")
-#: IPython help: ``?obj``, ``??obj``, ``obj?``, ``obj.attr??``
-_HELP = re.compile(r"\s*(?:\?{1,2}\S.*|[\w.\[\]()]+\?{1,2})\s*")
+#: IPython help: ``?obj``, ``??obj``, ``obj?``, ``obj.attr??``, and the wildcard search
+#: ``torch.*Tensor?``
+_HELP = re.compile(r"\s*(?:\?{1,2}\S.*|[\w.\[\]()*]+\?{1,2})\s*")
 _CROSSING_NOTE = "did not apply a fix that would move code across notebook cells ({}): {}"
-_LAYOUT_NOTE = (
-    "fixes not applied: the notebook's JSON layout is not the one Jupyter writes "
+_LAYOUT_PROBLEM = (
+    "the notebook's JSON layout is not the one Jupyter writes "
     "(re-save it with Jupyter, then run again)"
 )
+_LAYOUT_NOTE = "fixes not applied: " + _LAYOUT_PROBLEM
 
 
 class NotebookError(SourceError):
@@ -97,6 +101,9 @@ class Program:
     """The code cells of a notebook concatenated into one Python source."""
 
     cells: tuple[Cell, ...]
+    #: one line per code cell left out because it does not parse, without the path
+    #: (``cell 4: skipped: syntax error at line 1: invalid syntax``)
+    skipped: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -128,6 +135,8 @@ class NotebookLint:
     text: str
     #: one line per fix not applied (broke the syntax, crossed cells, JSON layout)
     dropped: list[str] = field(default_factory=list)
+    #: one line per code cell not checked because it does not parse (:class:`Program`)
+    skipped: list[str] = field(default_factory=list)
 
 
 def is_notebook(path: str) -> bool:
@@ -161,19 +170,25 @@ def load_notebook(text: str) -> dict[str, Any]:
 
 
 def build_program(data: dict[str, Any]) -> Program:
-    """The Python code cells of ``data``; raise :class:`NotebookError` for a cell that does
-    not parse (it names the cell and the line in it)."""
+    """The Python code cells of ``data``. A cell that does not parse (an exercise blank
+    ``model = ``) is left out, with one line saying why: the others are still checked
+    together, and no fix ever touches it."""
     if not _is_python(data):
         return Program(())
     cells = []
+    skipped = []
     for index, raw in enumerate(data["cells"]):
         if not isinstance(raw, dict) or raw.get("cell_type") != "code":
             continue
         cell = _code_cell(index, _cell_source(raw))
-        if cell is not None:
-            _check_cell_syntax(cell)
+        if cell is None:
+            continue
+        problem = _syntax_problem(cell)
+        if problem is None:
             cells.append(cell)
-    return Program(tuple(cells))
+        else:
+            skipped.append(f"cell {index + 1}: skipped: {problem}")
+    return Program(tuple(cells), tuple(skipped))
 
 
 def _is_python(data: dict[str, Any]) -> bool:
@@ -221,6 +236,11 @@ def _code_cell(index: int, source: str) -> Cell | None:
     return Cell(index, _ended("".join(lines)), magics, source.endswith("\n"))
 
 
+def _ended(text: str) -> str:
+    """``text`` with a final newline (Jupyter's last line has none)."""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 def _cell_magic_name(line: str) -> str:
     words = line[2:].split()
     return words[0] if words else ""
@@ -238,15 +258,15 @@ def _parses(source: str) -> bool:
     return True
 
 
-def _check_cell_syntax(cell: Cell) -> None:
+def _syntax_problem(cell: Cell) -> str | None:
+    """Why ``cell`` does not parse (one line, lines counted in the cell), or ``None``."""
     try:
         ast.parse(cell.text)
     except SyntaxError as error:
-        raise NotebookError(
-            f"cell {cell.index + 1}: syntax error at line {error.lineno}: {error.msg}"
-        ) from None
+        return f"syntax error at line {error.lineno}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:
-        raise NotebookError(f"cell {cell.index + 1}: cannot parse: {error}") from None
+        return f"cannot parse: {error}"
+    return None
 
 
 # --- mapping back --------------------------------------------------------------------------
@@ -320,11 +340,11 @@ def lint_notebook(
     data = load_notebook(text)
     program = build_program(data)
     if not program.cells:
-        return NotebookLint([], [], text)
+        return NotebookLint([], [], text, skipped=list(program.skipped))
     source = program.source
     lint = lint_source(source, rules=rules, path=path)
     findings = [locate(finding, source) for finding in lint.findings]
-    result = NotebookLint(findings, list(findings), text)
+    result = NotebookLint(findings, list(findings), text, skipped=list(program.skipped))
     if not fix or not any(finding.fix for finding in findings):
         return result
     style = detect_style(text, data)
@@ -389,6 +409,36 @@ def _key(finding: Finding) -> tuple[int, int, str]:
     return (finding.line, finding.col, finding.code)
 
 
+# --- noqa comments -------------------------------------------------------------------------
+
+
+def add_noqa_to_notebook(
+    text: str, findings: Sequence[Finding]
+) -> tuple[str, set[tuple[int | None, int]]]:
+    """``text`` (a notebook file) with a ``# noqa`` comment for each of ``findings`` written
+    into its cell's source, every other byte kept; and the ``(cell, line)`` of the lines
+    that got one (cells 1-based as in findings). Raise :class:`NotebookError` when the
+    file's JSON layout cannot be written back byte for byte."""
+    data = load_notebook(text)
+    sources: dict[int, str] = {}
+    commented: set[tuple[int | None, int]] = set()
+    for cell in build_program(data).cells:
+        here = [finding for finding in findings if finding.cell == cell.index + 1]
+        if not here:
+            continue
+        cell_text, lines = comment_lines(cell.text, codes_by_line(here))
+        restored = _restore(cell, cell_text) if lines else None
+        if restored is not None:
+            sources[cell.index] = restored
+            commented.update((cell.index + 1, line) for line in lines)
+    if not sources:
+        return text, set()
+    style = detect_style(text, data)
+    if style is None:
+        raise NotebookError(_LAYOUT_PROBLEM)
+    return render(data, sources, style), commented
+
+
 # --- writing -------------------------------------------------------------------------------
 
 
@@ -415,27 +465,67 @@ def render(data: dict[str, Any], sources: dict[int, str], style: JsonStyle) -> s
     cells = list(data["cells"])
     for index, text in sources.items():
         if _cell_source(cells[index]) != text:
-            cells[index] = {**cells[index], "source": split_lines(text)}
+            # a source held as one string (nbformat allows it) stays one string
+            lines = text if isinstance(cells[index].get("source"), str) else split_lines(text)
+            cells[index] = {**cells[index], "source": lines}
     return style.dump({**data, "cells": cells})
 
 
 # --- diff ----------------------------------------------------------------------------------
 
-
-def notebook_diff(before: str, after: str, path: str) -> str:
-    """A unified diff of each changed code cell, headed ``a/nb.ipynb:cell 3``; not a patch
-    for the JSON file, a preview to read."""
-    old_cells = load_notebook(before)["cells"]
-    new_cells = load_notebook(after)["cells"]
-    parts = []
-    for number, (old, new) in enumerate(zip(old_cells, new_cells), start=1):
-        old_source, new_source = _cell_source(old), _cell_source(new)
-        if old_source != new_source:
-            name = f"{path}:cell {number}"
-            parts.append(unified_diff(_ended(old_source), _ended(new_source), name))
-    return "".join(parts)
+_JSON = json.JSONDecoder()
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _ended(text: str) -> str:
-    """``text`` with a final newline (Jupyter's last line has none)."""
-    return text if not text or text.endswith("\n") else text + "\n"
+def cell_at_line(text: str) -> Callable[[int], str]:
+    """For the notebook file ``text``: line number (1-based) -> ``"cell 3"``, the cell
+    whose JSON holds that line (``""`` before the first cell). Diffs name their hunks'
+    cells with it."""
+    first_lines = [text.count("\n", 0, offset) + 1 for offset in _cell_offsets(text)]
+
+    def name(line: int) -> str:
+        number = bisect.bisect_right(first_lines, line)
+        return f"cell {number}" if number else ""
+
+    return name
+
+
+def _cell_offsets(text: str) -> list[int]:
+    """Where each element of the top-level ``"cells"`` array starts in ``text``; ``[]``
+    when ``text`` is not a JSON object that has one."""
+    try:
+        position = _skip_space(text, 0)
+        if not text.startswith("{", position):
+            return []
+        position = _skip_space(text, position + 1)
+        while text.startswith('"', position):
+            key, position = _JSON.raw_decode(text, position)
+            position = _skip_space(text, _skip_space(text, position) + 1)  # past ":"
+            if key == "cells" and text.startswith("[", position):
+                return _array_offsets(text, position)
+            position = _after_value(text, position)
+    except (ValueError, RecursionError):
+        pass
+    return []
+
+
+def _array_offsets(text: str, position: int) -> list[int]:
+    """The start of each element of the JSON array at ``position``."""
+    offsets = []
+    position = _skip_space(text, position + 1)
+    while position < len(text) and not text.startswith("]", position):
+        offsets.append(position)
+        position = _after_value(text, position)
+    return offsets
+
+
+def _after_value(text: str, position: int) -> int:
+    """Past the JSON value at ``position``, its separating comma and white space."""
+    _, position = _JSON.raw_decode(text, position)
+    position = _skip_space(text, position)
+    return _skip_space(text, position + 1) if text.startswith(",", position) else position
+
+
+def _skip_space(text: str, position: int) -> int:
+    match = _JSON_SPACE.match(text, position)
+    return match.end() if match is not None else position

@@ -98,6 +98,10 @@ class FileResult:
     #: why the file was not looked at: ``generated`` (it says ``@generated``, skipped
     #: silently), or a one-line reason shown as a note (the file is too large)
     skipped: str | None = None
+    #: notebook code cells left out because they do not parse, one line each without
+    #: the path (``cell 4: skipped: syntax error at line 1: ...``); the other cells were
+    #: checked and fixed
+    skipped_cells: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -122,6 +126,12 @@ class RunResult:
     @property
     def errors(self) -> list[FileResult]:
         return [result for result in self.files if result.error is not None]
+
+    @property
+    def failed(self) -> bool:
+        """Something could not be processed: a file, or a notebook cell (exit status 2,
+        like a syntax error in a Python file)."""
+        return bool(self.errors) or any(result.skipped_cells for result in self.files)
 
 
 #: ``progress(total)`` is called once the files are known and returns ``advance()``,
@@ -267,6 +277,7 @@ def _remember(
         and result.traceback is None
         and not result.findings
         and not result.dropped
+        and not result.skipped_cells
         and not result.changed
         and not result.written
     )
@@ -459,6 +470,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             encoding=encoding,
             dropped=list(entry["dropped"]),
             error=entry["error"],
+            skipped_cells=list(entry.get("skipped_cells", [])),
         )
     result = process_text(text, path, options, encoding=encoding)
     if result.traceback is None:  # an internal error is not a property of the file
@@ -469,6 +481,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             "fixed": changed,
             "dropped": result.dropped,
             "error": result.error,
+            "skipped_cells": result.skipped_cells,
         }
         cache.put(key, entry)
     return result
@@ -492,6 +505,7 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
         return _internal_error(result, error)
     result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
     result.fixed, result.dropped = lint.text, lint.dropped
+    result.skipped_cells = lint.skipped
     return result
 
 
