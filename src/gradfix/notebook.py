@@ -7,7 +7,9 @@ inline``, ``!pip install x``, ``obj?``, ``files = !ls``, the ``%%time`` line of 
 magic whose body is Python) is replaced line for line by a placeholder statement
 (``...  # gradfix: magic 3.0``), so line numbers inside a cell do not move and the program
 still runs. Cells under any other cell magic (``%%bash``,
-``%%writefile``) are skipped.
+``%%writefile``) are skipped. A code cell that still does not parse (an exercise blank
+``model = ``) is left out of the program with one line saying why
+(``Program.skipped``); the other cells are checked together, and no fix touches it.
 
 After fixing, the source is split back at the markers. A cell maps back cleanly when
 every marker is still a line of its own, in order, every placeholder line of the cell is
@@ -19,7 +21,9 @@ lines, byte for byte.
 Writing changes only the ``source`` of the changed code cells (a list of lines, as
 Jupyter writes it); outputs, execution counts, metadata, key order, indentation and the
 final newline are kept: the JSON is re-serialised only when serialising the unchanged
-notebook gives back the file byte for byte.
+notebook gives back the file byte for byte. ``check --add-noqa`` writes its comments the
+same way (:func:`add_noqa_to_notebook`), and the ``fix`` preview is a diff of the JSON
+text, each hunk naming its cell (:func:`cell_at_line`), which ``git apply`` takes.
 
     lint = lint_notebook(text, rules=ALL_RULES, path="nb.ipynb", fix=True)
     lint.findings[0].cell, lint.findings[0].line   # cell number (1-based), line in it
@@ -256,6 +260,14 @@ def _parses(source: str) -> bool:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
+
+
+def _check_cell_syntax(cell: Cell) -> None:
+    """Raise :class:`NotebookError` (``cell 4: syntax error at line 1: ...``) when ``cell``
+    does not parse: for a caller that checks one cell at a time (the language server)."""
+    problem = _syntax_problem(cell)
+    if problem is not None:
+        raise NotebookError(f"cell {cell.index + 1}: {problem}")
 
 
 def _syntax_problem(cell: Cell) -> str | None:
