@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from gradfix.cli import app
 from gradfix.codemods import ALL_RULES
 from gradfix.files import discover
-from gradfix.notebook import build_program, fix_program, lint_notebook
+from gradfix.notebook import build_program, cell_at_line, fix_program, lint_notebook
 from gradfix.runner import RunOptions, process_paths
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "init_weights_notebook.ipynb"
@@ -365,6 +365,20 @@ def test_git_apply_of_the_preview_of_a_directory_gives_the_fixed_files(
     assert len(fixed) == 3
     for path in fixed:
         assert (previewed / path.relative_to(written)).read_bytes() == path.read_bytes(), path
+
+
+def test_hunk_headers_name_the_cell_whatever_the_key_order() -> None:
+    data = notebook(SEED_001_CELLS)
+    reordered = {"metadata": data["metadata"], "nbformat": 4, "cells": data["cells"]}
+    text = json.dumps(reordered, indent=2) + "\n"
+    name = cell_at_line(text)
+    lines = text.splitlines()
+    for number, cell in enumerate(data["cells"], start=1):
+        line = lines.index(f'      "id": "{cell["id"]}",') + 1
+        assert name(line) == f"cell {number}"
+    assert name(1) == name(2) == name(len(lines)) == ""  # outside the cells
+    # on one line every cell shares the line: no name rather than a wrong one
+    assert cell_at_line(json.dumps(data))(1) == ""
 
 
 def test_stdin_notebook_is_fixed_to_stdout(project: Path) -> None:

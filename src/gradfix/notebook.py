@@ -491,20 +491,24 @@ _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 def cell_at_line(text: str) -> Callable[[int], str]:
     """For the notebook file ``text``: line number (1-based) -> ``"cell 3"``, the cell
-    whose JSON holds that line (``""`` before the first cell). Diffs name their hunks'
-    cells with it."""
-    first_lines = [text.count("\n", 0, offset) + 1 for offset in _cell_offsets(text)]
+    whose JSON holds that line, or ``""`` outside the cells or on a line shared by several
+    (a notebook written on one line). Diffs name their hunks' cells with it."""
+    newlines = [match.start() for match in re.finditer("\n", text)]
+    spans = [
+        (bisect.bisect_left(newlines, start) + 1, bisect.bisect_left(newlines, end) + 1)
+        for start, end in _cell_spans(text)
+    ]
 
     def name(line: int) -> str:
-        number = bisect.bisect_right(first_lines, line)
-        return f"cell {number}" if number else ""
+        holders = [number for number, (first, last) in enumerate(spans, 1) if first <= line <= last]
+        return f"cell {holders[0]}" if len(holders) == 1 else ""
 
     return name
 
 
-def _cell_offsets(text: str) -> list[int]:
-    """Where each element of the top-level ``"cells"`` array starts in ``text``; ``[]``
-    when ``text`` is not a JSON object that has one."""
+def _cell_spans(text: str) -> list[tuple[int, int]]:
+    """Where each element of the top-level ``"cells"`` array starts and ends in ``text``;
+    ``[]`` when ``text`` is not a JSON object that has one."""
     try:
         position = _skip_space(text, 0)
         if not text.startswith("{", position):
@@ -514,26 +518,32 @@ def _cell_offsets(text: str) -> list[int]:
             key, position = _JSON.raw_decode(text, position)
             position = _skip_space(text, _skip_space(text, position) + 1)  # past ":"
             if key == "cells" and text.startswith("[", position):
-                return _array_offsets(text, position)
+                return _array_spans(text, position)
             position = _after_value(text, position)
     except (ValueError, RecursionError):
         pass
     return []
 
 
-def _array_offsets(text: str, position: int) -> list[int]:
-    """The start of each element of the JSON array at ``position``."""
-    offsets = []
+def _array_spans(text: str, position: int) -> list[tuple[int, int]]:
+    """The start and end of each element of the JSON array at ``position``."""
+    spans = []
     position = _skip_space(text, position + 1)
     while position < len(text) and not text.startswith("]", position):
-        offsets.append(position)
-        position = _after_value(text, position)
-    return offsets
+        _, end = _JSON.raw_decode(text, position)
+        spans.append((position, end))
+        position = _past_comma(text, end)
+    return spans
 
 
 def _after_value(text: str, position: int) -> int:
     """Past the JSON value at ``position``, its separating comma and white space."""
-    _, position = _JSON.raw_decode(text, position)
+    _, end = _JSON.raw_decode(text, position)
+    return _past_comma(text, end)
+
+
+def _past_comma(text: str, position: int) -> int:
+    """Past the white space and the comma that may follow a JSON value ending there."""
     position = _skip_space(text, position)
     return _skip_space(text, position + 1) if text.startswith(",", position) else position
 
