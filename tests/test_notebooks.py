@@ -183,12 +183,12 @@ BLANK_CELLS = [
     "md:## Exercise",
     "w.zero_()\nmodel = ",
     SEED_001_CELLS[2],
-    "    indented = 1",
+    "print((w.grad,)",
     SEED_001_CELLS[3],
 ]
 SKIPPED_LINES = [
     "nb.ipynb:cell 3: skipped: syntax error at line 2: invalid syntax",
-    "nb.ipynb:cell 5: skipped: syntax error at line 1: unexpected indent",
+    "nb.ipynb:cell 5: skipped: syntax error at line 1: '(' was never closed",
 ]
 
 
@@ -240,6 +240,36 @@ def test_a_skipped_cell_is_not_remembered_as_clean(project: Path) -> None:
         result = invoke("check", "nb.ipynb")
         assert result.exit_code == 2
         assert result.stderr == "nb.ipynb:cell 2: skipped: syntax error at line 1: invalid syntax\n"
+
+
+def test_an_indented_cell_is_checked_and_fixed_in_place_as_ipython_runs_it(
+    project: Path,
+) -> None:
+    # IPython removes the indentation of a cell whose first line is indented
+    cells = [
+        "import torch\nw = torch.ones(2, requires_grad=True)",
+        "\n    %matplotlib inline\n    w.normal_()\n    for i in range(2):\n        w.zero_()",
+        "  model = ",  # an indented exercise blank: still skipped, its line counted in it
+    ]
+    path = write_notebook(project / "nb.ipynb", cells)
+    result = invoke("check", "--format", "concise", "nb.ipynb")
+    assert [line.split(": GF")[0] for line in result.stdout.splitlines()] == [
+        "nb.ipynb:cell 2:line 3:col 5",
+        "nb.ipynb:cell 2:line 5:col 9",
+    ]
+    assert result.stderr == "nb.ipynb:cell 3: skipped: syntax error at line 1: invalid syntax\n"
+    invoke("fix", "--write", "nb.ipynb")
+    assert code_sources(path)[1] == (  # one block for both updates, in the cell's indentation
+        "\n    %matplotlib inline\n    with torch.no_grad():\n        w.normal_()\n"
+        "        for i in range(2):\n            w.zero_()"
+    )
+    path.unlink()
+    write_notebook(path, cells)
+    assert invoke("check", "--add-noqa", "nb.ipynb").stderr.startswith("Added 2 noqa comments")
+    assert code_sources(path)[1] == cells[1].replace("_()", "_()  # noqa: GF201")
+    assert invoke("check", "nb.ipynb").stdout == (
+        "No findings. 1 notebook cell could not be parsed (skipped).\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -511,6 +541,18 @@ def test_an_import_the_fix_needs_goes_into_the_first_cell() -> None:
     sources = ["".join(cell["source"]) for cell in fixed["cells"]]
     assert sources[0] == "import torch\n" + cells[0]
     assert "with torch.no_grad():\n    p.normal_()" in sources[2]
+
+
+def test_an_import_the_fix_needs_takes_the_indentation_of_an_indented_first_cell() -> None:
+    cells = [
+        "\t%matplotlib inline\n\tfrom torch import nn",
+        "md:text",
+        "p = nn.Parameter(nn.Linear(2, 2).weight.detach())\np.normal_()",
+    ]
+    lint = lint_notebook(jupyter_text(notebook(cells)), rules=ALL_RULES, fix=True)
+    assert lint.remaining == [] and lint.dropped == []
+    sources = ["".join(cell["source"]) for cell in json.loads(lint.text)["cells"]]
+    assert sources[0] == "\timport torch\n" + cells[0]
 
 
 # --- bad input -----------------------------------------------------------------------------

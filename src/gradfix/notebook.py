@@ -6,8 +6,10 @@ by a marker comment line, and IPython syntax the parser does not know (``%matplo
 inline``, ``!pip install x``, ``obj?``, ``files = !ls``, the ``%%time`` line of a cell
 magic whose body is Python) is replaced line for line by a placeholder statement
 (``...  # gradfix: magic 3.0``), so line numbers inside a cell do not move and the program
-still runs. Cells under any other cell magic (``%%bash``,
-``%%writefile``) are skipped. A code cell that still does not parse (an exercise blank
+still runs. A cell whose first line is indented, which IPython runs without that
+indentation, is held in a block opened on its marker line (``if True:  # gradfix:
+notebook cell 3``), so its lines and columns stay too. Cells under any other cell magic
+(``%%bash``, ``%%writefile``) are skipped. A code cell that still does not parse (an exercise blank
 ``model = ``) is left out of the program with one line saying why
 (``Program.skipped``); the other cells are checked together, and no fix touches it.
 
@@ -48,7 +50,10 @@ from gradfix.rule import Finding, Rule
 NOTEBOOK_SUFFIX = ".ipynb"
 #: the line put before each code cell in the program; its number is the cell's index
 CELL_MARKER = "# gradfix: notebook cell {index}\n"
-_MARKER_PATTERN = re.compile(r"# gradfix: notebook cell (\d+)\n")
+#: the marker of an indented cell opens a block for it, so its lines and columns stay
+INDENTED_CELL_MARKER = "if True:  " + CELL_MARKER
+_MARKER_PATTERN = re.compile(r"(?:if True:  )?# gradfix: notebook cell (\d+)\n")
+_BLOCK = "if True:\n"
 #: cell magics whose body is Python (ruff's list): the cell is checked, its magic kept
 PYTHON_CELL_MAGICS = frozenset(
     {"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"}
@@ -98,6 +103,14 @@ class Cell:
     magics: dict[str, str] = field(default_factory=dict)
     #: whether the cell's source ended with a newline (Jupyter's usually do not)
     final_newline: bool = False
+    #: its first statement is indented (IPython removes that indentation and runs it):
+    #: the program holds the cell in a block (:data:`INDENTED_CELL_MARKER`)
+    indented: bool = False
+
+    @property
+    def parsed_text(self) -> str:
+        """The cell's text as Python parses it alone (an indented one inside a block)."""
+        return _BLOCK + self.text if self.indented else self.text
 
 
 @dataclass(frozen=True)
@@ -111,12 +124,18 @@ class Program:
 
     @property
     def source(self) -> str:
-        return "".join(CELL_MARKER.format(index=cell.index) + cell.text for cell in self.cells)
+        return "".join(
+            (INDENTED_CELL_MARKER if cell.indented else CELL_MARKER).format(index=cell.index)
+            + cell.text
+            for cell in self.cells
+        )
 
     def split(self, source: str) -> dict[int, str] | None:
         """The cells' original-syntax sources in ``source`` (a fixed program), by cell index;
         ``None`` when some cell does not map back cleanly."""
-        chunks = _chunks(source, [cell.index for cell in self.cells])
+        first = self.cells[0]
+        indent = _first_indent(first.text) if first.indented else ""
+        chunks = _chunks(source, [cell.index for cell in self.cells], indent)
         if chunks is None:
             return None
         restored = {}
@@ -237,7 +256,15 @@ def _code_cell(index: int, source: str) -> Cell | None:
         magics[placeholder] = line if line.endswith("\n") else line + "\n"
         lines[number] = placeholder
         in_magic = line.rstrip("\r\n").endswith("\\")
-    return Cell(index, _ended("".join(lines)), magics, source.endswith("\n"))
+    text = _ended("".join(lines))
+    return Cell(index, text, magics, source.endswith("\n"), bool(_first_indent(text)))
+
+
+def _first_indent(text: str) -> str:
+    """The indentation of the first line that is not blank: IPython removes it from every
+    line of the cell that starts with it."""
+    first = next((line for line in split_lines(text) if line.strip()), "")
+    return first[: len(first) - len(first.lstrip(" \t"))]
 
 
 def _ended(text: str) -> str:
@@ -273,9 +300,10 @@ def _check_cell_syntax(cell: Cell) -> None:
 def _syntax_problem(cell: Cell) -> str | None:
     """Why ``cell`` does not parse (one line, lines counted in the cell), or ``None``."""
     try:
-        ast.parse(cell.text)
+        ast.parse(cell.parsed_text)
     except SyntaxError as error:
-        return f"syntax error at line {error.lineno}: {error.msg}"
+        line = error.lineno - (1 if cell.indented else 0) if error.lineno else error.lineno
+        return f"syntax error at line {line}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:
         return f"cannot parse: {error}"
     return None
@@ -284,10 +312,10 @@ def _syntax_problem(cell: Cell) -> str | None:
 # --- mapping back --------------------------------------------------------------------------
 
 
-def _chunks(source: str, indexes: Sequence[int]) -> list[str] | None:
+def _chunks(source: str, indexes: Sequence[int], indent: str = "") -> list[str] | None:
     """``source`` cut at its marker lines, which must be the ones of ``indexes`` in order.
     Lines before the first marker (an import the engine added on top) go to the first
-    cell."""
+    cell, with its ``indent``."""
     leading: list[str] = []
     chunks: list[list[str]] = []
     found: list[int] = []
@@ -300,14 +328,14 @@ def _chunks(source: str, indexes: Sequence[int]) -> list[str] | None:
             (chunks[-1] if chunks else leading).append(line)
     if found != list(indexes):
         return None
-    chunks[0][:0] = leading
+    chunks[0][:0] = [indent + line if line.strip() else line for line in leading]
     return ["".join(chunk) for chunk in chunks]
 
 
 def _restore(cell: Cell, chunk: str) -> str | None:
     """The cell's text in ``chunk`` with its magic lines back, or ``None`` when the chunk
     does not parse alone or a placeholder line was changed, moved out or duplicated."""
-    if not _parses(chunk):
+    if not _parses(replace(cell, text=chunk).parsed_text):
         return None
     lines = split_lines(chunk)
     for placeholder, original in cell.magics.items():
