@@ -6,6 +6,7 @@ non-ASCII kept, final newline); each test names the cell shapes it needs.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import subprocess
@@ -270,6 +271,19 @@ def test_an_indented_cell_is_checked_and_fixed_in_place_as_ipython_runs_it(
     assert invoke("check", "nb.ipynb").stdout == (
         "No findings. 1 notebook cell could not be parsed (skipped).\n"
     )
+
+
+@pytest.mark.parametrize("suffix", [".json", ".md", ".html"])
+def test_the_report_lists_the_skipped_cells(project: Path, suffix: str) -> None:
+    write_notebook(project / "nb.ipynb", BLANK_CELLS)
+    assert invoke("fix", "--report", f"report{suffix}", "nb.ipynb").exit_code == 2
+    report = (project / f"report{suffix}").read_text(encoding="utf-8")
+    skipped = [line.split(":", 1)[1] for line in SKIPPED_LINES]  # without the path
+    if suffix == ".json":
+        assert json.loads(report)["files"][0]["skipped_cells"] == skipped
+    else:
+        escape = html.escape if suffix == ".html" else str
+        assert all(escape(cell) in report for cell in skipped)
 
 
 @pytest.mark.parametrize(
