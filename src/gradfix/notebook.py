@@ -9,8 +9,8 @@ magic whose body is Python) is replaced line for line by a placeholder statement
 still runs. A cell whose first line is indented, which IPython runs without that
 indentation, is held in a block opened on its marker line (``if True:  # gradfix:
 notebook cell 3``), so its lines and columns stay too. Cells under any other cell magic
-(``%%bash``, ``%%writefile``) are skipped. A code cell that still does not parse (an exercise blank
-``model = ``) is left out of the program with one line saying why
+(``%%bash``, ``%%writefile``) are skipped. A code cell that still does not parse (an
+exercise blank ``model = ``) is left out of the program with one line saying why
 (``Program.skipped``); the other cells are checked together, and no fix touches it.
 
 After fixing, the source is split back at the markers. A cell maps back cleanly when
@@ -103,7 +103,7 @@ class Cell:
     magics: dict[str, str] = field(default_factory=dict)
     #: whether the cell's source ended with a newline (Jupyter's usually do not)
     final_newline: bool = False
-    #: its first statement is indented (IPython removes that indentation and runs it):
+    #: its first line that is not blank is indented (IPython removes that indentation):
     #: the program holds the cell in a block (:data:`INDENTED_CELL_MARKER`)
     indented: bool = False
 
@@ -302,7 +302,7 @@ def _syntax_problem(cell: Cell) -> str | None:
     try:
         ast.parse(cell.parsed_text)
     except SyntaxError as error:
-        line = error.lineno - (1 if cell.indented else 0) if error.lineno else error.lineno
+        line = error.lineno - 1 if cell.indented and error.lineno else error.lineno
         return f"syntax error at line {line}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:
         return f"cannot parse: {error}"
