@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli import app
-from gradfix.noqa import add_noqa
+from gradfix.noqa import add_noqa, add_noqa_to_file
 
 SCHEMA = Path(__file__).resolve().parent / "data" / "sarif" / "sarif-2.1.0-rtm.5.json"
 BUGGY = """import torch
@@ -101,15 +101,61 @@ def test_statistics_total_is_aligned_with_the_counts(tmp_path: Path) -> None:
 
 
 def test_add_noqa_makes_the_tree_check_clean(buggy: Path) -> None:
-    code, _, err = invoke("check", "--add-noqa", str(buggy))
-    assert "Added 2 noqa comments." in err
+    (buggy.parent / "clean.py").write_text("import torch\n", encoding="utf-8")
+    code, out, err = invoke("check", "--add-noqa", str(buggy.parent))
+    # the findings it silenced are not reported again: the tree is clean now
+    assert (code, out) == (0, "All checks passed.\n"), out
+    assert err == "Added 2 noqa comments in 1 file.\n"
     text = buggy.read_text(encoding="utf-8")
     assert "w.normal_()  # noqa: GF201\n" in text
     assert "A = torch.tensor([a0, w[1]])  # noqa: GF101\n" in text
     code, out, _ = invoke("check", str(buggy))
     assert code == 0, out
-    _, _, err = invoke("check", "--add-noqa", str(buggy))
-    assert "Added 0 noqa comments." in err  # idempotent
+    code, _, err = invoke("check", "--add-noqa", str(buggy))
+    assert (code, err) == (0, "Added 0 noqa comments in 0 files.\n")  # idempotent
+
+
+def test_add_noqa_reports_the_findings_it_could_not_silence(buggy: Path) -> None:
+    # line 5 ends inside a string: a comment there would be part of the string
+    buggy.write_text(BUGGY.replace("w[1]])\n", 'w[1]]), """\n"""\n'), encoding="utf-8")
+    code, out, err = invoke("check", "--add-noqa", "--format", "concise", str(buggy))
+    assert code == 1 and err == "Added 1 noqa comment in 1 file.\n"
+    assert (
+        out == f"{buggy}:5:5: GF101 `torch.tensor()` of tensors cuts the autograd graph; "
+        "use `torch.stack()`\n"
+    )
+
+
+def test_add_noqa_exits_2_when_a_file_cannot_be_written(buggy: Path) -> None:
+    buggy.chmod(0o444)
+    try:
+        code, _, err = invoke("check", "--add-noqa", str(buggy))
+    finally:
+        buggy.chmod(0o644)
+    assert code == 2 and "Added 0 noqa comments in 0 files." in err
+    assert f"{buggy}: cannot add noqa comments: " in err
+    assert buggy.read_text(encoding="utf-8") == BUGGY
+
+
+def test_add_noqa_refuses_stdin(buggy: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["check", "--add-noqa", "-", "--stdin-filename", str(buggy)], input=BUGGY
+    )
+    assert result.exit_code == 2
+    assert result.stderr == "error: --add-noqa writes files and cannot read stdin; give the paths\n"
+    assert buggy.read_text(encoding="utf-8") == BUGGY
+
+
+def test_add_noqa_leaves_a_file_that_changed_since_it_was_checked(buggy: Path) -> None:
+    from gradfix.codemods import ALL_RULES
+    from gradfix.engine import lint_source
+
+    findings = lint_source(BUGGY, rules=ALL_RULES).findings
+    edited = "# a line added meanwhile\n" + BUGGY
+    buggy.write_text(edited, encoding="utf-8")
+    with pytest.raises(OSError, match="changed since it was checked"):
+        add_noqa_to_file(str(buggy), findings, BUGGY)
+    assert buggy.read_text(encoding="utf-8") == edited
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,10 @@ non-ASCII kept, final newline); each test names the cell shapes it needs.
 
 from __future__ import annotations
 
+import html
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from typer.testing import CliRunner
 from gradfix.cli import app
 from gradfix.codemods import ALL_RULES
 from gradfix.files import discover
-from gradfix.notebook import NotebookError, build_program, fix_program, lint_notebook
+from gradfix.notebook import build_program, cell_at_line, fix_program, lint_notebook
 from gradfix.runner import RunOptions, process_paths
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "init_weights_notebook.ipynb"
@@ -172,10 +175,141 @@ def test_a_cell_under_a_non_python_cell_magic_is_skipped() -> None:
     assert lint.findings == []
 
 
-def test_a_cell_that_does_not_parse_is_named_in_the_error() -> None:
-    text = jupyter_text(notebook(["import torch", "md:# x", "x = (1,\n"]))
-    with pytest.raises(NotebookError, match=r"^cell 3: syntax error at line 1: "):
-        lint_notebook(text, rules=ALL_RULES)
+# --- cells that do not parse --------------------------------------------------------------
+
+# an exercise blank in cell 3 (with a pitfall of its own that must stay untouched); the
+# leaf of cell 1 is still followed into cell 4
+BLANK_CELLS = [
+    SEED_001_CELLS[0],
+    "md:## Exercise",
+    "w.zero_()\nmodel = ",
+    SEED_001_CELLS[2],
+    "print((w.grad,)",
+    SEED_001_CELLS[3],
+]
+SKIPPED_LINES = [
+    "nb.ipynb:cell 3: skipped: syntax error at line 2: invalid syntax",
+    "nb.ipynb:cell 5: skipped: syntax error at line 1: '(' was never closed",
+]
+
+
+def test_a_cell_that_does_not_parse_is_skipped_and_the_others_checked(project: Path) -> None:
+    write_notebook(project / "nb.ipynb", BLANK_CELLS)
+    result = invoke("check", "--select", "GF201", "nb.ipynb")
+    assert result.stdout.splitlines()[0].startswith("nb.ipynb:cell 4:line 2:col 1: GF201 ")
+    assert result.stdout.splitlines()[-1] == (
+        "Found 1 finding (1 fixable with `gradfix fix`). "
+        "2 notebook cells could not be parsed (skipped)."
+    )
+    assert result.stderr.splitlines() == SKIPPED_LINES
+    assert result.exit_code == 2  # like a syntax error in a Python file
+
+
+def test_fix_write_fixes_the_other_cells_and_never_a_skipped_one(project: Path) -> None:
+    path = write_notebook(project / "nb.ipynb", BLANK_CELLS)
+    result = invoke("fix", "--write", "nb.ipynb")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        *SKIPPED_LINES,
+        "Fixed 1 finding in 1 file. 2 notebook cells could not be parsed (skipped).",
+    ]
+    sources = code_sources(path)
+    assert sources[3] == SEED_001_CELLS[2].replace(
+        "w.normal_()", "with torch.no_grad():\n    w.normal_()"
+    )
+    assert [sources[i] for i in (0, 1, 2, 4, 5)] == [
+        BLANK_CELLS[0],
+        "## Exercise",
+        BLANK_CELLS[2],
+        BLANK_CELLS[4],
+        BLANK_CELLS[5],
+    ]
+
+
+def test_the_stdin_filter_fixes_a_notebook_with_a_skipped_cell(project: Path) -> None:
+    text = jupyter_text(notebook(BLANK_CELLS))
+    result = invoke("fix", "-", "--stdin-filename", "nb.ipynb", input=text)
+    assert result.exit_code == 2 and result.stderr.splitlines()[:2] == SKIPPED_LINES
+    write_notebook(project / "nb.ipynb", BLANK_CELLS)
+    invoke("fix", "--write", "nb.ipynb")
+    assert result.stdout == (project / "nb.ipynb").read_text(encoding="utf-8")
+
+
+def test_a_skipped_cell_survives_the_cache(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GRADFIX_NO_CACHE", raising=False)
+    write_notebook(project / "nb.ipynb", ["import torch", "model = "])
+    for _ in range(2):  # the second run reads the cache: not a clean file, the same lines
+        result = invoke("check", "nb.ipynb")
+        assert result.exit_code == 2
+        assert result.stderr == "nb.ipynb:cell 2: skipped: syntax error at line 1: invalid syntax\n"
+
+
+def test_an_indented_cell_is_checked_and_fixed_in_place_as_ipython_runs_it(
+    project: Path,
+) -> None:
+    # IPython removes the indentation of a cell whose first line is indented
+    cells = [
+        "import torch\nw = torch.ones(2, requires_grad=True)",
+        "\n    %matplotlib inline\n    w.normal_()\n    for i in range(2):\n        w.zero_()",
+        "  model = ",  # an indented exercise blank: still skipped, its line counted in it
+    ]
+    path = write_notebook(project / "nb.ipynb", cells)
+    result = invoke("check", "--format", "concise", "nb.ipynb")
+    assert [line.split(": GF")[0] for line in result.stdout.splitlines()] == [
+        "nb.ipynb:cell 2:line 3:col 5",
+        "nb.ipynb:cell 2:line 5:col 9",
+    ]
+    assert result.stderr == "nb.ipynb:cell 3: skipped: syntax error at line 1: invalid syntax\n"
+    invoke("fix", "--write", "nb.ipynb")
+    assert code_sources(path)[1] == (  # one block for both updates, in the cell's indentation
+        "\n    %matplotlib inline\n    with torch.no_grad():\n        w.normal_()\n"
+        "        for i in range(2):\n            w.zero_()"
+    )
+    path.unlink()
+    write_notebook(path, cells)
+    assert invoke("check", "--add-noqa", "nb.ipynb").stderr.startswith("Added 2 noqa comments")
+    assert code_sources(path)[1] == cells[1].replace("_()", "_()  # noqa: GF201")
+    assert invoke("check", "nb.ipynb").stdout == (
+        "No findings. 1 notebook cell could not be parsed (skipped).\n"
+    )
+
+
+@pytest.mark.parametrize("suffix", [".json", ".md", ".html"])
+def test_the_report_lists_the_skipped_cells(project: Path, suffix: str) -> None:
+    write_notebook(project / "nb.ipynb", BLANK_CELLS)
+    assert invoke("fix", "--report", f"report{suffix}", "nb.ipynb").exit_code == 2
+    report = (project / f"report{suffix}").read_text(encoding="utf-8")
+    skipped = [line.split(":", 1)[1] for line in SKIPPED_LINES]  # without the path
+    if suffix == ".json":
+        assert json.loads(report)["files"][0]["skipped_cells"] == skipped
+    else:
+        escape = html.escape if suffix == ".html" else str
+        assert all(escape(cell) in report for cell in skipped)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "w?",
+        "??w",
+        "w??",
+        "torch.*Tensor?",
+        "?torch.nn.*",
+        "!ls -1",
+        "files = !ls -1",
+        "%matplotlib inline",
+        "%time (w * 2).sum()",
+        "%%time",
+        "%%capture captured",
+    ],
+)
+def test_ipython_syntax_is_not_an_error(line: str) -> None:
+    cells = ["import torch\nw = torch.ones(2, requires_grad=True)", f"{line}\nw.zero_()"]
+    lint = lint_notebook(jupyter_text(notebook(cells)), rules=ALL_RULES, fix=True)
+    assert lint.skipped == []
+    assert [(f.code, f.cell, f.line) for f in lint.findings] == [("GF201", 2, 2)]
+    fixed = json.loads(lint.text)["cells"][1]["source"]
+    assert fixed == [f"{line}\n", "with torch.no_grad():\n", "    w.zero_()"]
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -233,19 +367,63 @@ def test_fixing_is_idempotent(project: Path) -> None:
     assert invoke("check", "nb.ipynb").exit_code == 0
 
 
-def test_diff_preview_shows_the_changed_cells(project: Path) -> None:
+def test_diff_preview_is_a_patch_of_the_json_naming_the_cell(project: Path) -> None:
     write_notebook(project / "nb.ipynb", SEED_001_CELLS)
     result = invoke("fix", "nb.ipynb")
     assert result.exit_code == 1
     assert result.stdout == (
-        "--- a/nb.ipynb:cell 3\n"
-        "+++ b/nb.ipynb:cell 3\n"
-        "@@ -1,2 +1,3 @@\n"
-        " x = torch.linspace(0.0, 1.0, 10)\n"
-        "-w.normal_()  # in place on a leaf\n"
-        "+with torch.no_grad():\n"
-        "+    w.normal_()  # in place on a leaf\n"
+        "--- a/nb.ipynb\n"
+        "+++ b/nb.ipynb\n"
+        "@@ -53,7 +53,8 @@ cell 3\n"
+        "    ],\n"
+        '    "source": [\n'
+        '     "x = torch.linspace(0.0, 1.0, 10)\\n",\n'
+        '-    "w.normal_()  # in place on a leaf"\n'
+        '+    "with torch.no_grad():\\n",\n'
+        '+    "    w.normal_()  # in place on a leaf"\n'
+        "    ]\n"
+        "   },\n"
+        "   {\n"
     )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_apply_of_the_preview_of_a_directory_gives_the_fixed_files(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    previewed, written = project / "previewed", project / "written"
+    (previewed / "sub").mkdir(parents=True)
+    (previewed / "train.py").write_text(
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw.normal_()\n", encoding="utf-8"
+    )
+    write_notebook(previewed / "nb.ipynb", SEED_001_CELLS)
+    write_notebook(previewed / "sub" / "magic.ipynb", [*MAGIC_CELLS[:2], "md:x", *MAGIC_CELLS[2:]])
+    shutil.copytree(previewed, written)
+    monkeypatch.chdir(written)
+    assert invoke("fix", "--write", ".").exit_code == 0
+    monkeypatch.chdir(previewed)
+    preview = invoke("fix", ".").stdout
+    assert "@@ cell 3\n" in preview and "@@ cell 4\n" in preview  # the hunks name their cells
+    applied = subprocess.run(["git", "apply", "-"], input=preview.encode(), capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+    fixed = [path for path in written.rglob("*") if path.suffix in (".py", ".ipynb")]
+    assert len(fixed) == 3
+    for path in fixed:
+        assert (previewed / path.relative_to(written)).read_bytes() == path.read_bytes(), path
+
+
+def test_hunk_headers_name_the_cell_whatever_the_key_order() -> None:
+    data = notebook(SEED_001_CELLS)
+    reordered = {"metadata": data["metadata"], "nbformat": 4, "cells": data["cells"]}
+    text = json.dumps(reordered, indent=2) + "\n"
+    name = cell_at_line(text)
+    lines = text.splitlines()
+    for number, cell in enumerate(data["cells"], start=1):
+        line = lines.index(f'      "id": "{cell["id"]}",') + 1
+        assert name(line) == f"cell {number}"
+    assert name(1) == name(2) == name(len(lines)) == ""  # outside the cells
+    # on one line every cell shares the line: no name rather than a wrong one
+    assert cell_at_line(json.dumps(data))(1) == ""
 
 
 def test_stdin_notebook_is_fixed_to_stdout(project: Path) -> None:
@@ -262,6 +440,84 @@ def test_fix_verify_skips_notebooks_with_a_warning(project: Path) -> None:
     result = invoke("fix", "--verify", "--write", "nb.ipynb")
     assert "warning: nb.ipynb: notebooks cannot be verified yet; skipped" in result.stderr
     assert path.read_bytes() == before
+
+
+def test_fix_interactive_leaves_notebooks_alone_and_says_so(project: Path) -> None:
+    path = write_notebook(project / "nb.ipynb", SEED_001_CELLS)
+    (project / "a.py").write_text(
+        "import torch\nw = torch.randn(3, requires_grad=True)\nw.normal_()\n", encoding="utf-8"
+    )
+    before = path.read_bytes()
+    result = invoke("fix", "--interactive", ".", input="y\n")
+    assert "nb.ipynb: note: notebooks are not reviewed interactively; skipped" in result.stderr
+    assert path.read_bytes() == before
+    assert "with torch.no_grad():" in (project / "a.py").read_text(encoding="utf-8")
+
+
+# --- noqa comments -------------------------------------------------------------------------
+
+
+def test_add_noqa_on_the_example_comments_the_cell_and_keeps_every_other_byte(
+    project: Path,
+) -> None:
+    path = project / EXAMPLE.name
+    shutil.copy(EXAMPLE, path)
+    original = path.read_text(encoding="utf-8")
+    result = invoke("check", "--add-noqa", EXAMPLE.name)
+    assert (result.exit_code, result.stdout) == (0, "All checks passed.\n")
+    assert result.stderr == "Added 1 noqa comment in 1 file.\n"
+    line = '    "w.normal_()  # initialise the weight"\n'
+    assert original.count(line) == 1
+    commented = line.replace("weight", "weight  # noqa: GF201")
+    assert path.read_text(encoding="utf-8") == original.replace(line, commented)
+    after = json.loads(path.read_text(encoding="utf-8"))
+    assert [c.get("outputs") for c in after["cells"]] == [
+        c.get("outputs") for c in json.loads(original)["cells"]
+    ]
+    again = invoke("check", EXAMPLE.name)
+    assert (again.exit_code, again.stdout, again.stderr) == (0, "All checks passed.\n", "")
+
+
+def test_add_noqa_comments_cells_with_magics_and_the_notebook_checks_clean(project: Path) -> None:
+    cells = [*SEED_001_CELLS[:3], *MAGIC_CELLS[1:3], "model = "]
+    path = write_notebook(project / "nb.ipynb", cells)
+    expected = notebook(cells)
+    expected["cells"][2]["source"][1] = "w.normal_()  # in place on a leaf  # noqa: GF201"
+    expected["cells"][4]["source"][-1] = "w.normal_()  # noqa: GF201"
+    result = invoke("check", "--add-noqa", "nb.ipynb")
+    assert result.stderr.splitlines() == [
+        "Added 2 noqa comments in 1 file.",
+        "nb.ipynb:cell 6: skipped: syntax error at line 1: invalid syntax",
+    ]
+    assert result.exit_code == 2  # the skipped cell
+    assert path.read_text(encoding="utf-8") == jupyter_text(expected)
+    again = invoke("check", "nb.ipynb")
+    assert again.exit_code == 2 and again.stdout == (
+        "No findings. 1 notebook cell could not be parsed (skipped).\n"
+    )
+
+
+def test_add_noqa_keeps_a_source_held_as_one_string(project: Path) -> None:
+    data = notebook(SEED_001_CELLS)
+    data["cells"][2]["source"] = "".join(data["cells"][2]["source"])
+    path = project / "nb.ipynb"
+    path.write_text(jupyter_text(data), encoding="utf-8")
+    assert invoke("check", "--add-noqa", "nb.ipynb").exit_code == 0
+    source = json.loads(path.read_text(encoding="utf-8"))["cells"][2]["source"]
+    assert source == SEED_001_CELLS[2].replace("leaf", "leaf  # noqa: GF201")
+
+
+def test_add_noqa_refuses_a_json_layout_it_cannot_write_back(project: Path) -> None:
+    path = project / "nb.ipynb"
+    text = json.dumps(notebook(SEED_001_CELLS), indent="\t")
+    path.write_text(text, encoding="utf-8")
+    result = invoke("check", "--add-noqa", "nb.ipynb")
+    assert result.exit_code == 2
+    assert (
+        "nb.ipynb: cannot add noqa comments: the notebook's JSON layout is not the one "
+        "Jupyter writes (re-save it with Jupyter, then run again)\n" in result.stderr
+    )
+    assert path.read_text(encoding="utf-8") == text
 
 
 # --- fixes across cells --------------------------------------------------------------------
@@ -300,6 +556,18 @@ def test_an_import_the_fix_needs_goes_into_the_first_cell() -> None:
     sources = ["".join(cell["source"]) for cell in fixed["cells"]]
     assert sources[0] == "import torch\n" + cells[0]
     assert "with torch.no_grad():\n    p.normal_()" in sources[2]
+
+
+def test_an_import_the_fix_needs_takes_the_indentation_of_an_indented_first_cell() -> None:
+    cells = [
+        "\t%matplotlib inline\n\tfrom torch import nn",
+        "md:text",
+        "p = nn.Parameter(nn.Linear(2, 2).weight.detach())\np.normal_()",
+    ]
+    lint = lint_notebook(jupyter_text(notebook(cells)), rules=ALL_RULES, fix=True)
+    assert lint.remaining == [] and lint.dropped == []
+    sources = ["".join(cell["source"]) for cell in json.loads(lint.text)["cells"]]
+    assert sources[0] == "\timport torch\n" + cells[0]
 
 
 # --- bad input -----------------------------------------------------------------------------

@@ -286,7 +286,8 @@ def check(
         typer.Option(
             "--add-noqa",
             help="Write a `# noqa: CODE` comment on every line with a finding (to adopt "
-            "gradfix on an existing codebase); prints how many were added.",
+            "gradfix on an existing codebase; in a notebook, into the cell); prints how "
+            "many were added and reports only the findings it could not silence.",
         ),
     ] = False,
     select: SelectOption = None,
@@ -314,6 +315,8 @@ def check(
     from gradfix.runner import RunOptions
 
     rules, settings = _configure(select, ignore, config)
+    if add_noqa:
+        _refuse_stdin_for_add_noqa(paths, stdin_filename)
     options = RunOptions(
         rules=rules,
         config=settings,
@@ -355,8 +358,9 @@ def check(
             for line in frames.get((path, finding.line, finding.col, finding.code), []):
                 typer.echo(line)
         if output_format is CheckFormat.text and not quiet:
-            typer.echo(check_summary([finding for _, finding in findings], len(run.errors)))
-    if run.errors:
+            found = [finding for _, finding in findings]
+            typer.echo(check_summary(found, len(run.errors), _skipped_cells(run)))
+    if run.failed:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
 
@@ -377,27 +381,40 @@ def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, st
 
 
 def _add_noqa(run: RunResult, quiet: bool) -> None:
+    """``check --add-noqa``: comment the line of every finding. The findings silenced are
+    no longer reported (only those on a line that cannot take a comment stay)."""
     from gradfix.noqa import add_noqa_to_file
 
-    added = 0
+    added = files = 0
     for result in run.files:
-        if result.error is None and result.findings:
-            try:
-                added += add_noqa_to_file(result.path, result.findings)
-            except OSError as error:
-                result.error = f"cannot add noqa comments: {error.strerror or error}"
+        if result.error is not None or not result.findings:
+            continue
+        try:
+            count, result.findings = add_noqa_to_file(result.path, result.findings, result.original)
+        except OSError as error:
+            result.error = f"cannot add noqa comments: {error.strerror or error}"
+            continue
+        added, files = added + count, files + (count > 0)
     if not quiet:
-        _error(f"Added {_count(added, 'noqa comment')}.")
+        _error(f"Added {_count(added, 'noqa comment')} in {_count(files, 'file')}.")
+
+
+def _refuse_stdin_for_add_noqa(paths: list[str] | None, stdin_filename: str | None) -> None:
+    """``--add-noqa`` writes the files it checked; stdin has no file to write (and the
+    file named by ``--stdin-filename`` may hold other text)."""
+    if STDIN_PATH in (paths or []) or (not paths and stdin_filename is not None):
+        _error("error: --add-noqa writes files and cannot read stdin; give the paths")
+        raise typer.Exit(EXIT_ERROR)
 
 
 def finding_line(path: str, finding: Finding) -> str:
     return f"{finding.location(path)}: {finding.code} {finding.message}"
 
 
-def check_summary(findings: Sequence[Finding], errors: int = 0) -> str:
+def check_summary(findings: Sequence[Finding], errors: int = 0, skipped_cells: int = 0) -> str:
     """``Found 3 findings (2 fixable with `gradfix fix`, 1 with --unsafe-fixes).``"""
     if not findings:
-        text = "No findings." if errors else "All checks passed."
+        text = "No findings." if errors or skipped_cells else "All checks passed."
     else:
         safe = sum(1 for f in findings if f.fix is not None and f.fix.safety == "safe")
         unsafe = sum(1 for f in findings if f.fix is not None and f.fix.safety == "unsafe")
@@ -412,7 +429,7 @@ def check_summary(findings: Sequence[Finding], errors: int = 0) -> str:
             )
         details = f" ({', '.join(fixable)})" if fixable else ""
         text = f"Found {_count(len(findings), 'finding')}{details}."
-    return text + _errors_sentence(errors)
+    return text + _errors_sentence(errors, skipped_cells)
 
 
 # --- fix -----------------------------------------------------------------------------------
@@ -540,11 +557,11 @@ def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) ->
         unsafe = 0 if unsafe_fixes else sum(len(r.unsafe_remaining()) for r in run.files)
         more = f", {unsafe} fixable with --unsafe-fixes" if unsafe else ""
         text += f" ({remaining} remaining{more})"
-    return text + "." + _errors_sentence(len(run.errors))
+    return text + "." + _errors_sentence(len(run.errors), _skipped_cells(run))
 
 
 def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
-    if run.errors:
+    if run.failed:
         return EXIT_ERROR
     if applied:
         return EXIT_FINDINGS if any(result.remaining for result in run.files) else EXIT_CLEAN
@@ -894,7 +911,7 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
     if refused:
         answered += f"; {refused} not applied (rejected or unverified)"
     _error(f"Wrote {_count(written, 'file')} ({answered}).")
-    raise typer.Exit(EXIT_ERROR if run.errors else EXIT_CLEAN)
+    raise typer.Exit(EXIT_ERROR if run.failed else EXIT_CLEAN)
 
 
 def _write_report(path: str, run: RunResult, verdicts: dict[str, list[FixVerdict]]) -> None:
@@ -1005,6 +1022,8 @@ def _report_problems(run: RunResult, verbose: bool, *, notes: bool = True) -> No
     for result in run.files:
         for note in result.dropped if notes else []:
             _error(f"{result.path}: note: {note}")
+        for cell in result.skipped_cells:
+            _error(f"{result.path}:{cell}")
         if notes and result.skipped is not None and result.skipped != "generated":
             _error(f"{result.path}: skipped: {result.skipped}")
         if result.error is None:
@@ -1024,10 +1043,15 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _errors_sentence(errors: int) -> str:
-    if not errors:
-        return ""
-    return f" {_count(errors, 'file')} could not be processed."
+def _errors_sentence(errors: int, skipped_cells: int = 0) -> str:
+    text = f" {_count(errors, 'file')} could not be processed." if errors else ""
+    if skipped_cells:
+        text += f" {_count(skipped_cells, 'notebook cell')} could not be parsed (skipped)."
+    return text
+
+
+def _skipped_cells(run: RunResult) -> int:
+    return sum(len(result.skipped_cells) for result in run.files)
 
 
 def _count(number: int, noun: str) -> str:

@@ -12,19 +12,31 @@
 
 Lines are split on ``\\n`` only, each keeping its ending, so ``\\r\\n`` files give hunks
 with ``\\r\\n`` lines that ``patch`` applies as they are; a last line without a newline
-is followed by ``\\ No newline at end of file``.
+is followed by ``\\ No newline at end of file``. A hunk header may name where its change
+is after the ranges, as ``git diff`` names the function (``@@ -54,3 +54,4 @@ cell 4``);
+``git apply`` and ``patch`` ignore it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import patiencediff
 
 NO_NEWLINE_MARKER = "\\ No newline at end of file\n"
 
 
-def unified_diff(before: str, after: str, path: str, *, context: int = 3) -> str:
+def unified_diff(
+    before: str,
+    after: str,
+    path: str,
+    *,
+    context: int = 3,
+    section: Callable[[int], str] | None = None,
+) -> str:
     """The diff from ``before`` to ``after`` with ``a/path`` / ``b/path`` headers; ``''``
-    when the texts are equal."""
+    when the texts are equal. ``section(line)`` names the place of a hunk's first changed
+    line of ``before`` (1-based) in its header."""
     if before == after:
         return ""
     old, new = split_lines(before), split_lines(after)
@@ -32,7 +44,7 @@ def unified_diff(before: str, after: str, path: str, *, context: int = 3) -> str
     name = path.replace("\\", "/")
     out = [f"--- a/{name}\n", f"+++ b/{name}\n"]
     for group in matcher.get_grouped_opcodes(context):
-        out.append(_hunk_header(group))
+        out.append(_hunk_header(group, section))
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
                 out.extend(" " + line for line in old[i1:i2])
@@ -42,11 +54,18 @@ def unified_diff(before: str, after: str, path: str, *, context: int = 3) -> str
     return "".join(_mark_missing_newline(line) for line in out)
 
 
-def _hunk_header(group: list[tuple[str, int, int, int, int]]) -> str:
+def _hunk_header(
+    group: list[tuple[str, int, int, int, int]], section: Callable[[int], str] | None
+) -> str:
     first, last = group[0], group[-1]
     old_range = _format_range(first[1], last[2])
     new_range = _format_range(first[3], last[4])
-    return f"@@ -{old_range} +{new_range} @@\n"
+    name = ""
+    if section is not None:
+        tag, start = next((op[0], op[1]) for op in group if op[0] != "equal")
+        # an insertion's place is the line it follows
+        name = section(max(start, 1) if tag == "insert" else start + 1)
+    return f"@@ -{old_range} +{new_range} @@{' ' + name if name else ''}\n"
 
 
 def _format_range(start: int, stop: int) -> str:
@@ -74,11 +93,12 @@ def _mark_missing_newline(line: str) -> str:
 def file_diff(before: str, after: str, path: str, encoding: str = "utf-8") -> bytes:
     """:func:`unified_diff` as the bytes ``patch`` applies to the file: encoded like the file
     (``encoding`` from :func:`gradfix.files.decode_source`), with its BOM on line 1.
-    A notebook gets the diff of its changed cells (:func:`gradfix.notebook.notebook_diff`)."""
-    from gradfix.notebook import is_notebook, notebook_diff  # it imports this module
+    A notebook's is the diff of its JSON text, each hunk header naming its cell
+    (:func:`gradfix.notebook.cell_at_line`)."""
+    from gradfix.notebook import cell_at_line, is_notebook  # it imports this module
 
-    if is_notebook(path):
-        return notebook_diff(before, after, path).encode("utf-8", errors="backslashreplace")
+    section = cell_at_line(before) if is_notebook(path) else None
     if encoding == "utf-8-sig":
         before, after, encoding = "\ufeff" + before, "\ufeff" + after, "utf-8"
-    return unified_diff(before, after, path).encode(encoding, errors="backslashreplace")
+    diff = unified_diff(before, after, path, section=section)
+    return diff.encode(encoding, errors="backslashreplace")

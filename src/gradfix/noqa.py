@@ -3,7 +3,9 @@
 For adopting gradfix on an existing codebase (ruff's ``--add-noqa``): afterwards the
 codebase checks clean and only new code is held to the rules. An existing ``# noqa: ...``
 comment gets the new codes merged in; a line that continues with a backslash or ends
-inside a string cannot take a comment and is left alone.
+inside a string cannot take a comment and is left alone (its finding stays). In a
+notebook the comment goes into the cell's source
+(:func:`gradfix.notebook.add_noqa_to_notebook`).
 
     add_noqa("x = torch.tensor([a, b])\\n", {1: {"GF101"}})
     # 'x = torch.tensor([a, b])  # noqa: GF101\\n'
@@ -29,16 +31,30 @@ CODE_SEPARATOR = re.compile(r"[\s,]+")
 def add_noqa(source: str, codes_by_line: dict[int, set[str]]) -> tuple[str, int]:
     """``source`` with the codes added as noqa comments; returns it and how many lines
     changed."""
+    text, commented = comment_lines(source, codes_by_line)
+    return text, len(commented)
+
+
+def comment_lines(source: str, codes_by_line: dict[int, set[str]]) -> tuple[str, set[int]]:
+    """``source`` with the codes added as noqa comments, and the numbers of the lines
+    that got one."""
     lines = LINE.findall(source)
     comments = line_comments(source)
-    changed = 0
+    commented = set()
     for number, codes in sorted(codes_by_line.items()):
         edit = noqa_edit(source, number, sorted(codes), comments)
         if edit is not None and 1 <= number <= len(lines):
             column, text = edit
             lines[number - 1] = lines[number - 1][:column] + text + lines[number - 1][column:]
-            changed += 1
-    return "".join(lines), changed
+            commented.add(number)
+    return "".join(lines), commented
+
+
+def codes_by_line(findings: Iterable[Finding]) -> dict[int, set[str]]:
+    grouped: dict[int, set[str]] = {}
+    for finding in findings:
+        grouped.setdefault(finding.line, set()).add(finding.code)
+    return grouped
 
 
 def noqa_edit(
@@ -92,20 +108,33 @@ def line_comments(source: str) -> dict[int, str | None]:
     return found
 
 
-def add_noqa_to_file(path: str, findings: Iterable[Finding]) -> int:
-    """Add noqa comments for ``findings`` to the file at ``path`` (atomically; never over
-    a file that changed since it was read). Returns the number of lines changed."""
-    codes_by_line: dict[int, set[str]] = {}
-    for finding in findings:
-        codes_by_line.setdefault(finding.line, set()).add(finding.code)
+def add_noqa_to_file(
+    path: str, findings: Sequence[Finding], checked: str | None = None
+) -> tuple[int, list[Finding]]:
+    """Add noqa comments for ``findings`` to the file at ``path`` (a notebook's go into
+    its cells), atomically. ``checked`` is the text the findings were found in: a file
+    that no longer holds it is not touched. Returns the number of lines changed and the
+    findings whose line cannot take a comment; raises ``OSError`` (one line)."""
+    from gradfix.notebook import NotebookError, add_noqa_to_notebook, is_notebook
+
     try:
         source = read_source(path)
     except FileError as error:
         raise OSError(str(error)) from None
-    text, changed = add_noqa(source.text, codes_by_line)
-    if changed:
+    if checked is not None and source.text != checked:
+        raise OSError("the file changed since it was checked; not written")
+    if is_notebook(path):
+        try:
+            text, commented = add_noqa_to_notebook(source.text, findings)
+        except NotebookError as error:
+            raise OSError(str(error)) from None
+    else:
+        text, lines = comment_lines(source.text, codes_by_line(findings))
+        commented = {(None, line) for line in lines}
+    if commented:
         try:
             write_source(source, text)
         except FileError as error:
             raise OSError(str(error)) from None
-    return changed
+    missed = [finding for finding in findings if (finding.cell, finding.line) not in commented]
+    return len(commented), missed

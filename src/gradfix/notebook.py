@@ -6,8 +6,12 @@ by a marker comment line, and IPython syntax the parser does not know (``%matplo
 inline``, ``!pip install x``, ``obj?``, ``files = !ls``, the ``%%time`` line of a cell
 magic whose body is Python) is replaced line for line by a placeholder statement
 (``...  # gradfix: magic 3.0``), so line numbers inside a cell do not move and the program
-still runs. Cells under any other cell magic (``%%bash``,
-``%%writefile``) are skipped.
+still runs. A cell whose first line is indented, which IPython runs without that
+indentation, is held in a block opened on its marker line (``if True:  # gradfix:
+notebook cell 3``), so its lines and columns stay too. Cells under any other cell magic
+(``%%bash``, ``%%writefile``) are skipped. A code cell that still does not parse (an
+exercise blank ``model = ``) is left out of the program with one line saying why
+(``Program.skipped``); the other cells are checked together, and no fix touches it.
 
 After fixing, the source is split back at the markers. A cell maps back cleanly when
 every marker is still a line of its own, in order, every placeholder line of the cell is
@@ -19,7 +23,9 @@ lines, byte for byte.
 Writing changes only the ``source`` of the changed code cells (a list of lines, as
 Jupyter writes it); outputs, execution counts, metadata, key order, indentation and the
 final newline are kept: the JSON is re-serialised only when serialising the unchanged
-notebook gives back the file byte for byte.
+notebook gives back the file byte for byte. ``check --add-noqa`` writes its comments the
+same way (:func:`add_noqa_to_notebook`), and the ``fix`` preview is a diff of the JSON
+text, each hunk naming its cell (:func:`cell_at_line`), which ``git apply`` takes.
 
     lint = lint_notebook(text, rules=ALL_RULES, path="nb.ipynb", fix=True)
     lint.findings[0].cell, lint.findings[0].line   # cell number (1-based), line in it
@@ -29,33 +35,40 @@ notebook gives back the file byte for byte.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gradfix.diff import split_lines, unified_diff
+from gradfix.diff import split_lines
 from gradfix.engine import MAX_PASSES, SourceError, lint_source, single_fixes
+from gradfix.noqa import codes_by_line, comment_lines
 from gradfix.rule import Finding, Rule
 
 NOTEBOOK_SUFFIX = ".ipynb"
 #: the line put before each code cell in the program; its number is the cell's index
 CELL_MARKER = "# gradfix: notebook cell {index}\n"
-_MARKER_PATTERN = re.compile(r"# gradfix: notebook cell (\d+)\n")
+#: the marker of an indented cell opens a block for it, so its lines and columns stay
+INDENTED_CELL_MARKER = "if True:  " + CELL_MARKER
+_MARKER_PATTERN = re.compile(r"(?:if True:  )?# gradfix: notebook cell (\d+)\n")
+_BLOCK = "if True:\n"
 #: cell magics whose body is Python (ruff's list): the cell is checked, its magic kept
 PYTHON_CELL_MAGICS = frozenset(
     {"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"}
 )
 #: a line magic or shell escape, bare or assigned (``%time f()``, ``!ls``, ``x = !ls``)
 _LINE_MAGIC = re.compile(r"\s*(?:[\w.,\s]+=\s*)?[%!]")
-#: IPython help: ``?obj``, ``??obj``, ``obj?``, ``obj.attr??``
-_HELP = re.compile(r"\s*(?:\?{1,2}\S.*|[\w.\[\]()]+\?{1,2})\s*")
+#: IPython help: ``?obj``, ``??obj``, ``obj?``, ``obj.attr??``, and the wildcard search
+#: ``torch.*Tensor?``
+_HELP = re.compile(r"\s*(?:\?{1,2}\S.*|[\w.\[\]()*]+\?{1,2})\s*")
 _CROSSING_NOTE = "did not apply a fix that would move code across notebook cells ({}): {}"
-_LAYOUT_NOTE = (
-    "fixes not applied: the notebook's JSON layout is not the one Jupyter writes "
+_LAYOUT_PROBLEM = (
+    "the notebook's JSON layout is not the one Jupyter writes "
     "(re-save it with Jupyter, then run again)"
 )
+_LAYOUT_NOTE = "fixes not applied: " + _LAYOUT_PROBLEM
 
 
 class NotebookError(SourceError):
@@ -90,6 +103,14 @@ class Cell:
     magics: dict[str, str] = field(default_factory=dict)
     #: whether the cell's source ended with a newline (Jupyter's usually do not)
     final_newline: bool = False
+    #: its first line that is not blank is indented (IPython removes that indentation):
+    #: the program holds the cell in a block (:data:`INDENTED_CELL_MARKER`)
+    indented: bool = False
+
+    @property
+    def parsed_text(self) -> str:
+        """The cell's text as Python parses it alone (an indented one inside a block)."""
+        return _BLOCK + self.text if self.indented else self.text
 
 
 @dataclass(frozen=True)
@@ -97,15 +118,24 @@ class Program:
     """The code cells of a notebook concatenated into one Python source."""
 
     cells: tuple[Cell, ...]
+    #: one line per code cell left out because it does not parse, without the path
+    #: (``cell 4: skipped: syntax error at line 1: invalid syntax``)
+    skipped: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
-        return "".join(CELL_MARKER.format(index=cell.index) + cell.text for cell in self.cells)
+        return "".join(
+            (INDENTED_CELL_MARKER if cell.indented else CELL_MARKER).format(index=cell.index)
+            + cell.text
+            for cell in self.cells
+        )
 
     def split(self, source: str) -> dict[int, str] | None:
         """The cells' original-syntax sources in ``source`` (a fixed program), by cell index;
         ``None`` when some cell does not map back cleanly."""
-        chunks = _chunks(source, [cell.index for cell in self.cells])
+        first = self.cells[0]
+        indent = _first_indent(first.text) if first.indented else ""
+        chunks = _chunks(source, [cell.index for cell in self.cells], indent)
         if chunks is None:
             return None
         restored = {}
@@ -128,6 +158,8 @@ class NotebookLint:
     text: str
     #: one line per fix not applied (broke the syntax, crossed cells, JSON layout)
     dropped: list[str] = field(default_factory=list)
+    #: one line per code cell not checked because it does not parse (:class:`Program`)
+    skipped: list[str] = field(default_factory=list)
 
 
 def is_notebook(path: str) -> bool:
@@ -171,19 +203,25 @@ def load_notebook(text: str) -> dict[str, Any]:
 
 
 def build_program(data: dict[str, Any]) -> Program:
-    """The Python code cells of ``data``; raise :class:`NotebookError` for a cell that does
-    not parse (it names the cell and the line in it)."""
+    """The Python code cells of ``data``. A cell that does not parse (an exercise blank
+    ``model = ``) is left out, with one line saying why: the others are still checked
+    together, and no fix ever touches it."""
     if not _is_python(data):
         return Program(())
     cells = []
+    skipped = []
     for index, raw in enumerate(data["cells"]):
         if not isinstance(raw, dict) or raw.get("cell_type") != "code":
             continue
         cell = _code_cell(index, _cell_source(raw))
-        if cell is not None:
-            _check_cell_syntax(cell)
+        if cell is None:
+            continue
+        problem = _syntax_problem(cell)
+        if problem is None:
             cells.append(cell)
-    return Program(tuple(cells))
+        else:
+            skipped.append(f"cell {index + 1}: skipped: {problem}")
+    return Program(tuple(cells), tuple(skipped))
 
 
 def _is_python(data: dict[str, Any]) -> bool:
@@ -228,7 +266,20 @@ def _code_cell(index: int, source: str) -> Cell | None:
         magics[placeholder] = line if line.endswith("\n") else line + "\n"
         lines[number] = placeholder
         in_magic = line.rstrip("\r\n").endswith("\\")
-    return Cell(index, _ended("".join(lines)), magics, source.endswith("\n"))
+    text = _ended("".join(lines))
+    return Cell(index, text, magics, source.endswith("\n"), bool(_first_indent(text)))
+
+
+def _first_indent(text: str) -> str:
+    """The indentation of the first line that is not blank: IPython removes it from every
+    line of the cell that starts with it."""
+    first = next((line for line in split_lines(text) if line.strip()), "")
+    return first[: len(first) - len(first.lstrip(" \t"))]
+
+
+def _ended(text: str) -> str:
+    """``text`` with a final newline (Jupyter's last line has none)."""
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
 def _cell_magic_name(line: str) -> str:
@@ -249,23 +300,32 @@ def _parses(source: str) -> bool:
 
 
 def _check_cell_syntax(cell: Cell) -> None:
+    """Raise :class:`NotebookError` (``cell 4: syntax error at line 1: ...``) when ``cell``
+    does not parse: for a caller that checks one cell at a time (the language server)."""
+    problem = _syntax_problem(cell)
+    if problem is not None:
+        raise NotebookError(f"cell {cell.index + 1}: {problem}")
+
+
+def _syntax_problem(cell: Cell) -> str | None:
+    """Why ``cell`` does not parse (one line, lines counted in the cell), or ``None``."""
     try:
-        ast.parse(cell.text)
+        ast.parse(cell.parsed_text)
     except SyntaxError as error:
-        raise NotebookError(
-            f"cell {cell.index + 1}: syntax error at line {error.lineno}: {error.msg}"
-        ) from None
+        line = error.lineno - 1 if cell.indented and error.lineno else error.lineno
+        return f"syntax error at line {line}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:
-        raise NotebookError(f"cell {cell.index + 1}: cannot parse: {error}") from None
+        return f"cannot parse: {error}"
+    return None
 
 
 # --- mapping back --------------------------------------------------------------------------
 
 
-def _chunks(source: str, indexes: Sequence[int]) -> list[str] | None:
+def _chunks(source: str, indexes: Sequence[int], indent: str = "") -> list[str] | None:
     """``source`` cut at its marker lines, which must be the ones of ``indexes`` in order.
     Lines before the first marker (an import the engine added on top) go to the first
-    cell."""
+    cell, with its ``indent``."""
     leading: list[str] = []
     chunks: list[list[str]] = []
     found: list[int] = []
@@ -278,14 +338,14 @@ def _chunks(source: str, indexes: Sequence[int]) -> list[str] | None:
             (chunks[-1] if chunks else leading).append(line)
     if found != list(indexes):
         return None
-    chunks[0][:0] = leading
+    chunks[0][:0] = [indent + line if line.strip() else line for line in leading]
     return ["".join(chunk) for chunk in chunks]
 
 
 def _restore(cell: Cell, chunk: str) -> str | None:
     """The cell's text in ``chunk`` with its magic lines back, or ``None`` when the chunk
     does not parse alone or a placeholder line was changed, moved out or duplicated."""
-    if not _parses(chunk):
+    if not _parses(replace(cell, text=chunk).parsed_text):
         return None
     lines = split_lines(chunk)
     for placeholder, original in cell.magics.items():
@@ -330,11 +390,11 @@ def lint_notebook(
     data = load_notebook(text)
     program = build_program(data)
     if not program.cells:
-        return NotebookLint([], [], text)
+        return NotebookLint([], [], text, skipped=list(program.skipped))
     source = program.source
     lint = lint_source(source, rules=rules, path=path)
     findings = [locate(finding, source) for finding in lint.findings]
-    result = NotebookLint(findings, list(findings), text)
+    result = NotebookLint(findings, list(findings), text, skipped=list(program.skipped))
     if not fix or not any(finding.fix for finding in findings):
         return result
     style = detect_style(text, data)
@@ -399,6 +459,36 @@ def _key(finding: Finding) -> tuple[int, int, str]:
     return (finding.line, finding.col, finding.code)
 
 
+# --- noqa comments -------------------------------------------------------------------------
+
+
+def add_noqa_to_notebook(
+    text: str, findings: Sequence[Finding]
+) -> tuple[str, set[tuple[int | None, int]]]:
+    """``text`` (a notebook file) with a ``# noqa`` comment for each of ``findings`` written
+    into its cell's source, every other byte kept; and the ``(cell, line)`` of the lines
+    that got one (cells 1-based as in findings). Raise :class:`NotebookError` when the
+    file's JSON layout cannot be written back byte for byte."""
+    data = load_notebook(text)
+    sources: dict[int, str] = {}
+    commented: set[tuple[int | None, int]] = set()
+    for cell in build_program(data).cells:
+        here = [finding for finding in findings if finding.cell == cell.index + 1]
+        if not here:
+            continue
+        cell_text, lines = comment_lines(cell.text, codes_by_line(here))
+        restored = _restore(cell, cell_text) if lines else None
+        if restored is not None:
+            sources[cell.index] = restored
+            commented.update((cell.index + 1, line) for line in lines)
+    if not sources:
+        return text, set()
+    style = detect_style(text, data)
+    if style is None:
+        raise NotebookError(_LAYOUT_PROBLEM)
+    return render(data, sources, style), commented
+
+
 # --- writing -------------------------------------------------------------------------------
 
 
@@ -425,27 +515,77 @@ def render(data: dict[str, Any], sources: dict[int, str], style: JsonStyle) -> s
     cells = list(data["cells"])
     for index, text in sources.items():
         if _cell_source(cells[index]) != text:
-            cells[index] = {**cells[index], "source": split_lines(text)}
+            # a source held as one string (nbformat allows it) stays one string
+            lines = text if isinstance(cells[index].get("source"), str) else split_lines(text)
+            cells[index] = {**cells[index], "source": lines}
     return style.dump({**data, "cells": cells})
 
 
 # --- diff ----------------------------------------------------------------------------------
 
-
-def notebook_diff(before: str, after: str, path: str) -> str:
-    """A unified diff of each changed code cell, headed ``a/nb.ipynb:cell 3``; not a patch
-    for the JSON file, a preview to read."""
-    old_cells = load_notebook(before)["cells"]
-    new_cells = load_notebook(after)["cells"]
-    parts = []
-    for number, (old, new) in enumerate(zip(old_cells, new_cells), start=1):
-        old_source, new_source = _cell_source(old), _cell_source(new)
-        if old_source != new_source:
-            name = f"{path}:cell {number}"
-            parts.append(unified_diff(_ended(old_source), _ended(new_source), name))
-    return "".join(parts)
+_JSON = json.JSONDecoder()
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _ended(text: str) -> str:
-    """``text`` with a final newline (Jupyter's last line has none)."""
-    return text if not text or text.endswith("\n") else text + "\n"
+def cell_at_line(text: str) -> Callable[[int], str]:
+    """For the notebook file ``text``: line number (1-based) -> ``"cell 3"``, the cell
+    whose JSON holds that line, or ``""`` outside the cells or on a line shared by several
+    (a notebook written on one line). Diffs name their hunks' cells with it."""
+    newlines = [match.start() for match in re.finditer("\n", text)]
+    spans = [
+        (bisect.bisect_left(newlines, start) + 1, bisect.bisect_left(newlines, end) + 1)
+        for start, end in _cell_spans(text)
+    ]
+
+    def name(line: int) -> str:
+        holders = [number for number, (first, last) in enumerate(spans, 1) if first <= line <= last]
+        return f"cell {holders[0]}" if len(holders) == 1 else ""
+
+    return name
+
+
+def _cell_spans(text: str) -> list[tuple[int, int]]:
+    """Where each element of the top-level ``"cells"`` array starts and ends in ``text``;
+    ``[]`` when ``text`` is not a JSON object that has one."""
+    try:
+        position = _skip_space(text, 0)
+        if not text.startswith("{", position):
+            return []
+        position = _skip_space(text, position + 1)
+        while text.startswith('"', position):
+            key, position = _JSON.raw_decode(text, position)
+            position = _skip_space(text, _skip_space(text, position) + 1)  # past ":"
+            if key == "cells" and text.startswith("[", position):
+                return _array_spans(text, position)
+            position = _after_value(text, position)
+    except (ValueError, RecursionError):
+        pass
+    return []
+
+
+def _array_spans(text: str, position: int) -> list[tuple[int, int]]:
+    """The start and end of each element of the JSON array at ``position``."""
+    spans = []
+    position = _skip_space(text, position + 1)
+    while position < len(text) and not text.startswith("]", position):
+        _, end = _JSON.raw_decode(text, position)
+        spans.append((position, end))
+        position = _past_comma(text, end)
+    return spans
+
+
+def _after_value(text: str, position: int) -> int:
+    """Past the JSON value at ``position``, its separating comma and white space."""
+    _, end = _JSON.raw_decode(text, position)
+    return _past_comma(text, end)
+
+
+def _past_comma(text: str, position: int) -> int:
+    """Past the white space and the comma that may follow a JSON value ending there."""
+    position = _skip_space(text, position)
+    return _skip_space(text, position + 1) if text.startswith(",", position) else position
+
+
+def _skip_space(text: str, position: int) -> int:
+    match = _JSON_SPACE.match(text, position)
+    return match.end() if match is not None else position

@@ -57,7 +57,7 @@ def build_report(
         if result.changed and result.original is not None and result.fixed is not None:
             raw = file_diff(result.original, result.fixed, result.path, result.encoding)
             diff = raw.decode(result.encoding, "replace")
-        if findings or diff or result.error:
+        if findings or diff or result.error or result.skipped_cells:
             files.append(
                 {
                     "path": result.path,
@@ -66,6 +66,7 @@ def build_report(
                     "fixed": result.fixed_count,
                     "written": result.written,
                     "error": result.error,
+                    "skipped_cells": result.skipped_cells,
                 }
             )
     return {
@@ -120,6 +121,7 @@ def _markdown(data: dict[str, Any]) -> str:
         lines += ["", f"## {entry['path']}", ""]
         if entry["error"]:
             lines.append(f"- error: {entry['error']}")
+        lines += [f"- {cell}" for cell in entry["skipped_cells"]]
         for f in entry["findings"]:
             verdict = f" — **{f['verdict']}**: {f['reason']}" if "verdict" in f else ""
             lines.append(f"- {f['line']}:{f['col']} `{f['code']}` {f['message']}{verdict}")
@@ -149,6 +151,7 @@ def _html(data: dict[str, Any]) -> str:
         parts.append(f"<h2>{e(entry['path'])}</h2><ul>")
         if entry["error"]:
             parts.append(f"<li>error: {e(entry['error'])}</li>")
+        parts += [f"<li>{e(cell)}</li>" for cell in entry["skipped_cells"]]
         for f in entry["findings"]:
             verdict = f" — <b>{e(f['verdict'])}</b>: {e(f['reason'])}" if "verdict" in f else ""
             parts.append(

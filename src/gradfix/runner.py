@@ -102,6 +102,10 @@ class FileResult:
     #: findings, or a later pass fix what an earlier fix left); None: not counted
     #: (notebooks)
     applied: int | None = None
+    #: notebook code cells left out because they do not parse, one line each without
+    #: the path (``cell 4: skipped: syntax error at line 1: ...``); the other cells were
+    #: checked and fixed
+    skipped_cells: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -133,6 +137,12 @@ class RunResult:
     @property
     def errors(self) -> list[FileResult]:
         return [result for result in self.files if result.error is not None]
+
+    @property
+    def failed(self) -> bool:
+        """Something could not be processed: a file, or a notebook cell (exit status 2,
+        like a syntax error in a Python file)."""
+        return bool(self.errors) or any(result.skipped_cells for result in self.files)
 
 
 #: ``progress(total)`` is called once the files are known and returns ``advance()``,
@@ -291,6 +301,7 @@ def _remember(
         and result.traceback is None
         and not result.findings
         and not result.dropped
+        and not result.skipped_cells
         and not result.changed
         and not result.written
     )
@@ -485,6 +496,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             dropped=list(entry["dropped"]),
             error=entry["error"],
             applied=entry.get("applied"),
+            skipped_cells=list(entry.get("skipped_cells", [])),
         )
     result = process_text(text, path, options, encoding=encoding)
     if result.traceback is None:  # an internal error is not a property of the file
@@ -496,6 +508,7 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             "dropped": result.dropped,
             "error": result.error,
             "applied": result.applied,
+            "skipped_cells": result.skipped_cells,
         }
         cache.put(key, entry)
     return result
@@ -519,6 +532,7 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
         return _internal_error(result, error)
     result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
     result.fixed, result.dropped = lint.text, lint.dropped
+    result.skipped_cells = lint.skipped
     return result
 
 
