@@ -3,6 +3,7 @@
     result = lint_source(source, rules=all_rules(), fix=True)
     result.findings   # what the rules reported on the original source
     result.source     # the source with every applicable fix applied
+    result.crashes    # rules that raised on this source (the others' findings are kept)
 
 Fixing runs in passes: lint, pick the applicable fixes whose targets do not overlap
 (first by position wins; the others wait for the next pass), apply them with one
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +40,28 @@ class SourceError(Exception):
         self.line = line
 
 
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised while visiting a file: its reports on that file are dropped, the
+    other rules' are kept."""
+
+    code: str
+    name: str
+    error: str  # ``RecursionError: maximum recursion depth exceeded``
+    traceback: str
+
+    @classmethod
+    def of(cls, rule: type[Rule], error: Exception) -> RuleCrash:
+        lines = str(error).strip().splitlines()
+        detail = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        trace = "".join(traceback.format_exception(error))
+        return cls(rule.code, rule.name, detail, trace)
+
+    def line(self) -> str:
+        """``internal error in GF205 (data-mutation): RecursionError: ...; please report``"""
+        return f"internal error in {self.code} ({self.name}): {self.error}; please report"
+
+
 @dataclass
 class LintResult:
     findings: list[Finding]
@@ -47,6 +71,8 @@ class LintResult:
     #: one line per fix that was dropped because it broke the syntax
     dropped: list[str] = field(default_factory=list)
     applied: int = 0
+    #: rules that raised (at most one entry per rule); their findings are missing
+    crashes: list[RuleCrash] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -137,16 +163,31 @@ def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
 
 
 def collect_reports(
-    module: cst.Module, rules: Sequence[type[Rule]], source: str, path: str
+    module: cst.Module,
+    rules: Sequence[type[Rule]],
+    source: str,
+    path: str,
+    crashes: list[RuleCrash] | None = None,
 ) -> tuple[list[Report], RuleContext]:
-    """Run ``rules`` over ``module`` in one batched traversal."""
+    """Run ``rules`` over ``module`` in one batched traversal. A rule that raises is
+    added to ``crashes`` (when given; else the exception propagates) and reports
+    nothing; the other rules go on."""
     analysis = FileAnalysis(module)
     context = RuleContext(path=path, source=source, analysis=analysis)
     if not analysis.imports_torch():
         return [], context
+    crashed: dict[type[Rule], RuleCrash] = {}
+
+    def crash(visitor: cst.CSTVisitor, error: Exception) -> None:
+        rule = type(visitor)
+        assert issubclass(rule, Rule)
+        crashed[rule] = RuleCrash.of(rule, error)
+
     visitors = [rule(context) for rule in rules]
-    walk_batched(module, visitors)
-    reports = [report for visitor in visitors for report in visitor.reports]
+    walk_batched(module, visitors, on_error=None if crashes is None else crash)
+    if crashes is not None:
+        crashes.extend(c for c in crashed.values() if c.code not in {k.code for k in crashes})
+    reports = [r for visitor in visitors if type(visitor) not in crashed for r in visitor.reports]
     if reports and has_suppressions(source):
         reports = unsuppressed(reports, source, analysis, context.positions)
     reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
@@ -183,15 +224,17 @@ def lint_source(
     """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source.
 
     ``keep`` limits fixing to the fixes whose findings (on ``source``) it accepts, in one
-    pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one."""
+    pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one.
+    A rule that raises does not stop the others: it is listed in ``result.crashes``."""
     active = active_rules(rules, source)
     if not active:
         _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
         return LintResult([], source)
     module = parse(source)
-    reports, context = collect_reports(module, active, source, path)
+    crashes: list[RuleCrash] = []
+    reports, context = collect_reports(module, active, source, path, crashes)
     findings = [to_finding(r) for r in reports]
-    result = LintResult(findings, source, remaining=list(findings))
+    result = LintResult(findings, source, remaining=list(findings), crashes=crashes)
     if not fix:
         return result
     if keep is not None:
@@ -207,7 +250,7 @@ def lint_source(
         result.applied += applied
         result.source = new_source
         module = parse(new_source)
-        reports, context = collect_reports(module, rules, new_source, path)
+        reports, context = collect_reports(module, rules, new_source, path, crashes)
     result.remaining = [to_finding(r) for r in reports]
     return result
 
@@ -250,7 +293,7 @@ def single_fixes(
         _check_syntax(source)
         return []
     module = parse(source)
-    reports, _ = collect_reports(module, active, source, path)
+    reports, _ = collect_reports(module, active, source, path, crashes=[])  # the others' fixes
     grouped: dict[int, tuple[Fix, list[Finding]]] = {}
     for report in reports:
         if report.fix is not None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gradfix.diff import split_lines, unified_diff
-from gradfix.engine import MAX_PASSES, SourceError, lint_source, single_fixes
+from gradfix.engine import MAX_PASSES, RuleCrash, SourceError, lint_source, single_fixes
 from gradfix.rule import Finding, Rule
 
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -128,6 +128,8 @@ class NotebookLint:
     text: str
     #: one line per fix not applied (broke the syntax, crossed cells, JSON layout)
     dropped: list[str] = field(default_factory=list)
+    #: rules that raised on the notebook's code (:attr:`LintResult.crashes`)
+    crashes: list[RuleCrash] = field(default_factory=list)
 
 
 def is_notebook(path: str) -> bool:
@@ -324,7 +326,7 @@ def lint_notebook(
     source = program.source
     lint = lint_source(source, rules=rules, path=path)
     findings = [locate(finding, source) for finding in lint.findings]
-    result = NotebookLint(findings, list(findings), text)
+    result = NotebookLint(findings, list(findings), text, crashes=lint.crashes)
     if not fix or not any(finding.fix for finding in findings):
         return result
     style = detect_style(text, data)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradfix.config import Config
-from gradfix.engine import SourceError, lint_source
+from gradfix.engine import RuleCrash, SourceError, lint_source
 from gradfix.files import (
     MAX_FILE_BYTES,
     Candidate,
@@ -409,7 +409,18 @@ def process_text(
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
+    if lint.crashes:
+        _rule_crashes(result, lint.crashes)
     return result
+
+
+def _rule_crashes(result: FileResult, crashes: Sequence[RuleCrash]) -> None:
+    """A rule that raised makes the file's error (one line; the tracebacks for
+    ``--verbose``); the other rules' findings stay, and nothing is fixed (a fix is only
+    applied to a file every rule could read)."""
+    result.error = "; ".join(crash.line() for crash in crashes)
+    result.traceback = "\n".join(crash.traceback for crash in crashes)
+    result.fixed, result.remaining = result.original, list(result.findings)
 
 
 #: Python 2 statements and literals that Python 3 rejects, matched on the line of a syntax
@@ -492,6 +503,8 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
         return _internal_error(result, error)
     result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
     result.fixed, result.dropped = lint.text, lint.dropped
+    if lint.crashes:
+        _rule_crashes(result, lint.crashes)
     return result
 
 
@@ -546,6 +559,6 @@ def _write(source: SourceFile, result: FileResult) -> None:
 def _internal_error(result: FileResult, error: Exception) -> FileResult:
     lines = str(error).strip().splitlines()
     detail = f": {lines[0]}" if lines else ""
-    result.error = f"internal error: {type(error).__name__}{detail}"
+    result.error = f"internal error: {type(error).__name__}{detail}; please report"
     result.traceback = traceback.format_exc()
     return result
