@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -357,9 +358,77 @@ class _ApplyEdits(cst.CSTTransformer):
     def __init__(self, fixes: Sequence[Fix]) -> None:
         super().__init__()
         self.replacements = {id(e.target): e.replacement for f in fixes for e in f.edits}
+        #: the ``with`` statements that joinable fixes create
+        self.joinable = {
+            id(e.replacement)
+            for f in fixes
+            if f.joinable
+            for e in f.edits
+            if isinstance(e.replacement, cst.With)
+        }
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        return self.replacements.get(id(original_node), updated_node)
+        replacement = self.replacements.get(id(original_node))
+        if replacement is not None:
+            return replacement
+        if self.joinable and isinstance(updated_node, (cst.Module, cst.IndentedBlock)):
+            return _join_blocks(updated_node, self.joinable)
+        return updated_node
+
+
+_Body = TypeVar("_Body", cst.Module, cst.IndentedBlock)
+
+
+def _join_blocks(node: _Body, created: set[int]) -> _Body:
+    """Merge each ``with`` block a joinable fix created with the adjacent ``with`` blocks
+    of the same header (``with torch.no_grad():``): one block, not one per rule or pass."""
+    joined: list[cst.BaseStatement] = []
+    for stmt in node.body:
+        previous = joined[-1] if joined else None
+        if (
+            previous is not None
+            and (id(previous) in created or id(stmt) in created)
+            and _same_header(previous, stmt)
+        ):
+            assert isinstance(previous, cst.With) and isinstance(stmt, cst.With)
+            joined[-1] = _merged(previous, stmt)
+            created.add(id(joined[-1]))  # a third block joins too
+        else:
+            joined.append(stmt)
+    if len(joined) == len(node.body):
+        return node
+    return node.with_changes(body=joined)
+
+
+def _same_header(first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
+    """Two plain ``with X():`` blocks (one item, no ``as``, indented bodies), same ``X()``."""
+    blocks = (first, second)
+    if not all(
+        isinstance(b, cst.With)
+        and b.asynchronous is None
+        and len(b.items) == 1
+        and b.items[0].asname is None
+        and isinstance(b.body, cst.IndentedBlock)
+        for b in blocks
+    ):
+        return False
+    code = cst.Module([]).code_for_node
+    return code(first.items[0].item) == code(second.items[0].item)  # type: ignore[attr-defined]
+
+
+def _merged(first: cst.With, second: cst.With) -> cst.With:
+    """``first`` with ``second``'s statements appended; the comments between them (the
+    first block's trailing comments, those above ``second``, the one on its header line)
+    go above its first statement."""
+    assert isinstance(first.body, cst.IndentedBlock) and isinstance(second.body, cst.IndentedBlock)
+    comments = [*first.body.footer, *second.leading_lines]
+    if second.body.header.comment is not None:
+        comments.append(cst.EmptyLine(comment=second.body.header.comment))
+    head, *rest = second.body.body
+    assert isinstance(head, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    head = head.with_changes(leading_lines=[*comments, *head.leading_lines])
+    body = first.body.with_changes(body=[*first.body.body, head, *rest], footer=second.body.footer)
+    return first.with_changes(body=body)
 
 
 def _render(module: cst.Module, fixes: Sequence[Fix]) -> str:
