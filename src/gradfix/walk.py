@@ -175,26 +175,22 @@ def walk_batched(
         visits.clear()  # rebuilt without it
         leaves.clear()
 
-    def visit(current: cst.CSTNode) -> None:
+    def handle(table: dict[type, list[Handler]], prefix: str, current: cst.CSTNode) -> None:
         kind = type(current)
-        before = visits.get(kind)
-        if before is None:
-            before = visits[kind] = _handlers(live, "visit_" + kind.__name__)
-        for handler in before:
+        handlers = table.get(kind)
+        if handlers is None:
+            handlers = table[kind] = _handlers(live, prefix + kind.__name__)
+        for handler in handlers:
             try:
                 handler(current)
             except Exception as error:
                 drop(handler, error)
+
+    def visit(current: cst.CSTNode) -> None:
+        handle(visits, "visit_", current)
         for child in children(current):
             visit(child)
-        after = leaves.get(kind)
-        if after is None:
-            after = leaves[kind] = _handlers(live, "leave_" + kind.__name__)
-        for handler in after:
-            try:
-                handler(current)
-            except Exception as error:
-                drop(handler, error)
+        handle(leaves, "leave_", current)
 
     if type(node) in CODE_TYPES:
         visit(node)
