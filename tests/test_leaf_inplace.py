@@ -223,3 +223,28 @@ def test_other_blocks_and_separated_updates_stay_apart() -> None:
     assert source.count("with torch.no_grad():") == 3
     assert "with torch.enable_grad():\n    pass\nwith torch.no_grad():\n    w.zero_()\n" in source
     assert "print(w)\nwith torch.no_grad():\n    w.add_(1)\nwith torch.no_grad(): pass\n" in source
+
+
+def test_blocks_of_two_notebook_cells_stay_apart_and_blocks_in_one_cell_join() -> None:
+    """Joining across the cell marker would move code into another cell: the fix used to
+    be refused then (a note), with its update left unfixed."""
+    import json
+
+    from gradfix.notebook import lint_notebook
+
+    def cell(*lines: str) -> dict[str, object]:
+        return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []} | {
+            "source": list(lines)
+        }
+
+    first = cell("import torch\n", "w = torch.zeros(3, requires_grad=True)\n")
+    second = cell("w.add_(1)\n", "with torch.no_grad():\n", "    w.zero_()")
+    third = cell("w.mul_(2)\n", "print(w)")
+    text = json.dumps({"cells": [first, second, third], "metadata": {}, "nbformat": 4})
+    result = lint_notebook(text, rules=[LeafInplace], fix=True)
+    assert result.dropped == [] and result.remaining == []
+    cells = [c["source"] for c in json.loads(result.text)["cells"]]
+    assert cells[1:] == [
+        ["with torch.no_grad():\n", "    w.add_(1)\n", "    w.zero_()"],
+        ["with torch.no_grad():\n", "    w.mul_(2)\n", "print(w)"],
+    ]

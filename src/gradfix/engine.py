@@ -389,6 +389,7 @@ def _join_blocks(node: _Body, created: set[int]) -> _Body:
             previous is not None
             and (id(previous) in created or id(stmt) in created)
             and _same_header(previous, stmt)
+            and not _directive_between(previous, stmt)
         ):
             assert isinstance(previous, cst.With) and isinstance(stmt, cst.With)
             joined[-1] = _merged(previous, stmt)
@@ -414,6 +415,17 @@ def _same_header(first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
         return False
     code = cst.Module([]).code_for_node
     return code(first.items[0].item) == code(second.items[0].item)  # type: ignore[attr-defined]
+
+
+def _directive_between(first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
+    """A ``# gradfix: ...`` comment line separates the blocks: a structural line that must
+    not move into a block (a notebook's cell marker, :mod:`gradfix.notebook`)."""
+    assert isinstance(first, cst.With) and isinstance(first.body, cst.IndentedBlock)
+    assert isinstance(second, cst.With)
+    lines = [*first.body.footer, *second.leading_lines]
+    return any(
+        line.comment is not None and line.comment.value.startswith("# gradfix:") for line in lines
+    )
 
 
 def _merged(first: cst.With, second: cst.With) -> cst.With:
