@@ -91,6 +91,10 @@ def test_worker_processes_report_crashes_the_same_way(project: Path) -> None:
         pids.add(pid)
     assert os.getpid() not in pids  # the workers ran the rule
     assert len(result.stdout.splitlines()) == count  # every file's GF101
+    written = invoke("fix", "--write", "-j", "2", ".")
+    assert written.exit_code == 2 and len(written.stderr.splitlines()) == count // 2 + 1
+    texts = [(project / f"m{index:02}.py").read_text() for index in range(count)]
+    assert texts == [CRASHING if index % 2 else FIXED for index in range(count)]
 
 
 def test_the_language_server_keeps_the_other_rules_findings(
