@@ -456,7 +456,8 @@ class Report:
     corpus: Corpus
     settings: Settings
     rows: list[Row] = field(default_factory=list)
-    #: the measurements by name (cold, fill, warm, fix, torchfix, sample-gradfix, verify)
+    #: the measurements by name (cold, fill, warm, fix, fix-after-check, torchfix,
+    #: sample-gradfix, verify)
     measured: dict[str, Measurement] = field(default_factory=dict)
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
     load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -561,6 +562,11 @@ def run_gradfix(report: Report, commands: Commands, workdir: Path, env: dict[str
         report.rows.append(
             gradfix_row("`gradfix fix --no-cache` (preview, no write)", fix, corpus, None)
         )
+    if "fix" in settings.runs and "warm" in settings.runs:
+        # check and fix share the cache: only the files with a fix are linted again
+        after_check = run("fix-after-check", [*commands.gradfix, "fix", *jobs, *paths])
+        name = "`gradfix fix` after a warm `check` (shared cache)"
+        report.rows.append(gradfix_row(name, after_check, corpus, None))
 
 
 def run_torchfix(report: Report, commands: Commands, workdir: Path, env: dict[str, str]) -> None:

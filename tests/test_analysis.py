@@ -496,3 +496,41 @@ def test_requires_grad_marks_from_the_name_index_match_a_walk_of_each_scope() ->
             )
             compared += 1
     assert compared > 50
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # an attribute rebound from a method of itself
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.m = torch.zeros(3)\n"
+        "    def forward(self, x):\n"
+        "        self.m = self.m.to(x.device)\n"
+        "        self.m.data.add_(1)\n"
+        "        return x\n",
+        # two attributes defined through each other
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a = self.b.float()\n"
+        "        self.b = self.a.float()\n"
+        "    def forward(self, x):\n"
+        "        self.a.data.mul_(2)\n"
+        "        return x\n",
+        # functions returning each other's results
+        "def g(a):\n    return h(a).data\n"
+        "def h(a):\n    return g(a).float()\n"
+        "z = g(torch.zeros(3))\nz.data.zero_()\n",
+    ],
+    ids=["attribute-from-itself", "attributes-through-each-other", "mutual-functions"],
+)
+def test_values_defined_through_themselves_end_the_search(code: str) -> None:
+    """Asking whether ``self.m`` is a tensor asked it again for ``self.m.to(...)`` with a
+    fresh depth, forever (d2l's batch norm; RecursionError in every rule that asked)."""
+    from gradfix.engine import lint_source
+    from gradfix.registry import select_rules
+
+    source = "import torch\nfrom torch import nn\n" + code
+    lint_source(source, rules=select_rules(["ALL"], None), fix=True, unsafe_fixes=True)

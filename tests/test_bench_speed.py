@@ -119,6 +119,7 @@ def test_table_of_every_run_with_a_torchfix_sample(
         "`gradfix check`, empty cache (fills it)",
         "`gradfix check` (warm: cache filled)",
         "`gradfix fix --no-cache` (preview, no write)",
+        "`gradfix fix` after a warm `check` (shared cache)",
         "TorchFix 0.7.0 `-j 2`, sample of 2 files (seed 3)",
         "`gradfix check --no-cache`, the same sample",
         "ratio TorchFix / gradfix cold, sample",
@@ -159,7 +160,8 @@ def test_table_of_every_run_with_a_torchfix_sample(
     assert "12 fixes proven in 2.4 s: 0.200 s per fix" in verify[10]
 
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [call["argv"][0] for call in calls] == ["check", "check", "check", "fix", "check"]
+    assert [call["argv"][0] for call in calls] == ["check", "check", "check", "fix", "fix", "check"]
+    assert "--no-cache" in calls[3]["argv"] and "--no-cache" not in calls[4]["argv"]
     assert all(call["argv"][1:3] == ["-j", "2"] for call in calls)
     assert "--no-cache" in calls[0]["argv"] and "--no-cache" not in calls[2]["argv"]
     assert all(call["no_cache"] is None for call in calls)  # the warm run may cache

@@ -87,6 +87,10 @@ def test_an_unreadable_cache_entry_is_a_miss(project: Path) -> None:
         entry.write_text("{not json", encoding="utf-8")
     code, out, _ = invoke("check", "-j", "1", "train.py")
     assert code == 1 and "GF201" in out
+    for entry in (project / ".gradfix_cache").rglob("*.json"):
+        entry.write_text('{"findings": [{"line": 1}], "fixes": []}', encoding="utf-8")
+    code, out, _ = invoke("fix", "-j", "1", "train.py")  # another layout
+    assert code == 1 and "+    w.normal_()" in out
 
 
 def test_the_key_changes_with_the_installed_code(
@@ -96,7 +100,7 @@ def test_the_key_changes_with_the_installed_code(
     import gradfix.cache
 
     gradfix.cache.gradfix_version.cache_clear()
-    before = gradfix.cache.cache_key("x", ["GF101"], fix=False, unsafe_fixes=False)
+    before = gradfix.cache.cache_key("x", ["GF101"])
     real_stat = gradfix.cache.os.stat
 
     def later(path, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -108,7 +112,7 @@ def test_the_key_changes_with_the_installed_code(
     monkeypatch.setattr(gradfix.cache.os, "stat", later)
     gradfix.cache.gradfix_version.cache_clear()
     try:
-        after = gradfix.cache.cache_key("x", ["GF101"], fix=False, unsafe_fixes=False)
+        after = gradfix.cache.cache_key("x", ["GF101"])
     finally:
         monkeypatch.undo()
         gradfix.cache.gradfix_version.cache_clear()
@@ -178,3 +182,31 @@ def test_a_file_skipped_for_its_size_is_checked_once_the_limit_is_raised(
     reads = count_reads(monkeypatch)
     code, _, err = invoke("check", "-j", "1", "clean.py")
     assert reads == ["clean.py"] and "skipped" not in err and code == 0
+
+
+#: a GF201 finding without a fix (the leaf was used in the graph before the update)
+NO_FIX = (
+    "import torch\nw = torch.tensor([1.], requires_grad=True)\ny = w * 2\nw.add_(1)\ny.backward()\n"
+)
+
+
+def test_fix_after_check_lints_only_the_files_with_fixes(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One cache for check and fix: the findings of ``check`` tell which files ``fix``
+    would leave unchanged (no finding, or none with a fix), so only the others are
+    linted again (129 s for ``fix`` after a warm ``check`` on timm + diffusers)."""
+    (project / "clean.py").write_text(CLEAN, encoding="utf-8")
+    (project / "nofix.py").write_text(NO_FIX, encoding="utf-8")
+    cold = invoke("fix", "--no-cache", "-j", "1", ".")
+    invoke("check", "-j", "1", ".")
+    reads, lints = count_reads(monkeypatch), count_lints(monkeypatch)
+    warm = invoke("fix", "-j", "1", ".")
+    assert warm == cold
+    assert sorted(reads) == ["broken.py", "nofix.py", "train.py"]  # clean.py: not read
+    assert lints == ["train.py"]  # the only file with a fix
+    lints.clear()
+    assert invoke("fix", "-j", "1", ".") == cold and lints == []  # the fix is cached too
+    assert invoke("check", "-j", "1", ".")[1].count("GF201") == 2 and lints == []
+    invoke("fix", "--unsafe-fixes", "-j", "1", ".")
+    assert lints == ["train.py"]  # unsafe fixes: another fixed text, same entry

@@ -451,7 +451,8 @@ def test_an_internal_error_is_one_line_and_the_run_goes_on(project: Path, fake_r
     result = invoke("check", ".")
     assert result.exit_code == 2
     assert result.stderr == (
-        "a.py: internal error: RuntimeError: boom (run with --verbose for the traceback)\n"
+        "a.py: internal error in GF902 (crashes): RuntimeError: boom; please report"
+        " (run with --verbose for the traceback)\n"
     )
     assert result.stdout.startswith("b.py:2:5: GF901 broken\n")
     verbose = invoke("check", "--verbose", ".")

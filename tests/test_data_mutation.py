@@ -170,3 +170,45 @@ def test_data_in_an_unpacking_target_is_not_taken_for_a_read() -> None:
     result = lint_source(source, rules=[find_rule("GF205")], fix=True, unsafe_fixes=True)
     assert not any("reads" in f.message for f in result.findings)
     assert result.dropped == [] and result.source == source
+
+
+#: d2l-en chapter_convolutional-modern/batch-norm: ``self.moving_mean`` is assigned from
+#: itself (``.to(X.device)``) and from a function that returns ``.data``; asking whether
+#: it is a tensor followed it through its own assignment forever (RecursionError).
+D2L_BATCH_NORM = """
+def batch_norm(X, gamma, beta, moving_mean, moving_var, eps, momentum):
+    if not torch.is_grad_enabled():
+        X_hat = (X - moving_mean) / torch.sqrt(moving_var + eps)
+    else:
+        mean = X.mean(dim=0)
+        var = ((X - mean) ** 2).mean(dim=0)
+        X_hat = (X - mean) / torch.sqrt(var + eps)
+        moving_mean = (1.0 - momentum) * moving_mean + momentum * mean
+        moving_var = (1.0 - momentum) * moving_var + momentum * var
+    Y = gamma * X_hat + beta
+    return Y, moving_mean.data, moving_var.data
+
+
+class BatchNorm(nn.Module):
+    def __init__(self, num_features, num_dims):
+        super().__init__()
+        shape = (1, num_features)
+        self.gamma = nn.Parameter(torch.ones(shape))
+        self.beta = nn.Parameter(torch.zeros(shape))
+        self.moving_mean = torch.zeros(shape)
+        self.moving_var = torch.ones(shape)
+
+    def forward(self, X):
+        if self.moving_mean.device != X.device:
+            self.moving_mean = self.moving_mean.to(X.device)
+            self.moving_var = self.moving_var.to(X.device)
+        Y, self.moving_mean, self.moving_var = batch_norm(
+            X, self.gamma, self.beta, self.moving_mean,
+            self.moving_var, eps=1e-5, momentum=0.9)
+        return Y
+"""
+
+
+def test_attribute_assigned_from_itself_and_returned_data_ends_the_search() -> None:
+    result = run(D2L_BATCH_NORM)
+    assert [(f.line, f.code) for f in result.findings] == [(14, "GF205"), (14, "GF205")]

@@ -129,3 +129,122 @@ def test_update_through_data_is_left_to_gf205() -> None:
     # default), which rewrites it to the ``no_grad`` form GF201 produces.
     source = "import torch\nw = torch.randn(3, requires_grad=True)\nw.data.normal_()\n"
     assert run(source).findings == []
+
+
+# --- one no_grad block for adjacent updates, whatever pass or rule fixed them ---------------
+
+
+def fixed(code: str, rules: str = "GF1,GF2") -> str:
+    from gradfix.registry import select_rules
+
+    source = textwrap.dedent(code).lstrip("\n")
+    result = lint_source(source, rules=select_rules([rules]), fix=True, unsafe_fixes=True)
+    again = lint_source(result.source, rules=select_rules([rules]), fix=True, unsafe_fixes=True)
+    assert again.source == result.source  # idempotent
+    return result.source
+
+
+def test_an_update_fixed_in_a_later_pass_joins_the_block_of_its_neighbour() -> None:
+    # pass 1 makes `w` a leaf (GF103) and wraps `b.normal_()`; pass 2 finds `w.normal_()`
+    source = fixed(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True).to("cpu")
+        b = torch.zeros(3, requires_grad=True)
+        b.normal_()  # init b
+        # then w
+        w.normal_()
+        """
+    )
+    assert source.endswith(
+        "with torch.no_grad():\n    b.normal_()  # init b\n    # then w\n    w.normal_()\n"
+    )
+
+
+def test_updates_fixed_by_two_rules_share_one_block() -> None:
+    source = fixed(
+        """
+        import torch
+        w = torch.zeros(3, requires_grad=True)
+        b = torch.zeros(3, requires_grad=True)
+        w.data.normal_()  # GF205
+        b.normal_()  # GF201
+        b.data.zero_()
+        w.add_(1)
+        """
+    )
+    assert source.count("with torch.no_grad():") == 1
+    assert source.endswith(
+        "with torch.no_grad():\n"
+        "    w.normal_()  # GF205\n"
+        "    b.normal_()  # GF201\n"
+        "    b.zero_()\n"
+        "    w.add_(1)\n"
+    )
+
+
+def test_an_update_next_to_an_existing_block_joins_it() -> None:
+    source = fixed(
+        """
+        import torch as th
+        w = th.zeros(3, requires_grad=True)
+        b = th.zeros(3, requires_grad=True)
+        w.zero_()
+        with th.no_grad():  # init
+            b.normal_()
+            # done with b
+        w.add_(1)
+        """
+    )
+    assert source.endswith(
+        "with th.no_grad():\n"
+        "    w.zero_()\n"
+        "    # init\n"
+        "    b.normal_()\n"
+        "    # done with b\n"
+        "    w.add_(1)\n"
+    )
+
+
+def test_other_blocks_and_separated_updates_stay_apart() -> None:
+    code = """
+        import torch
+        w = torch.zeros(3, requires_grad=True)
+        with torch.enable_grad():
+            pass
+        w.zero_()
+        with torch.no_grad():
+            pass
+        print(w)
+        w.add_(1)
+        with torch.no_grad(): pass
+        """
+    source = fixed(code)
+    assert source.count("with torch.no_grad():") == 3
+    assert "with torch.enable_grad():\n    pass\nwith torch.no_grad():\n    w.zero_()\n" in source
+    assert "print(w)\nwith torch.no_grad():\n    w.add_(1)\nwith torch.no_grad(): pass\n" in source
+
+
+def test_blocks_of_two_notebook_cells_stay_apart_and_blocks_in_one_cell_join() -> None:
+    """Joining across the cell marker would move code into another cell: the fix used to
+    be refused then (a note), with its update left unfixed."""
+    import json
+
+    from gradfix.notebook import lint_notebook
+
+    def cell(*lines: str) -> dict[str, object]:
+        return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []} | {
+            "source": list(lines)
+        }
+
+    first = cell("import torch\n", "w = torch.zeros(3, requires_grad=True)\n")
+    second = cell("w.add_(1)\n", "with torch.no_grad():\n", "    w.zero_()")
+    third = cell("w.mul_(2)\n", "print(w)")
+    text = json.dumps({"cells": [first, second, third], "metadata": {}, "nbformat": 4})
+    result = lint_notebook(text, rules=[LeafInplace], fix=True)
+    assert result.dropped == [] and result.remaining == []
+    cells = [c["source"] for c in json.loads(result.text)["cells"]]
+    assert cells[1:] == [
+        ["with torch.no_grad():\n", "    w.add_(1)\n", "    w.zero_()"],
+        ["with torch.no_grad():\n", "    w.mul_(2)\n", "print(w)"],
+    ]

@@ -122,3 +122,32 @@ def test_batched_visitors_all_see_every_node_and_leave_in_order() -> None:
 
     walk_batched(module, [First(), Second()])
     assert seen == ["1a", "2a", "1b", "2b", "1c", "2c", "1leave"]
+
+
+def test_a_batched_visitor_that_raises_is_dropped_and_the_others_go_on() -> None:
+    module = cst.parse_module("a = b(c)\n")
+    seen: list[str] = []
+
+    class Breaks(cst.BatchableCSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            seen.append("1" + node.value)
+            if node.value == "b":
+                raise KeyError(node.value)
+
+        def leave_Call(self, original_node: cst.Call) -> None:
+            seen.append("1leave")
+
+    class Works(cst.BatchableCSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            seen.append("2" + node.value)
+
+        def leave_Call(self, original_node: cst.Call) -> None:
+            seen.append("2leave")
+
+    breaks = Breaks()
+    failed: list[tuple[object, str]] = []
+    walk_batched(module, [breaks, Works()], on_error=lambda v, e: failed.append((v, repr(e))))
+    assert seen == ["1a", "2a", "1b", "2b", "2c", "2leave"]
+    assert failed == [(breaks, "KeyError('b')")]
+    with pytest.raises(KeyError):
+        walk_batched(module, [Breaks()])  # without on_error the exception propagates

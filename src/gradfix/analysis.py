@@ -416,6 +416,8 @@ class FileAnalysis:
         self._requires_grad_all: list[tuple[cst.CSTNode, bool]] | None = None
         self._torch_alias: str | None | bool = False
         self._requires_grad_memo: dict[tuple[int, int, int], bool] = {}
+        #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
+        self._is_tensor_asked: set[tuple[int, int]] = set()
         self._qualified: dict[int, str | None] = {}  # qualified_name by node (rules ask often)
 
     # -- tree navigation -------------------------------------------------------------------
@@ -1076,7 +1078,7 @@ class FileAnalysis:
 
     # -- what backward keeps -----------------------------------------------------------------
     def tensor_op(
-        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None
+        self, expr: cst.BaseExpression, at: cst.CSTNode | None = None, _depth: int = 0
     ) -> tuple[str, list[cst.BaseExpression]] | None:
         """The torch op ``expr`` applies and its operands, or None.
 
@@ -1102,7 +1104,9 @@ class FileAnalysis:
                     return short, operands
             return None
         func = expr.func
-        if isinstance(func, cst.Attribute) and self.is_tensor(func.value, at):
+        # the receiver's depth goes on from the caller's: ``self.m = self.m.to(d)`` asks
+        # whether ``self.m`` is a tensor while answering the same question
+        if isinstance(func, cst.Attribute) and self.is_tensor(func.value, at, _depth + 1):
             return func.attr.value, [func.value, *operands]
         return None
 
@@ -1148,6 +1152,16 @@ class FileAnalysis:
         if _depth > 12:
             return False
         at = at if at is not None else expr
+        key = (id(expr), id(at))
+        if key in self._is_tensor_asked:
+            return False  # a value defined through itself (``self.m = self.m.to(d)``)
+        self._is_tensor_asked.add(key)
+        try:
+            return self._is_tensor(expr, at, _depth)
+        finally:
+            self._is_tensor_asked.discard(key)
+
+    def _is_tensor(self, expr: cst.BaseExpression, at: cst.CSTNode, _depth: int) -> bool:
         if self.leaf_reason(expr, at, _depth) is not None:
             return True
         if isinstance(expr, cst.Name):
@@ -1190,7 +1204,7 @@ class FileAnalysis:
         if isinstance(expr, cst.Call):
             if self.call_name(expr) in FACTORIES or self.is_module(expr.func, at):
                 return True
-            op = self.tensor_op(expr, at)
+            op = self.tensor_op(expr, at, _depth)
             if op is not None:
                 return op[0] in TENSOR_OPS
             returned = self.returned_values(expr, at)

@@ -1,10 +1,13 @@
 """A content-hash cache of per-file results: a re-run over an unchanged tree is near-instant.
 
-The key is a SHA-256 of the file's text, the rules that run on it (codes), the options
-that change the result (fix, unsafe fixes) and gradfix's version, so any change to one
-of them misses. Entries are small JSON files under ``.gradfix_cache/`` (created with a
-``.gitignore`` of ``*``), written atomically, so parallel workers and interrupted runs
-never leave a torn entry; an unreadable entry is a miss.
+The key is a SHA-256 of the file's text, the rules that run on it (codes) and gradfix's
+version, so any change to one of them misses. ``check`` and ``fix`` share the entry: it
+holds the findings, and the fixed text of each fix mode computed so far (``safe`` /
+``unsafe``); a file whose findings have no fix needs none, so ``fix`` after ``check``
+lints only the files with something to fix. Entries are small JSON files under
+``.gradfix_cache/`` (created with a ``.gitignore`` of ``*``), written atomically, so
+parallel workers and interrupted runs never leave a torn entry; an unreadable entry is
+a miss.
 
     cache = ResultCache(".gradfix_cache")
     hit = cache.get(key)            # None on a miss
@@ -49,9 +52,11 @@ def gradfix_version() -> str:
     return f"{release}+{fingerprint.hexdigest()[:16]}"
 
 
-def cache_key(text: str, codes: Sequence[str], *, fix: bool, unsafe_fixes: bool) -> str:
+def cache_key(text: str, codes: Sequence[str]) -> str:
+    """The entry of ``text`` checked with the rules ``codes`` (fix options are not part of
+    it: they do not change the findings)."""
     digest = hashlib.sha256()
-    header = f"{gradfix_version()}\0{','.join(sorted(codes))}\0{int(fix)}{int(unsafe_fixes)}\0"
+    header = f"{gradfix_version()}\0{','.join(sorted(codes))}\0"
     digest.update(header.encode("utf-8"))
     digest.update(text.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
@@ -131,11 +136,12 @@ class CleanIndex:
     """Files known to have nothing to report, by path, modification time and size.
 
     A warm run stats a file and, when nothing changed since it was found clean with the
-    same rules and options, neither reads nor parses it (ruff's cache does the same). Only
-    clean files are listed: a file with findings, fixes or errors always goes through the
+    same rules, neither reads nor parses it (ruff's cache does the same); ``check`` and
+    ``fix`` share the index (a file without findings has nothing to fix). Only clean
+    files are listed: a file with findings, fixes or errors always goes through the
     content-hash cache, which gives back its text and results exactly.
 
-        index = CleanIndex.open(cache_dir, header)
+        index = CleanIndex.open(cache_dir)
         if index.is_clean(path, codes): ...
         index.record(path, stat, codes); index.save()
     """
@@ -146,8 +152,8 @@ class CleanIndex:
         self.dirty = False
 
     @classmethod
-    def open(cls, directory: str, options_header: str) -> CleanIndex:
-        digest = hashlib.sha256(f"{gradfix_version()}\0{options_header}".encode()).hexdigest()
+    def open(cls, directory: str) -> CleanIndex:
+        digest = hashlib.sha256(gradfix_version().encode()).hexdigest()
         path = os.path.join(directory, f"clean-{digest[:16]}.json")
         try:
             with open(path, encoding="utf-8") as handle:

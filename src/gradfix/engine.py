@@ -3,6 +3,7 @@
     result = lint_source(source, rules=all_rules(), fix=True)
     result.findings   # what the rules reported on the original source
     result.source     # the source with every applicable fix applied
+    result.crashes    # rules that raised on this source (the others' findings are kept)
 
 Fixing runs in passes: lint, pick the applicable fixes whose targets do not overlap
 (first by position wins; the others wait for the next pass), apply them with one
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import ast
 import re
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -38,6 +41,28 @@ class SourceError(Exception):
         self.line = line
 
 
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised while visiting a file: its reports on that file are dropped, the
+    other rules' are kept."""
+
+    code: str
+    name: str
+    error: str  # ``RecursionError: maximum recursion depth exceeded``
+    traceback: str
+
+    @classmethod
+    def of(cls, rule: type[Rule], error: Exception) -> RuleCrash:
+        lines = str(error).strip().splitlines()
+        detail = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        trace = "".join(traceback.format_exception(error))
+        return cls(rule.code, rule.name, detail, trace)
+
+    def line(self) -> str:
+        """``internal error in GF205 (data-mutation): RecursionError: ...; please report``"""
+        return f"internal error in {self.code} ({self.name}): {self.error}; please report"
+
+
 @dataclass
 class LintResult:
     findings: list[Finding]
@@ -47,6 +72,8 @@ class LintResult:
     #: one line per fix that was dropped because it broke the syntax
     dropped: list[str] = field(default_factory=list)
     applied: int = 0
+    #: rules that raised (at most one entry per rule); their findings are missing
+    crashes: list[RuleCrash] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -137,16 +164,31 @@ def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
 
 
 def collect_reports(
-    module: cst.Module, rules: Sequence[type[Rule]], source: str, path: str
+    module: cst.Module,
+    rules: Sequence[type[Rule]],
+    source: str,
+    path: str,
+    crashes: list[RuleCrash] | None = None,
 ) -> tuple[list[Report], RuleContext]:
-    """Run ``rules`` over ``module`` in one batched traversal."""
+    """Run ``rules`` over ``module`` in one batched traversal. A rule that raises is
+    added to ``crashes`` (when given; else the exception propagates) and reports
+    nothing; the other rules go on."""
     analysis = FileAnalysis(module)
     context = RuleContext(path=path, source=source, analysis=analysis)
     if not analysis.imports_torch():
         return [], context
+    crashed: dict[type[Rule], RuleCrash] = {}
+
+    def crash(visitor: cst.CSTVisitor, error: Exception) -> None:
+        rule = type(visitor)
+        assert issubclass(rule, Rule)
+        crashed[rule] = RuleCrash.of(rule, error)
+
     visitors = [rule(context) for rule in rules]
-    walk_batched(module, visitors)
-    reports = [report for visitor in visitors for report in visitor.reports]
+    walk_batched(module, visitors, on_error=None if crashes is None else crash)
+    if crashes is not None:
+        crashes.extend(c for c in crashed.values() if c.code not in {k.code for k in crashes})
+    reports = [r for visitor in visitors if type(visitor) not in crashed for r in visitor.reports]
     if reports and has_suppressions(source):
         reports = unsuppressed(reports, source, analysis, context.positions)
     reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
@@ -183,15 +225,17 @@ def lint_source(
     """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source.
 
     ``keep`` limits fixing to the fixes whose findings (on ``source``) it accepts, in one
-    pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one."""
+    pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one.
+    A rule that raises does not stop the others: it is listed in ``result.crashes``."""
     active = active_rules(rules, source)
     if not active:
         _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
         return LintResult([], source)
     module = parse(source)
-    reports, context = collect_reports(module, active, source, path)
+    crashes: list[RuleCrash] = []
+    reports, context = collect_reports(module, active, source, path, crashes)
     findings = [to_finding(r) for r in reports]
-    result = LintResult(findings, source, remaining=list(findings))
+    result = LintResult(findings, source, remaining=list(findings), crashes=crashes)
     if not fix:
         return result
     if keep is not None:
@@ -207,7 +251,7 @@ def lint_source(
         result.applied += applied
         result.source = new_source
         module = parse(new_source)
-        reports, context = collect_reports(module, rules, new_source, path)
+        reports, context = collect_reports(module, rules, new_source, path, crashes)
     result.remaining = [to_finding(r) for r in reports]
     return result
 
@@ -250,7 +294,7 @@ def single_fixes(
         _check_syntax(source)
         return []
     module = parse(source)
-    reports, _ = collect_reports(module, active, source, path)
+    reports, _ = collect_reports(module, active, source, path, crashes=[])  # the others' fixes
     grouped: dict[int, tuple[Fix, list[Finding]]] = {}
     for report in reports:
         if report.fix is not None:
@@ -314,9 +358,89 @@ class _ApplyEdits(cst.CSTTransformer):
     def __init__(self, fixes: Sequence[Fix]) -> None:
         super().__init__()
         self.replacements = {id(e.target): e.replacement for f in fixes for e in f.edits}
+        #: the ``with`` statements that joinable fixes create
+        self.joinable = {
+            id(e.replacement)
+            for f in fixes
+            if f.joinable
+            for e in f.edits
+            if isinstance(e.replacement, cst.With)
+        }
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        return self.replacements.get(id(original_node), updated_node)
+        replacement = self.replacements.get(id(original_node))
+        if replacement is not None:
+            return replacement
+        if self.joinable and isinstance(updated_node, (cst.Module, cst.IndentedBlock)):
+            return _join_blocks(updated_node, self.joinable)
+        return updated_node
+
+
+_Body = TypeVar("_Body", cst.Module, cst.IndentedBlock)
+
+
+def _join_blocks(node: _Body, created: set[int]) -> _Body:
+    """Merge each ``with`` block a joinable fix created with the adjacent ``with`` blocks
+    of the same header (``with torch.no_grad():``): one block, not one per rule or pass."""
+    joined: list[cst.BaseStatement] = []
+    for stmt in node.body:
+        previous = joined[-1] if joined else None
+        if (
+            previous is not None
+            and (id(previous) in created or id(stmt) in created)
+            and _same_header(previous, stmt)
+            and not _directive_between(previous, stmt)
+        ):
+            assert isinstance(previous, cst.With) and isinstance(stmt, cst.With)
+            joined[-1] = _merged(previous, stmt)
+            created.add(id(joined[-1]))  # a third block joins too
+        else:
+            joined.append(stmt)
+    if len(joined) == len(node.body):
+        return node
+    return node.with_changes(body=joined)
+
+
+def _same_header(first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
+    """Two plain ``with X():`` blocks (one item, no ``as``, indented bodies), same ``X()``."""
+    blocks = (first, second)
+    if not all(
+        isinstance(b, cst.With)
+        and b.asynchronous is None
+        and len(b.items) == 1
+        and b.items[0].asname is None
+        and isinstance(b.body, cst.IndentedBlock)
+        for b in blocks
+    ):
+        return False
+    code = cst.Module([]).code_for_node
+    return code(first.items[0].item) == code(second.items[0].item)  # type: ignore[attr-defined]
+
+
+def _directive_between(first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
+    """A ``# gradfix: ...`` comment line separates the blocks: a structural line that must
+    not move into a block (a notebook's cell marker, :mod:`gradfix.notebook`)."""
+    assert isinstance(first, cst.With) and isinstance(first.body, cst.IndentedBlock)
+    assert isinstance(second, cst.With)
+    lines = [*first.body.footer, *second.leading_lines]
+    return any(
+        line.comment is not None and line.comment.value.startswith("# gradfix:") for line in lines
+    )
+
+
+def _merged(first: cst.With, second: cst.With) -> cst.With:
+    """``first`` with ``second``'s statements appended; the comments between them (the
+    first block's trailing comments, those above ``second``, the one on its header line)
+    go above its first statement."""
+    assert isinstance(first.body, cst.IndentedBlock) and isinstance(second.body, cst.IndentedBlock)
+    comments = [*first.body.footer, *second.leading_lines]
+    if second.body.header.comment is not None:
+        comments.append(cst.EmptyLine(comment=second.body.header.comment))
+    head, *rest = second.body.body
+    assert isinstance(head, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    head = head.with_changes(leading_lines=[*comments, *head.leading_lines])
+    body = first.body.with_changes(body=[*first.body.body, head, *rest], footer=second.body.footer)
+    return first.with_changes(body=body)
 
 
 def _render(module: cst.Module, fixes: Sequence[Fix]) -> str:

@@ -347,11 +347,15 @@ class BufferLint(DocumentLint):
     def of(cls, uri: str, text: ClientText, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
         lint = cls(uri, text, path, rules)
         try:
-            lint.findings = lint_source(text.source, rules=rules, path=path).findings
+            result = lint_source(text.source, rules=rules, path=path)
         except SourceError as error:
             lint.error = error
-        except Exception:  # a bug in a rule: no findings, the server goes on
+        except Exception:  # a bug in the engine: no findings, the server goes on
             logger.exception("checking %s failed", path)
+        else:
+            lint.findings = result.findings  # a rule that raised: the others' findings
+            for crash in result.crashes:
+                logger.error("%s: %s\n%s", path, crash.line(), crash.traceback)
         return lint
 
     def singles(self) -> list[SingleFix]:

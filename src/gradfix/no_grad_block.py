@@ -6,7 +6,9 @@ consecutive updates with one fix that wraps the run in a single ``with torch.no_
 A loop or ``if`` whose body holds nothing but updates (and ``.grad`` housekeeping) is
 wrapped whole, so ``for p in model.parameters(): p.normal_()`` gets one block. A site may
 carry a replacement for its statement (GF205 drops ``.data``): it is applied inside the
-new block.
+new block. The fix is joinable: the engine merges the new block with an adjacent
+``with torch.no_grad():`` (the user's, another rule's, an earlier pass's), so updates
+next to each other end up in one block whichever rule or pass fixed them.
 """
 
 from __future__ import annotations
@@ -171,7 +173,8 @@ class NoGradBlockRule(Rule):
         imports = () if self.analysis.torch_alias() else ("torch",)
         unsafe = any(site.safety is FixSafety.UNSAFE for site in sites)
         safety = FixSafety.UNSAFE if unsafe else None
-        return self.fix(edits, "Wrap in `torch.no_grad()`", safety=safety, imports=imports)
+        description = "Wrap in `torch.no_grad()`"
+        return self.fix(edits, description, safety=safety, imports=imports, joinable=True)
 
 
 def inplace_target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gradfix.diff import split_lines
-from gradfix.engine import MAX_PASSES, SourceError, lint_source, single_fixes
+from gradfix.engine import MAX_PASSES, RuleCrash, SourceError, lint_source, single_fixes
 from gradfix.noqa import codes_by_line, comment_lines
 from gradfix.rule import Finding, Rule
 
@@ -160,6 +160,8 @@ class NotebookLint:
     dropped: list[str] = field(default_factory=list)
     #: one line per code cell not checked because it does not parse (:class:`Program`)
     skipped: list[str] = field(default_factory=list)
+    #: rules that raised on the notebook's code (:attr:`LintResult.crashes`)
+    crashes: list[RuleCrash] = field(default_factory=list)
 
 
 def is_notebook(path: str) -> bool:
@@ -394,7 +396,9 @@ def lint_notebook(
     source = program.source
     lint = lint_source(source, rules=rules, path=path)
     findings = [locate(finding, source) for finding in lint.findings]
-    result = NotebookLint(findings, list(findings), text, skipped=list(program.skipped))
+    result = NotebookLint(
+        findings, list(findings), text, skipped=list(program.skipped), crashes=lint.crashes
+    )
     if not fix or not any(finding.fix for finding in findings):
         return result
     style = detect_style(text, data)

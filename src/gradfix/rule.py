@@ -80,6 +80,9 @@ class Fix:
     safety: FixSafety
     description: str
     imports: tuple[str, ...] = ()  # modules the fixed code needs, e.g. ("torch",)
+    #: the ``with`` blocks it creates merge with an adjacent ``with`` of the same header
+    #: (``torch.no_grad()``), made by the user, another fix or an earlier pass
+    joinable: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,9 +280,11 @@ class Rule(cst.BatchableCSTVisitor):
         *,
         safety: FixSafety | None = None,
         imports: Sequence[str] = (),
+        joinable: bool = False,
     ) -> Fix:
         """Build a fix with this rule's default safety unless ``safety`` overrides it."""
-        return Fix(tuple(edits), safety or self.fix_safety, description, tuple(imports))
+        safety = safety or self.fix_safety
+        return Fix(tuple(edits), safety, description, tuple(imports), joinable)
 
     def replace(
         self,

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gradfix.config import Config
-from gradfix.engine import SourceError, lint_source
+from gradfix.engine import RuleCrash, SourceError, lint_source
 from gradfix.files import (
     MAX_FILE_BYTES,
     Candidate,
@@ -275,8 +275,7 @@ def _clean_index(options: RunOptions) -> CleanIndex | None:
         return None
     from gradfix.cache import CleanIndex
 
-    header = f"fix={options.fix or options.write} unsafe={options.unsafe_fixes}"
-    return CleanIndex.open(options.cache_dir, header)
+    return CleanIndex.open(options.cache_dir)
 
 
 def _codes(options: RunOptions, path: str) -> str:
@@ -445,7 +444,18 @@ def process_text(
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
     result.applied = lint.applied
+    if lint.crashes:
+        _rule_crashes(result, lint.crashes)
     return result
+
+
+def _rule_crashes(result: FileResult, crashes: Sequence[RuleCrash]) -> None:
+    """A rule that raised makes the file's error (one line; the tracebacks for
+    ``--verbose``); the other rules' findings stay, and nothing is fixed (a fix is only
+    applied to a file every rule could read)."""
+    result.error = "; ".join(crash.line() for crash in crashes)
+    result.traceback = "\n".join(crash.traceback for crash in crashes)
+    result.fixed, result.remaining = result.original, list(result.findings)
 
 
 #: Python 2 statements and literals that Python 3 rejects, matched on the line of a syntax
@@ -474,44 +484,86 @@ def python2_hint(text: str, line: int | None) -> str:
 
 
 def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding: str) -> FileResult:
-    """:func:`process_text` through the content-hash cache of ``options.cache_dir``."""
+    """:func:`process_text` through the content-hash cache of ``options.cache_dir``: one
+    entry per text and rules serves ``check`` and ``fix`` (see :mod:`gradfix.cache`)."""
     if options.cache_dir is None:
         return process_text(text, path, options, encoding=encoding)
-    from gradfix.cache import ResultCache, cache_key, findings_from_json, findings_to_json
+    from gradfix.cache import ResultCache, cache_key
 
-    rules = options.rules_for(path)
-    fix = options.fix or options.write
-    key = cache_key(text, [r.code for r in rules], fix=fix, unsafe_fixes=options.unsafe_fixes)
+    key = cache_key(text, [rule.code for rule in options.rules_for(path)])
     cache = ResultCache(options.cache_dir)
     entry = cache.get(key)
     if entry is not None:
-        fixed = entry.get("fixed")
-        return FileResult(
-            path,
-            findings=findings_from_json(entry["findings"]),
-            remaining=findings_from_json(entry["remaining"]),
-            original=text,
-            fixed=text if fixed is None else fixed,
-            encoding=encoding,
-            dropped=list(entry["dropped"]),
-            error=entry["error"],
-            applied=entry.get("applied"),
-            skipped_cells=list(entry.get("skipped_cells", [])),
-        )
+        try:
+            cached = _from_entry(entry, FileResult(path, original=text, encoding=encoding), options)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            entry = cached = None  # an entry of another layout: a miss
+        if cached is not None:
+            return cached
     result = process_text(text, path, options, encoding=encoding)
     if result.traceback is None:  # an internal error is not a property of the file
-        changed = result.fixed if result.fixed is not None and result.fixed != text else None
-        entry = {
-            "findings": findings_to_json(result.findings),
-            "remaining": findings_to_json(result.remaining),
-            "fixed": changed,
-            "dropped": result.dropped,
-            "error": result.error,
-            "applied": result.applied,
-            "skipped_cells": result.skipped_cells,
-        }
-        cache.put(key, entry)
+        cache.put(key, _to_entry(result, entry, options))
     return result
+
+
+def _fix_mode(options: RunOptions) -> str | None:
+    """The key of the fixed text in a cache entry; None when not fixing."""
+    if not (options.fix or options.write):
+        return None
+    return "unsafe" if options.unsafe_fixes else "safe"
+
+
+def _has_fixes(findings: Sequence[Finding], mode: str) -> bool:
+    """Some finding has a fix that ``mode`` applies (else fixing changes nothing)."""
+    safe = FixSafety.SAFE.value
+    return any(f.fix is not None and (mode == "unsafe" or f.fix.safety == safe) for f in findings)
+
+
+def _from_entry(
+    entry: dict[str, Any], result: FileResult, options: RunOptions
+) -> FileResult | None:
+    """``result`` filled from a cache entry; None when the entry lacks the fixed text this
+    run needs (the file must be linted with fixes)."""
+    from gradfix.cache import findings_from_json
+
+    result.findings = findings_from_json(entry["findings"])
+    result.remaining, result.fixed = list(result.findings), result.original
+    result.error = entry["error"]
+    result.skipped_cells = list(entry.get("skipped_cells", []))
+    mode = _fix_mode(options)
+    if mode is None or result.error is not None or not _has_fixes(result.findings, mode):
+        return result
+    fixed = entry["fixes"].get(mode)
+    if fixed is None:
+        return None
+    result.remaining = findings_from_json(fixed["remaining"])
+    result.fixed = result.original if fixed["text"] is None else fixed["text"]
+    result.dropped = list(fixed["dropped"])
+    result.applied = fixed.get("applied")
+    return result
+
+
+def _to_entry(
+    result: FileResult, previous: dict[str, Any] | None, options: RunOptions
+) -> dict[str, Any]:
+    """The cache entry of ``result``, keeping the fixed texts of ``previous`` (other modes)."""
+    from gradfix.cache import findings_to_json
+
+    fixes = dict(previous["fixes"]) if previous is not None else {}
+    mode = _fix_mode(options)
+    if mode is not None and _has_fixes(result.findings, mode):
+        fixes[mode] = {
+            "text": result.fixed if result.changed else None,
+            "remaining": findings_to_json(result.remaining),
+            "dropped": result.dropped,
+            "applied": result.applied,
+        }
+    return {
+        "findings": findings_to_json(result.findings),
+        "error": result.error,
+        "skipped_cells": result.skipped_cells,
+        "fixes": fixes,
+    }
 
 
 def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) -> FileResult:
@@ -533,6 +585,8 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
     result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
     result.fixed, result.dropped = lint.text, lint.dropped
     result.skipped_cells = lint.skipped
+    if lint.crashes:
+        _rule_crashes(result, lint.crashes)
     return result
 
 
@@ -588,6 +642,6 @@ def _write(source: SourceFile, result: FileResult) -> None:
 def _internal_error(result: FileResult, error: Exception) -> FileResult:
     lines = str(error).strip().splitlines()
     detail = f": {lines[0]}" if lines else ""
-    result.error = f"internal error: {type(error).__name__}{detail}"
+    result.error = f"internal error: {type(error).__name__}{detail}; please report"
     result.traceback = traceback.format_exc()
     return result

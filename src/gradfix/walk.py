@@ -153,24 +153,44 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         visit(node)
 
 
-def walk_batched(node: cst.CSTNode, visitors: Sequence[cst.CSTVisitor]) -> None:
+def walk_batched(
+    node: cst.CSTNode,
+    visitors: Sequence[cst.CSTVisitor],
+    on_error: Callable[[cst.CSTVisitor, Exception], None] | None = None,
+) -> None:
     """Visit once for all ``visitors`` (LibCST's batched visit: no visitor can skip
-    children)."""
+    children). With ``on_error``, a visitor that raises is handed to it with the
+    exception and visits nothing more, while the others go on: a bug in one rule does
+    not hide the findings of the others."""
+    live = list(visitors)
     visits: dict[type, list[Handler]] = {}
     leaves: dict[type, list[Handler]] = {}
 
-    def visit(current: cst.CSTNode) -> None:
+    def drop(handler: Handler, error: Exception) -> None:
+        if on_error is None:
+            raise error
+        visitor = handler.__self__  # type: ignore[attr-defined]  # a bound visit_/leave_
+        on_error(visitor, error)
+        live.remove(visitor)
+        visits.clear()  # rebuilt without it
+        leaves.clear()
+
+    def handle(table: dict[type, list[Handler]], prefix: str, current: cst.CSTNode) -> None:
         kind = type(current)
-        before = visits.get(kind)
-        if before is None:
-            before = visits[kind] = _handlers(visitors, "visit_" + kind.__name__)
-            leaves[kind] = _handlers(visitors, "leave_" + kind.__name__)
-        for handler in before:
-            handler(current)
+        handlers = table.get(kind)
+        if handlers is None:
+            handlers = table[kind] = _handlers(live, prefix + kind.__name__)
+        for handler in handlers:
+            try:
+                handler(current)
+            except Exception as error:
+                drop(handler, error)
+
+    def visit(current: cst.CSTNode) -> None:
+        handle(visits, "visit_", current)
         for child in children(current):
             visit(child)
-        for handler in leaves[kind]:
-            handler(current)
+        handle(leaves, "leave_", current)
 
     if type(node) in CODE_TYPES:
         visit(node)
