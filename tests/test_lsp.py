@@ -509,7 +509,8 @@ def test_settings_select_and_ignore(server: LspClient, tmp_path: Path) -> None:
     # pushed settings with dotted keys; an unknown code: a message, and the default rules
     server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.select": ["GF999"]}})
     shown = server.wait_for("window/showMessage")
-    assert "GF999" in shown["message"]
+    assert "'GF999' in the editor setting gradfix.select" in shown["message"]
+    assert "--select" not in shown["message"]
     assert [d["code"] for d in server.diagnostics(uri)] == ["GF101"]
     server.notify("workspace/didChangeConfiguration", {"settings": {"gradfix.select": ["GF2"]}})
     assert server.diagnostics(uri, version=1) == []

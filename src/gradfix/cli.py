@@ -308,8 +308,8 @@ def check(
     Exit status:
       0  no findings
       1  findings
-      2  a file could not be processed (the others are still checked),
-         or a bad option (e.g. an unknown rule code)
+      2  a file or a notebook cell could not be processed (the others are
+         still checked), or a bad option (e.g. an unknown rule code)
       130  interrupted (Ctrl-C)
     """
     from gradfix.runner import RunOptions
@@ -491,8 +491,9 @@ def fix(
       without --write   0 nothing to change, 1 there is a diff
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
       --interactive     0 whatever was accepted or declined
-      always            2 a file could not be processed or written (the others
-                        are still fixed), or a bad option
+      always            2 a file or a notebook cell could not be processed, or a
+                        file not written (the others are still fixed), or a bad
+                        option
       Ctrl-C            130; every file is either completely fixed or untouched
     """
     from gradfix.runner import RunOptions

@@ -67,6 +67,8 @@ from gradfix.rule import Finding, Rule
 
 SOURCE = "gradfix"
 SECTION = "gradfix"
+#: where the editor's ``select`` / ``ignore`` come from, as errors name them
+SETTINGS = ("the editor setting gradfix.select", "the editor setting gradfix.ignore")
 FIX_ALL_KIND = "source.fixAll.gradfix"
 MAX_REASON = 80  # characters of a verdict's reason in a quick fix title
 CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is checked
@@ -616,10 +618,11 @@ class GradfixServer(LanguageServer):
             return
         self.settings = settings
         try:
-            self.rules = select_rules(settings.select or None, settings.ignore)
+            self.rules = select_rules(settings.select or None, settings.ignore, None, SETTINGS)
         except SelectionError as error:
             self.rules = select_rules()
-            self.notify(f"gradfix: {error} in the settings; using the default rules")
+            self.settings = replace(settings, select=(), ignore=())
+            self.notify(f"gradfix: {error}; using the default rules")
         if settings.verify and not torch_available():
             self.settings = replace(settings, verify=False)
             self.notify("gradfix: verification needs torch in the server's Python; it is off")

@@ -72,15 +72,21 @@ def parse_selectors(
     return selectors
 
 
+#: where ``select`` and ``ignore`` come from, as errors name them
+COMMAND_LINE = ("--select", "--ignore")
+
+
 def select_rules(
     select: Iterable[str] | None = None,
     ignore: Iterable[str] | None = None,
     rules: Sequence[type[Rule]] | None = None,
+    sources: tuple[str, str] = COMMAND_LINE,
 ) -> list[type[Rule]]:
-    """The rules to run, in code order; raise :class:`SelectionError` on unknown codes."""
+    """The rules to run, in code order; raise :class:`SelectionError` on unknown codes,
+    naming ``sources`` (where ``select`` / ``ignore`` came from)."""
     known = all_rules() if rules is None else list(rules)
-    selected = parse_selectors(select, known, "--select")
-    ignored = parse_selectors(ignore, known, "--ignore")
+    selected = parse_selectors(select, known, sources[0])
+    ignored = parse_selectors(ignore, known, sources[1])
     return [rule for rule in known if _is_selected(rule, selected, ignored)]
 
 
