@@ -1,0 +1,79 @@
+"""``gradfix trace``'s output: the runtime findings in ``check``'s formats.
+
+A runtime finding becomes a :class:`gradfix.rule.Finding` at its user line (column 1 to the
+end of the line), so text, concise, SARIF and GitHub output come from the same formatters
+as ``check``; JSON adds what makes it a finding *from a run*: ``"source": "run"``, the kind,
+the step (1 = the first backward call) and the evidence (the error message, the lines of
+the ops involved, shapes).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from gradfix.rule import Finding, Rule
+from gradfix.trace.launch import RuntimeFinding, TraceResult
+
+
+def display_path(path: str, root: str | None = None) -> str:
+    """``path`` relative to ``root`` (the current directory) when it is inside it."""
+    root = os.path.abspath(root or os.getcwd())
+    try:
+        relative = os.path.relpath(path, root)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative.startswith(os.pardir) else relative
+
+
+def as_finding(finding: RuntimeFinding, rules: Sequence[type[Rule]]) -> Finding:
+    names = {rule.code: rule.name for rule in rules}
+    return Finding(
+        line=finding.line,
+        col=1,
+        code=finding.code,
+        name=names.get(finding.code, ""),
+        message=f"{finding.message} [from a run, step {finding.step}]",
+        end_line=finding.line,
+        end_col=_line_length(finding.path, finding.line) + 1,
+    )
+
+
+def finding_dict(finding: RuntimeFinding, rules: Sequence[type[Rule]]) -> dict[str, Any]:
+    data = as_finding(finding, rules).to_dict(display_path(finding.path))
+    data["message"] = finding.message
+    data.update(source="run", kind=finding.kind, step=finding.step)
+    data["evidence"] = {key: _relative(value) for key, value in finding.evidence.items()}
+    return data
+
+
+def run_summary(result: TraceResult, command: str) -> str:
+    """``the program exited with status 1 after 3 backward calls: RuntimeError: ...``"""
+    calls = f"{result.steps} backward call{'' if result.steps == 1 else 's'}"
+    if result.status == "timeout":
+        ending = "was stopped at the timeout"
+    elif result.status == "max-steps":
+        ending = "was stopped by --max-steps"
+    else:
+        ending = f"exited with status {result.exit_code}"
+    error = f": {result.error}" if result.error and result.status == "error" else ""
+    return f"trace: `{command}` {ending} after {calls}{error}"
+
+
+def _relative(value: Any) -> Any:
+    """Evidence with its ``{"path", "line"}`` sites relative to the current directory."""
+    if isinstance(value, dict) and set(value) == {"path", "line"}:
+        return {"path": display_path(str(value["path"])), "line": value["line"]}
+    return value
+
+
+def _line_length(path: str, line: int) -> int:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            for number, text in enumerate(source, start=1):
+                if number == line:
+                    return len(text.rstrip("\r\n"))
+    except OSError:
+        pass
+    return 0
