@@ -51,6 +51,7 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("data_cut.py", "GF205", 6),
         ("nonleaf_grad.py", "GF106", 6),
         ("loss_total.py", "GF403", 8),
+        ("step_between_backwards.py", "GF204", 9),
     ],
 )
 def test_each_pitfall_is_found_on_its_line(script: str, code: str, line: int) -> None:

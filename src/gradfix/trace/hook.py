@@ -69,7 +69,7 @@ def _start_guarded() -> None:
 
 
 def _start_tracer() -> None:
-    from gradfix.trace.tracer import TraceMode, Tracer
+    from gradfix.trace.tracer import TraceMode, Tracer, untraced_optimizer_steps
     from gradfix.verify import instrument
 
     config = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")
@@ -81,7 +81,9 @@ def _start_tracer() -> None:
         on_stop=lambda reason: _stop(tracer, reason),
     )
     instrument.activate(tracer.recorder)
-    TraceMode(tracer).__enter__()  # on for the rest of the process
+    mode = TraceMode(tracer)
+    mode.__enter__()  # on for the rest of the process
+    untraced_optimizer_steps(mode)
     state: dict[str, Any] = {"outcome": {"status": "ok"}}
     _chain_excepthook(tracer, state)
     _warnings_at_user_lines(tracer.frames)
@@ -152,7 +154,7 @@ def _report_uncaught(tracer: Any, error: BaseException, tb: Any) -> None:
 def _end(tracer: Any, state: dict[str, Any], status: str | None = None) -> None:
     try:
         tracer.busy = False
-        tracer._guarded(tracer.finish)
+        tracer.untraced(tracer.finish)
     finally:
         outcome = dict(state["outcome"], status=status) if status else state["outcome"]
         _write({"event": "end", "outcome": outcome, "steps": tracer.steps, "notes": tracer.notes})

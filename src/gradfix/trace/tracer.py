@@ -47,11 +47,30 @@ CUTS = {
     "tolist": "GF101",
     "numpy": "GF101",
     "detach": "GF104",
+    "__float__": "GF101",
+    "__int__": "GF101",
 }
 #: Cut kinds by how surely they are the bug when a backward finds no graph.
-CUT_PRIORITY = ("tensor", "as_tensor", "new_tensor", "data", "item", "tolist", "numpy", "detach")
+CUT_PRIORITY = (
+    "tensor", "as_tensor", "new_tensor", "data", "item", "__float__", "__int__", "tolist",
+    "numpy", "detach",
+)  # fmt: skip
+INPLACE_OPERATORS = frozenset(
+    f"__i{op}__"
+    for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or")
+) | {"__ixor__", "__ilshift__", "__irshift__", "__setitem__"}
 ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
 MAX_GRAPH_NODES = 20_000
+STEP = "optimizer.step"
+
+
+@dataclass(frozen=True)
+class Op:
+    """What the tracer needs to know of a torch callable, worked out once per callable."""
+
+    name: str
+    attribute: str | None  # a tensor attribute's getter: "grad", "data" or "" (another)
+    inplace: bool
 
 
 @dataclass
@@ -101,6 +120,8 @@ class Tracer:
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
         self.notes: list[str] = []
+        self._ops: dict[Any, Op] = {}
+        self.mode: TraceMode | None = None
         self.recorder = TraceRecorder(self)
 
     # --------------------------------------------------------------- reporting
@@ -136,13 +157,17 @@ class Tracer:
     # ------------------------------------------------------------- forward ops
     def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run one torch call of the program, with notes before and after."""
-        name = getattr(func, "__name__", "")
-        if name == "__get__":
-            self._guarded(self._attribute_read, func, args)
-            return func(*args, **kwargs)
+        op = self._ops.get(func) or self._learn_op(func)
         target = args[0] if args else None
+        if op.attribute is not None:
+            if isinstance(target, torch.Tensor) and target.requires_grad:
+                self._guarded(self._attribute_read, op.attribute, target)
+            return func(*args, **kwargs)
+        inplace = (op.inplace or kwargs.get("inplace") is True) and isinstance(target, torch.Tensor)
+        if not inplace and not torch.is_grad_enabled():
+            return func(*args, **kwargs)  # no graph is built: optimizer steps, evaluation
         before = None
-        if _is_inplace(name, kwargs) and isinstance(target, torch.Tensor):
+        if inplace and target.requires_grad:  # type: ignore[union-attr]
             before = self._guarded(self._before_inplace, target)
         try:
             result = func(*args, **kwargs)
@@ -150,12 +175,25 @@ class Tracer:
             self._guarded(self._op_failed, error)
             raise
         if before is not None:
-            self._guarded(self._after_inplace, target, before, name)
-        elif name in CUTS:
-            self._guarded(self._maybe_cut, name, args, result)
+            self._guarded(self._after_inplace, target, before, op.name)
+        elif op.name in CUTS:
+            self._guarded(self._maybe_cut, op.name, args, result)
         elif isinstance(result, torch.Tensor) and result.grad_fn is not None:
-            self._guarded(self._after_op, name, args, result)
+            self._guarded(self._after_op, op.name, args, result)
         return result
+
+    def _learn_op(self, func: Any) -> Op:
+        name = getattr(func, "__name__", "")
+        attribute = None
+        if name == "__get__":  # a getter: which attribute it reads matters, the rest not
+            attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+            attribute = attribute if attribute in ("grad", "data") else ""
+        op = Op(name, attribute=attribute, inplace=_is_inplace(name))
+        try:
+            self._ops[func] = op
+        except TypeError:  # an unhashable callable: looked at each time
+            pass
+        return op
 
     def _guarded(self, method: Callable[..., Any], *args: Any) -> Any:
         self.busy = True
@@ -167,6 +205,14 @@ class Tracer:
         finally:
             self.busy = False
 
+    def untraced(self, method: Callable[..., Any], *args: Any) -> Any:
+        """``_guarded`` for work outside the mode's handler (after a backward or a step):
+        the tracer's own torch calls then skip the mode instead of passing through it."""
+        if torch.overrides._get_current_function_mode() is not self.mode:
+            return self._guarded(method, *args)
+        with torch.overrides._pop_mode_temporarily():
+            return self._guarded(method, *args)
+
     def _after_op(self, name: str, args: tuple[Any, ...], result: torch.Tensor) -> None:
         node: Any = result.grad_fn
         site = self.frames.site()
@@ -176,11 +222,7 @@ class Tracer:
         if name in ACCUMULATING and self.steps:
             self._check_accumulation(args, site)
 
-    def _attribute_read(self, func: Any, args: tuple[Any, ...]) -> None:
-        attribute = getattr(getattr(func, "__self__", None), "__name__", None)
-        tensor = args[0] if args else None
-        if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
-            return
+    def _attribute_read(self, attribute: str, tensor: torch.Tensor) -> None:
         if attribute == "data" and torch.is_grad_enabled():
             self._add_cut("data", "GF205", [tensor])
         elif attribute == "grad" and not tensor.is_leaf and not tensor.retains_grad:
@@ -199,9 +241,7 @@ class Tracer:
             {"grad_fn": type(node).__name__, "made_at": _site_dict(made_at)},
         )
 
-    def _before_inplace(self, target: torch.Tensor) -> InplaceChange | None:
-        if not target.requires_grad:
-            return None
+    def _before_inplace(self, target: torch.Tensor) -> InplaceChange:
         node = target.grad_fn
         return InplaceChange(
             site=None,
@@ -220,6 +260,17 @@ class Tracer:
         node = target.grad_fn
         if node is not None and change.site is not None:
             _metadata(node)[SITE_KEY] = change.site
+
+    def optimizer_stepped(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer step changes every parameter in place (under no_grad, so the mode
+        does not watch it): note each, as the in-place change a later backward may hit."""
+        site = self.frames.site()
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                if isinstance(parameter, torch.Tensor) and parameter.requires_grad:
+                    self.inplace[id(parameter)] = InplaceChange(
+                        site, tuple(parameter.shape), None, None, parameter._version, STEP
+                    )
 
     def _maybe_cut(self, name: str, args: tuple[Any, ...], result: Any) -> None:
         if isinstance(result, torch.Tensor) and result.grad_fn is not None:
@@ -347,11 +398,13 @@ class Tracer:
     def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
         """The latest in-place change that matches what autograd says was modified."""
         for change in reversed(list(self.inplace.values())):
-            if change.shape != details.shape or not errors.same_op(
-                change.producer, details.producer
-            ):
-                continue
-            if details.expected < change.version <= details.version:
+            if change.op == STEP:  # a parameter, saved as itself or as a view (`w.t()`)
+                same = sorted(change.shape) == sorted(details.shape)
+            else:
+                same = change.shape == details.shape and errors.same_op(
+                    change.producer, details.producer
+                )
+            if same and details.expected < change.version <= details.version:
                 return change
         return None
 
@@ -413,21 +466,28 @@ class Tracer:
                 _metadata(root.grad_fn)[ROOT_KEY] = self.steps
 
     def _check_leaf_grads(self, objective: float | None) -> None:
-        nonfinite = []
+        """Note the leaves that have a gradient; report nan/inf ones that no singular op's
+        hook explained (a finite loss, an op outside the watched ones)."""
+        grads: list[tuple[int, torch.Tensor]] = []
         for k, leaf in enumerate(self.recorder.leaves):
             grad = leaf.grad
-            if grad is None:
-                continue
-            self.leaves_with_grad.add(k)
-            if grad.is_floating_point() and not bool(torch.isfinite(grad).all()):
-                nonfinite.append(k)
-        seen = any(code.startswith("GF3") for code, _, _ in self.reported)
-        if nonfinite and not seen and objective is not None and _finite(objective):
-            site = self.recorder.leaf_sites[nonfinite[0]]
+            if grad is not None:
+                self.leaves_with_grad.add(k)
+                if grad.is_floating_point() and grad.layout == torch.strided:
+                    grads.append((k, grad))
+        explained = any(code.startswith("GF3") for code, _, _ in self.reported)
+        if not grads or explained or objective is None or not _finite(objective):
+            return
+        # one fused max-abs per leaf: nan and inf survive it, finite values never overflow
+        norms = torch._foreach_norm([grad for _, grad in grads], float("inf"))
+        if len({norm.dtype for norm in norms}) == 1 and bool(torch.stack(norms).isfinite().all()):
+            return  # the common case: one check for all leaves
+        nonfinite = [k for (k, _), norm in zip(grads, norms) if not bool(norm.isfinite())]
+        if nonfinite:
             self.report(
                 "nonfinite",
                 "GF301",
-                site,
+                self.recorder.leaf_sites[nonfinite[0]],
                 "this leaf got a nan/inf gradient from a finite loss (the op was not seen)",
                 {"leaves": [self.recorder.leaf_info[k]["origin"] for k in nonfinite]},
             )
@@ -492,9 +552,9 @@ class TraceRecorder(instrument.Recorder):
         try:
             result = super().run_event(kind, roots, grad_outputs, inputs, call)
         except RuntimeError as error:
-            tracer._guarded(tracer.backward_failed, error, roots)
+            tracer.untraced(tracer.backward_failed, error, roots)
             raise
-        tracer._guarded(tracer.backward_done, kind, roots, self.objectives.get(index))
+        tracer.untraced(tracer.backward_done, kind, roots, self.objectives.get(index))
         if tracer.max_steps is not None and tracer.steps >= tracer.max_steps and tracer.on_stop:
             tracer.on_stop("max-steps")
         return result
@@ -506,6 +566,7 @@ class TraceMode(TorchFunctionMode):
     def __init__(self, tracer: Tracer) -> None:
         super().__init__()
         self.tracer = tracer
+        tracer.mode = self
 
     def __torch_function__(
         self,
@@ -521,11 +582,36 @@ class TraceMode(TorchFunctionMode):
         return tracer.observe(func, args, kwargs)
 
 
+def untraced_optimizer_steps(mode: TraceMode) -> None:
+    """Run every optimizer step without the mode: a step is dozens of torch calls per
+    parameter under no_grad, none of which builds a graph (most of the tracing cost of a
+    training loop otherwise); the tracer is told of the step instead."""
+    optimizer_class: Any = torch.optim.Optimizer
+    hook_step = getattr(optimizer_class, "profile_hook_step", None)
+    if hook_step is None:  # another torch: steps stay traced, only slower
+        return
+
+    def profile_hook_step(step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(step)
+        def step_untraced(*args: Any, **kwargs: Any) -> Any:
+            if torch.overrides._get_current_function_mode() is not mode:
+                return step(*args, **kwargs)
+            with torch.overrides._pop_mode_temporarily():
+                result = step(*args, **kwargs)
+            mode.tracer.untraced(mode.tracer.optimizer_stepped, args[0])
+            return result
+
+        return hook_step(step_untraced)
+
+    optimizer_class.profile_hook_step = staticmethod(profile_hook_step)
+
+
 # ------------------------------------------------------------------ helpers
-def _is_inplace(name: str, kwargs: dict[str, Any]) -> bool:
+def _is_inplace(name: str) -> bool:
+    """``add_``, ``x += 1``, ``x[i] = v`` (not ``_foreach_add_``: a list, not a tensor)."""
     if name.endswith("_") and not name.endswith("__"):
         return not name.startswith("_")
-    return name.startswith("__i") or name == "__setitem__" or kwargs.get("inplace") is True
+    return name in INPLACE_OPERATORS
 
 
 def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
