@@ -15,6 +15,7 @@ import pytest
 
 from gradfix.trace import errors
 from gradfix.trace.launch import RuntimeFinding, TraceResult, run_trace
+from gradfix.trace.link import link_fixes
 
 pytest.importorskip("torch")
 
@@ -194,3 +195,29 @@ def test_runtime_finding_round_trips_through_its_record() -> None:
         2,
         {"error": "e"},
     )
+
+
+def test_a_runtime_finding_takes_the_fix_of_the_static_rule_covering_its_line() -> None:
+    done = gradfix_trace("--format", "json", "--", sys.executable, str(DATA / "nan_where.py"))
+    (record,) = json.loads(done.stdout)
+    assert (record["code"], record["line"], record["col"]) == ("GF302", 4, 5)  # not GF301
+    assert record["fix"]["safety"] == "safe"
+    assert record["source"] == "run" and "verdict" not in record
+
+
+def test_link_keeps_findings_no_static_rule_covers() -> None:
+    result = trace_script("step_between_backwards.py")
+    assert link_fixes(result.findings) == []
+
+
+def test_write_applies_the_fix_verified_by_running_the_program_again(tmp_path: Path) -> None:
+    script = tmp_path / "inplace_saved.py"
+    script.write_text((DATA / "inplace_saved.py").read_text(encoding="utf-8"), encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script.name,
+                         cwd=tmp_path)  # fmt: skip
+    assert "inplace_saved.py:6:1: GF204 verified: " in done.stdout
+    assert "Applied 1 verified fix." in done.stderr
+    assert "h = h + 1  # GF204" in script.read_text(encoding="utf-8")
+    assert done.returncode == 1  # the run had a finding; the file is now fixed
+    again = gradfix_trace("--", sys.executable, script.name, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout

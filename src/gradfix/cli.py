@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gradfix.rule import Finding, Rule
     from gradfix.runner import FileResult, Progress, RunOptions, RunResult
     from gradfix.trace import TraceResult
+    from gradfix.trace.link import TraceFix
     from gradfix.verify.command import CommandHarness
 
 STDIN_PATH = "-"
@@ -721,6 +722,18 @@ def trace(
     ] = CheckFormat.text,
     timeout: TraceTimeoutOption = None,
     max_steps: MaxStepsOption = None,
+    verify_fixes: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Prove each finding's fix by running the program again with it "
+            "(forward results and gradients compared, as `gradfix verify`).",
+        ),
+    ] = False,
+    write: Annotated[
+        bool,
+        typer.Option("--write", "-w", help="Apply the fixes proven by --verify (implies it)."),
+    ] = False,
 ) -> None:
     """Run a program once under instrumentation and report the autograd bugs it hits.
 
@@ -748,7 +761,15 @@ def trace(
     except LaunchError as error:
         _error(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
-    _print_trace(result, output_format, " ".join(argv) if entry is None else entry)
+    from gradfix.trace.link import link_fixes, prove_fix
+
+    fixes = link_fixes(result.findings)
+    if verify_fixes or write:
+        for linked in fixes:
+            linked.verdict = prove_fix(linked, argv, timeout=timeout or 60.0)
+    _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
+    if write:
+        _write_trace_fixes(fixes)
     if result.findings:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_CLEAN if result.status in ("ok", "max-steps") else EXIT_ERROR)
@@ -769,18 +790,42 @@ def _trace_command(command: list[str] | None, entry: str | None) -> list[str]:
     return command
 
 
-def _print_trace(result: TraceResult, output_format: CheckFormat, command: str) -> None:
+def _print_trace(
+    result: TraceResult, fixes: list[TraceFix], output_format: CheckFormat, command: str
+) -> None:
     from gradfix.registry import all_rules
-    from gradfix.trace.report import as_finding, display_path, finding_dict, run_summary
+    from gradfix.trace.report import display_path, finding_dict, run_summary, trace_finding
 
     rules = all_rules()
-    located = [(display_path(f.path), as_finding(f, rules)) for f in result.findings]
-    records = [finding_dict(f, rules) for f in result.findings]
+    linked = {id(fix.runtime): fix for fix in fixes}
+    pairs = [(f, linked.get(id(f))) for f in result.findings]
+    located = [(display_path(f.path), trace_finding(f, fix, rules)) for f, fix in pairs]
+    records = [finding_dict(f, fix, rules) for f, fix in pairs]
     frames = _trace_frames(result, located, rules) if output_format is CheckFormat.text else {}
     _print_findings(located, output_format, rules, frames, records)
     _error(run_summary(result, command))
+    if output_format in (CheckFormat.text, CheckFormat.concise):
+        for fix in fixes:
+            if fix.verdict is not None:
+                path, finding = display_path(fix.runtime.path), fix.finding()
+                typer.echo(
+                    f"{path}:{finding.line}:{finding.col}: {finding.code} "
+                    f"{fix.verdict[0]}: {fix.verdict[1]}"
+                )
     if output_format is CheckFormat.text:
         typer.echo(check_summary([finding for _, finding in located]))
+
+
+def _write_trace_fixes(fixes: list[TraceFix]) -> None:
+    from gradfix.files import FileError
+    from gradfix.trace.link import write_verified
+
+    try:
+        written = write_verified(fixes)
+    except FileError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    _error(f"Applied {_count(len(written), 'verified fix')}.")
 
 
 def _trace_frames(

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradfix.rule import Finding, Rule
 from gradfix.trace.launch import RuntimeFinding, TraceResult
+
+if TYPE_CHECKING:
+    from gradfix.trace.link import TraceFix
 
 
 def display_path(path: str, root: str | None = None) -> str:
@@ -40,11 +43,23 @@ def as_finding(finding: RuntimeFinding, rules: Sequence[type[Rule]]) -> Finding:
     )
 
 
-def finding_dict(finding: RuntimeFinding, rules: Sequence[type[Rule]]) -> dict[str, Any]:
-    data = as_finding(finding, rules).to_dict(display_path(finding.path))
+def trace_finding(
+    finding: RuntimeFinding, fix: TraceFix | None, rules: Sequence[type[Rule]]
+) -> Finding:
+    """The finding to print: the static rule's finding and fix where one covers the line."""
+    return fix.finding() if fix is not None else as_finding(finding, rules)
+
+
+def finding_dict(
+    finding: RuntimeFinding, fix: TraceFix | None, rules: Sequence[type[Rule]]
+) -> dict[str, Any]:
+    data = trace_finding(finding, fix, rules).to_dict(display_path(finding.path))
     data["message"] = finding.message
     data.update(source="run", kind=finding.kind, step=finding.step)
     data["evidence"] = {key: _relative(value) for key, value in finding.evidence.items()}
+    if fix is not None and fix.verdict is not None:
+        status, reason, _ = fix.verdict
+        data["verdict"] = {"status": status, "reason": reason}
     return data
 
 
