@@ -53,6 +53,7 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("nonleaf_grad.py", "GF106", 6),
         ("loss_total.py", "GF403", 8),
         ("step_between_backwards.py", "GF204", 9),
+        ("uncaught_only.py", "GF201", 6),  # read from the uncaught error's traceback
     ],
 )
 def test_each_pitfall_is_found_on_its_line(script: str, code: str, line: int) -> None:
@@ -108,7 +109,7 @@ def test_json_keeps_stdout_for_the_report_and_marks_findings_from_a_run() -> Non
     done = gradfix_trace("--format", "json", "--", sys.executable, str(DATA / "nan_where.py"))
     (record,) = json.loads(done.stdout)
     assert record["source"] == "run"
-    assert (record["code"], record["line"], record["step"]) == ("GF301", 4, 1)
+    assert (record["code"], record["line"], record["step"]) == ("GF302", 4, 1)
     assert record["evidence"]["grad_fn"] == "SqrtBackward0"
     assert "tensor([   nan, 0.2500])" in done.stderr  # the program's print
 

@@ -142,13 +142,13 @@ def _warnings_at_user_lines(frames: Any) -> None:
 
 def _report_uncaught(tracer: Any, error: BaseException, tb: Any) -> None:
     from gradfix.trace import errors
+    from gradfix.verify.instrument import one_line  # torch is loaded: the tracer runs
 
     kind = errors.kind_of(str(error))
     if kind is None or getattr(error, "gradfix_reported", False):
         return
-    message = str(error).strip().splitlines()[0] if str(error).strip() else kind
-    evidence = {"error": f"{type(error).__name__}: {message}"}
-    tracer.report(kind, errors.CODES[kind], tracer.frames.traceback_site(tb), message, evidence)
+    site = tracer.frames.traceback_site(tb)
+    tracer.report_error(error, kind, errors.CODES[kind], site, one_line(error) or kind)
 
 
 def _end(tracer: Any, state: dict[str, Any], status: str | None = None) -> None:

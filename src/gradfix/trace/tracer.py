@@ -328,11 +328,11 @@ class Tracer:
     def _op_failed(self, error: RuntimeError) -> None:
         kind = errors.kind_of(str(error))
         if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad"):
-            self._report_error(
+            self.report_error(
                 error, kind, errors.CODES[kind], self.frames.site(), _first_line(error)
             )
 
-    def _report_error(
+    def report_error(
         self,
         error: BaseException,
         kind: str,
@@ -370,7 +370,7 @@ class Tracer:
             "saved_at": _site_dict(saver_site),
         }
         if change is None:
-            self._report_error(
+            self.report_error(
                 error,
                 "inplace-saved",
                 "GF204",
@@ -393,7 +393,7 @@ class Tracer:
             f"in-place `{change.op}` changes a tensor that {saver_name}{_at(saver_site, here)} "
             f"saved for backward (made by {made}); the backward{_at(site, here)} raises"
         )
-        self._report_error(error, "inplace-saved", "GF204", here, message, evidence)
+        self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
 
     def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
         """The latest in-place change that matches what autograd says was modified."""
@@ -419,7 +419,7 @@ class Tracer:
             )
         else:
             message = "a second backward through a graph the first one freed"
-        self._report_error(
+        self.report_error(
             error,
             "backward-twice",
             "GF401",
@@ -434,7 +434,7 @@ class Tracer:
     def _graph_cut(self, error: RuntimeError, site: Site | None) -> None:
         cut = self._likely_cut()
         if cut is None:
-            self._report_error(
+            self.report_error(
                 error,
                 "graph-cut",
                 "GF101",
@@ -442,7 +442,7 @@ class Tracer:
                 "backward of a value that does not require grad: the graph was cut before it",
             )
             return
-        self._report_error(
+        self.report_error(
             error,
             "graph-cut",
             cut.code,
