@@ -222,3 +222,18 @@ def test_write_applies_the_fix_verified_by_running_the_program_again(tmp_path: P
     assert done.returncode == 1  # the run had a finding; the file is now fixed
     again = gradfix_trace("--", sys.executable, script.name, cwd=tmp_path)
     assert again.returncode == 0, again.stdout
+
+
+def test_in_place_notes_stay_bounded_in_a_long_run() -> None:
+    import torch
+
+    from gradfix.trace.tracer import MAX_INPLACE_CHANGES, TraceMode, Tracer
+
+    tracer = Tracer(lambda record: None)
+    alive = []
+    with TraceMode(tracer):
+        for _ in range(MAX_INPLACE_CHANGES + 50):
+            activation = torch.zeros(2, requires_grad=True) * 1
+            activation.add_(1)
+            alive.append(activation)  # distinct tensors: each change is noted
+    assert len(tracer.inplace) == MAX_INPLACE_CHANGES

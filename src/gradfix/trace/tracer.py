@@ -62,6 +62,7 @@ INPLACE_OPERATORS = frozenset(
 ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
 MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
+MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
 
 
 @dataclass(frozen=True)
@@ -256,10 +257,17 @@ class Tracer:
         change.site = self.frames.site()
         change.version = target._version
         change.op = name
-        self.inplace[id(target)] = change
+        self._note_change(target, change)
         node = target.grad_fn
         if node is not None and change.site is not None:
             _metadata(node)[SITE_KEY] = change.site
+
+    def _note_change(self, tensor: torch.Tensor, change: InplaceChange) -> None:
+        """Keep the latest change of each tensor, and only the latest changes overall."""
+        self.inplace.pop(id(tensor), None)  # re-inserted last: the dict is oldest first
+        self.inplace[id(tensor)] = change
+        if len(self.inplace) > MAX_INPLACE_CHANGES:
+            del self.inplace[next(iter(self.inplace))]
 
     def optimizer_stepped(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer step changes every parameter in place (under no_grad, so the mode
@@ -268,9 +276,10 @@ class Tracer:
         for group in optimizer.param_groups:
             for parameter in group["params"]:
                 if isinstance(parameter, torch.Tensor) and parameter.requires_grad:
-                    self.inplace[id(parameter)] = InplaceChange(
+                    change = InplaceChange(
                         site, tuple(parameter.shape), None, None, parameter._version, STEP
                     )
+                    self._note_change(parameter, change)
 
     def _maybe_cut(self, name: str, args: tuple[Any, ...], result: Any) -> None:
         if isinstance(result, torch.Tensor) and result.grad_fn is not None:
