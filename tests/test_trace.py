@@ -101,6 +101,10 @@ def test_an_error_inside_the_instrumentation_never_hides_the_programs_own() -> N
     done = gradfix_trace("--format", "json", "--", sys.executable, str(DATA / "broken_tracer.py"))
     assert "ValueError: the program's own error" in done.stderr
     assert "ran with a broken tracer" in done.stderr  # the program's stdout, sent to stderr
+    assert (
+        "trace: the tracer hit 2 internal errors and may have missed findings "
+        "(first: broken: KeyError: 'a bug in the tracer')"
+    ) in done.stderr  # one per op with a grad_fn: `w * 2`, `.sum()`
     assert json.loads(done.stdout) == []
     assert done.returncode == 2
 

@@ -794,7 +794,13 @@ def _print_trace(
     result: TraceResult, fixes: list[TraceFix], output_format: CheckFormat, command: str
 ) -> None:
     from gradfix.registry import all_rules
-    from gradfix.trace.report import display_path, finding_dict, run_summary, trace_finding
+    from gradfix.trace.report import (
+        display_path,
+        finding_dict,
+        notes_summary,
+        run_summary,
+        trace_finding,
+    )
 
     rules = all_rules()
     linked = {id(fix.runtime): fix for fix in fixes}
@@ -804,6 +810,9 @@ def _print_trace(
     frames = _trace_frames(result, located, rules) if output_format is CheckFormat.text else {}
     _print_findings(located, output_format, rules, frames, records)
     _error(run_summary(result, command))
+    notes = notes_summary(result)
+    if notes is not None:
+        _error(notes)
     if output_format in (CheckFormat.text, CheckFormat.concise):
         for fix in fixes:
             if fix.verdict is not None:

@@ -76,6 +76,17 @@ def run_summary(result: TraceResult, command: str) -> str:
     return f"trace: `{command}` {ending} after {calls}{error}"
 
 
+def notes_summary(result: TraceResult) -> str | None:
+    """One line when the tracer itself failed somewhere (the program ran on regardless)."""
+    if not result.notes:
+        return None
+    count = len(result.notes)
+    return (
+        f"trace: the tracer hit {count} internal error{'' if count == 1 else 's'} and may "
+        f"have missed findings (first: {result.notes[0]})"
+    )
+
+
 def _relative(value: Any) -> Any:
     """Evidence with its ``{"path", "line"}`` sites relative to the current directory."""
     if isinstance(value, dict) and set(value) == {"path", "line"}:
