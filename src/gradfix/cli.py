@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from gradfix.proof import FixVerdict
     from gradfix.rule import Finding, Rule
     from gradfix.runner import FileResult, Progress, RunOptions, RunResult
+    from gradfix.trace import TraceResult
+    from gradfix.trace.link import TraceFix
     from gradfix.verify.command import CommandHarness
 
 STDIN_PATH = "-"
@@ -182,6 +184,32 @@ CheckReportOption = Annotated[
         ".json, .md or .html by the suffix.",
         show_default=False,
     ),
+]
+TraceCommandArgument = Annotated[
+    Optional[list[str]],
+    typer.Argument(
+        metavar="-- COMMAND...",
+        help="The program to run, after `--`: `python train.py --lr 0.1`, `pytest tests/`.",
+        show_default=False,
+    ),
+]
+TraceEntryOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--entry",
+        metavar="MODULE:FUNCTION",
+        help="Run this function of the project (imported from the current directory) "
+        "instead of a command.",
+        show_default=False,
+    ),
+]
+TraceTimeoutOption = Annotated[
+    Optional[float],
+    typer.Option("--timeout", min=0.1, help="Stop the program after this many seconds."),
+]
+MaxStepsOption = Annotated[
+    Optional[int],
+    typer.Option("--max-steps", min=1, help="Stop the program after N backward calls."),
 ]
 NoCacheOption = Annotated[
     bool,
@@ -337,32 +365,46 @@ def check(
         from gradfix.formats import statistics as per_rule
 
         typer.echo(per_rule(findings, options.rules))
-    elif output_format is CheckFormat.json:
-        typer.echo(json.dumps([finding.to_dict(path) for path, finding in findings], indent=2))
-    elif output_format is CheckFormat.sarif:
-        from importlib.metadata import version
-
-        from gradfix.formats import sarif_log
-
-        log = sarif_log(findings, options.rules, version("gradfix"))
-        typer.echo(json.dumps(log, indent=2))
-    elif output_format is CheckFormat.github:
-        from gradfix.formats import github_annotations
-
-        if findings:
-            typer.echo(github_annotations(findings))
     else:
         frames = _frames(run, options) if output_format is CheckFormat.text else {}
-        for path, finding in findings:
-            typer.echo(finding_line(path, finding))
-            for line in frames.get((path, finding.line, finding.col, finding.code), []):
-                typer.echo(line)
+        _print_findings(findings, output_format, options.rules, frames)
         if output_format is CheckFormat.text and not quiet:
             found = [finding for _, finding in findings]
             typer.echo(check_summary(found, len(run.errors), _skipped_cells(run)))
     if run.failed:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
+
+
+def _print_findings(
+    findings: Sequence[tuple[str, Finding]],
+    output_format: CheckFormat,
+    rules: Sequence[type[Rule]],
+    frames: dict[tuple[str, int, int, str], list[str]],
+    records: list[dict[str, object]] | None = None,
+) -> None:
+    """The findings in one of ``check``'s formats (``records``: the JSON objects, when the
+    caller adds to :meth:`Finding.to_dict`); text and concise print no summary."""
+    if output_format is CheckFormat.json:
+        if records is None:
+            records = [finding.to_dict(path) for path, finding in findings]
+        typer.echo(json.dumps(records, indent=2))
+    elif output_format is CheckFormat.sarif:
+        from importlib.metadata import version
+
+        from gradfix.formats import sarif_log
+
+        typer.echo(json.dumps(sarif_log(findings, rules, version("gradfix")), indent=2))
+    elif output_format is CheckFormat.github:
+        from gradfix.formats import github_annotations
+
+        if findings:
+            typer.echo(github_annotations(findings))
+    else:
+        for path, finding in findings:
+            typer.echo(finding_line(path, finding))
+            for line in frames.get((path, finding.line, finding.col, finding.code), []):
+                typer.echo(line)
 
 
 def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, str], list[str]]:
@@ -725,6 +767,157 @@ def verify(
     if run.errors:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_CLEAN if all(v.status == "verified" for v in found) else EXIT_FINDINGS)
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def trace(
+    command: TraceCommandArgument = None,
+    entry: TraceEntryOption = None,
+    output_format: Annotated[
+        CheckFormat,
+        typer.Option(
+            "--format",
+            help="As for `check`; with json, sarif and github the program's stdout goes to "
+            "stderr, so stdout holds only the report.",
+        ),
+    ] = CheckFormat.text,
+    timeout: TraceTimeoutOption = None,
+    max_steps: MaxStepsOption = None,
+    verify_fixes: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Prove each finding's fix by running the program again with it "
+            "(forward results and gradients compared, as `gradfix verify`).",
+        ),
+    ] = False,
+    write: Annotated[
+        bool,
+        typer.Option("--write", "-w", help="Apply the fixes proven by --verify (implies it)."),
+    ] = False,
+) -> None:
+    """Run a program once under instrumentation and report the autograd bugs it hits.
+
+    Each finding is pinned to a line of your code (not torch's) and to the rule whose fix
+    applies: in-place changes of saved tensors (with the op that saved them), in-place ops
+    on leaves, backward through a freed graph, integer tensors asked for grad, cut graphs,
+    the op whose backward first gave nan/inf, non-leaf `.grad` reads and graphs kept alive
+    by running totals. The program's own output passes through; nothing is written.
+
+    \b
+    Exit status:
+      0  the program ran and nothing was found
+      1  findings
+      2  the program could not be started, failed or timed out without a finding,
+         or a bad option
+    """
+    from gradfix.trace import LaunchError, run_trace
+
+    argv = _trace_command(command, entry)
+    machine = output_format in (CheckFormat.json, CheckFormat.sarif, CheckFormat.github)
+    try:
+        result = run_trace(
+            argv, timeout=timeout, max_steps=max_steps, stdout=sys.stderr if machine else None
+        )
+    except LaunchError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    from gradfix.trace.link import link_fixes, prove_fix
+
+    fixes = link_fixes(result.findings)
+    if verify_fixes or write:
+        for linked in fixes:
+            linked.verdict = prove_fix(linked, argv, timeout=timeout or 60.0)
+    _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
+    if write:
+        _write_trace_fixes(fixes)
+    if result.findings:
+        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(EXIT_CLEAN if result.status in ("ok", "max-steps") else EXIT_ERROR)
+
+
+def _trace_command(command: list[str] | None, entry: str | None) -> list[str]:
+    from gradfix.trace import entry_command
+
+    if entry is not None:
+        _check_entry(entry)
+        if command:
+            _error("error: give either --entry or a command after --, not both")
+            raise typer.Exit(EXIT_ERROR)
+        return entry_command(entry)
+    if not command:
+        _error("error: no program to trace: gradfix trace -- python train.py")
+        raise typer.Exit(EXIT_ERROR)
+    return command
+
+
+def _print_trace(
+    result: TraceResult, fixes: list[TraceFix], output_format: CheckFormat, command: str
+) -> None:
+    from gradfix.registry import all_rules
+    from gradfix.trace.report import (
+        display_path,
+        finding_dict,
+        notes_summary,
+        run_summary,
+        trace_finding,
+    )
+
+    rules = all_rules()
+    linked = {id(fix.runtime): fix for fix in fixes}
+    pairs = [(f, linked.get(id(f))) for f in result.findings]
+    located = [(display_path(f.path), trace_finding(f, fix, rules)) for f, fix in pairs]
+    records = [finding_dict(f, fix, rules) for f, fix in pairs]
+    frames = _trace_frames(result, located, rules) if output_format is CheckFormat.text else {}
+    _print_findings(located, output_format, rules, frames, records)
+    _error(run_summary(result, command))
+    notes = notes_summary(result)
+    if notes is not None:
+        _error(notes)
+    if output_format in (CheckFormat.text, CheckFormat.concise):
+        for fix in fixes:
+            if fix.verdict is not None:
+                path, finding = display_path(fix.runtime.path), fix.finding()
+                typer.echo(
+                    f"{path}:{finding.line}:{finding.col}: {finding.code} "
+                    f"{fix.verdict[0]}: {fix.verdict[1]}"
+                )
+    if output_format is CheckFormat.text:
+        typer.echo(check_summary([finding for _, finding in located]))
+
+
+def _write_trace_fixes(fixes: list[TraceFix]) -> None:
+    from gradfix.files import FileError
+    from gradfix.trace.link import write_verified
+
+    try:
+        written = write_verified(fixes)
+    except FileError as error:
+        _error(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    _error(f"Applied {_count(len(written), 'verified fix')}.")
+
+
+def _trace_frames(
+    result: TraceResult, located: list[tuple[str, Finding]], rules: Sequence[type[Rule]]
+) -> dict[tuple[str, int, int, str], list[str]]:
+    """Each runtime finding's source line with carets, then the error it comes from."""
+    from gradfix.formats import code_frames
+
+    frames: dict[tuple[str, int, int, str], list[str]] = {}
+    for runtime, (path, finding) in zip(result.findings, located):
+        try:
+            with open(runtime.path, encoding="utf-8") as handle:
+                source = handle.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        key = (finding.line, finding.col, finding.code)
+        frame = code_frames(path, source, [finding], rules).get(key, [])
+        error = runtime.evidence.get("error")
+        if error:
+            frame.append(f"{' ' * len(str(finding.line))} = error: {error}")
+        frames[(path, *key)] = frame
+    return frames
 
 
 def verify_summary(verdicts: Sequence[FixVerdict], errors: int = 0) -> str:

@@ -107,6 +107,13 @@ _ELEMENTWISE = {
 }
 _POWER_NAMES = frozenset({"pow", "float_power"})
 _DIVISION_NAMES = frozenset({"div", "divide", "true_divide"})
+_OPERATOR_NAMES = frozenset({"__pow__", "__rpow__", "__truediv__", "__rtruediv__"})
+
+
+def singular_function_names() -> frozenset[str]:
+    """The names, as torch functions, tensor methods and operators, of the functions whose
+    derivative is infinite or nan somewhere (``gradfix trace`` watches their backward)."""
+    return frozenset(_ELEMENTWISE) | _POWER_NAMES | _DIVISION_NAMES | _OPERATOR_NAMES
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,155 @@
+"""From a runtime finding to the static rule's fix at that line, proven by execution.
+
+A run tells *that* line N misbehaved and how (an in-place change of a saved tensor, a
+cut graph, a nan from a masked branch); the static rules know how to rewrite such a line.
+For each runtime finding the rules of its family (:data:`FAMILIES`) run on its file, and
+a static finding of one of them whose statement holds line N brings its fix (and its more
+precise code: a nan under ``torch.where`` is GF302, a row loop GF203). The fix is then
+proven by :mod:`gradfix.proof`: the script harness (finite differences where the original
+raises) when the traced command runs that very file, the command harness (the same
+command, in a patched copy of the project) otherwise.
+
+    fixes = link_fixes(result.findings)
+    for fix in fixes:
+        fix.verdict = prove_fix(fix, ["python", "train.py"], timeout=60)
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gradfix.engine import SingleFix, SourceError, single_fixes
+from gradfix.files import FileError, SourceFile, read_source
+from gradfix.registry import find_rule
+from gradfix.rule import Finding, FixSummary
+from gradfix.trace.launch import RuntimeFinding
+
+#: The rules whose fix may apply to each kind of runtime finding, the likeliest first.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "inplace-saved": ("GF204", "GF202", "GF203", "GF206"),
+    "leaf-inplace": ("GF201", "GF206"),
+    "view-leaf-inplace": ("GF206", "GF201"),
+    "integer-grad": ("GF105",),
+    "backward-twice": ("GF401",),
+    "graph-cut": ("GF101", "GF104", "GF205", "GF102", "GF103"),
+    "grad-none": ("GF101", "GF104", "GF205", "GF102", "GF103"),
+    "nonfinite": ("GF302", "GF301", "GF303"),
+    "nonleaf-grad": ("GF106", "GF102", "GF103"),
+    "graph-kept": ("GF403",),
+}
+
+Verdict = tuple[str, str, dict[str, Any]]  # (verified | rejected | unverified, reason, evidence)
+
+
+@dataclass
+class TraceFix:
+    """A runtime finding with the fix of the static finding that covers its line."""
+
+    runtime: RuntimeFinding
+    static: Finding
+    single: SingleFix
+    original: SourceFile
+    verdict: Verdict | None = None
+
+    @property
+    def fixed_source(self) -> str:
+        assert self.single.source is not None
+        return self.single.source
+
+    def finding(self) -> Finding:
+        """The static finding's rule, position and fix, with the run's message."""
+        fix = FixSummary(self.single.safety, self.single.description)
+        return replace(
+            self.static,
+            message=f"{self.runtime.message} [from a run, step {self.runtime.step}]",
+            fix=fix,
+        )
+
+
+def link_fixes(findings: Sequence[RuntimeFinding]) -> list[TraceFix]:
+    """The fix of each runtime finding that a static rule of its family offers."""
+    linked = []
+    for path in sorted({f.path for f in findings}):
+        here = [f for f in findings if f.path == path]
+        linked += _link_file(path, here)
+    return linked
+
+
+def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
+    codes = sorted({code for f in findings for code in FAMILIES.get(f.kind, (f.code,))})
+    try:
+        original = read_source(path)
+        singles = single_fixes(original.text, rules=[find_rule(c) for c in codes], path=path)
+    except (FileError, SourceError):
+        return []
+    linked = []
+    for runtime in findings:
+        match = _covering(runtime, singles)
+        if match is not None:
+            linked.append(TraceFix(runtime, match[1], match[0], original))
+    return linked
+
+
+def _covering(
+    runtime: RuntimeFinding, singles: list[SingleFix]
+) -> tuple[SingleFix, Finding] | None:
+    """The fix whose finding covers the runtime finding's line, in the likeliest rule."""
+    family = FAMILIES.get(runtime.kind, (runtime.code,))
+    candidates = [
+        (single, static)
+        for single in singles
+        if single.source is not None
+        for static in single.findings
+        if static.code in family and static.line <= runtime.line <= static.end_line
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: (family.index(c[1].code), c[1].line != runtime.line))
+
+
+def prove_fix(fix: TraceFix, command: list[str], *, timeout: float, cwd: str = ".") -> Verdict:
+    """Run the program before and after the fix and compare, as ``gradfix verify``."""
+    from gradfix.proof import prove_change
+
+    path = fix.original.path
+    if _runs_script(command, path, cwd):
+        return prove_change(path, fix.original.text, fix.fixed_source, timeout=timeout)
+    from gradfix.verify.command import CommandHarness
+
+    harness = CommandHarness(shlex.join(command), root=cwd, timeout=timeout)
+    try:
+        return prove_change(
+            path, fix.original.text, fix.fixed_source, timeout=timeout, command=harness
+        )
+    finally:
+        harness.close()
+
+
+def _runs_script(command: list[str], path: str, cwd: str) -> bool:
+    """``python train.py ...`` where ``train.py`` is the fixed file."""
+    if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
+        return False
+    script = os.path.abspath(os.path.join(cwd, command[1]))
+    return os.path.realpath(script) == os.path.realpath(path)
+
+
+def write_verified(fixes: Sequence[TraceFix]) -> list[TraceFix]:
+    """Write each file's verified fix (the first, where a file has several: each fix was
+    proven alone on the file as read; run the trace again for the next). Returns the fixes
+    written; a file that changed on disk meanwhile is left alone (``FileError``)."""
+    from gradfix.files import write_source
+
+    written = []
+    done: set[str] = set()
+    for fix in fixes:
+        path = fix.original.path
+        if fix.verdict is None or fix.verdict[0] != "verified" or path in done:
+            continue
+        write_source(fix.original, fix.fixed_source)
+        done.add(path)
+        written.append(fix)
+    return written

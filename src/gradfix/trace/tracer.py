@@ -1,0 +1,710 @@
+"""Inside the traced process: watch torch while the user's program runs, report pitfalls.
+
+Built on torch's own extension points and on :mod:`gradfix.verify.instrument` (its patches
+register every leaf and wrap every ``backward`` / ``autograd.grad`` call; a
+:class:`TraceRecorder` subclasses its recorder):
+
+* a ``TorchFunctionMode`` sees every torch call from Python. It stamps the user's line on
+  the ``grad_fn`` of each result (``node.metadata``, the dict anomaly mode uses for its
+  tracebacks), notes in-place changes of tensors that require grad (with the node that
+  produced the tensor before the change), and notes *cuts*: a tensor that requires grad
+  turned into a constant (``torch.tensor`` of tensors, ``.item()``, ``.data``...).
+* a hook on the node of each op whose backward can be singular (sqrt, log, pow, div...)
+  names the first node whose backward turns finite gradients into nan or inf.
+* an error raised by an op or a backward call is read (:mod:`.errors`) and pinned to the
+  user's line with what the notes above tell (the in-place line, the saving op, the value
+  that carried an old graph, the cut).
+
+Findings are handed to ``sink`` as plain dicts as soon as they are made, so a program that
+hangs or is killed keeps what was found. Every piece of bookkeeping is guarded: an error
+inside the instrumentation is noted and never changes what the program sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from gradfix.trace import errors
+from gradfix.trace.sites import Site, UserFrames
+from gradfix.verify import instrument
+
+SITE_KEY = "gradfix_site"  # node.metadata key: the user line that made the node
+ROOT_KEY = "gradfix_backward"  # node.metadata key: the backward call that consumed it
+#: Calls that turn a tensor that requires grad into a constant, and the rule of each.
+CUTS = {
+    "tensor": "GF101",
+    "as_tensor": "GF101",
+    "new_tensor": "GF101",
+    "item": "GF101",
+    "tolist": "GF101",
+    "numpy": "GF101",
+    "detach": "GF104",
+    "__float__": "GF101",
+    "__int__": "GF101",
+}
+#: Cut kinds by how surely they are the bug when a backward finds no graph.
+CUT_PRIORITY = (
+    "tensor", "as_tensor", "new_tensor", "data", "item", "__float__", "__int__", "tolist",
+    "numpy", "detach",
+)  # fmt: skip
+INPLACE_OPERATORS = frozenset(
+    f"__i{op}__"
+    for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or")
+) | {"__ixor__", "__ilshift__", "__irshift__", "__setitem__"}
+ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
+MAX_GRAPH_NODES = 20_000
+STEP = "optimizer.step"
+MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
+
+
+@dataclass(frozen=True)
+class Op:
+    """What the tracer needs to know of a torch callable, worked out once per callable."""
+
+    name: str
+    attribute: str | None  # a tensor attribute's getter: "grad", "data" or "" (another)
+    inplace: bool
+
+
+@dataclass
+class InplaceChange:
+    """An in-place op on a tensor that requires grad, as autograd will describe it."""
+
+    site: Site | None
+    shape: tuple[int, ...]
+    producer: str | None  # the grad_fn name of the tensor before the change
+    producer_site: Site | None
+    version: int  # the tensor's version after the change
+    op: str
+
+
+@dataclass
+class Cut:
+    """A call that made a constant out of a tensor that requires grad."""
+
+    kind: str
+    code: str
+    site: Site
+    order: int
+    sources: list[Any]  # the grad_fn (or the leaf itself) of each input that required grad
+
+
+class Tracer:
+    """The state of one traced process."""
+
+    def __init__(
+        self,
+        sink: Callable[[dict[str, Any]], None],
+        *,
+        singular: frozenset[str] = frozenset(),
+        max_steps: int | None = None,
+        on_stop: Callable[[str], None] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.frames = UserFrames()
+        self.singular = singular
+        self.max_steps = max_steps
+        self.on_stop = on_stop
+        self.busy = False
+        self.steps = 0
+        self.reported: set[tuple[str, str, int]] = set()
+        self.inplace: dict[int, InplaceChange] = {}
+        self.cuts: dict[Site, Cut] = {}
+        self.order = itertools.count()
+        self.leaves_with_grad: set[int] = set()
+        self.notes: list[str] = []
+        self._ops: dict[Any, Op] = {}
+        self.mode: TraceMode | None = None
+        self.recorder = TraceRecorder(self)
+
+    # --------------------------------------------------------------- reporting
+    def report(
+        self,
+        kind: str,
+        code: str,
+        site: Site | None,
+        message: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
+        if site is None:
+            return
+        key = (code, site[0], site[1])
+        if key in self.reported:
+            return
+        self.reported.add(key)
+        record = {
+            "kind": kind,
+            "code": code,
+            "path": site[0],
+            "line": site[1],
+            "message": message,
+            "step": self.steps + 1,
+            "evidence": evidence or {},
+        }
+        self.sink(record)
+
+    def note_internal_error(self, where: str, error: BaseException) -> None:
+        if len(self.notes) < 20:
+            self.notes.append(f"{where}: {type(error).__name__}: {error}")
+
+    # ------------------------------------------------------------- forward ops
+    def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run one torch call of the program, with notes before and after."""
+        op = self._ops.get(func) or self._learn_op(func)
+        target = args[0] if args else None
+        if op.attribute is not None:
+            if isinstance(target, torch.Tensor) and target.requires_grad:
+                self._guarded(self._attribute_read, op.attribute, target)
+            return func(*args, **kwargs)
+        inplace = (op.inplace or kwargs.get("inplace") is True) and isinstance(target, torch.Tensor)
+        if not inplace and not torch.is_grad_enabled():
+            return func(*args, **kwargs)  # no graph is built: optimizer steps, evaluation
+        before = None
+        if inplace and target.requires_grad:  # type: ignore[union-attr]
+            before = self._guarded(self._before_inplace, target)
+        try:
+            result = func(*args, **kwargs)
+        except RuntimeError as error:
+            self._guarded(self._op_failed, error)
+            raise
+        if before is not None:
+            self._guarded(self._after_inplace, target, before, op.name)
+        elif op.name in CUTS:
+            self._guarded(self._maybe_cut, op.name, args, result)
+        elif isinstance(result, torch.Tensor) and result.grad_fn is not None:
+            self._guarded(self._after_op, op.name, args, result)
+        return result
+
+    def _learn_op(self, func: Any) -> Op:
+        name = getattr(func, "__name__", "")
+        attribute = None
+        if name == "__get__":  # a getter: which attribute it reads matters, the rest not
+            attribute = getattr(getattr(func, "__self__", None), "__name__", "")
+            attribute = attribute if attribute in ("grad", "data") else ""
+        op = Op(name, attribute=attribute, inplace=_is_inplace(name))
+        try:
+            self._ops[func] = op
+        except TypeError:  # an unhashable callable: looked at each time
+            pass
+        return op
+
+    def _guarded(self, method: Callable[..., Any], *args: Any) -> Any:
+        self.busy = True
+        try:
+            return method(*args)
+        except Exception as error:  # noqa: BLE001 - the program must not see our errors
+            self.note_internal_error(method.__name__, error)
+            return None
+        finally:
+            self.busy = False
+
+    def untraced(self, method: Callable[..., Any], *args: Any) -> Any:
+        """``_guarded`` for work outside the mode's handler (after a backward or a step):
+        the tracer's own torch calls then skip the mode instead of passing through it."""
+        if torch.overrides._get_current_function_mode() is not self.mode:
+            return self._guarded(method, *args)
+        with torch.overrides._pop_mode_temporarily():
+            return self._guarded(method, *args)
+
+    def _after_op(self, name: str, args: tuple[Any, ...], result: torch.Tensor) -> None:
+        node: Any = result.grad_fn
+        site = self.frames.site()
+        _metadata(node)[SITE_KEY] = site
+        if name in self.singular:
+            node.register_hook(functools.partial(self._check_finite, site, type(node).__name__))
+        if name in ACCUMULATING and self.steps:
+            self._check_accumulation(args, site)
+
+    def _attribute_read(self, attribute: str, tensor: torch.Tensor) -> None:
+        if attribute == "data" and torch.is_grad_enabled():
+            self._add_cut("data", "GF205", [tensor])
+        elif attribute == "grad" and not tensor.is_leaf and not tensor.retains_grad:
+            self._nonleaf_grad_read(tensor)
+
+    def _nonleaf_grad_read(self, tensor: torch.Tensor) -> None:
+        node = tensor.grad_fn
+        made_at = _metadata(node).get(SITE_KEY) if node is not None else None
+        site = self.frames.site()
+        self.report(
+            "nonleaf-grad",
+            "GF106",
+            site,
+            f"`.grad` of a non-leaf tensor is read: it is None (the tensor was made by "
+            f"{type(node).__name__}{_at(made_at, site)}); only leaves get `.grad`",
+            {"grad_fn": type(node).__name__, "made_at": _site_dict(made_at)},
+        )
+
+    def _before_inplace(self, target: torch.Tensor) -> InplaceChange:
+        node = target.grad_fn
+        return InplaceChange(
+            site=None,
+            shape=tuple(target.shape),
+            producer=type(node).__name__ if node is not None else None,
+            producer_site=_metadata(node).get(SITE_KEY) if node is not None else None,
+            version=target._version,
+            op="",
+        )
+
+    def _after_inplace(self, target: torch.Tensor, change: InplaceChange, name: str) -> None:
+        change.site = self.frames.site()
+        change.version = target._version
+        change.op = name
+        self._note_change(target, change)
+        node = target.grad_fn
+        if node is not None and change.site is not None:
+            _metadata(node)[SITE_KEY] = change.site
+
+    def _note_change(self, tensor: torch.Tensor, change: InplaceChange) -> None:
+        """Keep the latest change of each tensor, and only the latest changes overall."""
+        self.inplace.pop(id(tensor), None)  # re-inserted last: the dict is oldest first
+        self.inplace[id(tensor)] = change
+        if len(self.inplace) > MAX_INPLACE_CHANGES:
+            del self.inplace[next(iter(self.inplace))]
+
+    def optimizer_stepped(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer step changes every parameter in place (under no_grad, so the mode
+        does not watch it): note each, as the in-place change a later backward may hit."""
+        site = self.frames.site()
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                if isinstance(parameter, torch.Tensor) and parameter.requires_grad:
+                    change = InplaceChange(
+                        site, tuple(parameter.shape), None, None, parameter._version, STEP
+                    )
+                    self._note_change(parameter, change)
+
+    def _maybe_cut(self, name: str, args: tuple[Any, ...], result: Any) -> None:
+        if isinstance(result, torch.Tensor) and result.grad_fn is not None:
+            self._after_op(name, args, result)
+            return
+        if not torch.is_grad_enabled() or not args:
+            return
+        sources = [t for t in _tensors_in(args[0]) if t.requires_grad]
+        if name == "detach" and args:
+            sources = [args[0]] if args[0].requires_grad else []
+        if sources:
+            single = name in ("tensor", "as_tensor") and isinstance(args[0], torch.Tensor)
+            self._add_cut(name, "GF104" if single else CUTS[name], sources)
+
+    def _add_cut(self, kind: str, code: str, tensors: list[torch.Tensor]) -> None:
+        site = self.frames.site()
+        if site is None:
+            return
+        sources = [t.grad_fn if t.grad_fn is not None else t for t in tensors[:8]]
+        self.cuts[site] = Cut(kind, code, site, next(self.order), sources)
+
+    def _check_accumulation(self, args: tuple[Any, ...], site: Site | None) -> None:
+        for value in args:
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                if _consumed_graph(value.grad_fn):
+                    self.report(
+                        "graph-kept",
+                        "GF403",
+                        site,
+                        "a value whose graph a backward already used is added up here: "
+                        "every step's graph stays alive (memory grows per step)",
+                        {"grad_fn": type(value.grad_fn).__name__},
+                    )
+                    return
+
+    def _check_finite(
+        self, site: Site | None, node_name: str, grad_inputs: Any, grad_outputs: Any
+    ) -> None:
+        self.busy = True
+        try:
+            if _all_finite(grad_outputs) and not _all_finite(grad_inputs):
+                self.report(
+                    "nonfinite",
+                    "GF301",
+                    site,
+                    f"the backward of {node_name} turned finite gradients into nan/inf here "
+                    "(a singular point of this op is reached, e.g. masked out)",
+                    {"grad_fn": node_name},
+                )
+        except Exception as error:  # noqa: BLE001
+            self.note_internal_error("finite check", error)
+        finally:
+            self.busy = False
+
+    def _op_failed(self, error: RuntimeError) -> None:
+        kind = errors.kind_of(str(error))
+        if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad"):
+            self.report_error(
+                error, kind, errors.CODES[kind], self.frames.site(), _first_line(error)
+            )
+
+    def report_error(
+        self,
+        error: BaseException,
+        kind: str,
+        code: str,
+        site: Site | None,
+        message: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
+        evidence = {"error": f"{type(error).__name__}: {_first_line(error)}", **(evidence or {})}
+        self.report(kind, code, site, message, evidence)
+        try:
+            error.__dict__["gradfix_reported"] = True
+        except (AttributeError, TypeError):
+            pass
+
+    # ---------------------------------------------------------------- backward
+    def backward_failed(self, error: RuntimeError, roots: list[Any]) -> None:
+        kind = errors.kind_of(str(error))
+        site = self.frames.site()
+        if kind == "inplace-saved":
+            self._inplace_saved(error, roots, site)
+        elif kind == "backward-twice":
+            self._backward_twice(error, roots, site)
+        elif kind == "no-grad-fn":
+            self._graph_cut(error, site)
+
+    def _inplace_saved(self, error: RuntimeError, roots: list[Any], site: Site | None) -> None:
+        details = errors.parse_saved_tensor_error(str(error))
+        change = self._find_change(details) if details else None
+        saver = _failing_node(roots, errors.INPLACE_SAVED)
+        saver_site = _metadata(saver).get(SITE_KEY) if saver is not None else None
+        evidence: dict[str, Any] = {
+            "backward_at": _site_dict(site),
+            "saved_by": type(saver).__name__ if saver is not None else None,
+            "saved_at": _site_dict(saver_site),
+        }
+        if change is None:
+            self.report_error(
+                error,
+                "inplace-saved",
+                "GF204",
+                saver_site or site,
+                "a tensor saved for backward was changed in place (the change was not seen)",
+                evidence,
+            )
+            return
+        evidence.update(
+            changed_by=change.op,
+            shape=list(change.shape),
+            version=change.version,
+            produced_by=change.producer,
+            produced_at=_site_dict(change.producer_site),
+        )
+        here = change.site
+        saver_name = type(saver).__name__ if saver is not None else "an op"
+        made = f"{change.producer or 'a leaf'}{_at(change.producer_site, here)}"
+        message = (
+            f"in-place `{change.op}` changes a tensor that {saver_name}{_at(saver_site, here)} "
+            f"saved for backward (made by {made}); the backward{_at(site, here)} raises"
+        )
+        self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
+
+    def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
+        """The latest in-place change that matches what autograd says was modified."""
+        for change in reversed(list(self.inplace.values())):
+            if change.op == STEP:  # a parameter, saved as itself or as a view (`w.t()`)
+                same = sorted(change.shape) == sorted(details.shape)
+            else:
+                same = change.shape == details.shape and errors.same_op(
+                    change.producer, details.producer
+                )
+            if same and details.expected < change.version <= details.version:
+                return change
+        return None
+
+    def _backward_twice(self, error: RuntimeError, roots: list[Any], site: Site | None) -> None:
+        freed = _failing_node(roots, "freed")
+        carried = _metadata(freed).get(SITE_KEY) if freed is not None else None
+        if carried is not None and self.steps:
+            message = (
+                "backward through a graph an earlier backward freed: the value made"
+                f"{_at(carried, site)} carries the old graph into this step (detach it at "
+                "the end of each iteration)"
+            )
+        else:
+            message = "a second backward through a graph the first one freed"
+        self.report_error(
+            error,
+            "backward-twice",
+            "GF401",
+            site,
+            message,
+            {
+                "carried_from": _site_dict(carried),
+                "freed_node": type(freed).__name__ if freed else None,
+            },
+        )
+
+    def _graph_cut(self, error: RuntimeError, site: Site | None) -> None:
+        cut = self._likely_cut()
+        if cut is None:
+            self.report_error(
+                error,
+                "graph-cut",
+                "GF101",
+                site,
+                "backward of a value that does not require grad: the graph was cut before it",
+            )
+            return
+        self.report_error(
+            error,
+            "graph-cut",
+            cut.code,
+            cut.site,
+            f"the graph is cut here (`{cut.kind}` of a tensor that requires grad): the "
+            f"backward{_at(site, cut.site)} finds no grad_fn",
+            {"cut": cut.kind, "backward_at": _site_dict(site)},
+        )
+
+    def _likely_cut(self) -> Cut | None:
+        if not self.cuts:
+            return None
+        return min(self.cuts.values(), key=lambda c: (CUT_PRIORITY.index(c.kind), -c.order))
+
+    def backward_done(self, kind: str, roots: list[Any], objective: float | None) -> None:
+        if kind == "backward":
+            self._check_leaf_grads(objective)
+        self.steps += 1
+        for root in roots:
+            if isinstance(root, torch.Tensor) and root.grad_fn is not None:
+                _metadata(root.grad_fn)[ROOT_KEY] = self.steps
+
+    def _check_leaf_grads(self, objective: float | None) -> None:
+        """Note the leaves that have a gradient; report nan/inf ones that no singular op's
+        hook explained (a finite loss, an op outside the watched ones)."""
+        grads: list[tuple[int, torch.Tensor]] = []
+        for k, leaf in enumerate(self.recorder.leaves):
+            grad = leaf.grad
+            if grad is not None:
+                self.leaves_with_grad.add(k)
+                if grad.is_floating_point() and grad.layout == torch.strided:
+                    grads.append((k, grad))
+        explained = any(code.startswith("GF3") for code, _, _ in self.reported)
+        if not grads or explained or objective is None or not _finite(objective):
+            return
+        # one fused max-abs per leaf: nan and inf survive it, finite values never overflow
+        norms = torch._foreach_norm([grad for _, grad in grads], float("inf"))
+        if len({norm.dtype for norm in norms}) == 1 and bool(torch.stack(norms).isfinite().all()):
+            return  # the common case: one check for all leaves
+        nonfinite = [k for (k, _), norm in zip(grads, norms) if not bool(norm.isfinite())]
+        if nonfinite:
+            self.report(
+                "nonfinite",
+                "GF301",
+                self.recorder.leaf_sites[nonfinite[0]],
+                "this leaf got a nan/inf gradient from a finite loss (the op was not seen)",
+                {"leaves": [self.recorder.leaf_info[k]["origin"] for k in nonfinite]},
+            )
+
+    # -------------------------------------------------------------------- end
+    def finish(self) -> None:
+        """At the end of the run: leaves that never got a gradient, and where they were cut."""
+        if not self.steps:
+            return
+        for k, leaf in enumerate(self.recorder.leaves):
+            if k in self.leaves_with_grad or leaf.grad is not None:
+                continue
+            cut = self._cut_reaching(leaf)
+            if cut is not None:
+                made_at = self.recorder.leaf_sites[k]
+                self.report(
+                    "grad-none",
+                    cut.code,
+                    cut.site,
+                    f"the graph is cut here (`{cut.kind}`): the leaf made"
+                    f"{_at(made_at, cut.site)} never gets a gradient (`.grad` stays None)",
+                    {"cut": cut.kind, "leaf_at": _site_dict(made_at)},
+                )
+
+    def _cut_reaching(self, leaf: torch.Tensor) -> Cut | None:
+        for cut in sorted(self.cuts.values(), key=lambda c: CUT_PRIORITY.index(c.kind)):
+            if any(source is leaf or _reaches(source, leaf) for source in cut.sources):
+                return cut
+        return None
+
+
+class TraceRecorder(instrument.Recorder):
+    """verify's recorder (leaves, backward calls) without values, reporting to a tracer."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        super().__init__(filename="", record_values=False)
+        self.tracer = tracer
+        self.leaf_sites: list[Site | None] = []
+
+    def script_line(self) -> int | None:
+        site = self.tracer.frames.site()
+        return site[1] if site else None
+
+    def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
+        count = len(self.leaves)
+        super().add_leaf(tensor, origin)
+        if len(self.leaves) > count:
+            self.leaf_sites.append(self.tracer.frames.site())
+
+    def run_event(
+        self,
+        kind: str,
+        roots: list[Any],
+        grad_outputs: list[Any],
+        inputs: Any,
+        call: Callable[[], Any],
+    ) -> Any:
+        if self.depth:
+            return call()
+        tracer = self.tracer
+        index = self.event_count
+        try:
+            result = super().run_event(kind, roots, grad_outputs, inputs, call)
+        except RuntimeError as error:
+            tracer.untraced(tracer.backward_failed, error, roots)
+            raise
+        tracer.untraced(tracer.backward_done, kind, roots, self.objectives.get(index))
+        if tracer.max_steps is not None and tracer.steps >= tracer.max_steps and tracer.on_stop:
+            tracer.on_stop("max-steps")
+        return result
+
+
+class TraceMode(TorchFunctionMode):
+    """Hands every torch call of the program to the tracer (not its own calls)."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+        tracer.mode = self
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        tracer = self.tracer
+        if tracer.busy or tracer.recorder.internal:
+            return func(*args, **kwargs)
+        return tracer.observe(func, args, kwargs)
+
+
+def untraced_optimizer_steps(mode: TraceMode) -> None:
+    """Run every optimizer step without the mode: a step is dozens of torch calls per
+    parameter under no_grad, none of which builds a graph (most of the tracing cost of a
+    training loop otherwise); the tracer is told of the step instead."""
+    optimizer_class: Any = torch.optim.Optimizer
+    hook_step = getattr(optimizer_class, "profile_hook_step", None)
+    if hook_step is None:  # another torch: steps stay traced, only slower
+        return
+
+    def profile_hook_step(step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(step)
+        def step_untraced(*args: Any, **kwargs: Any) -> Any:
+            if torch.overrides._get_current_function_mode() is not mode:
+                return step(*args, **kwargs)
+            with torch.overrides._pop_mode_temporarily():
+                result = step(*args, **kwargs)
+            mode.tracer.untraced(mode.tracer.optimizer_stepped, args[0])
+            return result
+
+        return hook_step(step_untraced)
+
+    optimizer_class.profile_hook_step = staticmethod(profile_hook_step)
+
+
+# ------------------------------------------------------------------ helpers
+def _is_inplace(name: str) -> bool:
+    """``add_``, ``x += 1``, ``x[i] = v`` (not ``_foreach_add_``: a list, not a tensor)."""
+    if name.endswith("_") and not name.endswith("__"):
+        return not name.startswith("_")
+    return name in INPLACE_OPERATORS
+
+
+def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+
+
+def _nodes(start: list[Any]) -> Iterator[Any]:
+    """The nodes of the graph behind ``start`` (breadth first, each once, bounded)."""
+    queue, seen = list(start), set[int]()
+    while queue and len(seen) < MAX_GRAPH_NODES:
+        node = queue.pop(0)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        queue.extend(next_node for next_node, _ in node.next_functions)
+
+
+def _root_nodes(roots: list[Any]) -> list[Any]:
+    return [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
+
+
+def _failing_node(roots: list[Any], needle: str) -> Any:
+    """The first node of the graph whose saved tensors raise an error containing ``needle``."""
+    for node in _nodes(_root_nodes(roots)):
+        for attribute in dir(node):
+            if not attribute.startswith("_saved_"):
+                continue
+            try:
+                getattr(node, attribute)
+            except RuntimeError as error:
+                if needle in str(error):
+                    return node
+    return None
+
+
+def _reaches(source: Any, leaf: torch.Tensor) -> bool:
+    """Whether the graph behind the node ``source`` accumulates into ``leaf``."""
+    if isinstance(source, torch.Tensor):
+        return False
+    return any(getattr(node, "variable", None) is leaf for node in _nodes([source]))
+
+
+def _consumed_graph(node: Any) -> bool:
+    """Whether ``node`` or one of its inputs was the root of a finished backward."""
+    if ROOT_KEY in _metadata(node):
+        return True
+    return any(n is not None and ROOT_KEY in _metadata(n) for n, _ in node.next_functions)
+
+
+def _metadata(node: Any) -> dict[str, Any]:
+    """The node's own dict (kept as long as the node; anomaly mode keeps tracebacks there)."""
+    metadata: dict[str, Any] = node.metadata
+    return metadata
+
+
+def _all_finite(values: Any) -> bool:
+    return all(
+        bool(torch.isfinite(v).all())
+        for v in values
+        if isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+    )
+
+
+def _finite(value: float) -> bool:
+    return value == value and abs(value) != float("inf")
+
+
+def _first_line(error: BaseException) -> str:
+    return instrument.one_line(error)
+
+
+def _at(site: Site | None, here: Site | None) -> str:
+    """`` at line 4`` (in the file of ``here``, where the finding is) or `` at model.py:4``."""
+    if site is None:
+        return ""
+    if here is not None and site[0] == here[0]:
+        return f" at line {site[1]}"
+    return f" at {os.path.basename(site[0])}:{site[1]}"
+
+
+def _site_dict(site: Site | None) -> dict[str, Any] | None:
+    return None if site is None else {"path": site[0], "line": site[1]}

@@ -1,0 +1,243 @@
+"""``gradfix trace``: the program runs once under the tracer; each pitfall it hits is found
+on the right line with the rule whose fix applies, and the program's own behaviour (output,
+exit status, errors) is kept. Each script under tests/data/trace/ has its bug on a known line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradfix.trace import errors
+from gradfix.trace.launch import RuntimeFinding, TraceResult, run_trace
+from gradfix.trace.link import link_fixes
+
+pytest.importorskip("torch")
+
+DATA = Path(__file__).parent / "data" / "trace"
+
+
+def trace_script(name: str, **options: object) -> TraceResult:
+    return run_trace([sys.executable, str(DATA / name)], stdout=subprocess.DEVNULL, **options)  # type: ignore[arg-type]
+
+
+def gradfix_trace(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gradfix", "trace", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def located(result: TraceResult) -> set[tuple[str, str, int]]:
+    return {(os.path.basename(f.path), f.code, f.line) for f in result.findings}
+
+
+@pytest.mark.parametrize(
+    ("script", "code", "line"),
+    [
+        ("inplace_saved.py", "GF204", 6),
+        ("leaf_inplace.py", "GF201", 4),
+        ("integer_grad.py", "GF105", 3),
+        ("carried_graph.py", "GF401", 8),
+        ("tensor_from_tensors.py", "GF101", 5),
+        ("nan_where.py", "GF301", 4),
+        ("data_cut.py", "GF205", 6),
+        ("nonleaf_grad.py", "GF106", 6),
+        ("loss_total.py", "GF403", 8),
+        ("step_between_backwards.py", "GF204", 9),
+        ("uncaught_only.py", "GF201", 6),  # read from the uncaught error's traceback
+    ],
+)
+def test_each_pitfall_is_found_on_its_line(script: str, code: str, line: int) -> None:
+    result = trace_script(script)
+    assert located(result) == {(script, code, line)}
+
+
+def test_inplace_change_names_the_op_that_saved_the_tensor() -> None:
+    (finding,) = trace_script("inplace_saved.py").findings
+    assert finding.evidence["saved_by"] == "SigmoidBackward0"
+    assert finding.evidence["saved_at"]["line"] == 4
+    assert finding.evidence["backward_at"]["line"] == 7
+    assert finding.evidence["shape"] == [3]
+    assert "modified by an inplace operation" in finding.evidence["error"]
+
+
+def test_graph_carried_across_iterations_names_the_value_that_carried_it() -> None:
+    (finding,) = trace_script("carried_graph.py").findings
+    assert finding.step == 2
+    assert finding.evidence["carried_from"]["line"] == 6
+
+
+def test_nan_is_pinned_to_the_op_whose_backward_made_it_not_to_the_leaf() -> None:
+    (finding,) = trace_script("nan_where.py").findings
+    assert finding.evidence["grad_fn"] == "SqrtBackward0"
+
+
+def test_output_and_exit_status_pass_through() -> None:
+    done = gradfix_trace("--", sys.executable, str(DATA / "exit_status.py"))
+    assert "program output 3" in done.stdout
+    assert "program error output" in done.stderr
+    assert "exited with status 3 after 1 backward call" in done.stderr
+    assert done.returncode == 2  # the program failed and nothing explains it
+
+
+def test_the_programs_error_is_printed_without_the_tracers_frames() -> None:
+    done = gradfix_trace("--format", "concise", "--", sys.executable, "leaf_inplace.py", cwd=DATA)
+    assert "RuntimeError: a leaf Variable that requires grad" in done.stderr
+    assert "tracer.py" not in done.stderr and "gradfix" not in done.stderr.split("\ntrace:")[0]
+    assert done.stdout.startswith("leaf_inplace.py:4:1: GF201 a leaf Variable")
+    assert done.returncode == 1
+
+
+def test_an_error_inside_the_instrumentation_never_hides_the_programs_own() -> None:
+    done = gradfix_trace("--format", "json", "--", sys.executable, str(DATA / "broken_tracer.py"))
+    assert "ValueError: the program's own error" in done.stderr
+    assert "ran with a broken tracer" in done.stderr  # the program's stdout, sent to stderr
+    assert (
+        "trace: the tracer hit 2 internal errors and may have missed findings "
+        "(first: broken: KeyError: 'a bug in the tracer')"
+    ) in done.stderr  # one per op with a grad_fn: `w * 2`, `.sum()`
+    assert json.loads(done.stdout) == []
+    assert done.returncode == 2
+
+
+def test_json_keeps_stdout_for_the_report_and_marks_findings_from_a_run() -> None:
+    done = gradfix_trace("--format", "json", "--", sys.executable, str(DATA / "nan_where.py"))
+    (record,) = json.loads(done.stdout)
+    assert record["source"] == "run"
+    assert (record["code"], record["line"], record["step"]) == ("GF302", 4, 1)
+    assert record["evidence"]["grad_fn"] == "SqrtBackward0"
+    assert "tensor([   nan, 0.2500])" in done.stderr  # the program's print
+
+
+def test_sarif_and_github_formats() -> None:
+    script = str(DATA / "leaf_inplace.py")
+    sarif = json.loads(gradfix_trace("--format", "sarif", "--", sys.executable, script).stdout)
+    (result,) = sarif["runs"][0]["results"]
+    assert result["ruleId"] == "GF201"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 4
+    github = gradfix_trace("--format", "github", "--", sys.executable, script).stdout
+    assert github.startswith("::warning file=") and "line=4," in github
+
+
+def test_a_hanging_program_is_stopped_at_the_timeout_with_what_was_found() -> None:
+    result = trace_script("hang.py", timeout=10)
+    assert result.status == "timeout"
+    assert located(result) == {("hang.py", "GF201", 7)}
+
+
+def test_max_steps_stops_a_training_loop_after_n_backward_calls() -> None:
+    done = gradfix_trace("--max-steps", "2", "--", sys.executable, str(DATA / "training_loop.py"))
+    assert done.stdout.splitlines()[:1] == ["step 0"]
+    assert "step 1" not in done.stdout
+    assert "stopped by --max-steps after 2 backward calls" in done.stderr
+    assert done.returncode == 0
+
+
+def test_dataloader_worker_processes() -> None:
+    result = trace_script("dataloader_workers.py")
+    assert located(result) == {("dataloader_workers.py", "GF204", 12)}
+    assert result.exit_code == 1
+
+
+def test_entry_point() -> None:
+    done = gradfix_trace("--entry", "entry_module:main", "--format", "json", cwd=DATA)
+    (record,) = json.loads(done.stdout)
+    assert (record["path"], record["code"], record["line"]) == ("entry_module.py", "GF201", 6)
+    assert done.returncode == 1
+
+
+def test_a_program_without_torch_is_clean() -> None:
+    done = gradfix_trace("--", sys.executable, "-c", "print('hello')")
+    assert done.stdout.splitlines() == ["hello", "All checks passed."]
+    assert done.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "error: no program to trace"),
+        (("--", "no-such-program-gradfix"), "error: cannot run 'no-such-program-gradfix'"),
+        (("--entry", "not an entry"), "error: --entry must be MODULE:FUNCTION"),
+    ],
+)
+def test_bad_invocations_are_one_line(args: tuple[str, ...], message: str) -> None:
+    done = gradfix_trace(*args)
+    assert done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1
+    assert done.returncode == 2
+
+
+def test_autograd_messages_are_read() -> None:
+    message = (
+        "one of the variables needed for gradient computation has been modified by an "
+        "inplace operation: [torch.FloatTensor [4, 1]], which is output 0 of Relu, is at "
+        "version 1; expected version 0 instead."
+    )
+    assert errors.kind_of(message) == "inplace-saved"
+    assert errors.parse_saved_tensor_error(message) == errors.SavedTensorError((4, 1), "Relu", 1, 0)
+    leaf = "... [torch.FloatTensor [3]] is at version 2; expected version 1 instead."
+    assert errors.parse_saved_tensor_error(leaf) == errors.SavedTensorError((3,), None, 2, 1)
+    assert errors.same_op("ReluBackward0", "Relu")
+    assert not errors.same_op("ReluBackward0", "Sigmoid")
+    assert errors.kind_of("shape mismatch") is None
+
+
+def test_runtime_finding_round_trips_through_its_record() -> None:
+    record = {"code": "GF201", "kind": "leaf-inplace", "path": "/a.py", "line": 3,
+              "message": "m", "step": 2, "evidence": {"error": "e"}}  # fmt: skip
+    finding = RuntimeFinding.from_record(record)
+    assert (finding.code, finding.line, finding.step, finding.evidence) == (
+        "GF201",
+        3,
+        2,
+        {"error": "e"},
+    )
+
+
+def test_a_runtime_finding_takes_the_fix_of_the_static_rule_covering_its_line() -> None:
+    done = gradfix_trace("--format", "json", "--", sys.executable, str(DATA / "nan_where.py"))
+    (record,) = json.loads(done.stdout)
+    assert (record["code"], record["line"], record["col"]) == ("GF302", 4, 5)  # not GF301
+    assert record["fix"]["safety"] == "safe"
+    assert record["source"] == "run" and "verdict" not in record
+
+
+def test_link_keeps_findings_no_static_rule_covers() -> None:
+    result = trace_script("step_between_backwards.py")
+    assert link_fixes(result.findings) == []
+
+
+def test_write_applies_the_fix_verified_by_running_the_program_again(tmp_path: Path) -> None:
+    script = tmp_path / "inplace_saved.py"
+    script.write_text((DATA / "inplace_saved.py").read_text(encoding="utf-8"), encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script.name,
+                         cwd=tmp_path)  # fmt: skip
+    assert "inplace_saved.py:6:1: GF204 verified: " in done.stdout
+    assert "Applied 1 verified fix." in done.stderr
+    assert "h = h + 1  # GF204" in script.read_text(encoding="utf-8")
+    assert done.returncode == 1  # the run had a finding; the file is now fixed
+    again = gradfix_trace("--", sys.executable, script.name, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout
+
+
+def test_in_place_notes_stay_bounded_in_a_long_run() -> None:
+    import torch
+
+    from gradfix.trace.tracer import MAX_INPLACE_CHANGES, TraceMode, Tracer
+
+    tracer = Tracer(lambda record: None)
+    alive = []
+    with TraceMode(tracer):
+        for _ in range(MAX_INPLACE_CHANGES + 50):
+            activation = torch.zeros(2, requires_grad=True) * 1
+            activation.add_(1)
+            alive.append(activation)  # distinct tensors: each change is noted
+    assert len(tracer.inplace) == MAX_INPLACE_CHANGES
