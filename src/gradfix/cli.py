@@ -22,7 +22,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from gradfix.proof import FixVerdict
     from gradfix.rule import Finding, Rule
     from gradfix.runner import FileResult, Progress, RunOptions, RunResult
-    from gradfix.verify.command import CommandHarness
 
 STDIN_PATH = "-"
 #: fewer files than this and no progress bar is shown
@@ -53,6 +52,14 @@ class CheckFormat(str, enum.Enum):
 class VerifyFormat(str, enum.Enum):
     text = "text"
     json = "json"
+
+
+class VerifyMode(enum.Enum):
+    """How ``fix`` proves its fixes (see :func:`_verify_mode`)."""
+
+    off = "off"  # static: --no-verify, a preview, or torch missing
+    default = "default"  # --write: rejected fixes are dropped, unverified follow safety
+    strict = "strict"  # --verify: only verified fixes (unverified with --unsafe-fixes)
 
 
 class RulesFormat(str, enum.Enum):
@@ -121,6 +128,28 @@ TimeoutOption = Annotated[
     float,
     typer.Option(
         "--timeout", min=1.0, help="Seconds each execution of a version may take (verification)."
+    ),
+]
+VerifyOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--verify/--no-verify",
+        help="--verify: execute the code before and after each fix, show the verdicts "
+        "and apply only the fixes proven correct (unverified ones too with "
+        "--unsafe-fixes; rejected ones never). Default: --write verifies when torch can "
+        "be imported and never writes a rejected fix (unverified ones follow the "
+        "safe/unsafe classes); --no-verify: no execution at all.",
+        show_default=False,
+    ),
+]
+MaxStepsOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-steps",
+        min=0,
+        help="Stop both versions after this many backward calls (default 20) and compare "
+        "what ran, so that a long training script need not finish; 0: no limit.",
+        show_default=False,
     ),
 ]
 EntryOption = Annotated[
@@ -400,16 +429,9 @@ def fix(
     unsafe_fixes: Annotated[
         bool, typer.Option("--unsafe-fixes", help="Also apply fixes marked unsafe.")
     ] = False,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            "--verify",
-            help="Execute the code before and after each fix and apply only the fixes "
-            "proven correct (unverified ones too with --unsafe-fixes; rejected ones never). "
-            "Needs torch.",
-        ),
-    ] = False,
+    verify: VerifyOption = None,
     timeout: TimeoutOption = 60.0,
+    max_steps: MaxStepsOption = None,
     interactive: Annotated[
         bool,
         typer.Option(
@@ -450,25 +472,30 @@ def fix(
 
     rules, settings = _configure(select, ignore, config)
     unsafe_fixes = unsafe_fixes or settings.unsafe_fixes
-    if verify:
-        _require_torch()
+    reads_stdin = STDIN_PATH in (paths or []) or (not paths and stdin_filename is not None)
+    mode = _verify_mode(verify, write=write and not reads_stdin and not interactive)
     options = RunOptions(
         rules=rules,
         fix=True,
         unsafe_fixes=unsafe_fixes,
         write=write,
         config=settings,
-        cache_dir=_cache_dir(settings, no_cache or verify),
+        cache_dir=_cache_dir(settings, no_cache or mode is not VerifyMode.off),
         changed=_changed_files(changed_since),
     )
     first = options
-    if verify or interactive:
+    if mode is VerifyMode.strict or interactive:
         first = dataclasses.replace(options, unsafe_fixes=True, write=False)
+    elif mode is VerifyMode.default:
+        first = dataclasses.replace(options, write=False)  # written once proven
     run, stdin_data = _run(paths, first, stdin_filename, jobs)
     if interactive:
         _report_problems(run, verbose)
-        _interactive(run, options, timeout if verify else None)
-    verdicts = _verify_run(run, options, timeout) if verify else {}
+        _interactive(run, options, timeout if mode is VerifyMode.strict else None)
+    verdicts = {}
+    if mode is not VerifyMode.off:
+        harness = _harness(timeout, max_steps)
+        verdicts = _verify_run(run, options, harness, strict=mode is VerifyMode.strict)
     _report_problems(run, verbose)
     if report is not None:
         _write_report(report, run, verdicts)
@@ -512,14 +539,14 @@ def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
 
 
 def _verify_run(
-    run: RunResult,
-    options: RunOptions,
-    timeout: float,
-    entry: str | None = None,
-    command: CommandHarness | None = None,
+    run: RunResult, options: RunOptions, harness: dict[str, Any], *, strict: bool = True
 ) -> dict[str, list[FixVerdict]]:
-    """``fix --verify``: judge every fix of every changed file, then keep (and with
-    --write, write) only the accepted ones, once the accepted fixes together are proven.
+    """Judge every fix of every changed file, then keep (and with --write, write) only the
+    accepted ones, once the accepted fixes together are proven. ``strict`` (``--verify``,
+    ``verify``): every fix is judged and only verified ones are accepted (unverified ones
+    too with --unsafe-fixes); otherwise (``fix --write``'s default) only the fixes the
+    safety classes apply are judged, and only rejected ones are dropped. ``harness``: the
+    keyword arguments of :func:`gradfix.proof.verify_fixes` (timeout, entry, command, ...).
     Verdict lines go to stderr when writing."""
     from gradfix.engine import SourceError
     from gradfix.notebook import is_notebook
@@ -527,26 +554,34 @@ def _verify_run(
     from gradfix.runner import refix_selected, write_result
     from gradfix.verify.harness import EntryError
 
-    harness = {"timeout": timeout, "entry": entry, "command": command}
+    judged_unsafe = strict or options.unsafe_fixes
     verdicts: dict[str, list[FixVerdict]] = {}
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
             continue
         if is_notebook(result.path):  # nothing executes notebooks yet: no proof, no fix
-            run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
-            result.fixed, result.remaining = result.original, list(result.findings)
+            if strict:
+                run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
+                result.fixed, result.remaining = result.original, list(result.findings)
+            elif options.write:  # as without verification
+                write_result(result)
             continue
         try:
-            found = verify_fixes(result.path, result.original, rules=options.rules, **harness)
+            found = verify_fixes(
+                result.path, result.original, rules=options.rules, unsafe=judged_unsafe, **harness
+            )
         except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
         verdicts[result.path] = found
-        keys = accepted(found, unverified=options.unsafe_fixes)
+        keys = accepted(found, unverified=options.unsafe_fixes or not strict)
         refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
         if len(keys) > 1 and result.changed and result.fixed is not None:
             status, reason, _ = prove_change(result.path, result.original, result.fixed, **harness)
-            if status == "rejected" or (status == "unverified" and not options.unsafe_fixes):
+            refused = status == "rejected" or (
+                status == "unverified" and strict and not options.unsafe_fixes
+            )
+            if refused:
                 _error(f"{result.path}: the accepted fixes together are {status}: {reason}")
                 result.fixed, result.remaining = result.original, list(result.findings)
         if options.write:
@@ -604,6 +639,7 @@ def verify(
         typer.Option("--format", help="text: one verdict line per fix; json: an array."),
     ] = VerifyFormat.text,
     timeout: TimeoutOption = 60.0,
+    max_steps: MaxStepsOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of both executions.")] = 0,
     entry: EntryOption = None,
     command: CommandOption = None,
@@ -649,7 +685,11 @@ def verify(
 
         harness = CommandHarness(command, timeout=timeout, seed=seed)
     try:
-        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness)
+        verdicts = _verify_run(
+            run,
+            options,
+            _harness(timeout, max_steps, entry=entry, command=harness),
+        )
     finally:
         if harness is not None:
             harness.close()
@@ -708,6 +748,34 @@ def _check_entry(entry: str) -> None:
     except EntryError as error:
         _error(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
+
+
+def _harness(timeout: float, max_steps: int | None, **more: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`gradfix.proof.verify_fixes` the options give."""
+    limits = {"timeout": timeout, **more}
+    if max_steps is not None:
+        limits["max_steps"] = max_steps or None  # 0: no limit
+    return limits
+
+
+def _verify_mode(verify: bool | None, *, write: bool) -> VerifyMode:
+    """--verify: strict; --no-verify: off; by default --write verifies when torch can be
+    imported (a note says when it cannot: static check and fix never need torch)."""
+    from gradfix.proof import torch_available
+
+    if verify is not None:
+        if verify:
+            _require_torch()
+        return VerifyMode.strict if verify else VerifyMode.off
+    if not write:
+        return VerifyMode.off
+    if torch_available():
+        return VerifyMode.default
+    _error(
+        "note: torch cannot be imported: the fixes are written without verification "
+        "(pip install 'gradfix[verify]' to prove them; --no-verify skips this note)"
+    )
+    return VerifyMode.off
 
 
 def _require_torch() -> None:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 VERDICTS = ("verified", "rejected", "unverified")
 DEFAULT_TIMEOUT = 60.0
+#: backward calls after which both versions stop (a training loop need not finish)
+DEFAULT_MAX_STEPS = 20
 #: how the oracle says that a run made no backward call
 NOTHING_TO_COMPARE = "nothing to compare"
 
@@ -70,7 +72,10 @@ class FixVerdict:
 
 def torch_available() -> bool:
     """Verification executes code with torch; static checking never needs it."""
-    return importlib.util.find_spec("torch") is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken install, or an import hook refusing it
+        return False
 
 
 def verify_fixes(
@@ -84,8 +89,13 @@ def verify_fixes(
     entry: str | None = None,
     root: str = ".",
     command: CommandHarness | None = None,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
+    unsafe: bool = True,
 ) -> list[FixVerdict]:
     """One verdict per finding that has a fix, each fix proven on its own (see module doc).
+    ``unsafe``: judge the fixes marked unsafe too (``fix --write`` without
+    ``--unsafe-fixes`` would not apply them). ``max_steps``: both versions stop after that
+    many backward calls (None or 0: no limit).
 
     A file with several bugs often fails again after one fix alone (the next bug raises):
     a fix that is not verified alone is verified *together with the file's other fixes*
@@ -97,10 +107,14 @@ def verify_fixes(
         raise SourceError(
             "notebooks cannot be verified yet: `gradfix fix` without --verify shows the fixes"
         )
-    singles = single_fixes(source, rules=rules, path=path)
+    singles = [
+        single
+        for single in single_fixes(source, rules=rules, path=path)
+        if unsafe or single.safety == "safe"
+    ]
     if not singles:
         return []
-    prove = _Prover(path, source, timeout, seed, entry, root, command).prove
+    prove = _Prover(path, source, timeout, seed, entry, root, command, max_steps).prove
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(prove, singles))
     if len(singles) > 1 and any(status != "verified" for status, _, _ in outcomes):
@@ -137,6 +151,7 @@ class _Prover:
     entry: str | None
     root: str
     command: CommandHarness | None
+    max_steps: int | None = DEFAULT_MAX_STEPS
 
     def prove(self, single: SingleFix) -> Outcome:
         if single.source is None:
@@ -144,9 +159,10 @@ class _Prover:
         if self.command is not None:
             verdict = self.command.prove(self.path, single.source)
             return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
+        limits = {"timeout": self.timeout, "seed": self.seed, "max_steps": self.max_steps}
         if self.entry is not None:
-            return _prove_entry(self.path, single, self.entry, self.root, self.timeout, self.seed)
-        return _prove(self.path, self.source, single, self.timeout, self.seed)
+            return _prove_entry(self.path, single, self.entry, self.root, limits)
+        return _prove(self.path, self.source, single, limits)
 
 
 def prove_change(
@@ -159,14 +175,15 @@ def prove_change(
     entry: str | None = None,
     root: str = ".",
     command: CommandHarness | None = None,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
 ) -> Outcome:
     """The oracle on a whole change of one file (``fix --verify``'s final check of the
     fixes it is about to write together)."""
-    prover = _Prover(path, original, timeout, seed, entry, root, command)
+    prover = _Prover(path, original, timeout, seed, entry, root, command, max_steps)
     return prover.prove(SingleFix([], "", "the accepted fixes", fixed))
 
 
-def _prove(path: str, source: str, single: SingleFix, timeout: float, seed: int) -> Outcome:
+def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) -> Outcome:
     assert single.source is not None
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import probe_for
@@ -176,9 +193,8 @@ def _prove(path: str, source: str, single: SingleFix, timeout: float, seed: int)
             before,
             after,
             filename=os.path.basename(path) or "snippet.py",
-            seed=seed,
-            timeout=timeout,
             source_dir=os.path.dirname(os.path.abspath(path)),
+            **limits,
         )
         return verdict.status, verdict.reason, {**verdict.evidence, "harness": harness}
 
@@ -202,7 +218,7 @@ def _changed_lines(before: str, after: str) -> list[int]:
 
 
 def _prove_entry(
-    path: str, single: SingleFix, entry: str, root: str, timeout: float, seed: int
+    path: str, single: SingleFix, entry: str, root: str, limits: dict[str, Any]
 ) -> Outcome:
     """Run the user's entry point on the tree as it is and with the fixed file swapped in."""
     assert single.source is not None
@@ -211,7 +227,7 @@ def _prove_entry(
 
     before = entry_driver(entry, root, path, None)
     after = entry_driver(entry, root, path, single.source)
-    verdict = verify_sources(before, after, filename="gradfix_entry.py", seed=seed, timeout=timeout)
+    verdict = verify_sources(before, after, filename="gradfix_entry.py", **limits)
     return verdict.status, verdict.reason, {**verdict.evidence, "harness": f"entry {entry}"}
 
 

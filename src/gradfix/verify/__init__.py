@@ -60,11 +60,14 @@ def verify_sources(
     fd_budget: int = FD_BUDGET,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     source_dir: str | None = None,
+    max_steps: int | None = None,
 ) -> Verdict:
     """Execute BEFORE and AFTER and decide whether AFTER is a proven fix.
 
     ``timeout`` bounds each phase of each subprocess (the trace, the finite differences).
     ``source_dir`` is put on ``sys.path`` so the script's local imports resolve.
+    ``max_steps``: both versions stop after that many backward calls (None: no limit), so
+    that a training loop is compared over its first steps instead of timing out.
     """
     early = _check_syntax(before_src, after_src, filename)
     if early is not None:
@@ -76,7 +79,7 @@ def verify_sources(
         "memory_limit": memory_limit,
     }
     try:
-        return _verify(before_src, after_src, options, timeout, fd_budget)
+        return _verify(before_src, after_src, options, timeout, fd_budget, max_steps)
     except RunnerFailure as failure:
         return Verdict(
             "unverified", f"could not start the runner: {failure}", {"filename": filename}
@@ -84,14 +87,22 @@ def verify_sources(
 
 
 def _verify(
-    before_src: str, after_src: str, options: dict[str, Any], timeout: float, fd_budget: int
+    before_src: str,
+    after_src: str,
+    options: dict[str, Any],
+    timeout: float,
+    fd_budget: int,
+    max_steps: int | None,
 ) -> Verdict:
     with (
         RunnerProcess(before_src, **options) as before_proc,
         RunnerProcess(after_src, **options) as after_proc,
     ):
         procs = {"before": before_proc, "after": after_proc}
-        traces = {source: _send(proc, "trace", timeout) for source, proc in procs.items()}
+        traces = {
+            source: _send(proc, "trace", timeout, max_steps=max_steps)
+            for source, proc in procs.items()
+        }
         before: dict[str, Any] = traces["before"] or _receive(
             before_proc, before_proc.started + timeout, timeout
         )
@@ -116,6 +127,7 @@ def _verify(
             for source, failed in sent.items()
         }
     verdict = compare_traces(before, after, fd or None)
+    verdict.evidence["max_steps"] = max_steps
     verdict.evidence["filename"] = options["filename"]
     verdict.evidence["seed"] = options["seed"]
     verdict.evidence["duration_s"] = {

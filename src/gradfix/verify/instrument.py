@@ -130,6 +130,8 @@ class Recorder:
         self.leaf_counts: dict[int, int] = {}
         self.depth = 0
         self.internal = False
+        # --max-steps: the script is stopped at the backward call of this index.
+        self.max_events: int | None = None
         # Finite-difference support (see UseTracker).
         self.stop_after_event: int | None = None
         self.perturbation: Perturbation | None = None
@@ -181,6 +183,8 @@ class Recorder:
         """Record one backward call around ``call`` (the real autograd function)."""
         if self.depth:
             return call()
+        if self.max_events is not None and self.event_count >= self.max_events:
+            raise StopScript  # both versions stop after the same number of calls
         index = self.event_count
         self.event_count += 1
         self.internal = True

@@ -102,6 +102,13 @@ TOLERANCES = {
 }
 
 
+#: What an unverified verdict suggests when the program could not run as it was driven.
+MAKE_VERIFIABLE = (
+    "; to verify it, run fewer steps (--max-steps 5), or drive it yourself: "
+    '--cmd "python train.py --epochs 1" or --entry MODULE:FUNCTION'
+)
+
+
 @dataclass
 class Verdict:
     """Outcome of one verification: ``status`` is verified, rejected or unverified."""
@@ -287,7 +294,8 @@ class _Comparison:
         self.events_compared = 0
         self.self_checked_events = 0
         self.globals_compared: list[str] = []
-        self.no_gradient_either: set[int] = set()
+        self.no_gradient_either: set[int] = set()  # checked by finite differences
+        self.not_compared: dict[int, str] = {}  # leaf -> why its gradient was not compared
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         self._determinism_checked: set[tuple[str, int]] = set()
@@ -333,6 +341,7 @@ class _Comparison:
                 f"forward results and gradients match over {self.events_compared} "
                 f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)"
             )
+        parts += self._leaf_summary()
         if self.silent_cuts:
             parts.append(
                 "before's autograd gradient differs from finite differences of its "
@@ -367,11 +376,47 @@ class _Comparison:
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
 
+    def _leaf_summary(self) -> list[str]:
+        """Which leaves were compared and which were not, and why (one clause each)."""
+        compared = sorted(self.leaves_compared)
+        parts = []
+        if compared:
+            parts.append("leaves compared: " + ", ".join(self._short_leaf(k) for k in compared))
+        if self.no_gradient_either:
+            parts.append(
+                "without gradient in both versions and independent of them by finite "
+                "differences of the fix's forward: "
+                + ", ".join(self._short_leaf(k) for k in sorted(self.no_gradient_either))
+            )
+        parts += [
+            f"not compared: {self._short_leaf(k)} ({why})" for k, why in self._uncompared().items()
+        ]
+        if self.after["outcome"].get("status") == "stopped":
+            steps = self.after["outcome"].get("max_steps")
+            parts.append(f"both versions stopped after {steps} backward call(s) (--max-steps)")
+        return parts
+
+    def _short_leaf(self, k: int) -> str:
+        leaves = self.after.get("leaves", [])
+        line = leaves[k].get("line") if k < len(leaves) else None
+        return f"#{k}" + (f" (line {line})" if line else "")
+
+    def _uncompared(self) -> dict[int, str]:
+        """Leaves of AFTER whose gradient no comparison covered, with the reason."""
+        found = dict(self.not_compared)
+        seen = self.leaves_compared | self.no_gradient_either
+        for k in range(len(self.after.get("leaves", []))):
+            if k not in seen and k not in found:
+                found[k] = "reaches no recorded backward call"
+        return dict(sorted(found.items()))
+
     def _conclude_without_gradients(self) -> Verdict:
         outcome = self.before["outcome"]
         if outcome.get("category") == "env":
             return Verdict(
-                "unverified", f"could not run: {_outcome_text(outcome)}", self.evidence()
+                "unverified",
+                f"could not run: {_outcome_text(outcome)}{MAKE_VERIFIABLE}",
+                self.evidence(),
             )
         if outcome.get("status") != "ok":
             return Verdict(
@@ -411,6 +456,7 @@ class _Comparison:
             "events_self_checked": self.self_checked_events,
             "leaves_compared": sorted(self.leaves_compared),
             "leaves_without_gradient": sorted(self.no_gradient_either),
+            "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,
             "max_rel_diff": grads.max_rel_diff,
@@ -434,11 +480,14 @@ class _Comparison:
         for label, trace in (("before", self.before), ("after", self.after)):
             failure = trace.get("runner_error")
             if failure:
-                raise _Unverifiable(f"{label} could not be executed: {failure.get('message')}")
+                hint = MAKE_VERIFIABLE if failure.get("kind") == "timeout" else ""
+                raise _Unverifiable(
+                    f"{label} could not be executed: {failure.get('message')}{hint}"
+                )
         ob, oa = self.before["outcome"], self.after["outcome"]
         same = (ob.get("type"), ob.get("message")) == (oa.get("type"), oa.get("message"))
         if ob.get("category") == "env" and not (oa.get("category") == "env" and same):
-            raise _Unverifiable(f"before could not run: {_outcome_text(ob)}")
+            raise _Unverifiable(f"before could not run: {_outcome_text(ob)}{MAKE_VERIFIABLE}")
         if oa.get("category") == "env":
             if not same:
                 raise _Unverifiable(f"after could not run: {_outcome_text(oa)}")
@@ -604,7 +653,7 @@ class _Comparison:
                 continue
             grad_b = eb.get("grads", {}).get(key)
             if grad_b is None and grad_a is None:
-                self.no_gradient_either.add(k)
+                self._check_no_gradient(i, k, label)
                 continue
             if grad_b is None or not all(math.isfinite(v) for v in _values(grad_b)):
                 self._mark_broken(i)
@@ -619,6 +668,38 @@ class _Comparison:
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _check_no_gradient(self, i: int, k: int, label: str) -> None:
+        """A leaf without gradient in both versions: the rewrite may have kept the bug (a
+        ``.data`` read replaced by ``.detach()`` still cuts the parameter off). Finite
+        differences of AFTER's forward at a few elements must be zero; checked once per
+        leaf, at the first call that leaves it without gradient."""
+        if k in self.no_gradient_either or k in self.not_compared:
+            return
+        numel = self._leaf_numel(k)
+        elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+        try:
+            entry = self._fd_entry("after", i, k, elements)
+        except _Unverifiable as exc:
+            self.not_compared[k] = f"no gradient in either version; {exc}"
+            return
+        if entry is None:
+            return  # planned (or missing: the verdict says so)
+        for j, (value, _, noise, interval) in sorted(_estimates(entry).items()):
+            low, high = _fd_bounds(0.0, noise, None)
+            outside = value if interval is None else min(interval, key=abs)
+            if math.isfinite(outside) and not low <= outside <= high:
+                raise _Rejected(
+                    f"gradient lost: {label} leaves {self._leaf_name(k)} without gradient "
+                    "in both versions, but the fix's forward depends on it (finite-difference "
+                    f"derivative {_estimate_text(value, interval)} at element {j}): the "
+                    "graph is still cut"
+                )
+        self.no_gradient_either.add(k)
+
+    def _leaf_numel(self, k: int) -> int:
+        leaves = self.after.get("leaves", [])
+        return math.prod(leaves[k].get("shape", [])) if k < len(leaves) else 0
 
     def _bound_value(self, eb: dict[str, Any], ea: dict[str, Any], k: int) -> str | None:
         """The module-level name whose non-leaf value in BEFORE became leaf ``k`` in AFTER.

@@ -202,7 +202,7 @@ class Session:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request["mode"] == "trace":
-            return self.trace()
+            return self.trace(request.get("max_steps"))
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
 
@@ -256,10 +256,14 @@ class Session:
         if numpy is not None:
             numpy.random.seed(self.seed)
 
-    def trace(self) -> dict[str, Any]:
+    def trace(self, max_steps: int | None = None) -> dict[str, Any]:
+        """One instrumented run; stopped at backward call ``max_steps + 1`` if any."""
         started = time.monotonic()
         recorder = self.instrument.Recorder(self.path)
+        recorder.max_events = max_steps or None
         outcome, namespace = self.execute(recorder)
+        if outcome["status"] == "stopped":
+            outcome["max_steps"] = max_steps
         leaf_globals, tensors = self._module_tensors(namespace, recorder)
         return {
             "outcome": outcome,
