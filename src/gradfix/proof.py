@@ -227,7 +227,9 @@ def _prove_entry(
 
     before = entry_driver(entry, root, path, None)
     after = entry_driver(entry, root, path, single.source)
-    verdict = verify_sources(before, after, filename="gradfix_entry.py", **limits)
+    verdict = verify_sources(
+        before, after, filename="gradfix_entry.py", source_dir=os.path.abspath(root), **limits
+    )
     return verdict.status, verdict.reason, {**verdict.evidence, "harness": f"entry {entry}"}
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ FD_DEFAULT_STEP = 1e-3
 # The C getset descriptor behind `Tensor.requires_grad` (typed as a bool by the stubs).
 _BASE_REQUIRES_GRAD: Any = torch._C.TensorBase.requires_grad
 _ACTIVE: Recorder | None = None
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _INSTALLED = False
 
 
@@ -156,6 +158,7 @@ class Recorder:
                 "dtype": str(tensor.dtype).replace("torch.", ""),
                 "origin": origin,
                 "line": self.script_line(),
+                "declared": _declared_by_the_program(),
             }
         )
 
@@ -473,6 +476,17 @@ class UseTracker(TorchFunctionMode):
 def activate(recorder: Recorder | None) -> None:
     global _ACTIVE
     _ACTIVE = recorder
+
+
+def _declared_by_the_program() -> bool:
+    """Whether the leaf being registered was asked for by the program itself
+    (``torch.randn(3, requires_grad=True)``, ``nn.Parameter(...)`` in its code) rather than
+    made by torch (the weights of ``nn.Linear``): a leaf the program declared is meant to
+    receive a gradient."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
 def _register(result: Any, origin: str) -> None:

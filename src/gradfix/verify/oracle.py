@@ -41,10 +41,19 @@ name where BEFORE binds a non-leaf that requires grad
 non-leaf: the value the user bound, and the only gradient BEFORE's program could have
 meant. A leaf BEFORE holds by name always keeps its own gradient as the reference.
 
-Backward calls are matched by order, leaves by creation index. A leaf whose gradient is
-``None`` in both versions (after a backward that ran) is left alone: the rewrite did not
-touch its reachability. AFTER's ``None`` counts as zero only against a finite-difference
-reference; against a gradient BEFORE really produced it is a lost gradient.
+Backward calls are matched by order, leaves by creation index. A leaf the program
+declared (``requires_grad=True``, its own ``nn.Parameter``; not the weights torch makes
+inside ``nn.Linear``, which a distillation freezes on purpose) whose gradient is ``None``
+in both versions (after a backward that ran) may still be cut off by the fix (a ``.data``
+read in ``forward`` rewritten to ``.detach()``: the layer never trains): finite
+differences of AFTER's forward at a few of its elements must then be zero, or the fix is
+rejected ("gradient lost"). AFTER's ``None`` counts as zero only against a
+finite-difference reference; against a gradient BEFORE really produced it is a lost
+gradient. A verified reason lists the leaves compared and those not compared, with why.
+
+When both versions fail with the same error at the same, unchanged statement (another
+bug, in this file or another), the calls both made are compared and the verdict is
+``unverified: blocked by <error> at <file:line>``, never a rejection of the fix.
 
 When BEFORE dies (a code error, not an environment problem) before some backward call
 AFTER makes — e.g. ``w.normal_()`` on a leaf raises before any forward result exists —
@@ -104,7 +113,12 @@ TOLERANCES = {
 
 #: What an unverified verdict suggests when the program could not run as it was driven.
 MAKE_VERIFIABLE = (
-    "; to verify it, run fewer steps (--max-steps 5), or drive it yourself: "
+    '; to verify it, drive the program yourself: --cmd "python train.py --epochs 1" '
+    "or --entry MODULE:FUNCTION"
+)
+#: The same after a timeout, when fewer steps may be enough.
+MAKE_FASTER = (
+    "; to verify it, stop it sooner (--max-steps 5) or drive it yourself: "
     '--cmd "python train.py --epochs 1" or --entry MODULE:FUNCTION'
 )
 
@@ -296,6 +310,7 @@ class _Comparison:
         self.globals_compared: list[str] = []
         self.no_gradient_either: set[int] = set()  # checked by finite differences
         self.not_compared: dict[int, str] = {}  # leaf -> why its gradient was not compared
+        self.blocked: dict[str, Any] | None = None  # both versions fail the same way
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         self._determinism_checked: set[tuple[str, int]] = set()
@@ -310,6 +325,8 @@ class _Comparison:
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)
             self._compare_globals()
+            if self.blocked is not None:
+                raise _Unverifiable(self._blocked_reason(self.blocked))
         except _Rejected as exc:
             return Verdict("rejected", str(exc), self.evidence())
         except _Unverifiable as exc:
@@ -375,6 +392,17 @@ class _Comparison:
         if self.fd_details.get("capped"):
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
+
+    def _blocked_reason(self, outcome: dict[str, Any]) -> str:
+        ran = (
+            f"; the {self.events_compared} backward call(s) made before it match"
+            if self.events_compared
+            else ""
+        )
+        return (
+            f"blocked by {outcome.get('type')}: {outcome.get('message')} at "
+            f"{outcome.get('where')}, where both versions fail the same way{ran}"
+        )
 
     def _leaf_summary(self) -> list[str]:
         """Which leaves were compared and which were not, and why (one clause each)."""
@@ -480,7 +508,7 @@ class _Comparison:
         for label, trace in (("before", self.before), ("after", self.after)):
             failure = trace.get("runner_error")
             if failure:
-                hint = MAKE_VERIFIABLE if failure.get("kind") == "timeout" else ""
+                hint = MAKE_FASTER if failure.get("kind") == "timeout" else ""
                 raise _Unverifiable(
                     f"{label} could not be executed: {failure.get('message')}{hint}"
                 )
@@ -493,8 +521,17 @@ class _Comparison:
                 raise _Unverifiable(f"after could not run: {_outcome_text(oa)}")
             self.notes.append(f"both versions stop at {_outcome_text(oa)}")
             return
-        if oa.get("status") == "error":
+        if oa.get("status") == "error" and self._same_failure(ob, oa):
+            self.blocked = oa  # judged once the calls both versions made are compared
+        elif oa.get("status") == "error":
             raise _Rejected(f"after raised {_outcome_text(oa)}")
+
+    @staticmethod
+    def _same_failure(ob: dict[str, Any], oa: dict[str, Any]) -> bool:
+        """Both versions fail with the same error at the same statement, which the fix
+        left as it was (another bug in the program, not the fix's)."""
+        keys = ("status", "type", "message", "code")
+        return oa.get("where") is not None and all(ob.get(k) == oa.get(k) for k in keys)
 
     def _check_counts(self) -> None:
         nb, na = self.before.get("event_count", 0), self.after.get("event_count", 0)
@@ -676,6 +713,10 @@ class _Comparison:
         leaf, at the first call that leaves it without gradient."""
         if k in self.no_gradient_either or k in self.not_compared:
             return
+        if not self._declared(k):
+            # torch made it (a submodule's weight): frozen on purpose, like a teacher's
+            self.not_compared[k] = "no gradient in either version; made by torch, not declared"
+            return
         numel = self._leaf_numel(k)
         elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
         try:
@@ -696,6 +737,10 @@ class _Comparison:
                     "graph is still cut"
                 )
         self.no_gradient_either.add(k)
+
+    def _declared(self, k: int) -> bool:
+        leaves = self.after.get("leaves", [])
+        return k >= len(leaves) or bool(leaves[k].get("declared", True))
 
     def _leaf_numel(self, k: int) -> int:
         leaves = self.after.get("leaves", [])

@@ -1,7 +1,9 @@
 """Parent side of the oracle: start runners and talk to them. No torch import here.
 
 Every script runs in its own process (``gradfix.verify.runner``), in a fresh temporary
-working directory holding a copy of the script, with its output going to files there. The
+working directory holding the script, with its output going to files there; given the
+script's project directory, the working directory mirrors it (:mod:`.sandbox`: the
+project's files where the script expects them, and no write into the project). The
 parent and the runner exchange JSON lines over a Unix socket that the parent listens on,
 so nothing the script prints can corrupt an answer. A runner serves one script: its trace,
 then (torch still imported) its finite differences.
@@ -31,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from gradfix.verify.sandbox import mirror_project
 
 DEFAULT_MEMORY_LIMIT = 4 << 30
 # Where `gradfix` lives (src/ in a source tree, site-packages when installed).
@@ -156,7 +160,11 @@ class RunnerProcess:
         self.job_dir = Path(tempfile.mkdtemp(prefix="gradfix-verify-"))
         work = self.job_dir / "work"
         work.mkdir()
+        if source_dir is not None:  # the project's files where the script expects them
+            mirror_project(source_dir, work)
         script = work / (Path(filename).name or "snippet.py")
+        if script.is_symlink():
+            script.unlink()  # the version under test, not the project's file
         script.write_text(source, encoding="utf-8")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(self.job_dir / "runner.sock"))
@@ -178,6 +186,7 @@ class RunnerProcess:
             "stdout": str(self.job_dir / "stdout.txt"),
             "stderr": str(self.job_dir / "stderr.txt"),
             "memory_limit": memory_limit,
+            "project": source_dir,
         }
         try:
             self.pid = self._launch(spec)

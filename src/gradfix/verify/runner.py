@@ -86,6 +86,10 @@ def serve(spec: dict[str, Any], *, forked: bool) -> None:
             _redirect_output(spec)
         os.chdir(spec["cwd"])
         sys.path[0] = spec["cwd"]
+        if spec.get("project"):
+            from gradfix.verify.sandbox import guard_project_writes
+
+            guard_project_writes(spec["project"])
         _limit_memory(spec.get("memory_limit"))
         sys.stdin = open(os.devnull)  # noqa: SIM115 - the script must not read our input
         _answer_requests(spec["socket"])
@@ -148,6 +152,7 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
         if tb.tb_frame.f_code.co_filename == filename:
             line = tb.tb_lineno
         tb = tb.tb_next
+    where = _failing_place(exc.__traceback__)
     env = name in ENV_ERROR_TYPES or (
         name in ("AssertionError", "RuntimeError", "AttributeError")
         and bool(ENV_MESSAGE.search(message))
@@ -158,7 +163,27 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
         "message": message,
         "line": line,
         "category": "env" if env else "code",
+        **where,
     }
+
+
+def _failing_place(tb: types.TracebackType | None) -> dict[str, Any]:
+    """``where`` (``file:line``, relative to the working directory) and ``code`` (the
+    line's text) of the innermost frame of the program itself, not of a library."""
+    import linecache
+    import sysconfig
+
+    libraries = {sysconfig.get_path(k) for k in ("stdlib", "purelib", "platlib")}
+    libraries.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # gradfix
+    place: dict[str, Any] = {}
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", *filter(None, libraries))):
+            relative = os.path.relpath(filename) if os.path.isabs(filename) else filename
+            text = linecache.getline(filename, tb.tb_lineno).strip()
+            place = {"where": f"{relative}:{tb.tb_lineno}", "code": text}
+        tb = tb.tb_next
+    return place
 
 
 def _deterministic_algorithms(torch: Any) -> None:
