@@ -155,3 +155,36 @@ def test_without_torch_write_falls_back_to_static_fixing_with_one_note(tmp_path:
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert verify.returncode == 2 and "needs torch" in verify.stderr
+
+
+# A silent graph cut in each file: train.py's fix alone still leaves `v` (of other.py)
+# without gradient, so it is proven only with other.py's fix in place.
+OTHER = """import torch
+
+v = torch.randn(2, requires_grad=True)
+
+
+def scale(t):
+    b = torch.tensor([v[0] * 3, v[1]])
+    return b * t
+"""
+USES_OTHER = """import torch
+from other import scale
+
+w = torch.randn(2, requires_grad=True)
+a = torch.tensor([w[0] * 2, w[1]])
+(a.sum() + scale(w).sum()).backward()
+"""
+
+
+def test_fixes_of_a_project_are_verified_together_across_files(tmp_path: Path) -> None:
+    write(tmp_path / "other.py", OTHER)
+    train = write(tmp_path / "train.py", USES_OTHER)
+    code, out, err = invoke("verify", "--select", "GF101", str(tmp_path))
+    assert code == 0, out + err
+    line = next(line for line in out.splitlines() if line.startswith(str(train)))
+    assert "GF101 verified: verified together with the project's other fixes" in line
+    assert "alone: gradient lost" in line
+    code, _, err = invoke("fix", "--write", "--select", "GF101", str(tmp_path))
+    assert code == 0, err
+    assert "torch.tensor(" not in train.read_text(encoding="utf-8")

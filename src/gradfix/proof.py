@@ -16,6 +16,7 @@ whether verification can run at all.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -118,7 +119,7 @@ def verify_fixes(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(prove, singles))
     if len(singles) > 1 and any(status != "verified" for status, _, _ in outcomes):
-        combined = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=True)
+        combined = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=unsafe)
         together = prove(SingleFix([], "", "every fix of the file", combined.source))
         if together[0] == "verified":
             outcomes = [_with_others(o, together) for o in outcomes]
@@ -133,11 +134,39 @@ def verify_fixes(
 Outcome = tuple[str, str, dict[str, Any]]
 
 
-def _with_others(alone: Outcome, together: Outcome) -> Outcome:
+def _with_others(alone: Outcome, together: Outcome, whose: str = "the file's") -> Outcome:
     if alone[0] == "verified":
         return alone
-    reason = f"verified together with the file's other fixes ({together[1]}); alone: {alone[1]}"
-    return "verified", reason, {**together[2], "proven": "with the file's other fixes"}
+    reason = f"verified together with {whose} other fixes ({together[1]}); alone: {alone[1]}"
+    return "verified", reason, {**together[2], "proven": f"with {whose} other fixes"}
+
+
+def prove_with_project(
+    verdicts: list[FixVerdict],
+    original: str,
+    fixed: str,
+    others: dict[str, str],
+    **harness: Any,
+) -> list[FixVerdict]:
+    """Across files: the fixes of one file not verified alone (another file's bug stops
+    the program in both versions) are judged again with the file fixed (``fixed``) and
+    the project's other files fixed too (``others``: path -> fixed text, seen by the
+    fixed version only). When that run is proven, those fixes are verified together
+    with the project's other fixes; otherwise their verdicts stay."""
+    pending = [v for v in verdicts if v.status != "verified"]
+    if not pending or not others:
+        return verdicts
+    path = pending[0].path
+    together = prove_change(path, original, fixed, others=others, **harness)
+    if together[0] != "verified":
+        return verdicts
+    return [_together(v, together, "the project's") for v in verdicts]
+
+
+def _together(verdict: FixVerdict, together: Outcome, whose: str) -> FixVerdict:
+    alone = (verdict.status, verdict.reason, verdict.evidence)
+    status, reason, evidence = _with_others(alone, together, whose)
+    return dataclasses.replace(verdict, status=status, reason=reason, evidence=evidence)
 
 
 @dataclass
@@ -152,17 +181,19 @@ class _Prover:
     root: str
     command: CommandHarness | None
     max_steps: int | None = DEFAULT_MAX_STEPS
+    others: dict[str, str] = field(default_factory=dict)  # other files, fixed
 
     def prove(self, single: SingleFix) -> Outcome:
         if single.source is None:
             return "rejected", "the fix alone breaks the syntax", {}
         if self.command is not None:
-            verdict = self.command.prove(self.path, single.source)
+            verdict = self.command.prove(self.path, single.source, others=self.others)
             return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
         limits = {"timeout": self.timeout, "seed": self.seed, "max_steps": self.max_steps}
         if self.entry is not None:
-            return _prove_entry(self.path, single, self.entry, self.root, limits)
-        return _prove(self.path, self.source, single, limits)
+            patched = {**self.others, self.path: single.source}
+            return _prove_entry(self.path, patched, self.entry, self.root, limits)
+        return _prove(self.path, self.source, single, dict(limits, others=self.others))
 
 
 def prove_change(
@@ -176,10 +207,14 @@ def prove_change(
     root: str = ".",
     command: CommandHarness | None = None,
     max_steps: int | None = DEFAULT_MAX_STEPS,
+    others: dict[str, str] | None = None,
 ) -> Outcome:
     """The oracle on a whole change of one file (``fix --verify``'s final check of the
-    fixes it is about to write together)."""
-    prover = _Prover(path, original, timeout, seed, entry, root, command, max_steps)
+    fixes it is about to write together); ``others``: other files of the project (path ->
+    text) that the fixed version sees fixed as well."""
+    prover = _Prover(
+        path, original, timeout, seed, entry, root, command, max_steps, dict(others or {})
+    )
     return prover.prove(SingleFix([], "", "the accepted fixes", fixed))
 
 
@@ -188,12 +223,16 @@ def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) ->
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import probe_for
 
+    directory = os.path.dirname(os.path.abspath(path))
+    others = _inside(limits.pop("others", {}), directory)
+
     def run(before: str, after: str, harness: str) -> tuple[str, str, dict[str, Any]]:
         verdict = verify_sources(
             before,
             after,
             filename=os.path.basename(path) or "snippet.py",
-            source_dir=os.path.dirname(os.path.abspath(path)),
+            source_dir=directory,
+            patched=others,
             **limits,
         )
         return verdict.status, verdict.reason, {**verdict.evidence, "harness": harness}
@@ -209,6 +248,17 @@ def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) ->
     return run(source + probe.code, single.source + probe.code, f"probe: {probe.description}")
 
 
+def _inside(files: dict[str, str], directory: str) -> dict[str, str]:
+    """``files`` (path -> text) under ``directory``, by path relative to it (a script sees
+    its own directory: files elsewhere are not where it imports them from)."""
+    found = {}
+    for path, text in files.items():
+        relative = os.path.relpath(os.path.abspath(path), directory)
+        if not relative.startswith(os.pardir + os.sep):
+            found[relative] = text
+    return found
+
+
 def _changed_lines(before: str, after: str) -> list[int]:
     """1-based lines of ``before`` that ``after`` changes (where to aim a probe)."""
     import difflib
@@ -218,15 +268,15 @@ def _changed_lines(before: str, after: str) -> list[int]:
 
 
 def _prove_entry(
-    path: str, single: SingleFix, entry: str, root: str, limits: dict[str, Any]
+    path: str, patched: dict[str, str], entry: str, root: str, limits: dict[str, Any]
 ) -> Outcome:
-    """Run the user's entry point on the tree as it is and with the fixed file swapped in."""
-    assert single.source is not None
+    """Run the user's entry point on the tree as it is and with the fixed files (``path``
+    and the project's others in ``patched``) swapped in."""
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import entry_driver
 
     before = entry_driver(entry, root, path, None)
-    after = entry_driver(entry, root, path, single.source)
+    after = entry_driver(entry, root, path, patched)
     verdict = verify_sources(
         before, after, filename="gradfix_entry.py", source_dir=os.path.abspath(root), **limits
     )

@@ -88,21 +88,28 @@ class CommandHarness:
                 self._before = self._run(self.root, "before")
             return self._before
 
-    def prove(self, path: str, fixed_source: str) -> Verdict:
-        """Run the command in a copy of the project where ``path`` holds ``fixed_source``."""
+    def prove(self, path: str, fixed_source: str, others: dict[str, str] | None = None) -> Verdict:
+        """Run the command in a copy of the project where ``path`` holds ``fixed_source``
+        (and each of ``others``, path -> text, its text: the project's other fixes)."""
         target = os.path.abspath(path)
-        if os.path.commonpath([target, self.root]) != self.root:
+        if not self._inside(target):
             return Verdict("unverified", f"{path} is outside the project {self.root}")
         before = self.before()
+        patched = {os.path.abspath(p): text for p, text in (others or {}).items()}
+        patched = {p: text for p, text in patched.items() if self._inside(p)}
+        patched[target] = fixed_source
         with tempfile.TemporaryDirectory(dir=self._home) as copy:
             tree = os.path.join(copy, "tree")
             shutil.copytree(self.root, tree, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
-            patched = os.path.join(tree, os.path.relpath(target, self.root))
-            Path(patched).write_text(fixed_source, encoding="utf-8")
+            for file, text in patched.items():
+                Path(tree, os.path.relpath(file, self.root)).write_text(text, encoding="utf-8")
             after = self._run(tree, "after")
         verdict = compare_traces(before, after, None)
         verdict.evidence["command"] = self.command
         return verdict
+
+    def _inside(self, path: str) -> bool:
+        return os.path.commonpath([path, self.root]) == self.root
 
     def _run(self, cwd: str, label: str) -> dict[str, Any]:
         traces = tempfile.mkdtemp(prefix=f"{label}-", dir=self._home)

@@ -25,6 +25,7 @@ def start() -> None:
         import torch
 
         from gradfix.verify import instrument
+        from gradfix.verify.runner import failing_place
     except ImportError:
         return
     torch.manual_seed(seed)
@@ -42,6 +43,7 @@ def start() -> None:
             "message": instrument.one_line(exc),
             "line": None,
             "category": "code",
+            **failing_place(tb),  # where both versions may fail the same way
         }
         previous_hook(kind, exc, tb)
 

@@ -399,9 +399,10 @@ class _Comparison:
             if self.events_compared
             else ""
         )
+        where = outcome.get("where")
         return (
-            f"blocked by {outcome.get('type')}: {outcome.get('message')} at "
-            f"{outcome.get('where')}, where both versions fail the same way{ran}"
+            f"blocked by {outcome.get('type')}: {outcome.get('message')}"
+            f"{f' at {where}' if where else ''}, where both versions fail the same way{ran}"
         )
 
     def _leaf_summary(self) -> list[str]:
@@ -409,12 +410,12 @@ class _Comparison:
         compared = sorted(self.leaves_compared)
         parts = []
         if compared:
-            parts.append("leaves compared: " + ", ".join(self._short_leaf(k) for k in compared))
+            parts.append("leaves compared: " + self._leaf_list(compared))
         if self.no_gradient_either:
             parts.append(
                 "without gradient in both versions and independent of them by finite "
                 "differences of the fix's forward: "
-                + ", ".join(self._short_leaf(k) for k in sorted(self.no_gradient_either))
+                + self._leaf_list(sorted(self.no_gradient_either))
             )
         parts += [
             f"not compared: {self._short_leaf(k)} ({why})" for k, why in self._uncompared().items()
@@ -423,6 +424,12 @@ class _Comparison:
             steps = self.after["outcome"].get("max_steps")
             parts.append(f"both versions stopped after {steps} backward call(s) (--max-steps)")
         return parts
+
+    def _leaf_list(self, leaves: list[int], shown: int = 4) -> str:
+        """``#0 (line 3), #1 (line 4)``; past ``shown`` leaves, how many more (the
+        evidence lists them all)."""
+        text = ", ".join(self._short_leaf(k) for k in leaves[:shown])
+        return text + (f" and {len(leaves) - shown} more" if len(leaves) > shown else "")
 
     def _short_leaf(self, k: int) -> str:
         leaves = self.after.get("leaves", [])
@@ -530,8 +537,9 @@ class _Comparison:
     def _same_failure(ob: dict[str, Any], oa: dict[str, Any]) -> bool:
         """Both versions fail with the same error at the same statement, which the fix
         left as it was (another bug in the program, not the fix's)."""
-        keys = ("status", "type", "message", "code")
-        return oa.get("where") is not None and all(ob.get(k) == oa.get(k) for k in keys)
+        keys = ("status", "type", "message", "code", "where")
+        located = oa.get("where") is not None or oa.get("type") == "CommandFailed"
+        return located and all(ob.get(k) == oa.get(k) for k in keys)
 
     def _check_counts(self) -> None:
         nb, na = self.before.get("event_count", 0), self.after.get("event_count", 0)

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gradfix.verify.sandbox import mirror_project
+from gradfix.verify.sandbox import mirror_project, place_file
 
 DEFAULT_MEMORY_LIMIT = 4 << 30
 # Where `gradfix` lives (src/ in a source tree, site-packages when installed).
@@ -156,6 +156,7 @@ class RunnerProcess:
         seed: int = 0,
         source_dir: str | None = None,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        patched: dict[str, str] | None = None,
     ) -> None:
         self.job_dir = Path(tempfile.mkdtemp(prefix="gradfix-verify-"))
         work = self.job_dir / "work"
@@ -163,9 +164,8 @@ class RunnerProcess:
         if source_dir is not None:  # the project's files where the script expects them
             mirror_project(source_dir, work)
         script = work / (Path(filename).name or "snippet.py")
-        if script.is_symlink():
-            script.unlink()  # the version under test, not the project's file
-        script.write_text(source, encoding="utf-8")
+        for relative, text in {**(patched or {}), script.name: source}.items():
+            place_file(work, relative, text)  # the versions under test, not the project's
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(self.job_dir / "runner.sock"))
         self._server.listen(1)

@@ -152,7 +152,7 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
         if tb.tb_frame.f_code.co_filename == filename:
             line = tb.tb_lineno
         tb = tb.tb_next
-    where = _failing_place(exc.__traceback__)
+    where = failing_place(exc.__traceback__)
     env = name in ENV_ERROR_TYPES or (
         name in ("AssertionError", "RuntimeError", "AttributeError")
         and bool(ENV_MESSAGE.search(message))
@@ -167,7 +167,7 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
     }
 
 
-def _failing_place(tb: types.TracebackType | None) -> dict[str, Any]:
+def failing_place(tb: types.TracebackType | None) -> dict[str, Any]:
     """``where`` (``file:line``, relative to the working directory) and ``code`` (the
     line's text) of the innermost frame of the program itself, not of a library."""
     import linecache
@@ -217,6 +217,8 @@ class Session:
             sys.path.append(request["source_dir"])
         _deterministic_algorithms(torch)
         self.default_dtype = torch.get_default_dtype()
+        self.modules_before = set(sys.modules)
+        self.project_dirs = [os.getcwd(), *filter(None, [request.get("source_dir")])]
         instrument.install()
         self.compile_error: dict[str, Any] | None = None
         self.code: types.CodeType | None = None
@@ -271,6 +273,7 @@ class Session:
         return outcome, module.__dict__
 
     def _reset_state(self) -> None:
+        self._forget_project_modules()
         torch = self.torch
         torch.set_default_dtype(self.default_dtype)
         torch.set_grad_enabled(True)
@@ -280,6 +283,15 @@ class Session:
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             numpy.random.seed(self.seed)
+
+    def _forget_project_modules(self) -> None:
+        """Each execution imports the project's modules anew, as a fresh process would:
+        a module-level leaf (``v = torch.randn(2, requires_grad=True)`` in a helper) is
+        created again, from the same seed, where the finite differences perturb it."""
+        for name in set(sys.modules) - self.modules_before:
+            path = getattr(sys.modules[name], "__file__", None) or ""
+            if any(path.startswith(directory + os.sep) for directory in self.project_dirs):
+                del sys.modules[name]
 
     def trace(self, max_steps: int | None = None) -> dict[str, Any]:
         """One instrumented run; stopped at backward call ``max_steps + 1`` if any."""

@@ -42,6 +42,24 @@ def mirror_project(project: str | os.PathLike[str], work: Path) -> None:
     _mirror_dir(Path(os.path.abspath(project)), work, budget)
 
 
+def place_file(work: Path, relative: str, text: str) -> None:
+    """Write ``text`` at ``relative`` in the mirror ``work``, instead of the project's file
+    (the link, or a directory linked whole, is replaced; never written through)."""
+    target = work
+    for part in Path(relative).parts[:-1]:
+        target = target / part
+        if target.is_symlink():  # a directory linked whole: made real, one level down
+            original = Path(os.readlink(target))
+            target.unlink()
+            target.mkdir()
+            _mirror_dir(original, target, [MIRROR_LIMIT])
+        target.mkdir(exist_ok=True)
+    target = target / Path(relative).name
+    if target.is_symlink():
+        target.unlink()
+    target.write_text(text, encoding="utf-8")
+
+
 def _mirror_dir(source: Path, target: Path, budget: list[int]) -> None:
     try:
         entries = sorted(os.scandir(source), key=lambda e: e.name)
