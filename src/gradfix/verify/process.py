@@ -12,6 +12,10 @@ Importing torch costs about two seconds per process, more than most scripts take
 Linux the runners are therefore forked from a *fork server*: one long-lived process
 (``python -m gradfix.verify.runner --fork-server``, started on first use, with the runner
 environment) that imports torch once and forks a fresh, never-used child per script.
+That server is *shared* (:class:`SharedForkServer`): it outlives the ``gradfix`` process
+that started it and serves every later run of the same user and installation until it
+has been idle for 15 minutes, so that a second ``gradfix fix --verify FILE`` pays no torch
+import (``GRADFIX_VERIFY_DAEMON=0``: a server of this process only, stopped at its exit).
 Elsewhere, or with ``GRADFIX_VERIFY_FORK_SERVER=0``, each runner is a new
 ``python -m gradfix.verify.runner --child`` subprocess. Both give the same isolation: one
 process per script, a new session (process group), the memory cap, the time limit.
@@ -123,17 +127,154 @@ class ForkServer:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
-_SERVER: ForkServer | None = None
+class SharedForkServer:
+    """The warm verifier: a fork server that outlives the ``gradfix`` process that started
+    it, shared by every later ``gradfix fix`` / ``verify`` and the language server of the
+    same user, Python and gradfix sources (a Unix socket in a private directory, keyed on
+    them), so that only the first run of a session pays torch's import. It exits after
+    :data:`DAEMON_IDLE` seconds without a request. Runners it forks take the caller's
+    environment from the spec."""
+
+    def __init__(self) -> None:
+        self.directory = _private_directory()
+        key = daemon_key()
+        self.address = os.path.join(self.directory, f"forkserver-{key}.sock")
+        self._lock_path = os.path.join(self.directory, f"forkserver-{key}.lock")
+        self._log = os.path.join(self.directory, f"forkserver-{key}.log")
+
+    def alive(self) -> bool:
+        return True  # each spawn connects anew (and starts the server when it is gone)
+
+    def spawn(self, spec: dict[str, Any]) -> int:
+        """Fork a runner for ``spec`` in the shared server; returns its pid."""
+        spec = dict(spec, env=runner_env())
+        try:
+            return self._ask(spec)
+        except (OSError, ValueError):
+            self._start()
+        try:
+            return self._ask(spec)
+        except (OSError, ValueError) as error:
+            raise RunnerFailure("crash", f"the shared verifier did not answer: {error}") from None
+
+    def _ask(self, spec: dict[str, Any]) -> int:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30.0)
+            conn.connect(self.address)
+            conn.sendall(json.dumps(spec).encode("utf-8") + b"\n")
+            reply = conn.makefile("rb").readline()
+        return int(json.loads(reply)["pid"])  # ValueError on an empty reply
+
+    def _start(self) -> None:
+        """Start the server unless another process did meanwhile (one at a time)."""
+        import fcntl
+
+        with open(self._lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._accepts():
+                return
+            with open(self._log, "wb") as log:
+                proc = subprocess.Popen(
+                    [*RUNNER, "--fork-daemon", self.address, _idle_seconds()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    cwd=self.directory,
+                    env=runner_env(),
+                    start_new_session=True,
+                )
+            deadline = time.monotonic() + 120.0
+            while not self._accepts():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RunnerFailure(
+                        "crash", f"the shared verifier did not start: {self._tail()}"
+                    )
+                time.sleep(0.05)
+            proc.returncode = 0  # it runs on without us: no "still running" warning
+
+    def _accepts(self) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(self.address)
+            except OSError:
+                return False
+        return True
+
+    def _tail(self) -> str:
+        lines = Path(self._log).read_text(encoding="utf-8", errors="replace").splitlines()
+        return lines[-1][:300] if lines else "no output"
+
+    def stop(self) -> None:
+        pass  # shared: it stops itself when idle (or by shutdown_shared_server)
+
+    def shutdown(self) -> bool:
+        """Ask the running server to exit; False when none was running."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(10.0)
+                conn.connect(self.address)
+                conn.sendall(b'{"stop": true}\n')
+        except OSError:
+            return False
+        return True
+
+
+#: Seconds the shared verifier waits for a request before it exits
+#: (``GRADFIX_VERIFY_DAEMON_IDLE`` when it starts).
+DAEMON_IDLE = 900.0
+
+
+def _idle_seconds() -> str:
+    return os.environ.get("GRADFIX_VERIFY_DAEMON_IDLE", str(DAEMON_IDLE))
+
+
+def use_shared_server() -> bool:
+    """The warm shared verifier (on by default where a fork server can run);
+    ``GRADFIX_VERIFY_DAEMON=0``: a fork server of this process only."""
+    return use_fork_server() and os.environ.get("GRADFIX_VERIFY_DAEMON", "1") != "0"
+
+
+def daemon_key() -> str:
+    """What a shared server must match: this Python, this gradfix (its verifier's sources,
+    by size and modification time) and the import path torch was loaded from."""
+    import hashlib
+
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    stamp = [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sources]
+    facts = [sys.executable, PACKAGE_ROOT, os.environ.get("PYTHONPATH", ""), stamp]
+    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:16]
+
+
+def _private_directory() -> str:
+    """``$XDG_RUNTIME_DIR/gradfix`` or ``<tmp>/gradfix-<uid>``, readable by the user only."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    directory = os.path.join(
+        base, "gradfix" if "XDG_RUNTIME_DIR" in os.environ else f"gradfix-{os.getuid()}"
+    )
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.stat(directory)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RunnerFailure("crash", f"{directory} is not private to this user")
+    return directory
+
+
+_SERVER: ForkServer | SharedForkServer | None = None
 _SERVER_LOCK = threading.Lock()
 
 
-def fork_server() -> ForkServer:
+def fork_server() -> ForkServer | SharedForkServer:
     global _SERVER
     with _SERVER_LOCK:
         if _SERVER is None or not _SERVER.alive():
-            _SERVER = ForkServer()
+            _SERVER = SharedForkServer() if use_shared_server() else ForkServer()
             atexit.register(_SERVER.stop)
         return _SERVER
+
+
+def shutdown_shared_server() -> bool:
+    """Stop the warm shared verifier of this user and installation (it otherwise exits
+    after :data:`DAEMON_IDLE` idle seconds); False when none was running."""
+    return SharedForkServer().shutdown()
 
 
 def shutdown_fork_server() -> None:

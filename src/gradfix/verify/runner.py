@@ -22,6 +22,7 @@ Three entry points (see :mod:`gradfix.verify.process` for the parent side):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import math
 import os
@@ -50,21 +51,26 @@ ENV_MESSAGE = re.compile(
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--fork-server"]:
         return fork_server()
+    if argv[:1] == ["--fork-daemon"] and len(argv) == 3:
+        return fork_daemon(argv[1], float(argv[2]))
     if argv[:1] == ["--child"] and len(argv) == 2:
         serve(json.loads(argv[1]), forked=False)
     print("usage: python -m gradfix.verify.runner (--fork-server | --child SPEC)", file=sys.stderr)
     return 2
 
 
-def fork_server() -> int:
-    """Import torch once; fork a runner per spec line read on stdin."""
+def _import_torch() -> None:
     import torch  # noqa: F401 - the point of the server
     import torch._dynamo  # noqa: F401 - every optimizer's __init__ imports it (2 s)
     import torch.nn  # noqa: F401
     import torch.optim  # noqa: F401
 
-    from gradfix.verify import finite_diff, instrument  # noqa: F401
+    from gradfix.verify import finite_diff, instrument, sandbox  # noqa: F401
 
+
+def fork_server() -> int:
+    """Import torch once; fork a runner per spec line read on stdin."""
+    _import_torch()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reap forked runners automatically
     for line in iter(sys.stdin.readline, ""):
         spec = json.loads(line)
@@ -77,6 +83,54 @@ def fork_server() -> int:
     return 0
 
 
+def fork_daemon(address: str, idle: float) -> int:
+    """The shared fork server (see :class:`gradfix.verify.process.SharedForkServer`):
+    import torch once, then fork a runner per connection to the Unix socket ``address``
+    (one spec line in, ``{"pid": ...}`` out); exit after ``idle`` seconds without one."""
+    _import_torch()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(address):
+        os.unlink(address)  # a dead server's (the caller holds the start lock)
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    inode = os.stat(address).st_ino
+    listener.listen(16)
+    listener.settimeout(idle)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            break
+        with conn:
+            if not _fork_for(conn, listener):
+                break
+    with contextlib.suppress(OSError):
+        if os.stat(address).st_ino == inode:  # not a newer server's socket
+            os.unlink(address)
+    return 0
+
+
+def _fork_for(conn: socket.socket, listener: socket.socket) -> bool:
+    """Fork a runner for the spec read from ``conn``; False when asked to stop."""
+    conn.settimeout(10.0)
+    try:
+        spec = json.loads(conn.makefile("rb").readline())
+    except (OSError, ValueError):
+        return True
+    if spec.get("stop"):
+        return False
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        conn.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        serve(spec, forked=True)
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps({"pid": pid}).encode("utf-8") + b"\n")
+    return True
+
+
 def serve(spec: dict[str, Any], *, forked: bool) -> None:
     """Run as the runner described by ``spec``; never returns."""
     code = 0
@@ -84,6 +138,9 @@ def serve(spec: dict[str, Any], *, forked: bool) -> None:
         if forked:
             os.setsid()
             _redirect_output(spec)
+        if "env" in spec:  # forked by the shared server: the caller's environment
+            os.environ.clear()
+            os.environ.update(spec["env"])
         os.chdir(spec["cwd"])
         sys.path[0] = spec["cwd"]
         if spec.get("project"):
