@@ -188,3 +188,33 @@ def test_fixes_of_a_project_are_verified_together_across_files(tmp_path: Path) -
     code, _, err = invoke("fix", "--write", "--select", "GF101", str(tmp_path))
     assert code == 0, err
     assert "torch.tensor(" not in train.read_text(encoding="utf-8")
+
+
+TWO_BUGS = """import torch
+
+w = torch.tensor([1, 2], requires_grad=True)
+v = torch.randn(2, requires_grad=True)
+v.normal_()
+(w * v).sum().backward()
+"""
+
+
+def test_a_change_is_proven_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fix alone fails on the other bug; together they are proven, and that same
+    change is what --write then checks again: it is not executed a second time."""
+    from gradfix import proof
+
+    runs: list[str] = []
+    real = proof._prove
+
+    def counting(path: str, source: str, single: object, limits: dict[str, object]) -> object:
+        runs.append(single.description)  # type: ignore[attr-defined]
+        return real(path, source, single, limits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proof, "_prove", counting)
+    script = write(tmp_path / "train.py", TWO_BUGS)
+    code, _, err = invoke("fix", "--write", "--verify", "--select", "GF105,GF201", str(script))
+    assert code == 0, err
+    assert err.count("verified together with the file's other fixes") == 2
+    assert len(runs) == 3, runs  # two fixes alone, then both together: once
+    assert "requires_grad=True" in script.read_text(encoding="utf-8")

@@ -549,19 +549,21 @@ def _verify_run(
     default) only the fixes the safety classes apply are judged, and only rejected ones
     are dropped. ``harness``: keyword arguments of :func:`gradfix.proof.verify_fixes`.
     Verdict lines go to stderr when writing."""
+    from gradfix.proof import one_run
     from gradfix.runner import write_result
 
-    verdicts, candidates = _judge_files(run, options, harness, strict=strict)
-    _judge_across_files(run, verdicts, candidates, harness)
-    for result in run.files:
-        found = verdicts.get(result.path)
-        if found is None or result.original is None:
-            continue
-        _keep_accepted(result, found, options, harness, strict=strict)
-        if options.write:
-            for verdict in found:
-                _error(verdict.line())
-            write_result(result)
+    with one_run():
+        verdicts, candidates = _judge_files(run, options, harness, strict=strict)
+        _judge_across_files(run, verdicts, candidates, harness)
+        for result in run.files:
+            found = verdicts.get(result.path)
+            if found is None or result.original is None:
+                continue
+            _keep_accepted(result, found, options, harness, strict=strict)
+            if options.write:
+                for verdict in found:
+                    _error(verdict.line())
+                write_result(result)
     return verdicts
 
 

@@ -16,10 +16,12 @@ whether verification can run at all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -169,6 +171,25 @@ def _together(verdict: FixVerdict, together: Outcome, whose: str) -> FixVerdict:
     return dataclasses.replace(verdict, status=status, reason=reason, evidence=evidence)
 
 
+#: Outcomes proven during one run (see :func:`one_run`), else None.
+_PROVEN: dict[tuple[Any, ...], Outcome] | None = None
+_PROVEN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_run() -> Iterator[None]:
+    """Within one ``fix --verify`` run the project does not change, so a change proven
+    once is not run again: the accepted fixes of a file together are often the very
+    change :func:`verify_fixes` proved with all of them. (Not for a long-lived caller
+    such as the language server, whose project changes under it.)"""
+    global _PROVEN
+    _PROVEN = {}
+    try:
+        yield
+    finally:
+        _PROVEN = None
+
+
 @dataclass
 class _Prover:
     """Proves candidate sources of one file with the chosen harness."""
@@ -186,6 +207,27 @@ class _Prover:
     def prove(self, single: SingleFix) -> Outcome:
         if single.source is None:
             return "rejected", "the fix alone breaks the syntax", {}
+        cache = _PROVEN
+        if cache is None:
+            return self._prove(single)
+        key = self._key(single.source)
+        with _PROVEN_LOCK:
+            known = cache.get(key)
+        if known is None:
+            known = self._prove(single)
+            with _PROVEN_LOCK:
+                cache[key] = known
+        return known
+
+    def _key(self, fixed: str) -> tuple[Any, ...]:
+        """What the outcome depends on, besides the project's files (unchanged during one
+        run); the oracle is deterministic under a seed."""
+        texts = sorted(self.others.items())
+        harness = (self.timeout, self.seed, self.entry, self.root, id(self.command))
+        return (self.path, self.source, fixed, self.max_steps, harness, tuple(texts))
+
+    def _prove(self, single: SingleFix) -> Outcome:
+        assert single.source is not None
         if self.command is not None:
             verdict = self.command.prove(self.path, single.source, others=self.others)
             return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
