@@ -457,8 +457,11 @@ def fix(
     headers, `git apply` / `patch -p1` apply it) and a summary to stderr. With --write
     the files are replaced atomically (encoding, newlines and mode kept), the findings
     left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
-    fixed and the whole fixed source goes to stdout. With --verify each fix is first
-    executed and judged (`gradfix verify`); its verdict line precedes the diff.
+    fixed and the whole fixed source goes to stdout. With --write each fix is first
+    executed and judged (`gradfix verify`) when torch can be imported: a rejected fix is
+    never written, an unverified one follows the safe/unsafe classes; the verdict lines
+    go to stderr (--no-verify: nothing is executed). With --verify only proven fixes are
+    applied, and in the preview each verdict line precedes the diff.
 
     \b
     Exit status:
