@@ -21,24 +21,9 @@ pytest.importorskip("torch")
 
 # GF205's fix of a `.data` read inside forward is `.detach()`: the layer still never
 # trains, so the fix is rejected.
-DATA_IN_FORWARD = """import torch
-from torch import nn
-
-
-class Scale(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(3))
-        self.b = nn.Parameter(torch.zeros(3))
-
-    def forward(self, x):
-        return x * self.w.data + self.b
-
-
-torch.manual_seed(0)
-loss = (Scale()(torch.randn(3)) ** 2).sum()
-loss.backward()
-"""
+DATA_IN_FORWARD = (Path(__file__).parent / "data" / "data_in_forward.py").read_text(
+    encoding="utf-8"
+)
 # GF101: a silent graph cut whose fix is proven against finite differences.
 SILENT_CUT = """import torch
 

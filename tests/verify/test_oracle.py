@@ -478,24 +478,10 @@ def test_infinite_loop_times_out_as_unverified() -> None:
     assert "timeout" in verdict.reason
 
 
-DATA_IN_FORWARD = """import torch
-from torch import nn
-
-
-class Scale(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(3))
-        self.b = nn.Parameter(torch.zeros(3))
-
-    def forward(self, x):
-        return x * self.w.data + self.b
-
-
-torch.manual_seed(0)
-loss = (Scale()(torch.randn(3)) ** 2).sum()
-loss.backward()
-"""
+# GF205 rewrites its `.data` read in forward to `.detach()` (also in test_fix_verifies.py).
+DATA_IN_FORWARD = (Path(__file__).parents[1] / "data" / "data_in_forward.py").read_text(
+    encoding="utf-8"
+)
 
 
 def test_data_read_replaced_by_detach_is_rejected_the_layer_still_never_trains() -> None:

@@ -78,6 +78,24 @@ def use_fork_server() -> bool:
     return enabled and sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
+def start_server(
+    arguments: list[str], log: str | os.PathLike[str], cwd: str, *, piped: bool
+) -> subprocess.Popen[bytes]:
+    """A runner module process in its own session, stderr to ``log`` (with ``piped``,
+    talked to on stdin/stdout)."""
+    stream = subprocess.PIPE if piped else subprocess.DEVNULL
+    with open(log, "wb") as errors:
+        return subprocess.Popen(
+            [*RUNNER, *arguments],
+            stdin=stream,
+            stdout=stream,
+            stderr=errors,
+            cwd=cwd,
+            env=runner_env(),
+            start_new_session=True,
+        )
+
+
 class ForkServer:
     """The long-lived process that forks runners (one per parent process, thread-safe)."""
 
@@ -85,16 +103,7 @@ class ForkServer:
         self.owner = os.getpid()
         self._home = tempfile.mkdtemp(prefix="gradfix-forkserver-")
         self._log = Path(self._home) / "stderr.txt"
-        with open(self._log, "wb") as log:
-            self._proc = subprocess.Popen(
-                [*RUNNER, "--fork-server"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                cwd=self._home,
-                env=runner_env(),
-                start_new_session=True,
-            )
+        self._proc = start_server(["--fork-server"], self._log, self._home, piped=True)
         self._lock = threading.Lock()
 
     def alive(self) -> bool:
@@ -173,16 +182,8 @@ class SharedForkServer:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._accepts():
                 return
-            with open(self._log, "wb") as log:
-                proc = subprocess.Popen(
-                    [*RUNNER, "--fork-daemon", self.address, _idle_seconds()],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    cwd=self.directory,
-                    env=runner_env(),
-                    start_new_session=True,
-                )
+            arguments = ["--fork-daemon", self.address, _idle_seconds()]
+            proc = start_server(arguments, self._log, self.directory, piped=False)
             deadline = time.monotonic() + 120.0
             while not self._accepts():
                 if proc.poll() is not None or time.monotonic() > deadline:
