@@ -149,7 +149,8 @@ def test_findings_sort_by_cell_before_line() -> None:
 
 def test_magics_are_kept_byte_for_byte_and_their_cells_still_fixed(project: Path) -> None:
     path = write_notebook(project / "nb.ipynb", MAGIC_CELLS)
-    result = invoke("fix", "--write", "--no-verify", "nb.ipynb")
+    # without --no-verify: notebooks are not executed, and written as without verification
+    result = invoke("fix", "--write", "nb.ipynb")
     assert result.exit_code == 0, result.stdout + result.stderr
     sources = code_sources(path)
     for line in MAGIC_LINES:
