@@ -717,13 +717,15 @@ def verify(
     """Prove each fix by execution; nothing is written.
 
     Every fix is applied alone to the file as read, then the original and the fixed code
-    are executed (in a subprocess with a time limit, a memory cap and a temporary working
-    directory) and compared. One line per fix:
+    are executed (in a subprocess with a time limit, a memory cap, at most --max-steps
+    backward calls, in a temporary mirror of the file's directory that no write reaches
+    the project through) and compared. One line per fix:
     `path:line:col: CODE verified|rejected|unverified: reason` -- verified: the fixed
     code keeps the forward results and gives finite gradients equal to the true
     derivative of the original; rejected: a forward result changed, or the gradients are
     still wrong, missing or nan; unverified: the code could not be executed (missing
-    import or data, GPU, timeout) or calls no backward.
+    import or data, GPU, timeout), calls no backward, or both versions are blocked by the
+    same error elsewhere.
 
     \b
     Exit status:

@@ -464,7 +464,7 @@ class _Comparison:
             return Verdict(
                 "unverified",
                 "nothing to compare: neither version calls backward "
-                "and they share no module-level tensors",
+                f"and they share no module-level tensors{MAKE_VERIFIABLE}",
                 self.evidence(),
             )
         return Verdict(
