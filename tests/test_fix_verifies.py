@@ -203,3 +203,27 @@ def test_a_change_is_proven_once_per_run(tmp_path: Path, monkeypatch: pytest.Mon
     assert err.count("verified together with the file's other fixes") == 2
     assert len(runs) == 3, runs  # two fixes alone, then both together: once
     assert "requires_grad=True" in script.read_text(encoding="utf-8")
+
+
+def test_cmd_stops_each_process_of_both_versions_after_max_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training loop that never ends, run by the user's command: each version's
+    process ends after the same number of backward calls, and what ran is compared."""
+    write(tmp_path / "train.py", FOREVER)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke("verify", "--cmd", f"{sys.executable} train.py", "--max-steps", "3",
+                            "--timeout", "60", "train.py")  # fmt: skip
+    assert code == 0, out + err
+    assert "GF403 verified: " in out and "stopped after 3 backward call(s)" in out
+
+
+FOREVER = """import torch
+
+w = torch.randn(3, requires_grad=True)
+running = 0
+while True:
+    loss = (w * w).sum()
+    loss.backward()
+    running += loss
+"""

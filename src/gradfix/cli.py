@@ -746,9 +746,11 @@ def verify(
     run, _ = _run(paths, options, None, 1)
     harness = None
     if command is not None:
+        from gradfix.proof import DEFAULT_MAX_STEPS
         from gradfix.verify.command import CommandHarness
 
-        harness = CommandHarness(command, timeout=timeout, seed=seed)
+        steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps or None
+        harness = CommandHarness(command, timeout=timeout, seed=seed, max_steps=steps)
     try:
         verdicts = _verify_run(
             run,

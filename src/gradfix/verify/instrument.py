@@ -132,8 +132,10 @@ class Recorder:
         self.leaf_counts: dict[int, int] = {}
         self.depth = 0
         self.internal = False
-        # --max-steps: the script is stopped at the backward call of this index.
+        # --max-steps: the script is stopped at the backward call of this index (by
+        # StopScript, or by ``on_max_steps`` when the whole process must end there).
         self.max_events: int | None = None
+        self.on_max_steps: Callable[[], None] | None = None
         # Finite-difference support (see UseTracker).
         self.stop_after_event: int | None = None
         self.perturbation: Perturbation | None = None
@@ -187,6 +189,8 @@ class Recorder:
         if self.depth:
             return call()
         if self.max_events is not None and self.event_count >= self.max_events:
+            if self.on_max_steps is not None:
+                self.on_max_steps()
             raise StopScript  # both versions stop after the same number of calls
         index = self.event_count
         self.event_count += 1

@@ -520,6 +520,11 @@ class _Comparison:
                     f"{label} could not be executed: {failure.get('message')}{hint}"
                 )
         ob, oa = self.before["outcome"], self.after["outcome"]
+        for label, outcome in (("before", ob), ("after", oa)):
+            if outcome.get("category") == "timeout":  # a --cmd run past its time limit
+                raise _Unverifiable(
+                    f"{label} could not be executed: {outcome.get('message')}{MAKE_FASTER}"
+                )
         same = (ob.get("type"), ob.get("message")) == (oa.get("type"), oa.get("message"))
         if ob.get("category") == "env" and not (oa.get("category") == "env" and same):
             raise _Unverifiable(f"before could not run: {_outcome_text(ob)}{MAKE_VERIFIABLE}")
