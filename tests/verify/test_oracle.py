@@ -823,6 +823,12 @@ def test_timeout_says_what_would_make_it_verifiable() -> None:
     timeout = {"runner_error": {"kind": "timeout", "message": "timeout after 3 s"}}
     verdict = compare_traces(timeout, trace())
     assert "--max-steps" in verdict.reason
+    # --cmd: the command timed out in both versions: not a failure "blocked" by a bug
+    command = {"status": "error", "type": "CommandFailed", "message": "timeout after 3 s",
+               "line": None, "category": "timeout"}  # fmt: skip
+    both = compare_traces(trace(outcome=command), trace(outcome=command))
+    assert both.status == "unverified" and "could not be executed: timeout" in both.reason
+    assert "--max-steps" in both.reason
     assert '--cmd "python train.py --epochs 1"' in verdict.reason and "--entry" in verdict.reason
 
 
