@@ -4,6 +4,11 @@ import os
 
 import pytest
 
+# The suite leaves no warm verifier behind (it would outlive pytest by 15 minutes): each
+# test process forks runners from a server of its own; tests/verify/test_shared_server.py
+# covers the shared one.
+os.environ["GRADFIX_VERIFY_DAEMON"] = "0"
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

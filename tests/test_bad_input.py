@@ -71,7 +71,7 @@ def fix_write_with(project: Path, name: str, data: bytes, message: str) -> None:
     """``fix --write .`` over ``good.py`` and the bad file ``name``: one error line, exit
     2, the good file fixed, the bad one untouched."""
     bad = write(project, name, data)
-    result = invoke("fix", "--write", ".")
+    result = invoke("fix", "--write", "--no-verify", ".")
     assert result.exit_code == 2
     [line] = result.stderr.splitlines()[:-1]  # the last line is the summary
     assert line.startswith(f"{name}: {message}"), line
@@ -150,7 +150,7 @@ def test_binary_file_named_py(project: Path, data: bytes) -> None:
 
 def test_utf8_bom_is_kept(project: Path) -> None:
     path = write(project, "bom.py", b"\xef\xbb\xbf" + BEFORE.encode())
-    result = invoke("fix", "--write", "bom.py", "good.py")
+    result = invoke("fix", "--write", "--no-verify", "bom.py", "good.py")
     assert (result.exit_code, result.stdout) == (0, "")
     assert path.read_bytes() == b"\xef\xbb\xbf" + AFTER.encode()
     assert_good_file_fixed(project)
@@ -169,7 +169,7 @@ def no_final_newline(text: str) -> str:
 )
 def test_crlf_and_a_missing_final_newline_are_kept(project: Path, change) -> None:  # type: ignore[no-untyped-def]
     path = write(project, "m.py", change(BEFORE))
-    assert invoke("fix", "--write", "m.py").exit_code == 0
+    assert invoke("fix", "--write", "--no-verify", "m.py").exit_code == 0
     assert path.read_bytes() == change(AFTER).encode()
 
 
@@ -179,7 +179,7 @@ def test_mixed_newlines_keep_each_line_s_own_ending(project: Path) -> None:
     lines = BEFORE.splitlines()
     mixed = [line + ("\r\n" if number % 2 else "\n") for number, line in enumerate(lines, 1)]
     path = write(project, "mixed.py", "".join(mixed))
-    assert invoke("fix", "--write", "mixed.py").exit_code == 0
+    assert invoke("fix", "--write", "--no-verify", "mixed.py").exit_code == 0
     fixed = path.read_bytes().decode().splitlines(keepends=True)
     assert [line.strip() for line in fixed] == [line.strip() for line in AFTER.splitlines(True)]
     endings = {line.strip(): line[len(line.rstrip("\r\n")) :] for line in fixed if line.strip()}
@@ -197,7 +197,7 @@ def test_tab_indentation_is_kept(project: Path) -> None:
 
     assert "\t\tw -= lr * w.grad" in tabs(AFTER)
     path = write(project, "tabs.py", tabs(BEFORE))
-    assert invoke("fix", "--write", "tabs.py").exit_code == 0
+    assert invoke("fix", "--write", "--no-verify", "tabs.py").exit_code == 0
     assert path.read_text(encoding="utf-8") == tabs(AFTER)
 
 
@@ -211,7 +211,7 @@ def test_a_file_larger_than_5_mb_is_skipped_with_a_note(project: Path) -> None:
     data = SYNTAX_ERROR.encode() + padding * 51_000
     assert len(data) > MAX_FILE_BYTES == 5_000_000
     big = write(project, "big.py", data)
-    result = invoke("fix", "--write", ".")
+    result = invoke("fix", "--write", "--no-verify", ".")
     assert result.exit_code == 0
     assert result.stderr.splitlines() == [
         "big.py: skipped: the file is larger than 5 MB (5.1 MB); "
@@ -242,7 +242,7 @@ def test_symlink_loops_end_discovery_with_one_line_each(project: Path) -> None:
     os.symlink("b.py", project / "a.py")
     os.symlink("a.py", project / "b.py")
     result = subprocess.run(
-        gradfix_process("fix", "--write", "--no-cache", "."),
+        gradfix_process("fix", "--write", "--no-verify", "--no-cache", "."),
         capture_output=True,
         text=True,
         timeout=120,
@@ -266,7 +266,7 @@ def test_what_gitignore_or_exclude_hides_is_not_reported(project: Path) -> None:
         (project / directory).mkdir()
         os.symlink("gone.py", project / directory / "dangling.py")
         os.mkfifo(project / directory / "pipe.py")
-    result = invoke("fix", "--write", "--config", "exclude=['legacy']", ".")
+    result = invoke("fix", "--write", "--no-verify", "--config", "exclude=['legacy']", ".")
     assert (result.exit_code, result.stderr) == (0, "Fixed 2 findings in 1 file.\n")
     assert_good_file_fixed(project)
 
@@ -291,7 +291,7 @@ def test_unreadable_file(project: Path) -> None:
     secret = write(project, "secret.py", BEFORE)
     secret.chmod(0)
     result = subprocess.run(
-        gradfix_process("fix", "--write", "--no-cache", ".", prefix=prefix),
+        gradfix_process("fix", "--write", "--no-verify", "--no-cache", ".", prefix=prefix),
         capture_output=True,
         text=True,
         timeout=120,
@@ -310,7 +310,7 @@ def test_a_fifo_named_py_is_not_read(project: Path) -> None:
     """Opening a FIFO without a writer blocks forever: it must be refused, not read."""
     os.mkfifo(project / "pipe.py")
     result = subprocess.run(
-        gradfix_process("fix", "--write", "--no-cache", "."),
+        gradfix_process("fix", "--write", "--no-verify", "--no-cache", "."),
         capture_output=True,
         text=True,
         timeout=120,
@@ -329,7 +329,7 @@ def test_read_only_file_under_write(project: Path) -> None:
     even as root)."""
     locked = write(project, "locked.py", BEFORE)
     locked.chmod(0o444)
-    result = invoke("fix", "--write", ".")
+    result = invoke("fix", "--write", "--no-verify", ".")
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == (
         "locked.py: not written: the file is read-only (make it writable to fix it)"
@@ -355,7 +355,7 @@ def test_a_file_changed_on_disk_between_read_and_write_is_not_clobbered(
 
     write(project, "edited.py", BEFORE)
     monkeypatch.setattr(gradfix.runner, "read_source", read_then_edit)
-    result = invoke("fix", "--write", "--jobs", "1", ".")
+    result = invoke("fix", "--write", "--no-verify", "--jobs", "1", ".")
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == (
         "edited.py: changed on disk while gradfix was running; not overwritten, run again"
@@ -371,7 +371,7 @@ def test_a_failed_write_leaves_the_file_and_no_temporary(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", disk_full)
-    result = invoke("fix", "--write", "good.py")
+    result = invoke("fix", "--write", "--no-verify", "good.py")
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == "good.py: cannot write: No space left on device"
     assert (project / "good.py").read_text(encoding="utf-8") == BEFORE
@@ -388,7 +388,9 @@ def test_ctrl_c_during_write_leaves_no_half_written_file(tmp_path: Path, jobs: s
     for name, text in originals.items():
         write(tmp_path, name, text)
     process = subprocess.Popen(
-        gradfix_process("fix", "--write", "--no-cache", "--jobs", jobs, str(tmp_path)),
+        gradfix_process(
+            "fix", "--write", "--no-verify", "--no-cache", "--jobs", jobs, str(tmp_path)
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -213,7 +213,7 @@ def test_unknown_code_exits_2_with_one_line(project: Path, option: str) -> None:
 
 def test_fix_rejects_unknown_codes_too(project: Path) -> None:
     write(project, "m.py", BUGGY)
-    result = invoke("fix", "--select", "XX", "--write", "m.py")
+    result = invoke("fix", "--select", "XX", "--write", "--no-verify", "m.py")
     assert result.exit_code == 2
     assert (project / "m.py").read_text() == BUGGY
 
@@ -275,19 +275,19 @@ def test_write_fixes_and_is_idempotent(project: Path) -> None:
     write(project, "a.py", BUGGY)
     write(project, "b.py", BUGGY)
     write(project, "clean.py", CLEAN)
-    result = invoke("fix", *SELECT, "--write", ".")
+    result = invoke("fix", *SELECT, "--write", "--no-verify", ".")
     assert (result.exit_code, result.stdout) == (0, "")
     assert result.stderr == "Fixed 2 findings in 2 files.\n"
     assert (project / "a.py").read_text() == FIXED
     assert (project / "clean.py").read_text() == CLEAN
     again = invoke("fix", *SELECT, ".")
     assert (again.exit_code, again.stdout) == (0, "")
-    assert invoke("fix", *SELECT, "--write", ".").stderr == "Nothing to fix.\n"
+    assert invoke("fix", *SELECT, "--write", "--no-verify", ".").stderr == "Nothing to fix.\n"
 
 
 def test_write_lists_remaining_findings_and_exits_1(project: Path) -> None:
     write(project, "m.py", BUGGY + NO_FIX.split("\n", 1)[1])
-    result = invoke("fix", *SELECT, "--write", "m.py")
+    result = invoke("fix", *SELECT, "--write", "--no-verify", "m.py")
     assert result.exit_code == 1
     assert result.stdout == f"m.py:8:5: GF101 {MESSAGE}\n"
     assert result.stderr == "Fixed 1 finding in 1 file (1 remaining).\n"
@@ -295,7 +295,7 @@ def test_write_lists_remaining_findings_and_exits_1(project: Path) -> None:
 
 def test_write_unsafe(project: Path) -> None:
     write(project, "m.py", UNSAFE)
-    result = invoke("fix", *SELECT, "--write", "--unsafe-fixes", "m.py")
+    result = invoke("fix", *SELECT, "--write", "--no-verify", "--unsafe-fixes", "m.py")
     assert result.exit_code == 0
     assert (project / "m.py").read_text() == UNSAFE_FIXED
 
@@ -303,14 +303,14 @@ def test_write_unsafe(project: Path) -> None:
 def test_write_keeps_a_latin1_cookie_and_its_bytes(project: Path) -> None:
     header = "# -*- coding: latin-1 -*-\nname = 'café'\n"
     path = write(project, "m.py", (header + BUGGY).encode("latin-1"))
-    assert invoke("fix", *SELECT, "--write", "m.py").exit_code == 0
+    assert invoke("fix", *SELECT, "--write", "--no-verify", "m.py").exit_code == 0
     assert path.read_bytes() == (header + FIXED).encode("latin-1")
 
 
 def test_write_keeps_the_file_mode(project: Path) -> None:
     path = write(project, "run.py", "#!/usr/bin/env python3\n" + BUGGY)
     path.chmod(0o750)
-    assert invoke("fix", *SELECT, "--write", "run.py").exit_code == 0
+    assert invoke("fix", *SELECT, "--write", "--no-verify", "run.py").exit_code == 0
     assert stat.S_IMODE(path.stat().st_mode) == 0o750
     assert path.read_text().endswith(FIXED)
 
@@ -437,7 +437,7 @@ def fake_rules(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_dropped_fix_is_noted(project: Path, fake_rules: None) -> None:
     write(project, "m.py", CLEAN)
-    result = invoke("fix", "--write", "m.py")
+    result = invoke("fix", "--write", "--no-verify", "m.py")
     assert result.stderr.splitlines()[0] == (
         "m.py: note: dropped a fix that broke the syntax: Use a keyword"
     )
@@ -479,7 +479,7 @@ def test_workers_give_the_same_output_as_one_process(project: Path) -> None:
         alone.stderr,
     )
     assert parallel.exit_code == 2 and parallel.stderr.startswith("pkg/bad.py: syntax error")
-    written = invoke("fix", *SELECT, "--jobs", "2", "--write", "pkg")
+    written = invoke("fix", *SELECT, "--jobs", "2", "--write", "--no-verify", "pkg")
     assert written.stderr.splitlines()[-1].startswith(
         "Fixed 10 findings in 10 files (6 remaining)."
     )
@@ -580,7 +580,9 @@ def test_python_m_gradfix_without_torch_or_libcst_at_import(project: Path) -> No
     assert result.returncode == 1, result.stderr
     assert result.stdout.startswith("m.py:5:5: GF101")
     module = subprocess.run(
-        [sys.executable, "-m", "gradfix", "fix", "--write", "m.py"], capture_output=True, text=True
+        [sys.executable, "-m", "gradfix", "fix", "--write", "--no-verify", "m.py"],
+        capture_output=True,
+        text=True,
     )
     assert (module.returncode, module.stderr) == (0, "Fixed 1 finding in 1 file.\n")
 

@@ -152,6 +152,7 @@ def test_findings_sort_by_cell_before_line() -> None:
 
 def test_magics_are_kept_byte_for_byte_and_their_cells_still_fixed(project: Path) -> None:
     path = write_notebook(project / "nb.ipynb", MAGIC_CELLS)
+    # without --no-verify: notebooks are not executed, and written as without verification
     result = invoke("fix", "--write", "nb.ipynb")
     assert result.exit_code == 0, result.stdout + result.stderr
     sources = code_sources(path)
@@ -318,7 +319,7 @@ def test_ipython_syntax_is_not_an_error(line: str) -> None:
 def test_fix_write_changes_only_the_fixed_cell_source(project: Path) -> None:
     path = write_notebook(project / "nb.ipynb", SEED_001_CELLS)
     before = json.loads(path.read_text(encoding="utf-8"))
-    result = invoke("fix", "--write", "nb.ipynb")
+    result = invoke("fix", "--write", "--no-verify", "nb.ipynb")
     assert result.exit_code == 0 and "Fixed 1 finding in 1 file." in result.stderr
     text = path.read_text(encoding="utf-8")
     after = json.loads(text)
@@ -359,9 +360,9 @@ def test_a_layout_gradfix_cannot_reproduce_is_reported_not_rewritten() -> None:
 
 def test_fixing_is_idempotent(project: Path) -> None:
     path = write_notebook(project / "nb.ipynb", MAGIC_CELLS)
-    assert invoke("fix", "--write", "nb.ipynb").exit_code == 0
+    assert invoke("fix", "--write", "--no-verify", "nb.ipynb").exit_code == 0
     once = path.read_bytes()
-    result = invoke("fix", "--write", "nb.ipynb")
+    result = invoke("fix", "--write", "--no-verify", "nb.ipynb")
     assert result.exit_code == 0 and "Nothing to fix." in result.stderr
     assert path.read_bytes() == once
     assert invoke("check", "nb.ipynb").exit_code == 0
@@ -533,7 +534,7 @@ def test_a_fix_that_would_join_two_cells_is_reported_not_applied(project: Path) 
         "v = torch.empty(2, requires_grad=True)\nv.uniform_()\n(v * 1).sum().backward()",
     ]
     path = write_notebook(project / "nb.ipynb", cells)
-    result = invoke("fix", "--write", "nb.ipynb")
+    result = invoke("fix", "--write", "--no-verify", "nb.ipynb")
     assert (
         "nb.ipynb: note: did not apply a fix that would move code across notebook cells "
         "(GF201 at cell 1 line 4, GF201 at cell 2 line 1): Wrap in `torch.no_grad()`"

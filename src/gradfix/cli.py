@@ -22,7 +22,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from gradfix.runner import FileResult, Progress, RunOptions, RunResult
     from gradfix.trace import TraceResult
     from gradfix.trace.link import TraceFix
-    from gradfix.verify.command import CommandHarness
 
 STDIN_PATH = "-"
 #: fewer files than this and no progress bar is shown
@@ -55,6 +54,14 @@ class CheckFormat(str, enum.Enum):
 class VerifyFormat(str, enum.Enum):
     text = "text"
     json = "json"
+
+
+class VerifyMode(enum.Enum):
+    """How ``fix`` proves its fixes (see :func:`_verify_mode`)."""
+
+    off = "off"  # static: --no-verify, a preview, or torch missing
+    default = "default"  # --write: rejected fixes are dropped, unverified follow safety
+    strict = "strict"  # --verify: only verified fixes (unverified with --unsafe-fixes)
 
 
 class RulesFormat(str, enum.Enum):
@@ -123,6 +130,28 @@ TimeoutOption = Annotated[
     float,
     typer.Option(
         "--timeout", min=1.0, help="Seconds each execution of a version may take (verification)."
+    ),
+]
+VerifyOption = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--verify/--no-verify",
+        help="--verify: execute the code before and after each fix, show the verdicts "
+        "and apply only the fixes proven correct (unverified ones too with "
+        "--unsafe-fixes; rejected ones never). Default: --write verifies when torch can "
+        "be imported and never writes a rejected fix (unverified ones follow the "
+        "safe/unsafe classes); --no-verify: no execution at all.",
+        show_default=False,
+    ),
+]
+MaxStepsOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-steps",
+        min=0,
+        help="Stop both versions after this many backward calls (default 20) and compare "
+        "what ran, so that a long training script need not finish; 0: no limit.",
+        show_default=False,
     ),
 ]
 EntryOption = Annotated[
@@ -207,7 +236,7 @@ TraceTimeoutOption = Annotated[
     Optional[float],
     typer.Option("--timeout", min=0.1, help="Stop the program after this many seconds."),
 ]
-MaxStepsOption = Annotated[
+TraceMaxStepsOption = Annotated[
     Optional[int],
     typer.Option("--max-steps", min=1, help="Stop the program after N backward calls."),
 ]
@@ -486,16 +515,9 @@ def fix(
     unsafe_fixes: Annotated[
         bool, typer.Option("--unsafe-fixes", help="Also apply fixes marked unsafe.")
     ] = False,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            "--verify",
-            help="Execute the code before and after each fix and apply only the fixes "
-            "proven correct (unverified ones too with --unsafe-fixes; rejected ones never). "
-            "Needs torch.",
-        ),
-    ] = False,
+    verify: VerifyOption = None,
     timeout: TimeoutOption = 60.0,
+    max_steps: MaxStepsOption = None,
     interactive: Annotated[
         bool,
         typer.Option(
@@ -524,9 +546,11 @@ def fix(
     the files are replaced atomically (encoding, newlines and mode kept), the findings
     left are listed on stdout and a summary goes to stderr. With `-` as PATH, stdin is
     fixed and the whole fixed source goes to stdout, and nothing goes to stderr but an
-    error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With
-    --verify each fix is first executed and judged (`gradfix verify`); its verdict line
-    precedes the diff (with --write it goes to stderr).
+    error (an editor filter: `:%!gradfix fix - --stdin-filename %` in vim). With --write
+    each fix is first executed and judged (`gradfix verify`) when torch can be imported:
+    a rejected fix is never written, an unverified one follows the safe/unsafe classes;
+    the verdict lines go to stderr (--no-verify: nothing is executed). With --verify only
+    proven fixes are applied, and in the preview each verdict line precedes the diff.
 
     \b
     Exit status:
@@ -542,25 +566,30 @@ def fix(
 
     rules, settings = _configure(select, ignore, config)
     unsafe_fixes = unsafe_fixes or settings.unsafe_fixes
-    if verify:
-        _require_torch()
+    reads_stdin = STDIN_PATH in (paths or []) or (not paths and stdin_filename is not None)
+    mode = _verify_mode(verify, write=write and not reads_stdin and not interactive)
     options = RunOptions(
         rules=rules,
         fix=True,
         unsafe_fixes=unsafe_fixes,
         write=write,
         config=settings,
-        cache_dir=_cache_dir(settings, no_cache or verify),
+        cache_dir=_cache_dir(settings, no_cache or mode is not VerifyMode.off),
         changed=_changed_files(changed_since),
     )
     first = options
-    if verify or interactive:
+    if mode is VerifyMode.strict or interactive:
         first = dataclasses.replace(options, unsafe_fixes=True, write=False)
+    elif mode is VerifyMode.default:
+        first = dataclasses.replace(options, write=False)  # written once proven
     run, stdin_data = _run(paths, first, stdin_filename, jobs)
     if interactive:
         _report_problems(run, verbose)
-        _interactive(run, options, timeout if verify else None)
-    verdicts = _verify_run(run, options, timeout) if verify else {}
+        _interactive(run, options, timeout if mode is VerifyMode.strict else None)
+    verdicts = {}
+    if mode is not VerifyMode.off:
+        harness = _harness(timeout, max_steps)
+        verdicts = _verify_run(run, options, harness, strict=mode is VerifyMode.strict)
     # stdin is an editor's filter (vim's `:%!`): stdout is the buffer, and whatever goes
     # to stderr may end up in it too, so only errors are reported
     quiet = quiet or stdin_data is not None
@@ -614,49 +643,125 @@ def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
 def _verify_run(
     run: RunResult,
     options: RunOptions,
-    timeout: float,
-    entry: str | None = None,
-    command: CommandHarness | None = None,
+    harness: dict[str, Any],
+    *,
+    strict: bool = True,
     jobs: int = 2,
 ) -> dict[str, list[FixVerdict]]:
-    """``fix --verify``: judge every fix of every changed file, then keep (and with
-    --write, write) only the accepted ones, once the accepted fixes together are proven.
+    """Judge every fix of every changed file (alone, with the file's other fixes, and
+    across files with the project's other fixes), then keep (and with --write, write)
+    only the accepted ones, once the accepted fixes of a file together are proven.
+    ``strict`` (``--verify``, ``verify``): every fix is judged and only verified ones are
+    accepted (unverified ones too with --unsafe-fixes); otherwise (``fix --write``'s
+    default) only the fixes the safety classes apply are judged, and only rejected ones
+    are dropped. ``harness``: keyword arguments of :func:`gradfix.proof.verify_fixes`.
     Verdict lines go to stderr when writing."""
+    from gradfix.proof import one_run
+    from gradfix.runner import write_result
+
+    with one_run():
+        verdicts, candidates = _judge_files(run, options, harness, strict=strict, jobs=jobs)
+        _judge_across_files(run, verdicts, candidates, harness)
+        for result in run.files:
+            found = verdicts.get(result.path)
+            if found is None or result.original is None:
+                continue
+            _keep_accepted(result, found, options, harness, strict=strict)
+            if options.write:
+                for verdict in found:
+                    _error(verdict.line())
+                write_result(result)
+    return verdicts
+
+
+def _judge_files(
+    run: RunResult, options: RunOptions, harness: dict[str, Any], *, strict: bool, jobs: int
+) -> tuple[dict[str, list[FixVerdict]], dict[str, str]]:
+    """The verdicts of each changed file's fixes (``jobs`` fixes judged at once), and its
+    text with all of them."""
     from gradfix.engine import SourceError
     from gradfix.notebook import is_notebook
-    from gradfix.proof import accepted, finding_key, prove_change, verify_fixes
-    from gradfix.runner import refix_selected, write_result
+    from gradfix.proof import verify_fixes
+    from gradfix.runner import write_result
     from gradfix.verify.harness import EntryError
 
-    harness = {"timeout": timeout, "entry": entry, "command": command}
     verdicts: dict[str, list[FixVerdict]] = {}
+    candidates: dict[str, str] = {}
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
             continue
-        if is_notebook(result.path):  # nothing executes notebooks yet: no proof, no fix
-            run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
-            result.fixed, result.remaining = result.original, list(result.findings)
+        if is_notebook(result.path):  # nothing executes notebooks yet: no proof
+            if strict:  # ... and no fix; by default, as without verification
+                run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
+                result.fixed, result.remaining = result.original, list(result.findings)
+            elif options.write:
+                write_result(result)
             continue
+        unsafe = strict or options.unsafe_fixes
         try:
             found = verify_fixes(
-                result.path, result.original, rules=options.rules, jobs=jobs, **harness
+                result.path,
+                result.original,
+                rules=options.rules,
+                unsafe=unsafe,
+                jobs=jobs,
+                **harness,
             )
         except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
         verdicts[result.path] = found
-        keys = accepted(found, unverified=options.unsafe_fixes)
-        refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
-        if len(keys) > 1 and result.changed and result.fixed is not None:
-            status, reason, _ = prove_change(result.path, result.original, result.fixed, **harness)
-            if status == "rejected" or (status == "unverified" and not options.unsafe_fixes):
-                _error(f"{result.path}: the accepted fixes together are {status}: {reason}")
-                result.fixed, result.remaining = result.original, list(result.findings)
-        if options.write:
-            for verdict in found:
-                _error(verdict.line())
-            write_result(result)
-    return verdicts
+        candidates[result.path] = result.fixed or result.original
+    return verdicts, candidates
+
+
+def _judge_across_files(
+    run: RunResult,
+    verdicts: dict[str, list[FixVerdict]],
+    candidates: dict[str, str],
+    harness: dict[str, Any],
+) -> None:
+    """A fix stopped by another file's bug in both versions is judged again with the
+    fixes of the project's other files in place (those with no rejected fix)."""
+    from gradfix.proof import prove_with_project
+
+    sound = {
+        path: text
+        for path, text in candidates.items()
+        if all(v.status != "rejected" for v in verdicts[path])
+    }
+    for result in run.files:
+        if result.path not in verdicts or result.original is None:
+            continue
+        others = {path: text for path, text in sound.items() if path != result.path}
+        verdicts[result.path] = prove_with_project(
+            verdicts[result.path], result.original, candidates[result.path], others, **harness
+        )
+
+
+def _keep_accepted(
+    result: FileResult,
+    found: list[FixVerdict],
+    options: RunOptions,
+    harness: dict[str, Any],
+    *,
+    strict: bool,
+) -> None:
+    """Refix ``result`` with the accepted fixes only; none when together they fail."""
+    from gradfix.proof import accepted, finding_key, prove_change
+    from gradfix.runner import refix_selected
+
+    assert result.original is not None
+    keys = accepted(found, unverified=options.unsafe_fixes or not strict)
+    refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
+    if len(keys) > 1 and result.changed and result.fixed is not None:
+        status, reason, _ = prove_change(result.path, result.original, result.fixed, **harness)
+        refused = status == "rejected" or (
+            status == "unverified" and strict and not options.unsafe_fixes
+        )
+        if refused:
+            _error(f"{result.path}: the accepted fixes together are {status}: {reason}")
+            result.fixed, result.remaining = result.original, list(result.findings)
 
 
 def _emit_diffs(run: RunResult, verdicts: dict[str, list[FixVerdict]] | None = None) -> None:
@@ -707,6 +812,7 @@ def verify(
         typer.Option("--format", help="text: one verdict line per fix; json: an array."),
     ] = VerifyFormat.text,
     timeout: TimeoutOption = 60.0,
+    max_steps: MaxStepsOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of both executions.")] = 0,
     entry: EntryOption = None,
     command: CommandOption = None,
@@ -721,13 +827,15 @@ def verify(
     """Prove each fix by execution; nothing is written.
 
     Every fix is applied alone to the file as read, then the original and the fixed code
-    are executed (in a subprocess with a time limit, a memory cap and a temporary working
-    directory) and compared. One line per fix:
+    are executed (in a subprocess with a time limit, a memory cap, at most --max-steps
+    backward calls, in a temporary mirror of the file's directory that no write reaches
+    the project through) and compared. One line per fix:
     `path:line:col: CODE verified|rejected|unverified: reason` -- verified: the fixed
     code keeps the forward results and gives finite gradients equal to the true
     derivative of the original; rejected: a forward result changed, or the gradients are
     still wrong, missing or nan; unverified: the code could not be executed (missing
-    import or data, GPU, timeout) or calls no backward.
+    import or data, GPU, timeout), calls no backward, or both versions are blocked by the
+    same error elsewhere.
 
     \b
     Exit status:
@@ -748,11 +856,14 @@ def verify(
     run, _ = _run(paths, options, None, 1)
     harness = None
     if command is not None:
+        from gradfix.proof import DEFAULT_MAX_STEPS
         from gradfix.verify.command import CommandHarness
 
-        harness = CommandHarness(command, timeout=timeout, seed=seed)
+        steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps or None
+        harness = CommandHarness(command, timeout=timeout, seed=seed, max_steps=steps)
     try:
-        verdicts = _verify_run(run, options, timeout, entry=entry, command=harness, jobs=jobs)
+        limits = _harness(timeout, max_steps, entry=entry, command=harness)
+        verdicts = _verify_run(run, options, limits, jobs=jobs)
     finally:
         if harness is not None:
             harness.close()
@@ -782,7 +893,7 @@ def trace(
         ),
     ] = CheckFormat.text,
     timeout: TraceTimeoutOption = None,
-    max_steps: MaxStepsOption = None,
+    max_steps: TraceMaxStepsOption = None,
     verify_fixes: Annotated[
         bool,
         typer.Option(
@@ -961,6 +1072,34 @@ def _check_entry(entry: str) -> None:
     except EntryError as error:
         _error(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
+
+
+def _harness(timeout: float, max_steps: int | None, **more: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`gradfix.proof.verify_fixes` the options give."""
+    limits = {"timeout": timeout, **more}
+    if max_steps is not None:
+        limits["max_steps"] = max_steps or None  # 0: no limit
+    return limits
+
+
+def _verify_mode(verify: bool | None, *, write: bool) -> VerifyMode:
+    """--verify: strict; --no-verify: off; by default --write verifies when torch can be
+    imported (a note says when it cannot: static check and fix never need torch)."""
+    from gradfix.proof import torch_available
+
+    if verify is not None:
+        if verify:
+            _require_torch()
+        return VerifyMode.strict if verify else VerifyMode.off
+    if not write:
+        return VerifyMode.off
+    if torch_available():
+        return VerifyMode.default
+    _error(
+        "note: torch cannot be imported: the fixes are written without verification "
+        "(pip install 'gradfix[verify]' to prove them; --no-verify skips this note)"
+    )
+    return VerifyMode.off
 
 
 def _require_torch() -> None:

@@ -16,9 +16,12 @@ whether verification can run at all.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 
 VERDICTS = ("verified", "rejected", "unverified")
 DEFAULT_TIMEOUT = 60.0
+#: backward calls after which both versions stop (a training loop need not finish)
+DEFAULT_MAX_STEPS = 20
 #: how the oracle says that a run made no backward call
 NOTHING_TO_COMPARE = "nothing to compare"
 
@@ -70,7 +75,10 @@ class FixVerdict:
 
 def torch_available() -> bool:
     """Verification executes code with torch; static checking never needs it."""
-    return importlib.util.find_spec("torch") is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken install, or an import hook refusing it
+        return False
 
 
 def verify_fixes(
@@ -84,8 +92,13 @@ def verify_fixes(
     entry: str | None = None,
     root: str = ".",
     command: CommandHarness | None = None,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
+    unsafe: bool = True,
 ) -> list[FixVerdict]:
     """One verdict per finding that has a fix, each fix proven on its own (see module doc).
+    ``unsafe``: judge the fixes marked unsafe too (``fix --write`` without
+    ``--unsafe-fixes`` would not apply them). ``max_steps``: both versions stop after that
+    many backward calls (None or 0: no limit).
 
     A file with several bugs often fails again after one fix alone (the next bug raises):
     a fix that is not verified alone is verified *together with the file's other fixes*
@@ -97,14 +110,18 @@ def verify_fixes(
         raise SourceError(
             "notebooks cannot be verified yet: `gradfix fix` without --verify shows the fixes"
         )
-    singles = single_fixes(source, rules=rules, path=path)
+    singles = [
+        single
+        for single in single_fixes(source, rules=rules, path=path)
+        if unsafe or single.safety == "safe"
+    ]
     if not singles:
         return []
-    prove = _Prover(path, source, timeout, seed, entry, root, command).prove
+    prove = _Prover(path, source, timeout, seed, entry, root, command, max_steps).prove
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes = list(pool.map(prove, singles))
     if len(singles) > 1 and any(status != "verified" for status, _, _ in outcomes):
-        combined = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=True)
+        combined = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=unsafe)
         together = prove(SingleFix([], "", "every fix of the file", combined.source))
         if together[0] == "verified":
             outcomes = [_with_others(o, together) for o in outcomes]
@@ -119,11 +136,58 @@ def verify_fixes(
 Outcome = tuple[str, str, dict[str, Any]]
 
 
-def _with_others(alone: Outcome, together: Outcome) -> Outcome:
+def _with_others(alone: Outcome, together: Outcome, whose: str = "the file's") -> Outcome:
     if alone[0] == "verified":
         return alone
-    reason = f"verified together with the file's other fixes ({together[1]}); alone: {alone[1]}"
-    return "verified", reason, {**together[2], "proven": "with the file's other fixes"}
+    reason = f"verified together with {whose} other fixes ({together[1]}); alone: {alone[1]}"
+    return "verified", reason, {**together[2], "proven": f"with {whose} other fixes"}
+
+
+def prove_with_project(
+    verdicts: list[FixVerdict],
+    original: str,
+    fixed: str,
+    others: dict[str, str],
+    **harness: Any,
+) -> list[FixVerdict]:
+    """Across files: the fixes of one file not verified alone (another file's bug stops
+    the program in both versions) are judged again with the file fixed (``fixed``) and
+    the project's other files fixed too (``others``: path -> fixed text, seen by the
+    fixed version only). When that run is proven, those fixes are verified together
+    with the project's other fixes; otherwise their verdicts stay."""
+    pending = [v for v in verdicts if v.status != "verified"]
+    if not pending or not others:
+        return verdicts
+    path = pending[0].path
+    together = prove_change(path, original, fixed, others=others, **harness)
+    if together[0] != "verified":
+        return verdicts
+    return [_together(v, together, "the project's") for v in verdicts]
+
+
+def _together(verdict: FixVerdict, together: Outcome, whose: str) -> FixVerdict:
+    alone = (verdict.status, verdict.reason, verdict.evidence)
+    status, reason, evidence = _with_others(alone, together, whose)
+    return dataclasses.replace(verdict, status=status, reason=reason, evidence=evidence)
+
+
+#: Outcomes proven during one run (see :func:`one_run`), else None.
+_PROVEN: dict[tuple[Any, ...], Outcome] | None = None
+_PROVEN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_run() -> Iterator[None]:
+    """Within one ``fix --verify`` run the project does not change, so a change proven
+    once is not run again: the accepted fixes of a file together are often the very
+    change :func:`verify_fixes` proved with all of them. (Not for a long-lived caller
+    such as the language server, whose project changes under it.)"""
+    global _PROVEN
+    _PROVEN = {}
+    try:
+        yield
+    finally:
+        _PROVEN = None
 
 
 @dataclass
@@ -137,16 +201,41 @@ class _Prover:
     entry: str | None
     root: str
     command: CommandHarness | None
+    max_steps: int | None = DEFAULT_MAX_STEPS
+    others: dict[str, str] = field(default_factory=dict)  # other files, fixed
 
     def prove(self, single: SingleFix) -> Outcome:
         if single.source is None:
             return "rejected", "the fix alone breaks the syntax", {}
+        cache = _PROVEN
+        if cache is None:
+            return self._prove(single)
+        key = self._key(single.source)
+        with _PROVEN_LOCK:
+            known = cache.get(key)
+        if known is None:
+            known = self._prove(single)
+            with _PROVEN_LOCK:
+                cache[key] = known
+        return known
+
+    def _key(self, fixed: str) -> tuple[Any, ...]:
+        """What the outcome depends on, besides the project's files (unchanged during one
+        run); the oracle is deterministic under a seed."""
+        texts = sorted(self.others.items())
+        harness = (self.timeout, self.seed, self.entry, self.root, id(self.command))
+        return (self.path, self.source, fixed, self.max_steps, harness, tuple(texts))
+
+    def _prove(self, single: SingleFix) -> Outcome:
+        assert single.source is not None
         if self.command is not None:
-            verdict = self.command.prove(self.path, single.source)
+            verdict = self.command.prove(self.path, single.source, others=self.others)
             return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
+        limits = {"timeout": self.timeout, "seed": self.seed, "max_steps": self.max_steps}
         if self.entry is not None:
-            return _prove_entry(self.path, single, self.entry, self.root, self.timeout, self.seed)
-        return _prove(self.path, self.source, single, self.timeout, self.seed)
+            patched = {**self.others, self.path: single.source}
+            return _prove_entry(self.path, patched, self.entry, self.root, limits)
+        return _prove(self.path, self.source, single, dict(limits, others=self.others))
 
 
 def prove_change(
@@ -159,26 +248,34 @@ def prove_change(
     entry: str | None = None,
     root: str = ".",
     command: CommandHarness | None = None,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
+    others: dict[str, str] | None = None,
 ) -> Outcome:
     """The oracle on a whole change of one file (``fix --verify``'s final check of the
-    fixes it is about to write together)."""
-    prover = _Prover(path, original, timeout, seed, entry, root, command)
+    fixes it is about to write together); ``others``: other files of the project (path ->
+    text) that the fixed version sees fixed as well."""
+    prover = _Prover(
+        path, original, timeout, seed, entry, root, command, max_steps, dict(others or {})
+    )
     return prover.prove(SingleFix([], "", "the accepted fixes", fixed))
 
 
-def _prove(path: str, source: str, single: SingleFix, timeout: float, seed: int) -> Outcome:
+def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) -> Outcome:
     assert single.source is not None
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import probe_for
+
+    directory = os.path.dirname(os.path.abspath(path))
+    others = _inside(limits.pop("others", {}), directory)
 
     def run(before: str, after: str, harness: str) -> tuple[str, str, dict[str, Any]]:
         verdict = verify_sources(
             before,
             after,
             filename=os.path.basename(path) or "snippet.py",
-            seed=seed,
-            timeout=timeout,
-            source_dir=os.path.dirname(os.path.abspath(path)),
+            source_dir=directory,
+            patched=others,
+            **limits,
         )
         return verdict.status, verdict.reason, {**verdict.evidence, "harness": harness}
 
@@ -193,6 +290,17 @@ def _prove(path: str, source: str, single: SingleFix, timeout: float, seed: int)
     return run(source + probe.code, single.source + probe.code, f"probe: {probe.description}")
 
 
+def _inside(files: dict[str, str], directory: str) -> dict[str, str]:
+    """``files`` (path -> text) under ``directory``, by path relative to it (a script sees
+    its own directory: files elsewhere are not where it imports them from)."""
+    found = {}
+    for path, text in files.items():
+        relative = os.path.relpath(os.path.abspath(path), directory)
+        if not relative.startswith(os.pardir + os.sep):
+            found[relative] = text
+    return found
+
+
 def _changed_lines(before: str, after: str) -> list[int]:
     """1-based lines of ``before`` that ``after`` changes (where to aim a probe)."""
     import difflib
@@ -202,16 +310,18 @@ def _changed_lines(before: str, after: str) -> list[int]:
 
 
 def _prove_entry(
-    path: str, single: SingleFix, entry: str, root: str, timeout: float, seed: int
+    path: str, patched: dict[str, str], entry: str, root: str, limits: dict[str, Any]
 ) -> Outcome:
-    """Run the user's entry point on the tree as it is and with the fixed file swapped in."""
-    assert single.source is not None
+    """Run the user's entry point on the tree as it is and with the fixed files (``path``
+    and the project's others in ``patched``) swapped in."""
     from gradfix.verify import verify_sources
     from gradfix.verify.harness import entry_driver
 
     before = entry_driver(entry, root, path, None)
-    after = entry_driver(entry, root, path, single.source)
-    verdict = verify_sources(before, after, filename="gradfix_entry.py", seed=seed, timeout=timeout)
+    after = entry_driver(entry, root, path, patched)
+    verdict = verify_sources(
+        before, after, filename="gradfix_entry.py", source_dir=os.path.abspath(root), **limits
+    )
     return verdict.status, verdict.reason, {**verdict.evidence, "harness": f"entry {entry}"}
 
 

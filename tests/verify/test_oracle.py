@@ -32,9 +32,11 @@ A1 = torch.tensor([a0, a1])
 A1.sum().backward()
 """
 TENSOR_FROM_TENSORS_FIX = TENSOR_FROM_TENSORS.replace(
-    "torch.tensor([a0, a1])", "torch.stack([a0, a1])")
+    "torch.tensor([a0, a1])", "torch.stack([a0, a1])"
+)
 TENSOR_FROM_TENSORS_DOUBLED = TENSOR_FROM_TENSORS.replace(
-    "torch.tensor([a0, a1])", "torch.stack([a0, a1]) * 2")
+    "torch.tensor([a0, a1])", "torch.stack([a0, a1]) * 2"
+)
 
 # Seed 000, the R1/R2/k normalisation: `param[2] = param[0] / param[1]` in place.
 SELF_INDEX_ASSIGN = """\
@@ -73,9 +75,11 @@ print(test.paramn_.grad)
 """
 SELF_INDEX_ASSIGN_FIX = SELF_INDEX_ASSIGN.replace(
     "param[2] = param[0] / param[1]",
-    "param = torch.stack([param[0], param[1], param[0] / param[1]])")
+    "param = torch.stack([param[0], param[1], param[0] / param[1]])",
+)
 SELF_INDEX_ASSIGN_DETACH = SELF_INDEX_ASSIGN.replace(
-    "param[2] = param[0] / param[1]", "param[2] = (param[0] / param[1]).detach()")
+    "param[2] = param[0] / param[1]", "param[2] = (param[0] / param[1]).detach()"
+)
 
 # Seed 004, gamma correction: the masked-out sqrt branch poisons the gradient at x = 0.
 GAMMA = """\
@@ -95,10 +99,14 @@ loss.backward()
 print(x.grad)
 """
 GAMMA_BLEND = "gamma_x = mask * 12.9 * x + (1 - mask) * (x ** 0.5)"
-GAMMA_FIX = GAMMA.replace(GAMMA_BLEND, "gamma_x = torch.where(x < 0.003, 12.9 * x, "
-                          "torch.where(x < 0.003, torch.ones_like(x), x) ** 0.5)")
-GAMMA_SINGLE_WHERE = GAMMA.replace(GAMMA_BLEND,
-                                   "gamma_x = torch.where(x < 0.003, 12.9 * x, x ** 0.5)")
+GAMMA_FIX = GAMMA.replace(
+    GAMMA_BLEND,
+    "gamma_x = torch.where(x < 0.003, 12.9 * x, "
+    "torch.where(x < 0.003, torch.ones_like(x), x) ** 0.5)",
+)
+GAMMA_SINGLE_WHERE = GAMMA.replace(
+    GAMMA_BLEND, "gamma_x = torch.where(x < 0.003, 12.9 * x, x ** 0.5)"
+)
 
 # In-place initialisation of a leaf: raises before any forward result exists.
 LEAF_INPLACE = """\
@@ -113,7 +121,8 @@ loss.backward()
 LEAF_INPLACE_FIX = LEAF_INPLACE.replace("w.normal_()", "with torch.no_grad():\n    w.normal_()")
 # Same forward value, but half of it is detached: the gradient is 1 instead of 2.
 LEAF_INPLACE_DETACHED = LEAF_INPLACE_FIX.replace(
-    "loss = (w * 2).sum()", "loss = (w + w.detach()).sum()")
+    "loss = (w * 2).sum()", "loss = (w + w.detach()).sum()"
+)
 
 TRAINING_LOOP = """\
 import torch
@@ -152,8 +161,9 @@ y = x.exp().sum()
 y.backward()
 y.backward()
 """
-BACKWARD_TWICE_FIX = BACKWARD_TWICE.replace("y.backward()\ny.backward()",
-                                            "y.backward(retain_graph=True)\ny.backward()")
+BACKWARD_TWICE_FIX = BACKWARD_TWICE.replace(
+    "y.backward()\ny.backward()", "y.backward(retain_graph=True)\ny.backward()"
+)
 
 # GF302: where(x > 0, sqrt(x), 0) has a nan gradient at x = 0, where sqrt has a kink.
 WHERE_SQRT = """\
@@ -164,10 +174,12 @@ y = torch.where(x > 0, torch.sqrt(x), torch.zeros_like(x)).sum()
 y.backward()
 """
 WHERE_SQRT_FIX = WHERE_SQRT.replace(
-    "torch.sqrt(x)", "torch.sqrt(torch.where(x > 0, x, torch.ones_like(x)))")
+    "torch.sqrt(x)", "torch.sqrt(torch.where(x > 0, x, torch.ones_like(x)))"
+)
 # Same forward, but a gradient of -5 at x = 0, outside sqrt's slopes [0, +inf) there.
 WHERE_SQRT_WRONG = WHERE_SQRT_FIX.replace(
-    "y = torch.where(", "y = -5 * ((x - x.detach()) * (x == 0)).sum() + torch.where(")
+    "y = torch.where(", "y = -5 * ((x - x.detach()) * (x == 0)).sum() + torch.where("
+)
 
 # Parameters of nn.Linear are initialised in place after their creation: the finite
 # differences must perturb them at their first use in the graph, not when created.
@@ -183,9 +195,11 @@ vals = torch.tensor([out[0, 0], out[1, 1]])
 vals.sum().backward()
 """
 LINEAR_STACK = LINEAR_TENSOR_FROM_TENSORS.replace(
-    "torch.tensor([out[0, 0], out[1, 1]])", "torch.stack([out[0, 0], out[1, 1]])")
+    "torch.tensor([out[0, 0], out[1, 1]])", "torch.stack([out[0, 0], out[1, 1]])"
+)
 LINEAR_STACK_DETACHED = LINEAR_TENSOR_FROM_TENSORS.replace(
-    "torch.tensor([out[0, 0], out[1, 1]])", "torch.stack([out[0, 0], out[1, 1].detach()])")
+    "torch.tensor([out[0, 0], out[1, 1]])", "torch.stack([out[0, 0], out[1, 1].detach()])"
+)
 
 # A training loop whose every step has a nan gradient at w[0]: the estimate at step m must
 # perturb w as the optimizer left it, not as it was created.
@@ -206,7 +220,8 @@ for step in range(3):
 """
 MASKED_SQRT_LOOP_FIX = MASKED_SQRT_LOOP.replace(
     "g = mask * 12.9 * w + (1 - mask) * (w ** 0.5)",
-    "g = torch.where(w < 0.003, 12.9 * w, torch.where(w < 0.003, torch.ones_like(w), w) ** 0.5)")
+    "g = torch.where(w < 0.003, 12.9 * w, torch.where(w < 0.003, torch.ones_like(w), w) ** 0.5)",
+)
 
 # A *silent* graph cut: torch.tensor() copies values, the script still runs and w.grad is
 # finite, but it misses the path through `scale` (true d loss / d w[1] is 1 + 2 w[1], not 1).
@@ -223,12 +238,14 @@ SILENT_CUT_FIX = SILENT_CUT.replace(SILENT_CUT_COPY, "torch.stack([w[0] * 2, w[1
 SILENT_CUT_DOUBLED = SILENT_CUT_FIX.replace("loss = (w.sum()", "loss = 2 * (w.sum()")
 # Same forward as the fix, but half of the restored path is detached: 1 + w[1], neither
 # before's 1 nor the true 1 + 2 w[1].
-SILENT_CUT_HALF = SILENT_CUT.replace(SILENT_CUT_COPY,
-                                     "torch.stack([w[0] * 2, w[1] * w[1].detach()])")
+SILENT_CUT_HALF = SILENT_CUT.replace(
+    SILENT_CUT_COPY, "torch.stack([w[0] * 2, w[1] * w[1].detach()])"
+)
 # The fix as BEFORE (correct gradient), and an AFTER that cuts it: the finite differences
 # side with BEFORE's autograd gradient.
 SILENT_CUT_FIX_DETACHED = SILENT_CUT.replace(
-    SILENT_CUT_COPY, "torch.stack([w[0] * 2, (w[1] ** 2).detach()])")
+    SILENT_CUT_COPY, "torch.stack([w[0] * 2, (w[1] ** 2).detach()])"
+)
 # An intentional detach (a stop-gradient) that the rewrite keeps as it is.
 INTENTIONAL_DETACH = SILENT_CUT_FIX.replace("loss = (w.sum()", "loss = ((w * w.detach()).sum()")
 # In a training loop the incomplete gradient moves before's w elsewhere: from step 2 on
@@ -245,8 +262,7 @@ for step in range(3):
     loss.backward()
     opt.step()
 """
-SILENT_CUT_LOOP_FIX = SILENT_CUT_LOOP.replace(SILENT_CUT_COPY,
-                                              "torch.stack([w[0] * 2, w[1] ** 2])")
+SILENT_CUT_LOOP_FIX = SILENT_CUT_LOOP.replace(SILENT_CUT_COPY, "torch.stack([w[0] * 2, w[1] ** 2])")
 
 
 def verify(before: str, after: str, **options: object) -> Verdict:
@@ -290,7 +306,8 @@ def test_silent_graph_cut_fix_is_verified_against_finite_differences() -> None:
     verdict = verify(SILENT_CUT, SILENT_CUT_FIX)
     assert verdict.status == "verified", verdict.reason
     assert "(a silent graph cut) at 1 element(s): compared against finite differences" in (
-        verdict.reason)
+        verdict.reason
+    )
     evidence = verdict.evidence
     assert evidence["fd_used"] is True
     [cut] = evidence["silent_graph_cuts"]
@@ -299,8 +316,10 @@ def test_silent_graph_cut_fix_is_verified_against_finite_differences() -> None:
     assert cut["after"] == pytest.approx(cut["finite_difference"], rel=1e-3)
     assert cut["after"] > 1.5  # 1 + 2 w[1]
     [note] = evidence["notes"]
-    assert ("before's autograd gradient differs from finite differences of its forward "
-            "(a silent graph cut): compared against finite differences") in note
+    assert (
+        "before's autograd gradient differs from finite differences of its forward "
+        "(a silent graph cut): compared against finite differences"
+    ) in note
     json.dumps(verdict.to_dict())
 
 
@@ -349,7 +368,9 @@ def test_silent_graph_cut_in_a_training_loop_parts_the_trajectories() -> None:
 def test_unchanged_after_that_still_raises_is_rejected() -> None:
     verdict = verify(SELF_INDEX_ASSIGN, SELF_INDEX_ASSIGN)
     assert verdict.status == "rejected"
-    assert verdict.reason.startswith("after raised RuntimeError at line 31")
+    # both versions fail the same way, but in backward: the fix's own business, never
+    # "blocked by" another bug
+    assert verdict.reason.startswith("after: backward call #1 at line 31 raised RuntimeError")
     assert "\n" not in verdict.reason
 
 
@@ -457,6 +478,77 @@ def test_infinite_loop_times_out_as_unverified() -> None:
     assert "timeout" in verdict.reason
 
 
+# GF205 rewrites its `.data` read in forward to `.detach()` (also in test_fix_verifies.py).
+DATA_IN_FORWARD = (Path(__file__).parents[1] / "data" / "data_in_forward.py").read_text(
+    encoding="utf-8"
+)
+
+
+def test_data_read_replaced_by_detach_is_rejected_the_layer_still_never_trains() -> None:
+    detached = DATA_IN_FORWARD.replace("self.w.data", "self.w.detach()")
+    verdict = verify(DATA_IN_FORWARD, detached)
+    assert verdict.status == "rejected", verdict.reason
+    assert "gradient lost" in verdict.reason and "leaf 0 (nn.Parameter at line 8)" in (
+        verdict.reason
+    )
+
+
+TRAINING_FOREVER = """import torch
+
+w = torch.randn(3, requires_grad=True)
+while True:
+    loss = torch.tensor([w[0] * 2, w[1]]).sum() + (w * w).sum()
+    loss.backward()
+    with torch.no_grad():
+        w -= 0.01 * w.grad
+        w.grad = None
+"""
+
+
+def test_max_steps_stops_both_versions_after_the_same_number_of_backward_calls() -> None:
+    fixed = TRAINING_FOREVER.replace("torch.tensor([", "torch.stack([")
+    verdict = verify(TRAINING_FOREVER, fixed, timeout=20, max_steps=3)
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["backward_events"] == {"before": 3, "after": 3}
+    assert "both versions stopped after 3 backward call(s) (--max-steps)" in verdict.reason
+
+
+def test_the_script_reads_its_project_files_and_writes_nowhere_in_it(tmp_path: Path) -> None:
+    import torch
+
+    (tmp_path / "data").mkdir()
+    torch.save(torch.arange(3.0), tmp_path / "data" / "train.pt")
+    (tmp_path / "data" / "model.pt").write_bytes(b"old model")
+    (tmp_path / "data" / "log.txt").write_text("kept\n", encoding="utf-8")
+    script = """import torch
+from pathlib import Path
+
+x = torch.load("data/train.pt")
+w = torch.randn(3, requires_grad=True)
+loss = torch.tensor([w[0] * x[1], w[1]]).sum() + (w * x).sum()
+loss.backward()
+torch.save(w, "data/model.pt")
+with open(Path(__file__).parent / "data" / "log.txt", "a") as log:
+    log.write("appended\\n")
+Path("checkpoint.pt").write_bytes(b"new")
+"""
+    (tmp_path / "train.py").write_text(script, encoding="utf-8")
+    fixed = script.replace("torch.tensor([", "torch.stack([")
+    verdict = verify(script, fixed, filename="train.py", source_dir=str(tmp_path))
+    assert verdict.status == "verified", verdict.reason
+    assert (tmp_path / "data" / "model.pt").read_bytes() == b"old model"
+    assert (tmp_path / "data" / "log.txt").read_text(encoding="utf-8") == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "train.py"]
+
+
+def test_a_write_by_absolute_path_into_the_project_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    script = f"open({str(target)!r}, 'w').write('x')\n"
+    verdict = verify(script, script, filename="s.py", source_dir=str(tmp_path))
+    assert "PermissionError" in verdict.reason and "writes nowhere in it" in verdict.reason
+    assert not target.exists()
+
+
 def test_after_that_does_not_compile_is_rejected() -> None:
     verdict = verify(TENSOR_FROM_TENSORS, "x = (\n")
     assert verdict.status == "rejected"
@@ -486,11 +578,16 @@ def test_importing_the_package_does_not_import_torch() -> None:
 OK = {"status": "ok"}
 
 
-def tensor(values: list[float], shape: list[int] | None = None,
-           dtype: str = "float32") -> dict[str, object]:
-    return {"shape": [len(values)] if shape is None else shape, "dtype": dtype,
-            "numel": len(values), "truncated": False,
-            "values": [v if math.isfinite(v) else str(v) for v in values]}
+def tensor(
+    values: list[float], shape: list[int] | None = None, dtype: str = "float32"
+) -> dict[str, object]:
+    return {
+        "shape": [len(values)] if shape is None else shape,
+        "dtype": dtype,
+        "numel": len(values),
+        "truncated": False,
+        "values": [v if math.isfinite(v) else str(v) for v in values],
+    }
 
 
 def scalar(value: float) -> dict[str, object]:
@@ -498,49 +595,96 @@ def scalar(value: float) -> dict[str, object]:
 
 
 def leaf(shape: tuple[int, ...] = (2,)) -> dict[str, object]:
-    return {"index": 0, "shape": list(shape), "dtype": "float32", "origin": "torch.randn",
-            "line": 3}
+    return {
+        "index": 0,
+        "shape": list(shape),
+        "dtype": "float32",
+        "origin": "torch.randn",
+        "line": 3,
+    }
 
 
-def event(root: float, grads: dict[int, dict[str, object] | None], *,
-          error: str | None = None, line: int = 5) -> dict[str, object]:
-    return {"index": 0, "kind": "backward", "line": line, "roots": [scalar(root)],
-            "objective": root, "grads": {} if error else {str(k): g for k, g in grads.items()},
-            "error": {"type": "RuntimeError", "message": error} if error else None}
+def event(
+    root: float,
+    grads: dict[int, dict[str, object] | None],
+    *,
+    error: str | None = None,
+    line: int = 5,
+) -> dict[str, object]:
+    return {
+        "index": 0,
+        "kind": "backward",
+        "line": line,
+        "roots": [scalar(root)],
+        "objective": root,
+        "grads": {} if error else {str(k): g for k, g in grads.items()},
+        "error": {"type": "RuntimeError", "message": error} if error else None,
+    }
 
 
-def trace(*events: dict[str, object], leaves: int = 1, outcome: dict[str, object] = OK,
-          tensors: dict[str, object] | None = None) -> dict[str, object]:
-    return {"outcome": outcome, "leaves": [leaf() for _ in range(leaves)],
-            "events": list(events), "event_count": len(events), "events_truncated": False,
-            "globals": tensors or {}, "leaf_globals": [], "seed": 0}
+def trace(
+    *events: dict[str, object],
+    leaves: int = 1,
+    outcome: dict[str, object] = OK,
+    tensors: dict[str, object] | None = None,
+) -> dict[str, object]:
+    return {
+        "outcome": outcome,
+        "leaves": [leaf() for _ in range(leaves)],
+        "events": list(events),
+        "event_count": len(events),
+        "events_truncated": False,
+        "globals": tensors or {},
+        "leaf_globals": [],
+        "seed": 0,
+    }
 
 
-def fd_entry(event_index: int, leaf_index: int, values: list[float],
-             noise: float = 0.0, unused: bool = False) -> dict[str, object]:
-    return {"event": event_index, "leaf": leaf_index, "numel": len(values),
-            "requested": len(values), "unused": unused, "error": None,
-            "indices": [] if unused else list(range(len(values))),
-            "values": [] if unused else [v if math.isfinite(v) else str(v) for v in values],
-            "methods": [] if unused else ["central"] * len(values),
-            "noise": [] if unused else [noise] * len(values)}
+def fd_entry(
+    event_index: int, leaf_index: int, values: list[float], noise: float = 0.0, unused: bool = False
+) -> dict[str, object]:
+    return {
+        "event": event_index,
+        "leaf": leaf_index,
+        "numel": len(values),
+        "requested": len(values),
+        "unused": unused,
+        "error": None,
+        "indices": [] if unused else list(range(len(values))),
+        "values": [] if unused else [v if math.isfinite(v) else str(v) for v in values],
+        "methods": [] if unused else ["central"] * len(values),
+        "noise": [] if unused else [noise] * len(values),
+    }
 
 
-def fd(*entries: dict[str, object], probe: dict[str, float] | None = None
-       ) -> dict[str, object]:
-    return {"entries": list(entries), "evaluations": 2 * len(entries), "capped": False,
-            "probe_objectives": probe or {}}
+def fd(*entries: dict[str, object], probe: dict[str, float] | None = None) -> dict[str, object]:
+    return {
+        "entries": list(entries),
+        "evaluations": 2 * len(entries),
+        "capped": False,
+        "probe_objectives": probe or {},
+    }
 
 
-RAISED = trace(event(1.0, {}, error="element 0 of tensors does not require grad"),
-               outcome={"status": "error", "type": "RuntimeError", "message": "element 0",
-                        "line": 5, "category": "code"})
+RAISED = trace(
+    event(1.0, {}, error="element 0 of tensors does not require grad"),
+    outcome={
+        "status": "error",
+        "type": "RuntimeError",
+        "message": "element 0",
+        "line": 5,
+        "category": "code",
+    },
+)
 
 
-@pytest.mark.parametrize(("after_value", "status"), [
-    (1.0 + 1.0e-4, "verified"),  # |diff| <= 1e-5 + 1e-4 * 1.0
-    (1.0 + 1.2e-4, "rejected"),
-])
+@pytest.mark.parametrize(
+    ("after_value", "status"),
+    [
+        (1.0 + 1.0e-4, "verified"),  # |diff| <= 1e-5 + 1e-4 * 1.0
+        (1.0 + 1.2e-4, "rejected"),
+    ],
+)
 def test_gradient_tolerance_edge(after_value: float, status: str) -> None:
     before = trace(event(3.0, {0: tensor([1.0, -2.0])}))
     after = trace(event(3.0, {0: tensor([after_value, -2.0])}))
@@ -549,10 +693,13 @@ def test_gradient_tolerance_edge(after_value: float, status: str) -> None:
     assert verdict.evidence["tolerances"]["gradient"] == {"rtol": 1e-4, "atol": 1e-5}
 
 
-@pytest.mark.parametrize(("after_root", "status"), [
-    (10.0 + 0.9e-4, "verified"),  # |diff| <= 1e-6 + 1e-5 * 10
-    (10.0 + 1.2e-4, "rejected"),
-])
+@pytest.mark.parametrize(
+    ("after_root", "status"),
+    [
+        (10.0 + 0.9e-4, "verified"),  # |diff| <= 1e-6 + 1e-5 * 10
+        (10.0 + 1.2e-4, "rejected"),
+    ],
+)
 def test_forward_tolerance_edge(after_root: float, status: str) -> None:
     grads = {0: tensor([1.0, 1.0])}
     verdict = compare_traces(trace(event(10.0, grads)), trace(event(after_root, grads)))
@@ -570,13 +717,15 @@ def test_nan_forward_in_before_is_not_compared() -> None:
     assert verdict.evidence["forward"]["values_compared"] == 0
 
 
-@pytest.mark.parametrize(("after_value", "noise", "status"), [
-    (2.02, 0.0, "verified"),  # |diff| <= 1e-3 + 1e-2 * 2.0
-    (2.03, 0.0, "rejected"),
-    (2.03, 0.02, "verified"),  # the estimate's rounding-noise bound widens atol
-])
-def test_finite_difference_tolerance_edge(after_value: float, noise: float,
-                                          status: str) -> None:
+@pytest.mark.parametrize(
+    ("after_value", "noise", "status"),
+    [
+        (2.02, 0.0, "verified"),  # |diff| <= 1e-3 + 1e-2 * 2.0
+        (2.03, 0.0, "rejected"),
+        (2.03, 0.02, "verified"),  # the estimate's rounding-noise bound widens atol
+    ],
+)
+def test_finite_difference_tolerance_edge(after_value: float, noise: float, status: str) -> None:
     after = trace(event(1.0, {0: tensor([after_value, 0.0])}))
     verdict = compare_traces(RAISED, after, {"before": fd(fd_entry(0, 0, [2.0, 0.0], noise))})
     assert verdict.status == status, verdict.reason
@@ -600,8 +749,9 @@ def test_reference_undefined_everywhere_is_unverified() -> None:
     assert verdict.status == "unverified" and "undefined" in verdict.reason
 
 
-@pytest.mark.parametrize(("after_value", "status"), [
-    (0.0, "verified"), (-1.0, "verified"), (-1.2, "rejected")])
+@pytest.mark.parametrize(
+    ("after_value", "status"), [(0.0, "verified"), (-1.0, "verified"), (-1.2, "rejected")]
+)
 def test_kink_accepts_any_gradient_between_the_slopes(after_value: float, status: str) -> None:
     entry = fd_entry(0, 0, [0.0, 2.0])
     entry["methods"][0] = "kink"
@@ -623,11 +773,63 @@ def test_none_gradient_in_after_counts_as_zero_only_against_finite_differences()
     assert lost.status == "rejected" and "None where before computes one" in lost.reason
 
 
-def test_no_gradient_in_either_version_is_left_alone() -> None:
+def test_no_gradient_in_either_version_is_checked_by_finite_differences_of_after() -> None:
     both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    assert plan_fd(both, both) == {"after": [{"event": 0, "leaf": 1, "elements": [0, 1]}]}
+    independent = compare_traces(both, both, {"after": fd(fd_entry(0, 1, [0.0, 0.0]))})
+    assert independent.status == "verified", independent.reason
+    assert independent.evidence["leaves_without_gradient"] == [1]
+    assert "leaves compared: #0 (line 3)" in independent.reason
+    assert "independent of them by finite differences of the fix's forward: #1" in (
+        independent.reason
+    )
+    still_cut = compare_traces(both, both, {"after": fd(fd_entry(0, 1, [0.0, 0.5]))})
+    assert still_cut.status == "rejected"
+    assert "gradient lost" in still_cut.reason and "element 1" in still_cut.reason
+
+
+def test_a_leaf_torch_made_without_gradient_is_listed_as_not_compared() -> None:
+    both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    both["leaves"][1]["declared"] = False  # type: ignore[index]
+    assert plan_fd(both, both) == {}
     verdict = compare_traces(both, both)
     assert verdict.status == "verified", verdict.reason
-    assert verdict.evidence["leaves_without_gradient"] == [1]
+    assert "not compared: #1 (line 3) (no gradient in either version; made by torch" in (
+        verdict.reason
+    )
+    assert "1" in verdict.evidence["leaves_not_compared"]
+
+
+def test_same_failure_in_both_versions_is_blocked_not_rejected() -> None:
+    failure = {
+        "status": "error",
+        "type": "TypeError",
+        "message": "bad operand",
+        "line": 7,
+        "category": "code",
+        "where": "other.py:2",
+        "code": "return x + '2'",
+    }
+    ran = event(1.0, {0: tensor([1.0, 1.0])})
+    verdict = compare_traces(trace(ran, outcome=failure), trace(ran, outcome=failure))
+    assert verdict.status == "unverified", verdict.reason
+    assert verdict.reason.startswith("blocked by TypeError: bad operand at other.py:2")
+    changed_line = dict(failure, code="return x + 2.0")
+    verdict = compare_traces(trace(ran, outcome=failure), trace(ran, outcome=changed_line))
+    assert verdict.status == "rejected"  # the fix changed the failing statement
+
+
+def test_timeout_says_what_would_make_it_verifiable() -> None:
+    timeout = {"runner_error": {"kind": "timeout", "message": "timeout after 3 s"}}
+    verdict = compare_traces(timeout, trace())
+    assert "--max-steps" in verdict.reason
+    # --cmd: the command timed out in both versions: not a failure "blocked" by a bug
+    command = {"status": "error", "type": "CommandFailed", "message": "timeout after 3 s",
+               "line": None, "category": "timeout"}  # fmt: skip
+    both = compare_traces(trace(outcome=command), trace(outcome=command))
+    assert both.status == "unverified" and "could not be executed: timeout" in both.reason
+    assert "--max-steps" in both.reason
+    assert '--cmd "python train.py --epochs 1"' in verdict.reason and "--entry" in verdict.reason
 
 
 def test_missing_reference_is_planned_then_unverified_without_it() -> None:
@@ -656,9 +858,16 @@ def test_fewer_backward_calls_after_a_raising_backward_is_rejected() -> None:
 
 
 def test_error_in_after_event_is_rejected() -> None:
-    after = trace(event(1.0, {}, error="still broken"),
-                  outcome={"status": "error", "type": "RuntimeError",
-                           "message": "still broken", "line": 5, "category": "code"})
+    after = trace(
+        event(1.0, {}, error="still broken"),
+        outcome={
+            "status": "error",
+            "type": "RuntimeError",
+            "message": "still broken",
+            "line": 5,
+            "category": "code",
+        },
+    )
     verdict = compare_traces(RAISED, after)
     assert verdict.status == "rejected"
     assert "still broken" in verdict.reason
@@ -676,8 +885,13 @@ def test_runner_failure_and_environment_errors_are_unverified() -> None:
     timeout = {"runner_error": {"kind": "timeout", "message": "timeout after 3 s"}}
     verdict = compare_traces(timeout, trace())
     assert verdict.status == "unverified" and "timeout after 3 s" in verdict.reason
-    missing = {"status": "error", "type": "FileNotFoundError", "message": "data.csv",
-               "line": 2, "category": "env"}
+    missing = {
+        "status": "error",
+        "type": "FileNotFoundError",
+        "message": "data.csv",
+        "line": 2,
+        "category": "env",
+    }
     verdict = compare_traces(trace(outcome=missing), trace(outcome=missing))
     assert verdict.status == "unverified" and "FileNotFoundError" in verdict.reason
 
@@ -696,7 +910,9 @@ def test_module_level_tensors_without_backward() -> None:
     assert "no gradients were exercised" in verdict.reason
     changed = trace(tensors={"y": tensor([0.0, 3.0])})
     assert compare_traces(same, changed).status == "rejected"
-    assert compare_traces(trace(), trace()).status == "unverified"
+    nothing = compare_traces(trace(), trace())
+    assert nothing.status == "unverified"
+    assert "--entry MODULE:FUNCTION" in nothing.reason  # what would make it verifiable
 
 
 def test_trajectory_after_a_broken_gradient_is_self_checked() -> None:
@@ -705,10 +921,11 @@ def test_trajectory_after_a_broken_gradient_is_self_checked() -> None:
     before = trace(event(4.0, {0: None}), event(4.0, {0: None}, line=9))
     after = trace(event(4.0, {0: tensor([1.0, 1.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
     plan = plan_fd(before, after)
-    assert plan == {"before": [{"event": 0, "leaf": 0, "elements": None}],
-                    "after": [{"event": 1, "leaf": 0, "elements": None}]}
-    references = {"before": fd(fd_entry(0, 0, [1.0, 1.0])),
-                  "after": fd(fd_entry(1, 0, [0.5, 0.5]))}
+    assert plan == {
+        "before": [{"event": 0, "leaf": 0, "elements": None}],
+        "after": [{"event": 1, "leaf": 0, "elements": None}],
+    }
+    references = {"before": fd(fd_entry(0, 0, [1.0, 1.0])), "after": fd(fd_entry(1, 0, [0.5, 0.5]))}
     verdict = compare_traces(before, after, references)
     assert verdict.status == "verified", verdict.reason
     assert "parts from the fix's at #2" in verdict.reason
@@ -731,14 +948,18 @@ def test_changed_gradient_without_finite_differences_is_rejected() -> None:
     assert "not computed to check it" in verdict.reason
 
 
-@pytest.mark.parametrize(("estimate", "status", "reason"), [
-    (3.02, "verified", "(a silent graph cut) at 1 element(s)"),  # FD tolerance
-    (1.0, "rejected", "agrees with before's autograd"),
-    (2.0, "rejected", "gradient wrong:"),  # agrees with neither
-    (math.nan, "rejected", "undefined there"),
-])
+@pytest.mark.parametrize(
+    ("estimate", "status", "reason"),
+    [
+        (3.02, "verified", "(a silent graph cut) at 1 element(s)"),  # FD tolerance
+        (1.0, "rejected", "agrees with before's autograd"),
+        (2.0, "rejected", "gradient wrong:"),  # agrees with neither
+        (math.nan, "rejected", "undefined there"),
+    ],
+)
 def test_changed_gradient_is_judged_by_finite_differences_of_before(
-        estimate: float, status: str, reason: str) -> None:
+    estimate: float, status: str, reason: str
+) -> None:
     entry = fd_entry(0, 0, [math.nan, estimate])
     entry.update(indices=[1], values=entry["values"][1:], methods=["central"], noise=[0.0])
     verdict = compare_traces(SILENT_BEFORE, SILENT_AFTER, {"before": fd(entry)})
@@ -746,17 +967,26 @@ def test_changed_gradient_is_judged_by_finite_differences_of_before(
     assert reason in verdict.reason
     if status == "verified":
         assert verdict.evidence["silent_graph_cuts"] == [
-            {"event": 0, "leaf": 0, "element": 1, "before_autograd": 1.0, "after": 3.0,
-             "finite_difference": 3.02, "method": "central", "interval": None}]
+            {
+                "event": 0,
+                "leaf": 0,
+                "element": 1,
+                "before_autograd": 1.0,
+                "after": 3.0,
+                "finite_difference": 3.02,
+                "method": "central",
+                "interval": None,
+            }
+        ]
         assert verdict.evidence["gradient"]["values_compared"] == 1  # element 0
 
 
 def test_changed_gradient_estimates_at_a_kink_and_when_missing() -> None:
     def entry(interval: list[float] | None) -> dict[str, object]:
         built = fd_entry(0, 0, [2.0])
-        built.update(indices=[1], methods=["kink" if interval else "central"],
-                     intervals=[interval])
+        built.update(indices=[1], methods=["kink" if interval else "central"], intervals=[interval])
         return built
+
     inside = compare_traces(SILENT_BEFORE, SILENT_AFTER, {"before": fd(entry([2.0, 4.0]))})
     assert inside.status == "verified", inside.reason
     assert inside.evidence["silent_graph_cuts"][0]["interval"] == [2.0, 4.0]
@@ -780,7 +1010,8 @@ def test_changed_gradient_plans_the_later_calls_of_a_parted_trajectory() -> None
     after = trace(event(4.0, {0: tensor([1.0, 3.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
     assert plan_fd(before, after) == {
         "before": [{"event": 0, "leaf": 0, "elements": [1]}],
-        "after": [{"event": 1, "leaf": 0, "elements": None}]}
+        "after": [{"event": 1, "leaf": 0, "elements": None}],
+    }
     cut = fd_entry(0, 0, [1.0, 3.0])
     references = {"before": fd(cut), "after": fd(fd_entry(1, 0, [0.5, 0.5]))}
     verdict = compare_traces(before, after, references)
@@ -806,10 +1037,12 @@ for step in range(3):
     opt.step()
 """
 VIEW_BEFORE_LOOP = REBOUND_LEAF.replace("w = w.view(3, 1)", "w_view = w.view(3, 1)").replace(
-    "x @ w)", "x @ w_view)")
+    "x @ w)", "x @ w_view)"
+)
 STALE_COPY_BEFORE_LOOP = VIEW_BEFORE_LOOP.replace("w.view(3, 1)", "w.view(3, 1).clone()")
 COPY_IN_LOOP = STALE_COPY_BEFORE_LOOP.replace("w_view = w.view(3, 1).clone()\n", "").replace(
-    "    opt.zero_grad()\n", "    opt.zero_grad()\n    w_view = w.view(3, 1).clone()\n")
+    "    opt.zero_grad()\n", "    opt.zero_grad()\n    w_view = w.view(3, 1).clone()\n"
+)
 
 
 def test_leaf_updated_behind_a_view_made_before_the_loop_is_perturbed_per_step() -> None:
@@ -839,8 +1072,10 @@ loss = (x @ w).pow(2).sum()
 loss.backward()
 print(w.grad)
 """
-BOUND_LEAF = BOUND_NONLEAF.replace("torch.randn(4, 3, requires_grad=True).t() * 0.01",
-                                   "(torch.randn(4, 3).t() * 0.01).requires_grad_()")
+BOUND_LEAF = BOUND_NONLEAF.replace(
+    "torch.randn(4, 3, requires_grad=True).t() * 0.01",
+    "(torch.randn(4, 3).t() * 0.01).requires_grad_()",
+)
 
 
 def test_leaf_made_from_the_bound_value_is_compared_with_its_gradient() -> None:
@@ -859,12 +1094,13 @@ def test_leaf_made_from_the_bound_value_with_a_changed_gradient_is_rejected() ->
 
 
 def test_gradient_moved_away_from_a_named_leaf_is_rejected() -> None:
-    before = BOUND_NONLEAF.replace("w = torch.randn(4, 3, requires_grad=True).t() * 0.01",
-                                   "w0 = torch.randn(4, 3, requires_grad=True)\n"
-                                   "w = w0.t() * 0.01")
-    after = before.replace("w0 = torch.randn(4, 3, requires_grad=True)",
-                           "w0 = torch.randn(4, 3)").replace(
-        "w = w0.t() * 0.01", "w = (w0.t() * 0.01).requires_grad_()")
+    before = BOUND_NONLEAF.replace(
+        "w = torch.randn(4, 3, requires_grad=True).t() * 0.01",
+        "w0 = torch.randn(4, 3, requires_grad=True)\nw = w0.t() * 0.01",
+    )
+    after = before.replace(
+        "w0 = torch.randn(4, 3, requires_grad=True)", "w0 = torch.randn(4, 3)"
+    ).replace("w = w0.t() * 0.01", "w = (w0.t() * 0.01).requires_grad_()")
     verdict = verify(before, after)
     assert verdict.status == "rejected", verdict.reason
 
@@ -872,8 +1108,10 @@ def test_gradient_moved_away_from_a_named_leaf_is_rejected() -> None:
 def test_leaf_kept_under_its_name_with_another_value_keeps_its_own_reference() -> None:
     # eta = eta * 2 -> eta_scaled = eta * 2: after's 'eta' is the same leaf, not a leaf
     # made from before's value of 'eta', so the leaf's own gradient is the reference.
-    before = ("import torch\neta = torch.nn.Parameter(torch.rand(4))\neta = eta * 2\n"
-              "eta.sum().backward()\n")
+    before = (
+        "import torch\neta = torch.nn.Parameter(torch.rand(4))\neta = eta * 2\n"
+        "eta.sum().backward()\n"
+    )
     after = before.replace("eta = eta * 2\neta.sum()", "eta_scaled = eta * 2\neta_scaled.sum()")
     verdict = verify(before, after)
     assert verdict.status == "verified", verdict.reason
@@ -897,8 +1135,9 @@ torch.manual_seed(0)
 model = Scale()
 model(torch.randn(3, 4)).pow(2).sum().backward()
 """
-    after = before.replace("torch.randn(4, requires_grad=True) * 0.1",
-                           "nn.Parameter(torch.randn(4) * 0.1)")
+    after = before.replace(
+        "torch.randn(4, requires_grad=True) * 0.1", "nn.Parameter(torch.randn(4) * 0.1)"
+    )
     verdict = verify(before, after)
     assert verdict.status == "verified", verdict.reason
     assert any("non-leaf 'model.w'" in note for note in verdict.evidence["notes"])

@@ -60,11 +60,17 @@ def verify_sources(
     fd_budget: int = FD_BUDGET,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     source_dir: str | None = None,
+    max_steps: int | None = None,
+    patched: dict[str, str] | None = None,
 ) -> Verdict:
     """Execute BEFORE and AFTER and decide whether AFTER is a proven fix.
 
     ``timeout`` bounds each phase of each subprocess (the trace, the finite differences).
     ``source_dir`` is put on ``sys.path`` so the script's local imports resolve.
+    ``max_steps``: both versions stop after that many backward calls (None: no limit), so
+    that a training loop is compared over its first steps instead of timing out.
+    ``patched``: files of ``source_dir`` (relative path -> text) that AFTER sees fixed
+    too (the project's other fixes; BEFORE sees the files as they are).
     """
     early = _check_syntax(before_src, after_src, filename)
     if early is not None:
@@ -76,7 +82,8 @@ def verify_sources(
         "memory_limit": memory_limit,
     }
     try:
-        return _verify(before_src, after_src, options, timeout, fd_budget)
+        limits = {"timeout": timeout, "fd_budget": fd_budget, "max_steps": max_steps}
+        return _verify(before_src, after_src, options, limits, patched or {})
     except RunnerFailure as failure:
         return Verdict(
             "unverified", f"could not start the runner: {failure}", {"filename": filename}
@@ -84,14 +91,22 @@ def verify_sources(
 
 
 def _verify(
-    before_src: str, after_src: str, options: dict[str, Any], timeout: float, fd_budget: int
+    before_src: str,
+    after_src: str,
+    options: dict[str, Any],
+    limits: dict[str, Any],
+    patched: dict[str, str],
 ) -> Verdict:
+    timeout, fd_budget, max_steps = limits["timeout"], limits["fd_budget"], limits["max_steps"]
     with (
         RunnerProcess(before_src, **options) as before_proc,
-        RunnerProcess(after_src, **options) as after_proc,
+        RunnerProcess(after_src, **options, patched=patched) as after_proc,
     ):
         procs = {"before": before_proc, "after": after_proc}
-        traces = {source: _send(proc, "trace", timeout) for source, proc in procs.items()}
+        traces = {
+            source: _send(proc, "trace", timeout, max_steps=max_steps)
+            for source, proc in procs.items()
+        }
         before: dict[str, Any] = traces["before"] or _receive(
             before_proc, before_proc.started + timeout, timeout
         )
@@ -116,6 +131,7 @@ def _verify(
             for source, failed in sent.items()
         }
     verdict = compare_traces(before, after, fd or None)
+    verdict.evidence["max_steps"] = max_steps
     verdict.evidence["filename"] = options["filename"]
     verdict.evidence["seed"] = options["seed"]
     verdict.evidence["duration_s"] = {

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gradfix.verify.oracle import Verdict, compare_traces
+from gradfix.verify.process import PACKAGE_ROOT
 
 #: What is not copied into the patched tree (caches, environments, VCS data).
 IGNORED = (
@@ -52,14 +53,27 @@ IGNORED = (
 )
 HOOK = '''"""gradfix: records gradients of this process for ``gradfix verify --cmd``."""
 import os
+import sys
 
-if os.environ.get("GRADFIX_TRACE_DIR"):
+
+def _gradfix_start():
+    try:
+        import torch  # noqa: F401 - the program's own torch, before gradfix is on the path
+    except Exception:  # no torch in this interpreter: record nothing
+        return
+    # The recorder of the gradfix that runs the harness, whatever the command's Python has.
+    sys.path.insert(0, {package_root!r})
     try:
         from gradfix.verify.command_hook import start
-    except Exception:  # gradfix or torch missing in this interpreter: record nothing
-        pass
-    else:
-        start()
+    except Exception:
+        return
+    finally:
+        sys.path.remove({package_root!r})
+    start()
+
+
+if os.environ.get("GRADFIX_TRACE_DIR"):
+    _gradfix_start()
 '''
 
 
@@ -67,9 +81,16 @@ class CommandHarness:
     """Runs one command before and after fixes; BEFORE's trace is computed once."""
 
     def __init__(
-        self, command: str, *, root: str = ".", timeout: float = 60.0, seed: int = 0
+        self,
+        command: str,
+        *,
+        root: str = ".",
+        timeout: float = 60.0,
+        seed: int = 0,
+        max_steps: int | None = None,
     ) -> None:
         self.command = command
+        self.max_steps = max_steps  # each Python process stops past this many backward calls
         self.root = os.path.abspath(root)
         self.timeout = timeout
         self.seed = seed
@@ -77,7 +98,8 @@ class CommandHarness:
         self._lock = threading.Lock()
         self._home = tempfile.mkdtemp(prefix="gradfix-cmd-")
         Path(self._home, "hook").mkdir()
-        Path(self._home, "hook", "sitecustomize.py").write_text(HOOK, encoding="utf-8")
+        hook = HOOK.format(package_root=PACKAGE_ROOT)
+        Path(self._home, "hook", "sitecustomize.py").write_text(hook, encoding="utf-8")
 
     def close(self) -> None:
         shutil.rmtree(self._home, ignore_errors=True)
@@ -88,21 +110,28 @@ class CommandHarness:
                 self._before = self._run(self.root, "before")
             return self._before
 
-    def prove(self, path: str, fixed_source: str) -> Verdict:
-        """Run the command in a copy of the project where ``path`` holds ``fixed_source``."""
+    def prove(self, path: str, fixed_source: str, others: dict[str, str] | None = None) -> Verdict:
+        """Run the command in a copy of the project where ``path`` holds ``fixed_source``
+        (and each of ``others``, path -> text, its text: the project's other fixes)."""
         target = os.path.abspath(path)
-        if os.path.commonpath([target, self.root]) != self.root:
+        if not self._inside(target):
             return Verdict("unverified", f"{path} is outside the project {self.root}")
         before = self.before()
+        patched = {os.path.abspath(p): text for p, text in (others or {}).items()}
+        patched = {p: text for p, text in patched.items() if self._inside(p)}
+        patched[target] = fixed_source
         with tempfile.TemporaryDirectory(dir=self._home) as copy:
             tree = os.path.join(copy, "tree")
             shutil.copytree(self.root, tree, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
-            patched = os.path.join(tree, os.path.relpath(target, self.root))
-            Path(patched).write_text(fixed_source, encoding="utf-8")
+            for file, text in patched.items():
+                Path(tree, os.path.relpath(file, self.root)).write_text(text, encoding="utf-8")
             after = self._run(tree, "after")
         verdict = compare_traces(before, after, None)
         verdict.evidence["command"] = self.command
         return verdict
+
+    def _inside(self, path: str) -> bool:
+        return os.path.commonpath([path, self.root]) == self.root
 
     def _run(self, cwd: str, label: str) -> dict[str, Any]:
         traces = tempfile.mkdtemp(prefix=f"{label}-", dir=self._home)
@@ -114,6 +143,7 @@ class CommandHarness:
             GRADFIX_SEED=str(self.seed),
             CUDA_VISIBLE_DEVICES="",
             PYTHONHASHSEED=str(self.seed),
+            GRADFIX_MAX_STEPS=str(self.max_steps or 0),
         )
         try:
             completed = subprocess.run(

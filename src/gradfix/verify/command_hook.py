@@ -3,7 +3,8 @@
 Loaded by the ``sitecustomize`` that :mod:`gradfix.verify.command` puts first on
 ``PYTHONPATH``. Seeds torch, ``random`` and NumPy, installs the instrumentation of
 :mod:`gradfix.verify.instrument` with one recorder for the whole process, notes an
-uncaught exception, and writes ``trace-<pid>.json`` into ``$GRADFIX_TRACE_DIR`` at exit.
+uncaught exception, and writes ``trace-<pid>.json`` into ``$GRADFIX_TRACE_DIR`` at exit,
+or at the backward call past ``$GRADFIX_MAX_STEPS``, where it ends the process.
 Never raises into the user's program: a failure here only loses the trace.
 """
 
@@ -25,6 +26,7 @@ def start() -> None:
         import torch
 
         from gradfix.verify import instrument
+        from gradfix.verify.runner import failing_place
     except ImportError:
         return
     torch.manual_seed(seed)
@@ -42,11 +44,24 @@ def start() -> None:
             "message": instrument.one_line(exc),
             "line": None,
             "category": "code",
+            **failing_place(tb),  # where both versions may fail the same way
         }
         previous_hook(kind, exc, tb)
 
     sys.excepthook = note_exception
     atexit.register(_dump, directory, recorder, state, seed)
+    max_steps = int(os.environ.get("GRADFIX_MAX_STEPS") or 0)
+    if max_steps:
+        recorder.max_events = max_steps
+
+        def stop() -> None:
+            # The process ends at once (a test runner would catch an exception and carry
+            # on): both versions stop after the same number of backward calls.
+            state["outcome"] = {"status": "stopped", "max_steps": max_steps}
+            _dump(directory, recorder, state, seed)
+            os._exit(0)
+
+        recorder.on_max_steps = stop
 
 
 def _dump(directory: str, recorder: Any, state: dict[str, Any], seed: int) -> None:

@@ -254,14 +254,15 @@ def parse_entry(entry: str) -> tuple[str, str]:
     return module, function
 
 
-def entry_driver(entry: str, root: str, target: str, patched_source: str | None) -> str:
+def entry_driver(entry: str, root: str, target: str, patched_sources: dict[str, str] | None) -> str:
     """A script that imports ``module`` of ``entry`` (``module:function``) from ``root``
-    and calls ``function()``; with ``patched_source``, the file ``target`` is imported
-    with that text instead of what is on disk (the user's files are never written). The
-    backward calls the entry point makes are what the oracle compares."""
+    and calls ``function()``; with ``patched_sources`` (path -> text), those files are
+    imported with that text instead of what is on disk (the user's files are never
+    written). The run must import ``target``. The backward calls the entry point makes
+    are what the oracle compares."""
     module, function = parse_entry(entry)
     target = os.path.abspath(target)
-    patched = {target: patched_source} if patched_source is not None else {}
+    patched = {os.path.abspath(path): text for path, text in (patched_sources or {}).items()}
     return _ENTRY_DRIVER.format(
         entry=entry,
         root=os.path.abspath(root),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ FD_DEFAULT_STEP = 1e-3
 # The C getset descriptor behind `Tensor.requires_grad` (typed as a bool by the stubs).
 _BASE_REQUIRES_GRAD: Any = torch._C.TensorBase.requires_grad
 _ACTIVE: Recorder | None = None
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _INSTALLED = False
 
 
@@ -130,6 +132,10 @@ class Recorder:
         self.leaf_counts: dict[int, int] = {}
         self.depth = 0
         self.internal = False
+        # --max-steps: the script is stopped at the backward call of this index (by
+        # StopScript, or by ``on_max_steps`` when the whole process must end there).
+        self.max_events: int | None = None
+        self.on_max_steps: Callable[[], None] | None = None
         # Finite-difference support (see UseTracker).
         self.stop_after_event: int | None = None
         self.perturbation: Perturbation | None = None
@@ -154,6 +160,7 @@ class Recorder:
                 "dtype": str(tensor.dtype).replace("torch.", ""),
                 "origin": origin,
                 "line": self.script_line(),
+                "declared": _declared_by_the_program(),
             }
         )
 
@@ -181,6 +188,10 @@ class Recorder:
         """Record one backward call around ``call`` (the real autograd function)."""
         if self.depth:
             return call()
+        if self.max_events is not None and self.event_count >= self.max_events:
+            if self.on_max_steps is not None:
+                self.on_max_steps()
+            raise StopScript  # both versions stop after the same number of calls
         index = self.event_count
         self.event_count += 1
         self.internal = True
@@ -469,6 +480,17 @@ class UseTracker(TorchFunctionMode):
 def activate(recorder: Recorder | None) -> None:
     global _ACTIVE
     _ACTIVE = recorder
+
+
+def _declared_by_the_program() -> bool:
+    """Whether the leaf being registered was asked for by the program itself
+    (``torch.randn(3, requires_grad=True)``, ``nn.Parameter(...)`` in its code) rather than
+    made by torch (the weights of ``nn.Linear``): a leaf the program declared is meant to
+    receive a gradient."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
 def _register(result: Any, origin: str) -> None:

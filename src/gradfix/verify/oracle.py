@@ -41,10 +41,19 @@ name where BEFORE binds a non-leaf that requires grad
 non-leaf: the value the user bound, and the only gradient BEFORE's program could have
 meant. A leaf BEFORE holds by name always keeps its own gradient as the reference.
 
-Backward calls are matched by order, leaves by creation index. A leaf whose gradient is
-``None`` in both versions (after a backward that ran) is left alone: the rewrite did not
-touch its reachability. AFTER's ``None`` counts as zero only against a finite-difference
-reference; against a gradient BEFORE really produced it is a lost gradient.
+Backward calls are matched by order, leaves by creation index. A leaf the program
+declared (``requires_grad=True``, its own ``nn.Parameter``; not the weights torch makes
+inside ``nn.Linear``, which a distillation freezes on purpose) whose gradient is ``None``
+in both versions (after a backward that ran) may still be cut off by the fix (a ``.data``
+read in ``forward`` rewritten to ``.detach()``: the layer never trains): finite
+differences of AFTER's forward at a few of its elements must then be zero, or the fix is
+rejected ("gradient lost"). AFTER's ``None`` counts as zero only against a
+finite-difference reference; against a gradient BEFORE really produced it is a lost
+gradient. A verified reason lists the leaves compared and those not compared, with why.
+
+When both versions fail with the same error at the same, unchanged statement (another
+bug, in this file or another), the calls both made are compared and the verdict is
+``unverified: blocked by <error> at <file:line>``, never a rejection of the fix.
 
 When BEFORE dies (a code error, not an environment problem) before some backward call
 AFTER makes — e.g. ``w.normal_()`` on a leaf raises before any forward result exists —
@@ -100,6 +109,18 @@ TOLERANCES = {
     "gradient": {"rtol": GRAD_RTOL, "atol": GRAD_ATOL},
     "finite_difference": {"rtol": FD_RTOL, "atol": FD_ATOL, "plus": "rounding-noise bound"},
 }
+
+
+#: What an unverified verdict suggests when the program could not run as it was driven.
+MAKE_VERIFIABLE = (
+    '; to verify it, drive the program yourself: --cmd "python train.py --epochs 1" '
+    "or --entry MODULE:FUNCTION"
+)
+#: The same after a timeout, when fewer steps may be enough.
+MAKE_FASTER = (
+    "; to verify it, stop it sooner (--max-steps 5) or drive it yourself: "
+    '--cmd "python train.py --epochs 1" or --entry MODULE:FUNCTION'
+)
 
 
 @dataclass
@@ -287,7 +308,9 @@ class _Comparison:
         self.events_compared = 0
         self.self_checked_events = 0
         self.globals_compared: list[str] = []
-        self.no_gradient_either: set[int] = set()
+        self.no_gradient_either: set[int] = set()  # checked by finite differences
+        self.not_compared: dict[int, str] = {}  # leaf -> why its gradient was not compared
+        self.blocked: dict[str, Any] | None = None  # both versions fail the same way
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         self._determinism_checked: set[tuple[str, int]] = set()
@@ -302,6 +325,8 @@ class _Comparison:
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)
             self._compare_globals()
+            if self.blocked is not None:
+                raise _Unverifiable(self._blocked_reason(self.blocked))
         except _Rejected as exc:
             return Verdict("rejected", str(exc), self.evidence())
         except _Unverifiable as exc:
@@ -333,6 +358,7 @@ class _Comparison:
                 f"forward results and gradients match over {self.events_compared} "
                 f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)"
             )
+        parts += self._leaf_summary()
         if self.silent_cuts:
             parts.append(
                 "before's autograd gradient differs from finite differences of its "
@@ -367,11 +393,65 @@ class _Comparison:
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
 
+    def _blocked_reason(self, outcome: dict[str, Any]) -> str:
+        ran = (
+            f"; the {self.events_compared} backward call(s) made before it match"
+            if self.events_compared
+            else ""
+        )
+        where = outcome.get("where")
+        return (
+            f"blocked by {outcome.get('type')}: {outcome.get('message')}"
+            f"{f' at {where}' if where else ''}, where both versions fail the same way{ran}"
+        )
+
+    def _leaf_summary(self) -> list[str]:
+        """Which leaves were compared and which were not, and why (one clause each)."""
+        compared = sorted(self.leaves_compared)
+        parts = []
+        if compared:
+            parts.append("leaves compared: " + self._leaf_list(compared))
+        if self.no_gradient_either:
+            parts.append(
+                "without gradient in both versions and independent of them by finite "
+                "differences of the fix's forward: "
+                + self._leaf_list(sorted(self.no_gradient_either))
+            )
+        parts += [
+            f"not compared: {self._short_leaf(k)} ({why})" for k, why in self._uncompared().items()
+        ]
+        if self.after["outcome"].get("status") == "stopped":
+            steps = self.after["outcome"].get("max_steps")
+            parts.append(f"both versions stopped after {steps} backward call(s) (--max-steps)")
+        return parts
+
+    def _leaf_list(self, leaves: list[int], shown: int = 4) -> str:
+        """``#0 (line 3), #1 (line 4)``; past ``shown`` leaves, how many more (the
+        evidence lists them all)."""
+        text = ", ".join(self._short_leaf(k) for k in leaves[:shown])
+        return text + (f" and {len(leaves) - shown} more" if len(leaves) > shown else "")
+
+    def _short_leaf(self, k: int) -> str:
+        leaves = self.after.get("leaves", [])
+        line = leaves[k].get("line") if k < len(leaves) else None
+        return f"#{k}" + (f" (line {line})" if line else "")
+
+    def _uncompared(self) -> dict[int, str]:
+        """Leaves of AFTER whose gradient no comparison covered, with the reason."""
+        found = dict(self.not_compared)
+        seen = self.leaves_compared | self.no_gradient_either
+        for k in range(len(self.after.get("leaves", []))):
+            if k not in seen and k not in found:
+                found[k] = "reaches no recorded backward call"
+        return dict(sorted(found.items()))
+
     def _conclude_without_gradients(self) -> Verdict:
         outcome = self.before["outcome"]
         if outcome.get("category") == "env":
             return Verdict(
-                "unverified", f"could not run: {_outcome_text(outcome)}", self.evidence()
+                "unverified",
+                f"could not run: {_outcome_text(outcome)}{MAKE_VERIFIABLE}",
+                self.evidence(),
             )
         if outcome.get("status") != "ok":
             return Verdict(
@@ -384,7 +464,7 @@ class _Comparison:
             return Verdict(
                 "unverified",
                 "nothing to compare: neither version calls backward "
-                "and they share no module-level tensors",
+                f"and they share no module-level tensors{MAKE_VERIFIABLE}",
                 self.evidence(),
             )
         return Verdict(
@@ -411,6 +491,7 @@ class _Comparison:
             "events_self_checked": self.self_checked_events,
             "leaves_compared": sorted(self.leaves_compared),
             "leaves_without_gradient": sorted(self.no_gradient_either),
+            "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,
             "max_rel_diff": grads.max_rel_diff,
@@ -434,18 +515,36 @@ class _Comparison:
         for label, trace in (("before", self.before), ("after", self.after)):
             failure = trace.get("runner_error")
             if failure:
-                raise _Unverifiable(f"{label} could not be executed: {failure.get('message')}")
+                hint = MAKE_FASTER if failure.get("kind") == "timeout" else ""
+                raise _Unverifiable(
+                    f"{label} could not be executed: {failure.get('message')}{hint}"
+                )
         ob, oa = self.before["outcome"], self.after["outcome"]
+        for label, outcome in (("before", ob), ("after", oa)):
+            if outcome.get("category") == "timeout":  # a --cmd run past its time limit
+                raise _Unverifiable(
+                    f"{label} could not be executed: {outcome.get('message')}{MAKE_FASTER}"
+                )
         same = (ob.get("type"), ob.get("message")) == (oa.get("type"), oa.get("message"))
         if ob.get("category") == "env" and not (oa.get("category") == "env" and same):
-            raise _Unverifiable(f"before could not run: {_outcome_text(ob)}")
+            raise _Unverifiable(f"before could not run: {_outcome_text(ob)}{MAKE_VERIFIABLE}")
         if oa.get("category") == "env":
             if not same:
                 raise _Unverifiable(f"after could not run: {_outcome_text(oa)}")
             self.notes.append(f"both versions stop at {_outcome_text(oa)}")
             return
-        if oa.get("status") == "error":
+        if oa.get("status") == "error" and self._same_failure(ob, oa):
+            self.blocked = oa  # judged once the calls both versions made are compared
+        elif oa.get("status") == "error":
             raise _Rejected(f"after raised {_outcome_text(oa)}")
+
+    @staticmethod
+    def _same_failure(ob: dict[str, Any], oa: dict[str, Any]) -> bool:
+        """Both versions fail with the same error at the same statement, which the fix
+        left as it was (another bug in the program, not the fix's)."""
+        keys = ("status", "type", "message", "code", "where")
+        located = oa.get("where") is not None or oa.get("type") == "CommandFailed"
+        return located and all(ob.get(k) == oa.get(k) for k in keys)
 
     def _check_counts(self) -> None:
         nb, na = self.before.get("event_count", 0), self.after.get("event_count", 0)
@@ -604,7 +703,7 @@ class _Comparison:
                 continue
             grad_b = eb.get("grads", {}).get(key)
             if grad_b is None and grad_a is None:
-                self.no_gradient_either.add(k)
+                self._check_no_gradient(i, k, label)
                 continue
             if grad_b is None or not all(math.isfinite(v) for v in _values(grad_b)):
                 self._mark_broken(i)
@@ -619,6 +718,46 @@ class _Comparison:
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _check_no_gradient(self, i: int, k: int, label: str) -> None:
+        """A leaf without gradient in both versions: the rewrite may have kept the bug (a
+        ``.data`` read replaced by ``.detach()`` still cuts the parameter off). Finite
+        differences of AFTER's forward at a few elements must be zero; checked once per
+        leaf, at the first call that leaves it without gradient."""
+        if k in self.no_gradient_either or k in self.not_compared:
+            return
+        if not self._declared(k):
+            # torch made it (a submodule's weight): frozen on purpose, like a teacher's
+            self.not_compared[k] = "no gradient in either version; made by torch, not declared"
+            return
+        numel = self._leaf_numel(k)
+        elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+        try:
+            entry = self._fd_entry("after", i, k, elements)
+        except _Unverifiable as exc:
+            self.not_compared[k] = f"no gradient in either version; {exc}"
+            return
+        if entry is None:
+            return  # planned (or missing: the verdict says so)
+        for j, (value, _, noise, interval) in sorted(_estimates(entry).items()):
+            low, high = _fd_bounds(0.0, noise, None)
+            outside = value if interval is None else min(interval, key=abs)
+            if math.isfinite(outside) and not low <= outside <= high:
+                raise _Rejected(
+                    f"gradient lost: {label} leaves {self._leaf_name(k)} without gradient "
+                    "in both versions, but the fix's forward depends on it (finite-difference "
+                    f"derivative {_estimate_text(value, interval)} at element {j}): the "
+                    "graph is still cut"
+                )
+        self.no_gradient_either.add(k)
+
+    def _declared(self, k: int) -> bool:
+        leaves = self.after.get("leaves", [])
+        return k >= len(leaves) or bool(leaves[k].get("declared", True))
+
+    def _leaf_numel(self, k: int) -> int:
+        leaves = self.after.get("leaves", [])
+        return math.prod(leaves[k].get("shape", [])) if k < len(leaves) else 0
 
     def _bound_value(self, eb: dict[str, Any], ea: dict[str, Any], k: int) -> str | None:
         """The module-level name whose non-leaf value in BEFORE became leaf ``k`` in AFTER.

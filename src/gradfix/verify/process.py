@@ -1,7 +1,9 @@
 """Parent side of the oracle: start runners and talk to them. No torch import here.
 
 Every script runs in its own process (``gradfix.verify.runner``), in a fresh temporary
-working directory holding a copy of the script, with its output going to files there. The
+working directory holding the script, with its output going to files there; given the
+script's project directory, the working directory mirrors it (:mod:`.sandbox`: the
+project's files where the script expects them, and no write into the project). The
 parent and the runner exchange JSON lines over a Unix socket that the parent listens on,
 so nothing the script prints can corrupt an answer. A runner serves one script: its trace,
 then (torch still imported) its finite differences.
@@ -10,6 +12,10 @@ Importing torch costs about two seconds per process, more than most scripts take
 Linux the runners are therefore forked from a *fork server*: one long-lived process
 (``python -m gradfix.verify.runner --fork-server``, started on first use, with the runner
 environment) that imports torch once and forks a fresh, never-used child per script.
+That server is *shared* (:class:`SharedForkServer`): it outlives the ``gradfix`` process
+that started it and serves every later run of the same user and installation until it
+has been idle for 15 minutes, so that a second ``gradfix fix --verify FILE`` pays no torch
+import (``GRADFIX_VERIFY_DAEMON=0``: a server of this process only, stopped at its exit).
 Elsewhere, or with ``GRADFIX_VERIFY_FORK_SERVER=0``, each runner is a new
 ``python -m gradfix.verify.runner --child`` subprocess. Both give the same isolation: one
 process per script, a new session (process group), the memory cap, the time limit.
@@ -31,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from gradfix.verify.sandbox import mirror_project, place_file
 
 DEFAULT_MEMORY_LIMIT = 4 << 30
 # Where `gradfix` lives (src/ in a source tree, site-packages when installed).
@@ -70,6 +78,24 @@ def use_fork_server() -> bool:
     return enabled and sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
+def start_server(
+    arguments: list[str], log: str | os.PathLike[str], cwd: str, *, piped: bool
+) -> subprocess.Popen[bytes]:
+    """A runner module process in its own session, stderr to ``log`` (with ``piped``,
+    talked to on stdin/stdout)."""
+    stream = subprocess.PIPE if piped else subprocess.DEVNULL
+    with open(log, "wb") as errors:
+        return subprocess.Popen(
+            [*RUNNER, *arguments],
+            stdin=stream,
+            stdout=stream,
+            stderr=errors,
+            cwd=cwd,
+            env=runner_env(),
+            start_new_session=True,
+        )
+
+
 class ForkServer:
     """The long-lived process that forks runners (one per parent process, thread-safe)."""
 
@@ -77,16 +103,7 @@ class ForkServer:
         self.owner = os.getpid()
         self._home = tempfile.mkdtemp(prefix="gradfix-forkserver-")
         self._log = Path(self._home) / "stderr.txt"
-        with open(self._log, "wb") as log:
-            self._proc = subprocess.Popen(
-                [*RUNNER, "--fork-server"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                cwd=self._home,
-                env=runner_env(),
-                start_new_session=True,
-            )
+        self._proc = start_server(["--fork-server"], self._log, self._home, piped=True)
         self._lock = threading.Lock()
 
     def alive(self) -> bool:
@@ -119,17 +136,146 @@ class ForkServer:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
-_SERVER: ForkServer | None = None
+class SharedForkServer:
+    """The warm verifier: a fork server that outlives the ``gradfix`` process that started
+    it, shared by every later ``gradfix fix`` / ``verify`` and the language server of the
+    same user, Python and gradfix sources (a Unix socket in a private directory, keyed on
+    them), so that only the first run of a session pays torch's import. It exits after
+    :data:`DAEMON_IDLE` seconds without a request. Runners it forks take the caller's
+    environment from the spec."""
+
+    def __init__(self) -> None:
+        self.directory = _private_directory()
+        key = daemon_key()
+        self.address = os.path.join(self.directory, f"forkserver-{key}.sock")
+        self._lock_path = os.path.join(self.directory, f"forkserver-{key}.lock")
+        self._log = os.path.join(self.directory, f"forkserver-{key}.log")
+
+    def alive(self) -> bool:
+        return True  # each spawn connects anew (and starts the server when it is gone)
+
+    def spawn(self, spec: dict[str, Any]) -> int:
+        """Fork a runner for ``spec`` in the shared server; returns its pid."""
+        spec = dict(spec, env=runner_env())
+        try:
+            return self._ask(spec)
+        except (OSError, ValueError):
+            self._start()
+        try:
+            return self._ask(spec)
+        except (OSError, ValueError) as error:
+            raise RunnerFailure("crash", f"the shared verifier did not answer: {error}") from None
+
+    def _ask(self, spec: dict[str, Any]) -> int:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30.0)
+            conn.connect(self.address)
+            conn.sendall(json.dumps(spec).encode("utf-8") + b"\n")
+            reply = conn.makefile("rb").readline()
+        return int(json.loads(reply)["pid"])  # ValueError on an empty reply
+
+    def _start(self) -> None:
+        """Start the server unless another process did meanwhile (one at a time)."""
+        import fcntl
+
+        with open(self._lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._accepts():
+                return
+            arguments = ["--fork-daemon", self.address, _idle_seconds()]
+            proc = start_server(arguments, self._log, self.directory, piped=False)
+            deadline = time.monotonic() + 120.0
+            while not self._accepts():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RunnerFailure(
+                        "crash", f"the shared verifier did not start: {self._tail()}"
+                    )
+                time.sleep(0.05)
+            proc.returncode = 0  # it runs on without us: no "still running" warning
+
+    def _accepts(self) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(self.address)
+            except OSError:
+                return False
+        return True
+
+    def _tail(self) -> str:
+        lines = Path(self._log).read_text(encoding="utf-8", errors="replace").splitlines()
+        return lines[-1][:300] if lines else "no output"
+
+    def stop(self) -> None:
+        pass  # shared: it stops itself when idle (or by shutdown_shared_server)
+
+    def shutdown(self) -> bool:
+        """Ask the running server to exit; False when none was running."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(10.0)
+                conn.connect(self.address)
+                conn.sendall(b'{"stop": true}\n')
+        except OSError:
+            return False
+        return True
+
+
+#: Seconds the shared verifier waits for a request before it exits
+#: (``GRADFIX_VERIFY_DAEMON_IDLE`` when it starts).
+DAEMON_IDLE = 900.0
+
+
+def _idle_seconds() -> str:
+    return os.environ.get("GRADFIX_VERIFY_DAEMON_IDLE", str(DAEMON_IDLE))
+
+
+def use_shared_server() -> bool:
+    """The warm shared verifier (on by default where a fork server can run);
+    ``GRADFIX_VERIFY_DAEMON=0``: a fork server of this process only."""
+    return use_fork_server() and os.environ.get("GRADFIX_VERIFY_DAEMON", "1") != "0"
+
+
+def daemon_key() -> str:
+    """What a shared server must match: this Python, this gradfix (its verifier's sources,
+    by size and modification time) and the import path torch was loaded from."""
+    import hashlib
+
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    stamp = [(p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sources]
+    facts = [sys.executable, PACKAGE_ROOT, os.environ.get("PYTHONPATH", ""), stamp]
+    return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:16]
+
+
+def _private_directory() -> str:
+    """``$XDG_RUNTIME_DIR/gradfix`` or ``<tmp>/gradfix-<uid>``, readable by the user only."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    directory = os.path.join(
+        base, "gradfix" if "XDG_RUNTIME_DIR" in os.environ else f"gradfix-{os.getuid()}"
+    )
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.stat(directory)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RunnerFailure("crash", f"{directory} is not private to this user")
+    return directory
+
+
+_SERVER: ForkServer | SharedForkServer | None = None
 _SERVER_LOCK = threading.Lock()
 
 
-def fork_server() -> ForkServer:
+def fork_server() -> ForkServer | SharedForkServer:
     global _SERVER
     with _SERVER_LOCK:
         if _SERVER is None or not _SERVER.alive():
-            _SERVER = ForkServer()
+            _SERVER = SharedForkServer() if use_shared_server() else ForkServer()
             atexit.register(_SERVER.stop)
         return _SERVER
+
+
+def shutdown_shared_server() -> bool:
+    """Stop the warm shared verifier of this user and installation (it otherwise exits
+    after :data:`DAEMON_IDLE` idle seconds); False when none was running."""
+    return SharedForkServer().shutdown()
 
 
 def shutdown_fork_server() -> None:
@@ -152,12 +298,16 @@ class RunnerProcess:
         seed: int = 0,
         source_dir: str | None = None,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        patched: dict[str, str] | None = None,
     ) -> None:
         self.job_dir = Path(tempfile.mkdtemp(prefix="gradfix-verify-"))
         work = self.job_dir / "work"
         work.mkdir()
+        if source_dir is not None:  # the project's files where the script expects them
+            mirror_project(source_dir, work)
         script = work / (Path(filename).name or "snippet.py")
-        script.write_text(source, encoding="utf-8")
+        for relative, text in {**(patched or {}), script.name: source}.items():
+            place_file(work, relative, text)  # the versions under test, not the project's
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(self.job_dir / "runner.sock"))
         self._server.listen(1)
@@ -178,6 +328,7 @@ class RunnerProcess:
             "stdout": str(self.job_dir / "stdout.txt"),
             "stderr": str(self.job_dir / "stderr.txt"),
             "memory_limit": memory_limit,
+            "project": source_dir,
         }
         try:
             self.pid = self._launch(spec)

@@ -22,6 +22,7 @@ Three entry points (see :mod:`gradfix.verify.process` for the parent side):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import math
 import os
@@ -50,21 +51,26 @@ ENV_MESSAGE = re.compile(
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--fork-server"]:
         return fork_server()
+    if argv[:1] == ["--fork-daemon"] and len(argv) == 3:
+        return fork_daemon(argv[1], float(argv[2]))
     if argv[:1] == ["--child"] and len(argv) == 2:
         serve(json.loads(argv[1]), forked=False)
     print("usage: python -m gradfix.verify.runner (--fork-server | --child SPEC)", file=sys.stderr)
     return 2
 
 
-def fork_server() -> int:
-    """Import torch once; fork a runner per spec line read on stdin."""
+def _import_torch() -> None:
     import torch  # noqa: F401 - the point of the server
     import torch._dynamo  # noqa: F401 - every optimizer's __init__ imports it (2 s)
     import torch.nn  # noqa: F401
     import torch.optim  # noqa: F401
 
-    from gradfix.verify import finite_diff, instrument  # noqa: F401
+    from gradfix.verify import finite_diff, instrument, sandbox  # noqa: F401
 
+
+def fork_server() -> int:
+    """Import torch once; fork a runner per spec line read on stdin."""
+    _import_torch()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reap forked runners automatically
     for line in iter(sys.stdin.readline, ""):
         spec = json.loads(line)
@@ -77,6 +83,54 @@ def fork_server() -> int:
     return 0
 
 
+def fork_daemon(address: str, idle: float) -> int:
+    """The shared fork server (see :class:`gradfix.verify.process.SharedForkServer`):
+    import torch once, then fork a runner per connection to the Unix socket ``address``
+    (one spec line in, ``{"pid": ...}`` out); exit after ``idle`` seconds without one."""
+    _import_torch()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(address):
+        os.unlink(address)  # a dead server's (the caller holds the start lock)
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    inode = os.stat(address).st_ino
+    listener.listen(16)
+    listener.settimeout(idle)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            break
+        with conn:
+            if not _fork_for(conn, listener):
+                break
+    with contextlib.suppress(OSError):
+        if os.stat(address).st_ino == inode:  # not a newer server's socket
+            os.unlink(address)
+    return 0
+
+
+def _fork_for(conn: socket.socket, listener: socket.socket) -> bool:
+    """Fork a runner for the spec read from ``conn``; False when asked to stop."""
+    conn.settimeout(10.0)
+    try:
+        spec = json.loads(conn.makefile("rb").readline())
+    except (OSError, ValueError):
+        return True
+    if spec.get("stop"):
+        return False
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        conn.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        serve(spec, forked=True)
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps({"pid": pid}).encode("utf-8") + b"\n")
+    return True
+
+
 def serve(spec: dict[str, Any], *, forked: bool) -> None:
     """Run as the runner described by ``spec``; never returns."""
     code = 0
@@ -84,8 +138,15 @@ def serve(spec: dict[str, Any], *, forked: bool) -> None:
         if forked:
             os.setsid()
             _redirect_output(spec)
+        if "env" in spec:  # forked by the shared server: the caller's environment
+            os.environ.clear()
+            os.environ.update(spec["env"])
         os.chdir(spec["cwd"])
         sys.path[0] = spec["cwd"]
+        if spec.get("project"):
+            from gradfix.verify.sandbox import guard_project_writes
+
+            guard_project_writes(spec["project"])
         _limit_memory(spec.get("memory_limit"))
         sys.stdin = open(os.devnull)  # noqa: SIM115 - the script must not read our input
         _answer_requests(spec["socket"])
@@ -148,6 +209,7 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
         if tb.tb_frame.f_code.co_filename == filename:
             line = tb.tb_lineno
         tb = tb.tb_next
+    where = failing_place(exc.__traceback__)
     env = name in ENV_ERROR_TYPES or (
         name in ("AssertionError", "RuntimeError", "AttributeError")
         and bool(ENV_MESSAGE.search(message))
@@ -158,7 +220,27 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
         "message": message,
         "line": line,
         "category": "env" if env else "code",
+        **where,
     }
+
+
+def failing_place(tb: types.TracebackType | None) -> dict[str, Any]:
+    """``where`` (``file:line``, relative to the working directory) and ``code`` (the
+    line's text) of the innermost frame of the program itself, not of a library."""
+    import linecache
+    import sysconfig
+
+    libraries = {sysconfig.get_path(k) for k in ("stdlib", "purelib", "platlib")}
+    libraries.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # gradfix
+    place: dict[str, Any] = {}
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", *filter(None, libraries))):
+            relative = os.path.relpath(filename) if os.path.isabs(filename) else filename
+            text = linecache.getline(filename, tb.tb_lineno).strip()
+            place = {"where": f"{relative}:{tb.tb_lineno}", "code": text}
+        tb = tb.tb_next
+    return place
 
 
 def _deterministic_algorithms(torch: Any) -> None:
@@ -192,6 +274,8 @@ class Session:
             sys.path.append(request["source_dir"])
         _deterministic_algorithms(torch)
         self.default_dtype = torch.get_default_dtype()
+        self.modules_before = set(sys.modules)
+        self.project_dirs = [os.getcwd(), *filter(None, [request.get("source_dir")])]
         instrument.install()
         self.compile_error: dict[str, Any] | None = None
         self.code: types.CodeType | None = None
@@ -202,7 +286,7 @@ class Session:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request["mode"] == "trace":
-            return self.trace()
+            return self.trace(request.get("max_steps"))
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
 
@@ -246,6 +330,7 @@ class Session:
         return outcome, module.__dict__
 
     def _reset_state(self) -> None:
+        self._forget_project_modules()
         torch = self.torch
         torch.set_default_dtype(self.default_dtype)
         torch.set_grad_enabled(True)
@@ -256,10 +341,23 @@ class Session:
         if numpy is not None:
             numpy.random.seed(self.seed)
 
-    def trace(self) -> dict[str, Any]:
+    def _forget_project_modules(self) -> None:
+        """Each execution imports the project's modules anew, as a fresh process would:
+        a module-level leaf (``v = torch.randn(2, requires_grad=True)`` in a helper) is
+        created again, from the same seed, where the finite differences perturb it."""
+        for name in set(sys.modules) - self.modules_before:
+            path = getattr(sys.modules[name], "__file__", None) or ""
+            if any(path.startswith(directory + os.sep) for directory in self.project_dirs):
+                del sys.modules[name]
+
+    def trace(self, max_steps: int | None = None) -> dict[str, Any]:
+        """One instrumented run; stopped at backward call ``max_steps + 1`` if any."""
         started = time.monotonic()
         recorder = self.instrument.Recorder(self.path)
+        recorder.max_events = max_steps or None
         outcome, namespace = self.execute(recorder)
+        if outcome["status"] == "stopped":
+            outcome["max_steps"] = max_steps
         leaf_globals, tensors = self._module_tensors(namespace, recorder)
         return {
             "outcome": outcome,

@@ -1,0 +1,229 @@
+"""``fix --write`` proves each fix before writing it (when torch can be imported).
+
+Rejected fixes are never written, unverified ones follow the safe/unsafe classes,
+``--no-verify`` is the static behaviour, ``--verify`` applies only proven fixes, and
+without torch ``--write`` falls back to static fixing with one note.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradfix.cli import app
+
+pytest.importorskip("torch")
+
+# GF205's fix of a `.data` read inside forward is `.detach()`: the layer still never
+# trains, so the fix is rejected.
+DATA_IN_FORWARD = (Path(__file__).parent / "data" / "data_in_forward.py").read_text(
+    encoding="utf-8"
+)
+# GF101: a silent graph cut whose fix is proven against finite differences.
+SILENT_CUT = """import torch
+
+w = torch.randn(3, requires_grad=True)
+a = torch.tensor([w[0] * 2, w[1]])
+(a.sum() + w.sum()).backward()
+"""
+# The GF201 fix is right, but the script needs a data file that is not there: unverified.
+NEEDS_DATA = """import torch
+
+data = torch.load("weights.pt")
+w = torch.randn(3, requires_grad=True)
+w.normal_()
+(w * data).sum().backward()
+"""
+GF205 = ("--select", "GF205", "--unsafe-fixes")
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_write_never_writes_a_rejected_fix_by_default(tmp_path: Path) -> None:
+    model = write(tmp_path / "model.py", DATA_IN_FORWARD)
+    train = write(tmp_path / "train.py", SILENT_CUT)
+    code, out, err = invoke("fix", "--write", "--select", "GF205,GF101", "--unsafe-fixes",
+                            str(tmp_path))  # fmt: skip
+    assert model.read_text(encoding="utf-8") == DATA_IN_FORWARD  # rejected: not written
+    assert "torch.stack([w[0] * 2, w[1]])" in train.read_text(encoding="utf-8")
+    assert code == 1 and f"{model}:12:20: GF205" in out  # the finding stays
+    assert f"{model}:12:20: GF205 rejected: gradient lost" in err
+    assert f"{train}:4:5: GF101 verified: " in err
+    assert "Fixed 1 finding in 1 file (1 remaining)." in err
+
+
+def test_no_verify_is_the_static_behaviour(tmp_path: Path) -> None:
+    model = write(tmp_path / "model.py", DATA_IN_FORWARD)
+    code, _, err = invoke("fix", "--write", "--no-verify", *GF205, str(model))
+    assert code == 0, err
+    assert "self.w.detach()" in model.read_text(encoding="utf-8")
+    assert "verified" not in err and "rejected" not in err
+
+
+def test_unverified_fixes_follow_the_safety_classes_by_default(tmp_path: Path) -> None:
+    script = write(tmp_path / "needs_data.py", NEEDS_DATA)
+    code, _, err = invoke("fix", "--write", "--select", "GF201", str(script))
+    assert "GF201 unverified: could not run: FileNotFoundError" in err
+    assert "with torch.no_grad():" in script.read_text(encoding="utf-8")  # safe: written
+    assert code == 0
+    write(script, NEEDS_DATA)
+    code, _, err = invoke("fix", "--write", "--verify", "--select", "GF201", str(script))
+    assert script.read_text(encoding="utf-8") == NEEDS_DATA  # --verify: proven fixes only
+    assert code == 1
+
+
+def test_the_preview_runs_nothing_unless_asked(tmp_path: Path) -> None:
+    model = write(tmp_path / "model.py", DATA_IN_FORWARD)
+    code, out, _ = invoke("fix", *GF205, str(model))
+    assert code == 1 and "+        return x * self.w.detach() + self.b" in out
+    assert "rejected" not in out
+    code, out, _ = invoke("fix", "--verify", *GF205, str(model))
+    assert f"{model}:12:20: GF205 rejected: gradient lost" in out
+    assert "+        return" not in out  # the rejected fix is not in the diff
+    assert model.read_text(encoding="utf-8") == DATA_IN_FORWARD
+
+
+def test_a_long_training_script_is_compared_over_its_first_steps(tmp_path: Path) -> None:
+    forever = SILENT_CUT.replace("(a.sum()", "while True:\n    a = torch.tensor([w[0] * 2, w[1]])\n"
+                                 "    (a.sum()")  # fmt: skip
+    script = write(tmp_path / "train.py", forever)
+    code, _, err = invoke("fix", "--write", "--timeout", "20", "--max-steps", "2",
+                          "--select", "GF101", str(script))  # fmt: skip
+    assert "stopped after 2 backward call(s) (--max-steps)" in err, err
+    assert "torch.tensor(" not in script.read_text(encoding="utf-8")
+    assert code == 0
+
+
+BLOCK_TORCH = """
+import importlib.abc, sys
+
+class BlockTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+        return None
+
+sys.meta_path.insert(0, BlockTorch())
+from gradfix.cli import main
+sys.argv = ["gradfix", *sys.argv[1:]]
+main()
+"""
+
+
+def test_without_torch_write_falls_back_to_static_fixing_with_one_note(tmp_path: Path) -> None:
+    model = write(tmp_path / "model.py", DATA_IN_FORWARD)
+    env = dict(os.environ, GRADFIX_NO_CACHE="1")
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH, "fix", "--write", *GF205, str(model)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "self.w.detach()" in model.read_text(encoding="utf-8")
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "torch cannot be imported" in notes[0]
+    assert result.stderr.splitlines()[-1] == "Fixed 1 finding in 1 file."
+    verify = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH, "fix", "--write", "--verify", str(model)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert verify.returncode == 2 and "needs torch" in verify.stderr
+
+
+# A silent graph cut in each file: train.py's fix alone still leaves `v` (of other.py)
+# without gradient, so it is proven only with other.py's fix in place.
+OTHER = """import torch
+
+v = torch.randn(2, requires_grad=True)
+
+
+def scale(t):
+    b = torch.tensor([v[0] * 3, v[1]])
+    return b * t
+"""
+USES_OTHER = """import torch
+from other import scale
+
+w = torch.randn(2, requires_grad=True)
+a = torch.tensor([w[0] * 2, w[1]])
+(a.sum() + scale(w).sum()).backward()
+"""
+
+
+def test_fixes_of_a_project_are_verified_together_across_files(tmp_path: Path) -> None:
+    write(tmp_path / "other.py", OTHER)
+    train = write(tmp_path / "train.py", USES_OTHER)
+    code, out, err = invoke("verify", "--select", "GF101", str(tmp_path))
+    assert code == 0, out + err
+    line = next(line for line in out.splitlines() if line.startswith(str(train)))
+    assert "GF101 verified: verified together with the project's other fixes" in line
+    assert "alone: gradient lost" in line
+    code, _, err = invoke("fix", "--write", "--select", "GF101", str(tmp_path))
+    assert code == 0, err
+    assert "torch.tensor(" not in train.read_text(encoding="utf-8")
+
+
+TWO_BUGS = """import torch
+
+w = torch.tensor([1, 2], requires_grad=True)
+v = torch.randn(2, requires_grad=True)
+v.normal_()
+(w * v).sum().backward()
+"""
+
+
+def test_a_change_is_proven_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fix alone fails on the other bug; together they are proven, and that same
+    change is what --write then checks again: it is not executed a second time."""
+    from gradfix import proof
+
+    runs: list[str] = []
+    real = proof._prove
+
+    def counting(path: str, source: str, single: object, limits: dict[str, object]) -> object:
+        runs.append(single.description)  # type: ignore[attr-defined]
+        return real(path, source, single, limits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proof, "_prove", counting)
+    script = write(tmp_path / "train.py", TWO_BUGS)
+    code, _, err = invoke("fix", "--write", "--verify", "--select", "GF105,GF201", str(script))
+    assert code == 0, err
+    assert err.count("verified together with the file's other fixes") == 2
+    assert len(runs) == 3, runs  # two fixes alone, then both together: once
+    assert "requires_grad=True" in script.read_text(encoding="utf-8")
+
+
+def test_cmd_stops_each_process_of_both_versions_after_max_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training loop that never ends, run by the user's command: each version's
+    process ends after the same number of backward calls, and what ran is compared."""
+    write(tmp_path / "train.py", FOREVER)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke("verify", "--cmd", f"{sys.executable} train.py", "--max-steps", "3",
+                            "--timeout", "60", "train.py")  # fmt: skip
+    assert code == 0, out + err
+    assert "GF403 verified: " in out and "stopped after 3 backward call(s)" in out
+
+
+FOREVER = """import torch
+
+w = torch.randn(3, requires_grad=True)
+running = 0
+while True:
+    loss = (w * w).sum()
+    loss.backward()
+    running += loss
+"""
