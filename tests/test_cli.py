@@ -425,7 +425,7 @@ def test_fix_summary_counts_findings_and_the_fixes_applied(
     preview = invoke("fix", "m.py")
     assert "+x = step3\n" in preview.stdout
     assert preview.stderr == "Would fix 1 finding (2 fixes) in 1 file.\n"
-    written = invoke("fix", "--write", "m.py")
+    written = invoke("fix", "--write", "--no-verify", "m.py")
     assert written.stderr == "Fixed 1 finding (2 fixes) in 1 file.\n"
     assert (project / "m.py").read_text() == "import torch\nx = step3\n"
 
@@ -603,14 +603,15 @@ def test_check_help_is_true() -> None:
     assert "code frame" in text
 
 
-@pytest.mark.parametrize("command", ["check", "fix", "verify", "rules", "explain", "lsp"])
+@pytest.mark.parametrize("command", ["check", "fix", "verify", "trace", "rules", "explain", "lsp"])
 def test_help_names_only_options_the_command_has(command: str) -> None:
     import re
 
     import typer.main
 
     click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    options = {"--help", *(name for param in click_command.params for name in param.opts)}
+    names = [[*param.opts, *param.secondary_opts] for param in click_command.params]
+    options = {"--help", *(name for opts in names for name in opts)}
     mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", _help(command)))
     assert mentioned - options == set()
 
