@@ -1,0 +1,15 @@
+"""weight / divide_tensor with a 0 divisor, then only tmp[0] is used: the unrelated element gets a nan gradient
+
+source: https://github.com/pytorch/pytorch/issues/26799
+symptom: nan-grad
+rule: GF301
+shape: module-level script: elementwise division by a constant tensor with zeros, one element indexed afterwards
+"""
+import torch
+divide_tensor = torch.Tensor([1.0, 0.0, 1.0])
+weight = torch.ones(3)
+weight.requires_grad = True
+tmp = weight / divide_tensor  # bench: bug
+loss = tmp[0]
+loss.backward()
+print(weight.grad)

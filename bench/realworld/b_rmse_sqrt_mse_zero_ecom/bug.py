@@ -1,0 +1,18 @@
+"""RMSE loss as torch.sqrt(nn.MSELoss()(...)): when the MSE is exactly 0 the backward returns nan
+
+source: https://e-com-net.com/article/1610540118618177536.htm
+symptom: nan-grad
+rule: none
+shape: module-level script: sqrt wrapped around a loss module (RMSE), with anomaly detection off
+"""
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+x = torch.randn(1, 1, requires_grad=True)
+y = torch.zeros(1, 1)
+criterion = nn.MSELoss()
+
+loss = torch.sqrt(criterion(x * 0, y))  # bench: bug
+loss.backward()
+print(x.grad)

@@ -1,0 +1,21 @@
+"""torch.where selects the identity branch everywhere, yet the unselected sqrt of negative inputs makes every gradient nan
+
+source: https://github.com/pytorch/pytorch/issues/187297
+symptom: nan-grad
+rule: GF302
+shape: module-level script: torch.where(cond, torch.sqrt(x), x) summed and backpropagated
+"""
+import torch
+
+xt = torch.tensor([-1.0, -4.0], dtype=torch.float32, requires_grad=True)
+
+y = torch.where(xt > 0, torch.sqrt(torch.where(xt > 0, xt, torch.ones_like(xt))), xt).sum()
+y.backward()
+
+actual = xt.grad
+expected = torch.tensor([1.0, 1.0], dtype=torch.float32)
+
+print("actual:")
+print(actual)
+print("expected:")
+print(expected)
