@@ -4,6 +4,7 @@
     python bench/recall.py --case a_rnn_hidden   # cases whose id starts with this
     python bench/recall.py --json out.json       # also the rows as JSON
     python bench/recall.py --markdown            # the table as Markdown (docs/recall.md)
+    python bench/recall.py --trace               # also what `gradfix trace` finds by running it
 
 Each case is a directory with ``bug.py`` (a user's bug cut to a CPU script, the bug's
 lines marked ``# bench: bug``, a docstring with ``source:``, ``symptom:`` and ``rule:``)
@@ -17,7 +18,10 @@ copy of ``bug.py`` in a temporary directory:
 - **verified**: ``verify --select ALL`` gives at least one ``verified`` verdict and no
   ``rejected`` one;
 - **wrong**: the fix changed the file but the script's output is not ``fixed.py``'s (a fix
-  that makes the code worse or does not fix it while claiming to).
+  that makes the code worse or does not fix it while claiming to);
+- with ``--trace``, **traced**: ``gradfix trace -- python bug.py`` reports a finding on a
+  marked line (execution as a finder), and **trace fixed**: after ``trace --write`` (fixes
+  proven by running the script again) the script prints what ``fixed.py`` prints.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ BUG_MARKER = re.compile(r"#\s*bench:\s*bug\b")
 HEADER_FIELD = re.compile(r"^(source|symptom|rule|shape):\s*(.+?)\s*$", re.MULTILINE)
 #: seconds a script or a gradfix run may take
 TIMEOUT = 120
+#: symptoms a run of the program shows (issue 14's measure of ``trace``)
+RUN_VISIBLE = frozenset({"error", "nan-grad", "none-grad"})
 
 
 @dataclass
@@ -70,6 +76,9 @@ class Row:
     fixed: bool = False
     verified: bool = False
     wrong: bool = False
+    #: None: not measured (no --trace)
+    traced: bool | None = None
+    trace_fixed: bool | None = None
     #: why a step failed (one line), for docs/recall.md
     note: str = ""
 
@@ -125,6 +134,24 @@ def _lines_of(finding: dict[str, int]) -> set[int]:
     return set(range(finding["line"], finding.get("end_line", finding["line"]) + 1))
 
 
+def measure_trace(case: Case, row: Row) -> None:
+    """``traced`` and ``trace_fixed`` of ``row``, on a fresh copy of the case."""
+    with tempfile.TemporaryDirectory(prefix="gradfix-recall-") as temp:
+        script = Path(temp) / "bug.py"
+        shutil.copyfile(case.bug, script)
+        command = [*GRADFIX, "trace", "--format", "json", "--timeout", "60"]
+        result = run([*command, "--", sys.executable, "bug.py"], script.parent)
+        try:
+            findings = json.loads(result.stdout or "[]")
+        except ValueError:
+            findings = []
+        row.traced = any(_lines_of(f) & set(case.bug_lines) for f in findings)
+        before = script.read_text(encoding="utf-8")
+        run([*command, "--write", "--", sys.executable, "bug.py"], script.parent)
+        changed = script.read_text(encoding="utf-8") != before
+        row.trace_fixed = changed and outcome(script) == outcome(case.fixed)
+
+
 def measure(case: Case) -> Row:
     row = Row(case.id, case.symptom, case.rule)
     with tempfile.TemporaryDirectory(prefix="gradfix-recall-") as temp:
@@ -163,10 +190,13 @@ def _verified(json_text: str) -> bool:
 
 
 def table(rows: Sequence[Row], markdown: bool = False) -> str:
+    traced = any(r.traced is not None for r in rows)
     header = ["case", "symptom", "rule", "found", "found ALL", "codes", "fixed", "verified",
-              "wrong", "note"]  # fmt: skip
+              "wrong", *(["traced", "trace fixed"] if traced else []), "note"]  # fmt: skip
     body = [[r.id, r.symptom, r.rule, _mark(r.found), _mark(r.found_all), ",".join(r.codes),
-             _mark(r.fixed), _mark(r.verified), _mark(r.wrong), r.note] for r in rows]  # fmt: skip
+             _mark(r.fixed), _mark(r.verified), _mark(r.wrong),
+             *([_mark(bool(r.traced)), _mark(bool(r.trace_fixed))] if traced else []),
+             r.note] for r in rows]  # fmt: skip
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |"
@@ -191,7 +221,20 @@ def totals(rows: Sequence[Row]) -> str:
         f"found with ALL {share(sum(r.found_all for r in rows))}; "
         f"fixed {share(sum(r.fixed for r in rows))}; "
         f"fixed and verified {share(sum(r.fixed and r.verified for r in rows))}; "
-        f"wrong fixes {sum(r.wrong for r in rows)}"
+        f"wrong fixes {sum(r.wrong for r in rows)}" + _trace_totals(rows)
+    )
+
+
+def _trace_totals(rows: Sequence[Row]) -> str:
+    """Trace's share of the cases a run can show: they raise, or give nan or None grads."""
+    runnable = [r for r in rows if r.traced is not None and r.symptom in RUN_VISIBLE]
+    if not runnable:
+        return ""
+    traced = sum(bool(r.traced) for r in runnable)
+    fixed = sum(bool(r.trace_fixed) for r in runnable)
+    return (
+        f"; trace on the {len(runnable)} cases that raise or give nan/None grads: "
+        f"found {traced}, fixed {fixed}"
     )
 
 
@@ -201,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--case", default="", help="only cases whose id starts with this")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--trace", action="store_true", help="also measure `gradfix trace`")
     options = parser.parse_args(argv)
     try:
         cases = discover(options.root, options.case)
@@ -211,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for case in cases:
         try:
             rows.append(measure(case))
+            if options.trace:
+                measure_trace(case, rows[-1])
         except RuntimeError as error:
             rows.append(Row(case.id, case.symptom, case.rule, note=str(error)))
         print(f"{case.id}: done", file=sys.stderr, flush=True)

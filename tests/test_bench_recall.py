@@ -59,6 +59,18 @@ def test_found_fixed_verified_wrong_and_unseen(recall: ModuleType, tmp_path: Pat
     assert "cases 3; found 2/3 (67 %)" in summary and "wrong fixes 1" in summary
 
 
+def test_trace_finds_and_fixes_by_running_the_script(recall: ModuleType, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    make_case(tmp_path, "good", BUG, FIXED)
+    (case,) = recall.discover(tmp_path)
+    row = recall.Row(case.id, case.symptom, case.rule)
+    recall.measure_trace(case, row)
+    assert (row.traced, row.trace_fixed) == (True, True)
+    assert "trace on the 1 cases that raise or give nan/None grads: found 1, fixed 1" in (
+        recall.totals([row])
+    )
+
+
 def test_a_case_without_its_marker_or_header_is_named(recall: ModuleType, tmp_path: Path) -> None:
     make_case(tmp_path, "bare", BUG.replace("  # bench: bug", "").replace("rule: GF201\n", ""), "")
     with pytest.raises(ValueError, match=r"bare/bug.py: missing rule, a `# bench: bug` line"):
