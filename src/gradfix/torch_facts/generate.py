@@ -9,8 +9,8 @@ require grad, and the table records what autograd did.
 - **in-place**: which ``name_`` methods and functions bump the version counter of their
   first argument (``requires_grad_`` and ``detach_`` do not: they change no data);
 - **views**: which ops return storage of their input, always or only for some layouts;
-- **singular / overflow**: where a pointwise op's forward is finite but its gradient is
-  not, and where a finite input overflows its forward;
+- **non-finite points / overflow**: where on a grid a unary pointwise op's forward or its
+  gradient is nan or infinite, and whether a large finite input overflows its forward;
 - **modules**: the ``nn`` module classes that call a functional op of the same name, with
   their ``inplace`` flag; the signatures of ``backward`` and ``autograd.grad``.
 
@@ -63,7 +63,7 @@ _CANDIDATES: dict[str, list[Any]] = {
 }
 #: The points where a pointwise op's gradient is probed.
 GRID = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
-#: A finite input that no op of the table should need to overflow.
+#: A large finite input: an op whose forward is not finite there "overflows" (``exp``).
 LARGE = 1000.0
 
 
@@ -100,7 +100,7 @@ def _defined_by_torch(value: Any) -> bool:
 
 
 def aten_schemas() -> dict[str, list[Any]]:
-    """ATen schemas by op name, functional overloads (no ``out=``) first."""
+    """ATen schemas by op name, without the ``out=`` overloads."""
     by_name: dict[str, list[Any]] = {}
     for schema in torch._C._jit_get_all_schemas():
         namespace, _, name = schema.name.partition("::")
