@@ -14,21 +14,34 @@ is dropped and reported), and lint again, until nothing changes or ``max_passes`
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
 from libcst.metadata import CodeRange
 
 from gradfix.analysis import FileAnalysis
-from gradfix.rule import Finding, Fix, FixSafety, FixSummary, Report, Rule, RuleContext
+from gradfix.edits import Editor
+from gradfix.rule import (
+    AstContext,
+    AstRule,
+    BaseRule,
+    Finding,
+    Fix,
+    FixPlan,
+    FixSafety,
+    FixSummary,
+    Report,
+    RuleContext,
+)
 from gradfix.suppression import has_suppressions, unsuppressed
-from gradfix.walk import walk_batched
+from gradfix.walk import walk_ast_batched, walk_batched
 
 MAX_PASSES = 10
 
@@ -52,7 +65,7 @@ class RuleCrash:
     traceback: str
 
     @classmethod
-    def of(cls, rule: type[Rule], error: Exception) -> RuleCrash:
+    def of(cls, rule: type[BaseRule], error: Exception) -> RuleCrash:
         lines = str(error).strip().splitlines()
         detail = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
         trace = "".join(traceback.format_exception(error))
@@ -110,9 +123,10 @@ def _no_validation(self: CSTNode) -> None:
     return None
 
 
-def _check_syntax(source: str) -> None:
+def _check_syntax(source: str) -> ast.Module:
+    """Python's ``ast`` of ``source``; :class:`SourceError` when it does not parse."""
     try:
-        ast.parse(source)
+        return ast.parse(source)
     except SyntaxError as error:
         raise SourceError(
             f"syntax error at line {error.lineno}: {error.msg}", error.lineno
@@ -137,7 +151,7 @@ def _syntax_error(source: str, error: cst.ParserSyntaxError) -> SourceError:
     )
 
 
-def should_run(rule: type[Rule], source: str) -> bool:
+def should_run(rule: type[BaseRule], source: str) -> bool:
     return not rule.prefilter or any(
         token in source if isinstance(token, str) else token.search(source) is not None
         for token in rule.prefilter
@@ -154,7 +168,7 @@ def may_import_torch(source: str) -> bool:
     return "torch" in source and _MAY_IMPORT_TORCH.search(source) is not None
 
 
-def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
+def active_rules(rules: Sequence[type[BaseRule]], source: str) -> list[type[BaseRule]]:
     """The rules that may fire on ``source``: none when the text cannot import torch (every
     rule needs a torch import; such a file is never parsed by LibCST), else those whose
     text prefilter matches."""
@@ -163,36 +177,134 @@ def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
     return [rule for rule in rules if should_run(rule, source)]
 
 
+@dataclass
+class Linted:
+    """One lint of one source: the reports, and the LibCST tree when the file needed one
+    (a rule not yet on ``ast``, or a finding with a fix to build)."""
+
+    reports: list[Report]
+    module: cst.Module | None = None
+    context: RuleContext | None = None  # the LibCST rules' context (positions)
+    editor: Editor | None = None
+
+    @property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        if self.context is not None and (self.editor is None or self.editor._positions is None):
+            return self.context.positions
+        assert self.editor is not None
+        return self.editor.positions
+
+
 def collect_reports(
-    module: cst.Module,
-    rules: Sequence[type[Rule]],
     source: str,
+    rules: Sequence[type[BaseRule]],
     path: str,
     crashes: list[RuleCrash] | None = None,
-) -> tuple[list[Report], RuleContext]:
-    """Run ``rules`` over ``module`` in one batched traversal. A rule that raises is
-    added to ``crashes`` (when given; else the exception propagates) and reports
-    nothing; the other rules go on."""
+) -> Linted:
+    """Run ``rules`` over ``source``: the ``ast`` rules in one batched walk of Python's
+    tree, the LibCST rules in one batched walk of LibCST's; then, only when some finding
+    has a planned fix, parse with LibCST and build the fixes. A rule that raises is added
+    to ``crashes`` (when given; else the exception propagates) and reports nothing; the
+    other rules go on."""
+    tree = _check_syntax(source)
+    ast_rules = [rule for rule in rules if issubclass(rule, AstRule)]
+    cst_rules = [rule for rule in rules if not issubclass(rule, AstRule)]
+    crashed: dict[type[BaseRule], RuleCrash] = {}
+
+    def crash(visitor: object, error: Exception) -> None:
+        rule = type(visitor)
+        assert issubclass(rule, BaseRule)
+        crashed[rule] = RuleCrash.of(rule, error)
+
+    on_error = None if crashes is None else crash
+    reports: list[Report] = []
+    semantic = None
+    if ast_rules:
+        from gradfix.semantic import Semantic  # TODO(issue 12): top level when it lands
+
+        semantic = Semantic(tree, source)
+        if semantic.imports_torch():
+            context = AstContext(path=path, source=source, semantic=semantic)
+            visitors = [rule(context) for rule in ast_rules]
+            walk_ast_batched(tree, visitors, on_error=on_error)
+            reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
+            if reports and has_suppressions(source):
+                lines = {id(r.node): _statement_line(semantic, r.node) for r in reports}
+                reports = unsuppressed(reports, source, lambda r: lines.get(id(r.node)))
+    linted = Linted(reports)
+    plans = any(isinstance(r.fix, FixPlan) for r in reports)
+    if cst_rules or plans:
+        try:
+            linted.module = parse(source)
+        except SourceError:
+            if cst_rules:
+                raise
+            linted.reports = [dataclasses.replace(r, fix=None) for r in reports]
+    if linted.module is not None and cst_rules:
+        linted.context, cst_reports = _cst_reports(linted.module, cst_rules, source, path, on_error)
+        linted.reports.extend(r for r in cst_reports if r.rule not in crashed)
+    if linted.module is not None and plans:
+        assert semantic is not None
+        linted.editor = Editor(linted.module, source, semantic.torch_alias())
+        linted.reports = _realised(linted.reports, linted.editor)
+    if crashes is not None:
+        crashes.extend(c for c in crashed.values() if c.code not in {k.code for k in crashes})
+    linted.reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
+    return linted
+
+
+def _statement_line(semantic: Any, node: object) -> int | None:
+    statement = semantic.enclosing_statement(node)  # type: ignore[arg-type]
+    return None if statement is None else statement.lineno
+
+
+def _cst_reports(
+    module: cst.Module,
+    rules: Sequence[type[BaseRule]],
+    source: str,
+    path: str,
+    on_error: Callable[[object, Exception], None] | None,
+) -> tuple[RuleContext, list[Report]]:
+    """The reports of the rules that still decide on LibCST (one batched walk)."""
     analysis = FileAnalysis(module)
     context = RuleContext(path=path, source=source, analysis=analysis)
     if not analysis.imports_torch():
-        return [], context
-    crashed: dict[type[Rule], RuleCrash] = {}
+        return context, []
+    visitors = [rule(context) for rule in rules]  # type: ignore[call-arg]
+    failed: set[type] = set()
 
-    def crash(visitor: cst.CSTVisitor, error: Exception) -> None:
-        rule = type(visitor)
-        assert issubclass(rule, Rule)
-        crashed[rule] = RuleCrash.of(rule, error)
+    def crash(visitor: object, error: Exception) -> None:
+        failed.add(type(visitor))
+        if on_error is not None:
+            on_error(visitor, error)
 
-    visitors = [rule(context) for rule in rules]
-    walk_batched(module, visitors, on_error=None if crashes is None else crash)
-    if crashes is not None:
-        crashes.extend(c for c in crashed.values() if c.code not in {k.code for k in crashes})
-    reports = [r for visitor in visitors if type(visitor) not in crashed for r in visitor.reports]
+    walk_batched(module, visitors, on_error=None if on_error is None else crash)  # type: ignore[arg-type]
+    reports = [r for visitor in visitors if type(visitor) not in failed for r in visitor.reports]
     if reports and has_suppressions(source):
-        reports = unsuppressed(reports, source, analysis, context.positions)
-    reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
-    return reports, context
+        positions = context.positions
+
+        def line(report: Report) -> int | None:
+            statement = analysis.enclosing_statement(report.node)  # type: ignore[arg-type]
+            if statement is None or statement not in positions:
+                return None
+            return positions[statement].start.line
+
+        reports = unsuppressed(reports, source, line)
+    return context, reports
+
+
+def _realised(reports: list[Report], editor: Editor) -> list[Report]:
+    """``reports`` with each planned fix built (once per plan: findings share them)."""
+    built: dict[int, Fix | None] = {}
+    result = []
+    for report in reports:
+        plan = report.fix
+        if isinstance(plan, FixPlan):
+            if id(plan) not in built:
+                built[id(plan)] = editor.realise(plan)
+            report = dataclasses.replace(report, fix=built[id(plan)])
+        result.append(report)
+    return result
 
 
 def to_finding(report: Report) -> Finding:
@@ -215,7 +327,7 @@ def to_finding(report: Report) -> Finding:
 def lint_source(
     source: str,
     *,
-    rules: Sequence[type[Rule]],
+    rules: Sequence[type[BaseRule]],
     path: str = "<stdin>",
     fix: bool = False,
     unsafe_fixes: bool = False,
@@ -231,9 +343,9 @@ def lint_source(
     if not active:
         _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
         return LintResult([], source)
-    module = parse(source)
     crashes: list[RuleCrash] = []
-    reports, context = collect_reports(module, active, source, path, crashes)
+    linted = collect_reports(source, active, path, crashes)
+    reports = linted.reports
     findings = [to_finding(r) for r in reports]
     result = LintResult(findings, source, remaining=list(findings), crashes=crashes)
     if not fix:
@@ -244,14 +356,14 @@ def lint_source(
         fixes = _applicable(reports, unsafe_fixes, keep)
         if not fixes:
             break
-        new_source, applied, dropped = _apply_pass(context, fixes)
+        new_source, applied, dropped = _apply_pass(linted, fixes)
         result.dropped.extend(note for note in dropped if note not in result.dropped)
         if not applied or new_source == result.source:
             break
         result.applied += applied
         result.source = new_source
-        module = parse(new_source)
-        reports, context = collect_reports(module, rules, new_source, path, crashes)
+        linted = collect_reports(new_source, rules, path, crashes)
+        reports = linted.reports
     result.remaining = [to_finding(r) for r in reports]
     return result
 
@@ -286,15 +398,15 @@ class SingleFix:
 
 
 def single_fixes(
-    source: str, *, rules: Sequence[type[Rule]], path: str = "<stdin>"
+    source: str, *, rules: Sequence[type[BaseRule]], path: str = "<stdin>"
 ) -> list[SingleFix]:
     """Every fix the rules offer on ``source`` (safe and unsafe), each applied alone."""
     active = active_rules(rules, source)
     if not active:
         _check_syntax(source)
         return []
-    module = parse(source)
-    reports, _ = collect_reports(module, active, source, path, crashes=[])  # the others' fixes
+    linted = collect_reports(source, active, path, crashes=[])  # the others' fixes
+    reports = linted.reports
     grouped: dict[int, tuple[Fix, list[Finding]]] = {}
     for report in reports:
         if report.fix is not None:
@@ -302,7 +414,8 @@ def single_fixes(
             entry[1].append(to_finding(report))
     singles = []
     for fix, findings in grouped.values():
-        fixed = _render(module, [fix])
+        assert linted.module is not None  # a report with a fix: the file was parsed
+        fixed = _render(linted.module, [fix])
         singles.append(
             SingleFix(
                 findings, fix.safety.value, fix.description, fixed if _compiles(fixed) else None
@@ -311,10 +424,11 @@ def single_fixes(
     return singles
 
 
-def _apply_pass(context: RuleContext, fixes: list[Fix]) -> tuple[str, int, list[str]]:
+def _apply_pass(linted: Linted, fixes: list[Fix]) -> tuple[str, int, list[str]]:
     """Apply the non-overlapping ``fixes``; return (source, number applied, dropped notes)."""
-    chosen = _non_overlapping(fixes, context.positions)
-    module = context.analysis.module
+    chosen = _non_overlapping(fixes, linted.positions)
+    module = linted.module
+    assert module is not None
     new_source = _render(module, chosen)
     if _compiles(new_source):
         return new_source, len(chosen), []

@@ -18,6 +18,7 @@ and the engine applies them.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import functools
@@ -26,13 +27,15 @@ import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Union
+from typing import TYPE_CHECKING, Callable, ClassVar, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 if TYPE_CHECKING:
     from gradfix.analysis import FileAnalysis
+    from gradfix.edits import Editor
+    from gradfix.semantic import Semantic
 
 
 class FixSafety(str, enum.Enum):
@@ -85,15 +88,35 @@ class Fix:
     joinable: bool = False
 
 
+#: builds a planned fix's edits on the LibCST tree; None (or LookupError) when it cannot
+Builder = Callable[["Editor"], "Sequence[Edit] | None"]
+
+
+@dataclass(frozen=True, eq=False)
+class FixPlan:
+    """A fix decided on ``ast`` (:class:`AstRule`), built with LibCST only when the file
+    has to be fixed or previewed (:meth:`gradfix.edits.Editor.realise`). Several findings
+    may share one plan (consecutive updates wrapped in one block): it is built once."""
+
+    build: Builder
+    description: str
+    safety: FixSafety
+    imports: tuple[str, ...] = ()
+    joinable: bool = False
+
+
 @dataclass(frozen=True)
 class Report:
-    """What a rule reports: the engine turns it into a public :class:`Finding`."""
+    """What a rule reports: the engine turns it into a public :class:`Finding`.
 
-    rule: type[Rule]
-    node: cst.CSTNode
+    ``node`` is a LibCST node (:class:`Rule`) or an ``ast`` node (:class:`AstRule`, whose
+    ``fix`` is a :class:`FixPlan` until the engine builds it)."""
+
+    rule: type[BaseRule]
+    node: cst.CSTNode | ast.AST
     position: CodeRange
     message: str
-    fix: Fix | None
+    fix: Fix | FixPlan | None
 
 
 @dataclass(frozen=True)
@@ -188,11 +211,8 @@ class RuleContext:
         return self.positions[node]
 
 
-class Rule(cst.BatchableCSTVisitor):
-    """Base class of every codemod. Subclasses set the class data below.
-
-    Rules are visited with :func:`gradfix.walk.walk_batched`; positions come from
-    ``self.context.position(node)``."""
+class BaseRule:
+    """What every rule declares (class data) and says about itself (docs, fix label)."""
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -210,12 +230,6 @@ class Rule(cst.BatchableCSTVisitor):
     prefilter: ClassVar[tuple[str | re.Pattern[str], ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
-
-    def __init__(self, context: RuleContext) -> None:
-        super().__init__()
-        self.context = context
-        self.analysis = context.analysis
-        self.reports: list[Report] = []
 
     @classmethod
     def summary(cls) -> str:
@@ -265,6 +279,19 @@ class Rule(cst.BatchableCSTVisitor):
     def docs(cls) -> str:
         return textwrap.dedent(cls.__doc__ or "").strip()
 
+
+class Rule(BaseRule, cst.BatchableCSTVisitor):
+    """A rule that decides on LibCST (the rules not yet ported to :class:`AstRule`).
+
+    Rules are visited with :func:`gradfix.walk.walk_batched`; positions come from
+    ``self.context.position(node)``."""
+
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__()
+        self.context = context
+        self.analysis = context.analysis
+        self.reports: list[Report] = []
+
     def report(
         self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
     ) -> None:
@@ -297,6 +324,83 @@ class Rule(cst.BatchableCSTVisitor):
         """A one-edit fix; adds ``import torch`` when the generated code needs it."""
         imports = () if self.analysis.torch_alias() else ("torch",)
         return self.fix([Edit(target, replacement)], description, safety=safety, imports=imports)
+
+
+@dataclass
+class AstContext:
+    """What an :class:`AstRule` sees of one file: its text and the analysis of its ``ast``."""
+
+    path: str
+    source: str
+    semantic: Semantic
+    lines: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.lines:
+            self.lines = self.source.splitlines()
+
+
+class AstRule(BaseRule):
+    """A rule that decides on Python's ``ast`` and fixes with LibCST only when asked.
+
+    Its ``visit_<AstType>`` / ``leave_<AstType>`` methods (``visit_Call(self, node:
+    ast.Call)``) are called in one batched walk over the file's ``ast``
+    (:func:`gradfix.walk.walk_ast_batched`); ``self.analysis`` is the file's
+    :class:`gradfix.semantic.Semantic`. A finding with a fix carries a :class:`FixPlan`
+    (:meth:`plan`): its description and safety now, its edits built later from the
+    LibCST tree by an :class:`gradfix.edits.Editor`::
+
+        def visit_Call(self, node: ast.Call) -> None:
+            if self.analysis.call_name(node) == "torch.tensor" and ...:
+                def build(editor: Editor) -> list[Edit]:
+                    call = editor.node(node)
+                    return [editor.add_argument(call, "requires_grad", "True")]
+                self.report(node, fix=self.plan(build, "Add `requires_grad=True`"))
+    """
+
+    def __init__(self, context: AstContext) -> None:
+        self.context = context
+        self.analysis = context.semantic
+        self.reports: list[Report] = []
+
+    def report(
+        self, node: ast.AST, message: str | None = None, *, fix: FixPlan | None = None
+    ) -> None:
+        from gradfix.edits import ast_range  # edits imports this module
+
+        position = ast_range(node, self.context.lines)
+        self.reports.append(Report(type(self), node, position, message or self.message, fix))
+
+    def plan(
+        self,
+        build: Builder,
+        description: str,
+        *,
+        safety: FixSafety | None = None,
+        imports: Sequence[str] = (),
+        joinable: bool = False,
+    ) -> FixPlan:
+        """A fix with this rule's default safety unless ``safety`` overrides it."""
+        return FixPlan(build, description, safety or self.fix_safety, tuple(imports), joinable)
+
+    def plan_replace(
+        self,
+        target: ast.AST,
+        replacement: Callable[[Editor, cst.CSTNode], Replacement | None],
+        description: str,
+        *,
+        safety: FixSafety | None = None,
+    ) -> FixPlan:
+        """A one-edit fix: the LibCST node of ``target`` replaced by what ``replacement``
+        builds from it (None: no fix); adds ``import torch`` when the file has no alias."""
+
+        def build(editor: Editor) -> list[Edit] | None:
+            node = editor.node(target)
+            new = replacement(editor, node)
+            return None if new is None else [Edit(node, new)]
+
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        return self.plan(build, description, safety=safety, imports=imports)
 
 
 def missing_comments(fix: Fix) -> list[str]:
@@ -394,7 +498,7 @@ def _comments(node: cst.CSTNode) -> list[str]:
     return found
 
 
-def docs_section(rule: type[Rule], title: str) -> str:
+def docs_section(rule: type[BaseRule], title: str) -> str:
     """The text under ``## title`` in a rule's docstring ('' if absent)."""
     text = rule.docs()
     marker = f"## {title}"

@@ -14,14 +14,10 @@ import dataclasses
 import io
 import re
 import tokenize
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import libcst as cst
-from libcst.metadata import CodeRange
-
 if TYPE_CHECKING:
-    from gradfix.analysis import FileAnalysis
     from gradfix.rule import Report
 
 #: noqa with or without codes (codes separated by commas or spaces)
@@ -69,8 +65,7 @@ def _comment_codes(comment: str) -> frozenset[str] | None:
 def unsuppressed(
     reports: Sequence[Report],
     source: str,
-    analysis: FileAnalysis,
-    positions: Mapping[cst.CSTNode, CodeRange],
+    statement_line: Callable[[Report], int | None],
 ) -> list[Report]:
     """``reports`` without those a comment suppresses. A fix shared with a suppressed
     finding (one ``with torch.no_grad():`` around several updates) is dropped: a
@@ -81,9 +76,9 @@ def unsuppressed(
     kept, dropped_fixes = [], set()
     for report in reports:
         lines = {report.position.start.line}
-        statement = analysis.enclosing_statement(report.node)
-        if statement is not None and statement in positions:
-            lines.add(positions[statement].start.line)
+        first = statement_line(report)  # the line the statement holding it starts on
+        if first is not None:
+            lines.add(first)
         codes = frozenset().union(*(comments.get(line, frozenset()) for line in lines))
         if codes & ALL or report.rule.code.upper() in codes:
             dropped_fixes.add(id(report.fix))

@@ -208,3 +208,54 @@ def _handlers(visitors: Sequence[cst.CSTVisitor], name: str) -> list[Handler]:
 
 _TYPED_DEFAULTS = CSTTypedVisitorFunctions
 _NO_OP = object()
+
+
+def walk_ast_batched(
+    tree: ast.AST,
+    visitors: Sequence[object],
+    on_error: Callable[[object, Exception], None] | None = None,
+) -> None:
+    """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
+    calling each visitor's own ``visit_<Type>`` before a node's children and
+    ``leave_<Type>`` after them. A visitor that raises is handed to ``on_error`` (when
+    given) and visits nothing more; the others go on."""
+    live = list(visitors)
+    visits: dict[type, list[Callable[[ast.AST], object]]] = {}
+    leaves: dict[type, list[Callable[[ast.AST], object]]] = {}
+
+    def handlers(table: dict[type, list[Callable[[ast.AST], object]]], prefix: str, kind: type):
+        found = table.get(kind)
+        if found is None:
+            name = prefix + kind.__name__
+            found = table[kind] = [
+                getattr(visitor, name) for visitor in live if hasattr(type(visitor), name)
+            ]
+        return found
+
+    def call(
+        table: dict[type, list[Callable[[ast.AST], object]]], prefix: str, node: ast.AST
+    ) -> None:
+        for handler in handlers(table, prefix, type(node)):
+            try:
+                handler(node)
+            except Exception as error:
+                if on_error is None:
+                    raise
+                visitor = handler.__self__  # type: ignore[attr-defined]
+                if visitor in live:
+                    on_error(visitor, error)
+                    live.remove(visitor)
+                visits.clear()  # rebuilt without it
+                leaves.clear()
+
+    # An explicit stack: deep expression nests must not hit the recursion limit.
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    iter_children = ast.iter_child_nodes
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            call(leaves, "leave_", node)
+            continue
+        call(visits, "visit_", node)
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(list(iter_children(node))))

@@ -1,0 +1,311 @@
+"""Building fixes: from the ``ast`` nodes a rule decided on to LibCST edits.
+
+Rules decide on Python's ``ast`` (:class:`gradfix.rule.AstRule`); a finding that has a fix
+carries a :class:`FixPlan`: what the fix does (description, safety) and a function that
+builds its edits. Only when a file has such a finding does the engine parse it with
+LibCST and hand each plan an :class:`Editor`, which finds the LibCST node of each ``ast``
+node by position and offers the shared vocabulary of edits (ruff's ``fix/edits.rs``)::
+
+    def build(editor: Editor) -> list[Edit]:
+        call = editor.node(call_ast)                      # the cst.Call at that range
+        return [editor.add_argument(call, "requires_grad", "True")]
+
+    self.report(call_ast, fix=self.plan(build, "Add `requires_grad=True`"))
+
+The vocabulary: :meth:`Editor.replace`, :meth:`Editor.add_argument`,
+:meth:`Editor.remove_argument`, :meth:`Editor.replace_argument`,
+:meth:`Editor.wrap_in_no_grad` (a run of statements in one ``with torch.no_grad():``),
+:meth:`Editor.replace_nodes` (rebuild a statement with some of its nodes replaced),
+:meth:`Editor.torch_attr` (``torch.x.y`` spelled with the file's alias) and the imports a
+fix needs (``FixPlan.imports``, added by the engine).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+
+import libcst as cst
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+
+from gradfix.rule import Edit, Fix, FixPlan, Replacement, keeping_comments
+from gradfix.walk import children
+
+#: ``ast`` node type -> the LibCST node types at the same range (parentheses excluded)
+_CST_TYPES: dict[type[ast.AST], tuple[type[cst.CSTNode], ...]] = {
+    ast.Name: (cst.Name,),
+    ast.Attribute: (cst.Attribute,),
+    ast.Call: (cst.Call,),
+    ast.Subscript: (cst.Subscript,),
+    ast.BinOp: (cst.BinaryOperation,),
+    ast.UnaryOp: (cst.UnaryOperation,),
+    ast.BoolOp: (cst.BooleanOperation,),
+    ast.Compare: (cst.Comparison,),
+    ast.Constant: (
+        cst.Integer,
+        cst.Float,
+        cst.Imaginary,
+        cst.SimpleString,
+        cst.ConcatenatedString,
+        cst.Name,
+        cst.Ellipsis,
+    ),
+    ast.JoinedStr: (cst.FormattedString, cst.ConcatenatedString),
+    ast.Tuple: (cst.Tuple,),
+    ast.List: (cst.List,),
+    ast.Dict: (cst.Dict,),
+    ast.Set: (cst.Set,),
+    ast.ListComp: (cst.ListComp,),
+    ast.SetComp: (cst.SetComp,),
+    ast.DictComp: (cst.DictComp,),
+    ast.GeneratorExp: (cst.GeneratorExp,),
+    ast.Lambda: (cst.Lambda,),
+    ast.IfExp: (cst.IfExp,),
+    ast.NamedExpr: (cst.NamedExpr,),
+    ast.Starred: (cst.StarredElement, cst.Arg),
+    ast.Slice: (cst.Slice,),
+    ast.Await: (cst.Await,),
+    ast.Yield: (cst.Yield,),
+    ast.keyword: (cst.Arg,),
+    ast.Expr: (cst.Expr,),
+    ast.Assign: (cst.Assign,),
+    ast.AugAssign: (cst.AugAssign,),
+    ast.AnnAssign: (cst.AnnAssign,),
+    ast.Return: (cst.Return,),
+    ast.Delete: (cst.Del,),
+    ast.Pass: (cst.Pass,),
+    ast.Break: (cst.Break,),
+    ast.Continue: (cst.Continue,),
+    ast.Raise: (cst.Raise,),
+    ast.Assert: (cst.Assert,),
+    ast.Import: (cst.Import,),
+    ast.ImportFrom: (cst.ImportFrom,),
+    ast.Global: (cst.Global,),
+    ast.Nonlocal: (cst.Nonlocal,),
+    ast.For: (cst.For,),
+    ast.AsyncFor: (cst.For,),
+    ast.While: (cst.While,),
+    ast.If: (cst.If,),
+    ast.With: (cst.With,),
+    ast.AsyncWith: (cst.With,),
+    ast.Try: (cst.Try,),
+    ast.FunctionDef: (cst.FunctionDef,),
+    ast.AsyncFunctionDef: (cst.FunctionDef,),
+    ast.ClassDef: (cst.ClassDef,),
+    ast.Module: (cst.Module,),
+}
+if hasattr(ast, "TryStar"):
+    _CST_TYPES[ast.TryStar] = (cst.TryStar,)
+
+
+Span = tuple[int, int, int, int]
+
+
+def ast_range(node: ast.AST, lines: Sequence[str]) -> CodeRange:
+    """The range of ``node`` as LibCST's ``PositionProvider`` gives it: 1-based lines,
+    0-based columns counted in characters (``ast`` counts UTF-8 bytes)."""
+    line, end_line = node.lineno, node.end_lineno  # type: ignore[attr-defined]
+    col = _chars(lines, line, node.col_offset)  # type: ignore[attr-defined]
+    end_col = _chars(lines, end_line, node.end_col_offset)  # type: ignore[attr-defined]
+    return CodeRange(CodePosition(line, col), CodePosition(end_line or line, end_col))
+
+
+def _chars(lines: Sequence[str], line: int | None, offset: int | None) -> int:
+    if line is None or offset is None:
+        return 0
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    if text.isascii():
+        return offset
+    return len(text.encode("utf-8")[:offset].decode("utf-8", errors="replace"))
+
+
+class Editor:
+    """The LibCST side of fixing one file: nodes by ``ast`` position, and the edits."""
+
+    def __init__(self, module: cst.Module, source: str, torch_alias: str | None) -> None:
+        self.module = module
+        self.lines = source.splitlines()
+        self.alias = torch_alias
+        self._positions: Mapping[cst.CSTNode, CodeRange] | None = None
+        self._index: dict[Span, list[cst.CSTNode]] | None = None
+        self._parents: dict[int, cst.CSTNode] | None = None
+
+    # -- finding nodes -----------------------------------------------------------------
+    @property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        if self._positions is None:
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        return self._positions
+
+    def node(self, node: ast.AST) -> cst.CSTNode:
+        """The LibCST node for ``node`` (same range, corresponding type); LookupError if
+        there is none (the plan then offers no fix)."""
+        if isinstance(node, ast.Module):
+            return self.module
+        if self._index is None:
+            index: dict[Span, list[cst.CSTNode]] = {}
+            for cst_node, where in self.positions.items():
+                span = (where.start.line, where.start.column, where.end.line, where.end.column)
+                index.setdefault(span, []).append(cst_node)
+            self._index = index
+        where = ast_range(node, self.lines)
+        span = (where.start.line, where.start.column, where.end.line, where.end.column)
+        wanted = _CST_TYPES.get(type(node), ())
+        for candidate in self._index.get(span, ()):
+            if isinstance(candidate, wanted):
+                return candidate
+        raise LookupError(f"no LibCST node for {type(node).__name__} at {span}")
+
+    def statement(self, node: ast.stmt) -> cst.BaseStatement:
+        """The statement of the block holding ``node``: its ``SimpleStatementLine`` for a
+        simple statement (``x = 1``), the compound statement itself (``for``, ``with``)."""
+        found = self.node(node)
+        if isinstance(found, cst.BaseStatement):
+            return found
+        parent = self.parent(found)
+        if not isinstance(parent, cst.BaseStatement):
+            raise LookupError(f"{type(found).__name__} is not in a statement line")
+        return parent
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        if self._parents is None:
+            parents: dict[int, cst.CSTNode] = {}
+            stack: list[cst.CSTNode] = [self.module]
+            while stack:
+                current = stack.pop()
+                for child in children(current):
+                    parents[id(child)] = current
+                    stack.append(child)
+            self._parents = parents
+        return self._parents.get(id(node))
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # -- the vocabulary ------------------------------------------------------------------
+    def torch_attr(self, dotted: str) -> cst.BaseExpression:
+        """``torch.<dotted>`` spelled with the file's alias for torch (``th.no_grad``)."""
+        expr: cst.BaseExpression = cst.Name(self.alias or "torch")
+        for part in dotted.split("."):
+            expr = cst.Attribute(expr, cst.Name(part))
+        return expr
+
+    @property
+    def torch_imports(self) -> tuple[str, ...]:
+        """The imports a fix that spells ``torch.x`` needs: ``("torch",)`` without one."""
+        return () if self.alias else ("torch",)
+
+    def replace(self, target: cst.CSTNode, replacement: Replacement) -> Edit:
+        return Edit(target, replacement)
+
+    def add_argument(self, call: cst.Call, keyword: str, value: cst.BaseExpression | str) -> Edit:
+        """``f(a)`` -> ``f(a, keyword=value)``, the last comma's layout kept."""
+        return Edit(call, with_argument(call, keyword, value))
+
+    def remove_argument(self, call: cst.Call, keyword: str) -> Edit:
+        """``f(a, keyword=v, b=1)`` -> ``f(a, b=1)``."""
+        return Edit(call, without_argument(call, keyword))
+
+    def replace_argument(
+        self, call: cst.Call, keyword: str, value: cst.BaseExpression | str
+    ) -> Edit:
+        """``f(keyword=old)`` -> ``f(keyword=value)`` (added when absent)."""
+        return Edit(call, with_argument(call, keyword, value))
+
+    def replace_nodes(
+        self, node: cst.CSTNode, replacements: Mapping[cst.CSTNode, cst.CSTNode]
+    ) -> cst.CSTNode:
+        """``node`` rebuilt with each key of ``replacements`` (nodes inside it) replaced."""
+        if not replacements:
+            return node
+        by_id = {id(old): new for old, new in replacements.items()}
+        return node.visit(_NodeReplacer(by_id))
+
+    def wrap_in_no_grad(
+        self,
+        statements: Sequence[cst.BaseStatement],
+        replacements: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
+    ) -> list[Edit]:
+        """Consecutive ``statements`` of one block in a single ``with torch.no_grad():``,
+        with ``replacements`` applied inside; the first statement's leading comments stay
+        above the block."""
+        rewritten = [self.replace_nodes(s, replacements or {}) for s in statements]
+        first = rewritten[0]
+        assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        inner = [first.with_changes(leading_lines=()), *rewritten[1:]]
+        block = cst.With(
+            items=[cst.WithItem(cst.Call(self.torch_attr("no_grad")))],
+            body=cst.IndentedBlock(body=inner),  # type: ignore[arg-type]
+            leading_lines=first.leading_lines,
+        )
+        edits = [Edit(statements[0], block)]
+        edits += [Edit(stmt, cst.RemovalSentinel.REMOVE) for stmt in statements[1:]]
+        return edits
+
+    # -- plans ---------------------------------------------------------------------------
+    def realise(self, plan: FixPlan) -> Fix | None:
+        """The fix ``plan`` describes, or None when it cannot be built here (a node it
+        needs has no LibCST counterpart, or the fix would delete a comment)."""
+        try:
+            edits = plan.build(self)
+        except LookupError:
+            return None
+        if not edits:
+            return None
+        fix = Fix(tuple(edits), plan.safety, plan.description, plan.imports, plan.joinable)
+        return keeping_comments(fix)
+
+
+def _argument_value(value: cst.BaseExpression | str) -> cst.BaseExpression:
+    return cst.parse_expression(value) if isinstance(value, str) else value
+
+
+def with_argument(call: cst.Call, keyword: str, value: cst.BaseExpression | str) -> cst.Call:
+    """``call`` with ``keyword=value`` set: replaced in place when present, else appended
+    after the last argument (keeping a trailing comma and the closing layout)."""
+    expr = _argument_value(value)
+    args = list(call.args)
+    for index, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            args[index] = arg.with_changes(value=expr)
+            return call.with_changes(args=args)
+    new = cst.Arg(
+        value=expr,
+        keyword=cst.Name(keyword),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        # A trailing comma: the old last argument takes the separator used between the
+        # arguments, and the new one the trailing comma (with the line break before ``)``).
+        between = args[-2].comma if len(args) > 1 else cst.MaybeSentinel.DEFAULT
+        if not isinstance(between, cst.Comma):
+            between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args[-1] = last.with_changes(comma=between)
+        return call.with_changes(args=[*args, new.with_changes(comma=last.comma)])
+    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, new])
+
+
+def without_argument(call: cst.Call, keyword: str) -> cst.Call:
+    """``call`` without its ``keyword=`` argument; the comma before the closing
+    parenthesis follows the original (no dangling ``, )``)."""
+    args = list(call.args)
+    kept = [a for a in args if a.keyword is None or a.keyword.value != keyword]
+    if len(kept) == len(args):
+        return call
+    if kept and args[-1] not in kept:
+        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+    return call.with_changes(args=kept)
+
+
+class _NodeReplacer(cst.CSTTransformer):
+    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
+        return self.replacements.get(id(original_node), updated_node)
