@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from gradfix.analysis import argument, is_false, is_true
-from gradfix.rule import Fix, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor, cst_argument
+from gradfix.rule import AstRule, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic.syntax import argument, is_false, is_true
 
 #: torch dtypes that cannot require gradients (``torch.long``, ``torch.int32``...).
 INTEGER_DTYPES = frozenset(
@@ -18,7 +20,7 @@ PARAMETER = "torch.nn.Parameter"
 _DECIMAL = re.compile(r"[0-9][0-9_]*")
 
 
-class IntegerRequiresGrad(Rule):
+class IntegerRequiresGrad(AstRule):
     """
     ## What it does
     Finds tensors created with an integer dtype that are asked to require gradients:
@@ -61,7 +63,6 @@ class IntegerRequiresGrad(Rule):
     message = "Integer tensor cannot require gradients; use a floating point dtype"
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("requires_grad", "Parameter")
 
     VALID = [
         Valid(
@@ -126,85 +127,111 @@ class IntegerRequiresGrad(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         name = self.analysis.call_name(node)
-        if name is None or not self._asks_for_grad(node, name):
+        if name is None or not self._asks_for_grad(node):
             return
         fix = self._fix(node, name)
         if fix is not None:
             self.report(node, fix=fix)
 
-    def _asks_for_grad(self, node: cst.Call, name: str) -> bool:
+    def _asks_for_grad(self, node: ast.Call) -> bool:
         """``requires_grad=True`` on the call, or the call is the data of ``nn.Parameter``."""
         flag = argument(node, "requires_grad", None)
         if flag is not None:
-            return is_true(flag.value)
-        wrapper = self.analysis.parent(self.analysis.parent(node) or node)
-        if not isinstance(wrapper, cst.Call) or self.analysis.call_name(wrapper) != PARAMETER:
+            return is_true(flag)
+        wrapper = self.analysis.parent(node)
+        if type(wrapper) is ast.keyword:
+            wrapper = self.analysis.parent(wrapper)
+        if not isinstance(wrapper, ast.Call) or self.analysis.call_name(wrapper) != PARAMETER:
             return False
-        data = argument(wrapper, "data", 0)
-        if data is None or data.value is not node:
+        if argument(wrapper, "data", 0) is not node:
             return False
         flag = argument(wrapper, "requires_grad", 1)
-        return flag is None or not is_false(flag.value)
+        return flag is None or not is_false(flag)
 
-    def _fix(self, node: cst.Call, name: str) -> Fix | None:
+    def _fix(self, node: ast.Call, name: str) -> FixPlan | None:
         """The rewrite of an integer-typed constructor (``None``: not provably integer)."""
         dtype = argument(node, "dtype", None)
         if dtype is not None:
-            if self.analysis.qualified_name(dtype.value) not in INTEGER_DTYPES:
+            if self.analysis.qualified_name(dtype) not in INTEGER_DTYPES:
                 return None
-            new_dtype = dtype.with_changes(value=self.analysis.torch_attr("float32"))
-            new = node.with_changes(args=[new_dtype if a is dtype else a for a in node.args])
-            return self.replace(node, new, "Use `torch.float32`", safety=FixSafety.UNSAFE)
+            return self.plan_replace(
+                node, _float32_dtype, "Use `torch.float32`", safety=FixSafety.UNSAFE
+            )
         if name == "torch.tensor":
-            return self._float_literal_fix(node, argument(node, "data", 0))
+            return self._float_literal_fix(node, "data", 0)
         if name == "torch.full":
-            return self._float_literal_fix(node, argument(node, "fill_value", 1))
+            return self._float_literal_fix(node, "fill_value", 1)
         if name == "torch.arange":
             return self._arange_fix(node)
         return None
 
-    def _float_literal_fix(self, node: cst.Call, data: cst.Arg | None) -> Fix | None:
-        if data is None or not _all_integer_literals(data.value):
+    def _float_literal_fix(self, node: ast.Call, keyword: str, position: int) -> FixPlan | None:
+        data = argument(node, keyword, position)
+        if data is None or not self._all_integer_literals(data):
             return None
-        new_value = data.value.visit(_FloatLiterals())
-        new = node.with_changes(
-            args=[a.with_changes(value=new_value) if a is data else a for a in node.args]
-        )
-        return self.replace(node, new, "Use float literals")
 
-    def _arange_fix(self, node: cst.Call) -> Fix | None:
-        bounds = [a for a in node.args if a.keyword is None]
-        if not bounds or any(a.star or not _all_integer_literals(a.value) for a in bounds):
-            return None
-        if any(
-            a.keyword is not None and a.keyword.value in ("start", "end", "step") for a in node.args
+        def float_literals(editor: Editor, call: cst.CSTNode) -> cst.Call | None:
+            assert isinstance(call, cst.Call)
+            arg = cst_argument(call, keyword, position)
+            if arg is None:
+                return None
+            value = arg.value.visit(_FloatLiterals())
+            return call.with_changes(
+                args=[a.with_changes(value=value) if a is arg else a for a in call.args]
+            )
+
+        return self.plan_replace(node, float_literals, "Use float literals")
+
+    def _arange_fix(self, node: ast.Call) -> FixPlan | None:
+        if not node.args or any(
+            type(a) is ast.Starred or not self._all_integer_literals(a) for a in node.args
         ):
             return None
-        last = node.args[-1]
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        dtype = cst.Arg(
-            self.analysis.torch_attr("float32"),
-            keyword=cst.Name("dtype"),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            comma=last.comma,
-        )
-        args = [*node.args[:-1], last.with_changes(comma=comma), dtype]
-        return self.replace(node, node.with_changes(args=args), "Add `dtype=torch.float32`")
+        if any(k.arg is None for k in node.keywords):
+            return None  # ``**kwargs``: LibCST counted it as a starred argument
+        if any(k.arg in ("start", "end", "step") for k in node.keywords):
+            return None
+        return self.plan_replace(node, _arange_float32, "Add `dtype=torch.float32`")
+
+    def _all_integer_literals(self, expr: ast.expr) -> bool:
+        """``3``, ``-2``, ``[1, 2]``, ``((1, 2), (3, 4))``: nothing but decimal integers."""
+        if type(expr) is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+            return self._all_integer_literals(expr.operand)
+        if type(expr) is ast.Constant and type(expr.value) is int:
+            text = ast.get_source_segment(self.context.source, expr) or ""
+            return _DECIMAL.fullmatch(text) is not None
+        if type(expr) in (ast.List, ast.Tuple):
+            elements = expr.elts  # type: ignore[attr-defined]
+            return bool(elements) and all(
+                type(e) is not ast.Starred and self._all_integer_literals(e) for e in elements
+            )
+        return False
 
 
-def _all_integer_literals(expr: cst.BaseExpression) -> bool:
-    """``3``, ``-2``, ``[1, 2]``, ``((1, 2), (3, 4))``: nothing but decimal integers."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _all_integer_literals(expr.expression)
-    if isinstance(expr, cst.Integer):
-        return _DECIMAL.fullmatch(expr.value) is not None
-    if isinstance(expr, (cst.List, cst.Tuple)):
-        return bool(expr.elements) and all(
-            isinstance(e, cst.Element) and _all_integer_literals(e.value) for e in expr.elements
-        )
-    return False
+def _float32_dtype(editor: Editor, call: cst.CSTNode) -> cst.Call | None:
+    """``dtype=torch.long`` -> ``dtype=torch.float32``."""
+    assert isinstance(call, cst.Call)
+    dtype = cst_argument(call, "dtype", None)
+    if dtype is None:
+        return None
+    new_dtype = dtype.with_changes(value=editor.torch_attr("float32"))
+    return call.with_changes(args=[new_dtype if a is dtype else a for a in call.args])
+
+
+def _arange_float32(editor: Editor, call: cst.CSTNode) -> cst.Call:
+    """``arange(1, 6, ...)`` -> ``arange(1, 6, ..., dtype=torch.float32)``."""
+    assert isinstance(call, cst.Call)
+    last = call.args[-1]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    dtype = cst.Arg(
+        editor.torch_attr("float32"),
+        keyword=cst.Name("dtype"),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        comma=last.comma,
+    )
+    return call.with_changes(args=[*call.args[:-1], last.with_changes(comma=comma), dtype])
 
 
 class _FloatLiterals(cst.CSTTransformer):

@@ -309,3 +309,16 @@ class _NodeReplacer(cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
         return self.replacements.get(id(original_node), updated_node)
+
+
+def cst_argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | None:
+    """The LibCST argument passed as ``keyword=`` or at ``position`` (positional only):
+    the fix-side twin of :func:`gradfix.semantic.syntax.argument`."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    if position is not None:
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if len(positional) > position:
+            return positional[position]
+    return None
