@@ -324,6 +324,75 @@ def to_finding(report: Report) -> Finding:
     )
 
 
+class FileLint:
+    """One source linted once: its findings at once, and from the same parse, on demand,
+    each fix applied alone (:meth:`singles`: code frames, code actions, proofs) and the
+    fixed text (:meth:`fixed`). The formats, the LSP, interactive review, notebooks and
+    ``verify`` hold this object instead of linting the same text again.
+
+        lint = FileLint(source, rules=rules, path=path)
+        lint.findings              # what the rules report
+        lint.singles()             # each fix alone (safe and unsafe)
+        lint.fixed(unsafe_fixes=True).source
+    """
+
+    def __init__(
+        self, source: str, *, rules: Sequence[type[BaseRule]], path: str = "<stdin>"
+    ) -> None:
+        self.source = source
+        self.rules = rules
+        self.path = path
+        self.crashes: list[RuleCrash] = []
+        active = active_rules(rules, source)
+        if active:
+            self._linted = collect_reports(source, active, path, self.crashes)
+        else:
+            _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
+            self._linted = Linted([])
+        self.findings = [to_finding(r) for r in self._linted.reports]
+        self._singles: list[SingleFix] | None = None
+
+    def result(self) -> LintResult:
+        """The findings as a :class:`LintResult` with nothing fixed."""
+        findings = list(self.findings)
+        return LintResult(findings, self.source, remaining=list(findings), crashes=self.crashes)
+
+    def singles(self) -> list[SingleFix]:
+        """Every fix the rules offer (safe and unsafe), each applied alone."""
+        if self._singles is None:
+            self._singles = _singles(self._linted)
+        return self._singles
+
+    def fixed(
+        self,
+        *,
+        unsafe_fixes: bool = False,
+        max_passes: int = MAX_PASSES,
+        keep: Callable[[Finding], bool] | None = None,
+    ) -> LintResult:
+        """The source with every applicable fix applied, in passes (see the module
+        docstring); ``keep`` limits fixing to the fixes whose findings it accepts, in one
+        pass."""
+        result = self.result()
+        crashes = result.crashes = list(self.crashes)
+        if keep is not None:
+            max_passes = 1
+        linted = self._linted
+        for _ in range(max_passes):
+            fixes = _applicable(linted.reports, unsafe_fixes, keep)
+            if not fixes:
+                break
+            new_source, applied, dropped = _apply_pass(linted, fixes)
+            result.dropped.extend(note for note in dropped if note not in result.dropped)
+            if not applied or new_source == result.source:
+                break
+            result.applied += applied
+            result.source = new_source
+            linted = collect_reports(new_source, self.rules, self.path, crashes)
+        result.remaining = [to_finding(r) for r in linted.reports]
+        return result
+
+
 def lint_source(
     source: str,
     *,
@@ -334,38 +403,16 @@ def lint_source(
     max_passes: int = MAX_PASSES,
     keep: Callable[[Finding], bool] | None = None,
 ) -> LintResult:
-    """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source.
+    """Lint ``source`` with ``rules``; with ``fix``, also return the fixed source
+    (:class:`FileLint` keeps the lint to answer more questions about it).
 
     ``keep`` limits fixing to the fixes whose findings (on ``source``) it accepts, in one
     pass: ``gradfix fix --verify`` applies only the fixes that were proven one by one.
     A rule that raises does not stop the others: it is listed in ``result.crashes``."""
-    active = active_rules(rules, source)
-    if not active:
-        _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
-        return LintResult([], source)
-    crashes: list[RuleCrash] = []
-    linted = collect_reports(source, active, path, crashes)
-    reports = linted.reports
-    findings = [to_finding(r) for r in reports]
-    result = LintResult(findings, source, remaining=list(findings), crashes=crashes)
+    lint = FileLint(source, rules=rules, path=path)
     if not fix:
-        return result
-    if keep is not None:
-        max_passes = 1
-    for _ in range(max_passes):
-        fixes = _applicable(reports, unsafe_fixes, keep)
-        if not fixes:
-            break
-        new_source, applied, dropped = _apply_pass(linted, fixes)
-        result.dropped.extend(note for note in dropped if note not in result.dropped)
-        if not applied or new_source == result.source:
-            break
-        result.applied += applied
-        result.source = new_source
-        linted = collect_reports(new_source, rules, path, crashes)
-        reports = linted.reports
-    result.remaining = [to_finding(r) for r in reports]
-    return result
+        return lint.result()
+    return lint.fixed(unsafe_fixes=unsafe_fixes, max_passes=max_passes, keep=keep)
 
 
 def _applicable(
@@ -401,15 +448,13 @@ def single_fixes(
     source: str, *, rules: Sequence[type[BaseRule]], path: str = "<stdin>"
 ) -> list[SingleFix]:
     """Every fix the rules offer on ``source`` (safe and unsafe), each applied alone."""
-    active = active_rules(rules, source)
-    if not active:
-        _check_syntax(source)
-        return []
-    linted = collect_reports(source, active, path, crashes=[])  # the others' fixes
-    reports = linted.reports
+    return FileLint(source, rules=rules, path=path).singles()
+
+
+def _singles(linted: Linted) -> list[SingleFix]:
     grouped: dict[int, tuple[Fix, list[Finding]]] = {}
-    for report in reports:
-        if report.fix is not None:
+    for report in linted.reports:
+        if isinstance(report.fix, Fix):
             entry = grouped.setdefault(id(report.fix), (report.fix, []))
             entry[1].append(to_finding(report))
     singles = []

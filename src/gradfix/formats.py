@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradfix.rule import Finding, Rule
+
+if TYPE_CHECKING:
+    from gradfix.engine import SingleFix
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/gradfix/gradfix"
@@ -155,19 +158,26 @@ def statistics(findings: Sequence[Located], rules: Sequence[type[Rule]]) -> str:
 
 
 def code_frames(
-    path: str, source: str, findings: Sequence[Finding], rules: Sequence[type[Rule]]
+    path: str,
+    source: str,
+    findings: Sequence[Finding],
+    rules: Sequence[type[Rule]],
+    singles: Sequence[SingleFix] | None = None,
 ) -> dict[tuple[int, int, str], list[str]]:
     """For ``check``'s text output: per finding (``(line, col, code)``), the lines under
     its location line: the source line with carets under the finding, and the diff of its
-    fix applied alone (``= fix (safe): ...`` then ``-``/``+`` lines)."""
+    fix applied alone (``= fix (safe): ...`` then ``-``/``+`` lines). ``singles``: the
+    fixes applied alone from the lint that found ``findings`` (else the source is linted
+    again for them)."""
     from gradfix.diff import split_lines, unified_diff
     from gradfix.engine import SourceError, single_fixes
 
     lines = split_lines(source)
-    try:
-        singles = single_fixes(source, rules=rules, path=path)
-    except SourceError:
-        singles = []
+    if singles is None:
+        try:
+            singles = single_fixes(source, rules=rules, path=path)
+        except SourceError:
+            singles = []
     fixes = {(f.line, f.col, f.code): single for single in singles for f in single.findings}
     frames: dict[tuple[int, int, str], list[str]] = {}
     for f in findings:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gradfix.config import Config
-from gradfix.engine import RuleCrash, SourceError, lint_source
+from gradfix.engine import FileLint, RuleCrash, SingleFix, SourceError, lint_source
 from gradfix.files import (
     MAX_FILE_BYTES,
     Candidate,
@@ -66,6 +66,9 @@ class RunOptions:
     respect_gitignore: bool = True
     #: only these files (absolute paths; ``--changed-since``); None: every file
     changed: frozenset[str] | None = None
+    #: also each fix applied alone (``FileResult.singles``: the code frames of ``check``'s
+    #: text format), from the same lint
+    singles: bool = False
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -106,6 +109,9 @@ class FileResult:
     #: the path (``cell 4: skipped: syntax error at line 1: ...``); the other cells were
     #: checked and fixed
     skipped_cells: list[str] = field(default_factory=list)
+    #: each fix applied alone to ``original`` (with ``RunOptions.singles``; None: not
+    #: computed)
+    singles: list[SingleFix] | None = None
 
     @property
     def changed(self) -> bool:
@@ -427,13 +433,10 @@ def process_text(
     result = FileResult(path, original=text, encoding=encoding)
     fix = options.fix or options.write
     try:
-        lint = lint_source(
-            text,
-            rules=options.rules_for(path),
-            path=path,
-            fix=fix,
-            unsafe_fixes=options.unsafe_fixes,
-        )
+        file_lint = FileLint(text, rules=options.rules_for(path), path=path)
+        lint = file_lint.fixed(unsafe_fixes=options.unsafe_fixes) if fix else file_lint.result()
+        if options.singles and any(f.fix is not None for f in file_lint.findings):
+            result.singles = file_lint.singles()
     except SourceError as error:
         result.error = str(error) + python2_hint(text, error.line)
         return result
@@ -530,6 +533,10 @@ def _from_entry(
     result.remaining, result.fixed = list(result.findings), result.original
     result.error = entry["error"]
     result.skipped_cells = list(entry.get("skipped_cells", []))
+    if options.singles and any(f.fix is not None for f in result.findings):
+        if entry.get("singles") is None:
+            return None  # linted without them: lint again
+        result.singles = _singles_from_json(entry["singles"])
     mode = _fix_mode(options)
     if mode is None or result.error is not None or not _has_fixes(result.findings, mode):
         return result
@@ -558,12 +565,44 @@ def _to_entry(
             "dropped": result.dropped,
             "applied": result.applied,
         }
+    singles = None if result.singles is None else _singles_to_json(result.singles)
+    if singles is None and previous is not None:
+        singles = previous.get("singles")  # computed by an earlier run: kept
     return {
         "findings": findings_to_json(result.findings),
         "error": result.error,
         "skipped_cells": result.skipped_cells,
         "fixes": fixes,
+        "singles": singles,
     }
+
+
+def _singles_to_json(singles: Sequence[SingleFix]) -> list[dict[str, Any]]:
+    from gradfix.cache import findings_to_json
+
+    return [
+        {
+            "findings": findings_to_json(single.findings),
+            "safety": single.safety,
+            "description": single.description,
+            "source": single.source,
+        }
+        for single in singles
+    ]
+
+
+def _singles_from_json(items: Sequence[dict[str, Any]]) -> list[SingleFix]:
+    from gradfix.cache import findings_from_json
+
+    return [
+        SingleFix(
+            findings_from_json(item["findings"]),
+            item["safety"],
+            item["description"],
+            item["source"],
+        )
+        for item in items
+    ]
 
 
 def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) -> FileResult:
