@@ -154,7 +154,92 @@ class Comparison:
         pairs = matched_nodes(self.positions, self.tree, self.spans)
         for old, new in pairs:
             self.compare_node(old, new)
+            self.compare_flow(old, new)
+        self.compare_file()
+        self.compare_parameters()
         return len(pairs)
+
+    def compare_file(self) -> None:
+        a, b = self.old, self.new
+        self.compare(0, "imports_torch", a.imports_torch, b.imports_torch)
+        self.compare(0, "torch_alias", a.torch_alias, b.torch_alias)
+        for module in ("torch.nn", "torch.nn.functional", "torch"):
+            query = f"module_alias({module})"
+            self.compare(0, query, lambda: a.module_alias(module), lambda: b.module_alias(module))
+
+    def compare_parameters(self) -> None:
+        """``passed_arguments`` of every parameter (matched by the position of its name)."""
+        params = {}
+        for node, where in self.positions.items():
+            if isinstance(node, cst.Param):
+                name = self.positions[node.name]
+                params[(name.start.line, name.start.column)] = node
+        for arg in ast.walk(self.tree):
+            if not isinstance(arg, ast.arg):
+                continue
+            old = params.get((arg.lineno, self.spans.column(arg.lineno, arg.col_offset)))
+            if old is None:
+                continue
+            self.compare(
+                arg.lineno,
+                "passed_arguments",
+                lambda: self._pairs(self.old.passed_arguments(old), self.old_span),
+                lambda: self._pairs(self.new.passed_arguments(arg), self.new_span),
+            )
+
+    def compare_flow(self, old: Any, new: Any) -> None:
+        """Values through functions, lists, parameters; operands saved for backward."""
+        a, b = self.old, self.new
+        line = new.lineno
+        check = self.compare
+        check(
+            line,
+            "saved_operands",
+            lambda: self._spans(a.saved_operands(old), self.old_span),
+            lambda: self._spans(b.saved_operands(new), self.new_span),
+        )
+        check(
+            line,
+            "parameter_iterable",
+            lambda: a.parameter_iterable(old),
+            lambda: b.parameter_iterable(new),
+        )
+        if isinstance(new, ast.Call):
+            check(
+                line,
+                "leaf_value_reason",
+                lambda: _description(a.leaf_value_reason(old, old)),
+                lambda: _description(b.leaf_value_reason(new, new)),
+            )
+            check(
+                line,
+                "returned_values",
+                lambda: self._pairs(a.returned_values(old, old), self.old_span),
+                lambda: self._pairs(b.returned_values(new, new), self.new_span),
+            )
+            check(
+                line,
+                "local_function",
+                lambda: self._definition(a.local_function(old.func, old), old=True),
+                lambda: self._definition(b.local_function(new.func, new), old=False),
+            )
+        if isinstance(new, ast.Name):
+            check(
+                line,
+                "list_elements",
+                lambda: self._elements(a.list_elements(old, old), self.old_span),
+                lambda: self._elements(b.list_elements(new, new), self.new_span),
+            )
+
+    def _spans(self, nodes: Any, span: Callable[[Any], Span | None]) -> Any:
+        return None if nodes is None else [span(n) for n in nodes]
+
+    def _pairs(self, pairs: Any, span: Callable[[Any], Span | None]) -> Any:
+        """The values of ``(value, where)`` pairs (``where`` is a statement: no range)."""
+        return None if pairs is None else [span(value) for value, _ in pairs]
+
+    def _elements(self, found: Any, span: Callable[[Any], Span | None]) -> Any:
+        return None if found is None else (self._pairs(found[0], span), found[1])
 
     def compare_node(self, old: Any, new: Any) -> None:
         a, b = self.old, self.new
