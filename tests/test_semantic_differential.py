@@ -165,12 +165,13 @@ class Comparison:
         self.compare(0, "torch_alias", a.torch_alias, b.torch_alias)
         for module in ("torch.nn", "torch.nn.functional", "torch"):
             query = f"module_alias({module})"
-            self.compare(0, query, lambda: a.module_alias(module), lambda: b.module_alias(module))
+            old, new = a.module_alias(module), b.module_alias(module)
+            self.compare(0, query, lambda: old, lambda: new)  # noqa: B023 (called at once)
 
     def compare_parameters(self) -> None:
         """``passed_arguments`` of every parameter (matched by the position of its name)."""
         params = {}
-        for node, where in self.positions.items():
+        for node in self.positions:
             if isinstance(node, cst.Param):
                 name = self.positions[node.name]
                 params[(name.start.line, name.start.column)] = node
@@ -180,12 +181,9 @@ class Comparison:
             old = params.get((arg.lineno, self.spans.column(arg.lineno, arg.col_offset)))
             if old is None:
                 continue
-            self.compare(
-                arg.lineno,
-                "passed_arguments",
-                lambda: self._pairs(self.old.passed_arguments(old), self.old_span),
-                lambda: self._pairs(self.new.passed_arguments(arg), self.new_span),
-            )
+            before = self._pairs(self.old.passed_arguments(old), self.old_span)
+            after = self._pairs(self.new.passed_arguments(arg), self.new_span)
+            self.compare(arg.lineno, "passed_arguments", lambda: before, lambda: after)  # noqa: B023
 
     def compare_flow(self, old: Any, new: Any) -> None:
         """Values through functions, lists, parameters; operands saved for backward."""
