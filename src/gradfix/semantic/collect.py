@@ -86,8 +86,11 @@ class Collector:
             recorder = recorders.get(kind)
             if recorder is not None:
                 recorder(node)  # type: ignore[operator]
-            stack.append((node, True))
             children = source_children(node)
+            if not children and kind not in SCOPE_TYPES:
+                last[node] = counter - 1  # a leaf: nothing to wait for
+                continue
+            stack.append((node, True))
             for child in reversed(children):
                 parents[child] = node
                 stack.append((child, False))

@@ -7,12 +7,12 @@ Rules import these from :mod:`gradfix.semantic` (``argument``, ``is_true``,
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import Any
 
 #: Fields that hold the shared singletons ``Load()``, ``Add()``, ``Eq()``...: never visited
 #: (one object stands for every occurrence, so it has no parent nor position).
 _SINGLETON_FIELDS = frozenset({"ctx", "op", "ops"})
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
 
 
@@ -20,35 +20,32 @@ def source_children(node: ast.AST) -> list[ast.AST]:
     """The child nodes of ``node`` in the order of the source text (``ast`` lists
     decorators after the body, a default apart from its parameter, ``x if c else y`` test
     first): pre-order positions then follow the text, as LibCST's do."""
-    kind = type(node)
-    if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
-        return _definition_children(node)  # type: ignore[arg-type]
-    if kind is ast.arguments:
-        return _parameter_children(node)  # type: ignore[arg-type]
-    if kind is ast.IfExp:
-        return [node.body, node.test, node.orelse]  # type: ignore[attr-defined]
-    if kind is ast.Dict:
-        pairs = zip(node.keys, node.values, strict=True)  # type: ignore[attr-defined]
-        return [child for key, value in pairs for child in (key, value) if child is not None]
-    if kind is ast.Call and node.keywords and node.args:  # type: ignore[attr-defined]
-        rest = sorted([*node.args, *node.keywords], key=_start)  # type: ignore[attr-defined]
-        return [node.func, *rest]  # type: ignore[attr-defined]
-    return list(_generic_children(node))
-
-
-def _generic_children(node: ast.AST) -> Iterator[ast.AST]:
+    special = _SPECIAL_CHILDREN.get(type(node))
+    if special is not None:
+        return special(node)
     fields = _FIELDS.get(type(node))
     if fields is None:
         fields = tuple(f for f in node._fields if f not in _SINGLETON_FIELDS)
         _FIELDS[type(node)] = fields
+    children: list[ast.AST] = []
     for name in fields:
         value = getattr(node, name, None)
-        if isinstance(value, ast.AST):
-            yield value
-        elif type(value) is list:
-            for item in value:
-                if isinstance(item, ast.AST):
-                    yield item
+        if type(value) is list:
+            children += [item for item in value if isinstance(item, ast.AST)]
+        elif isinstance(value, ast.AST):
+            children.append(value)
+    return children
+
+
+def _call_children(node: ast.Call) -> list[ast.AST]:
+    if node.keywords and node.args:  # ``f(a=1, *b)``: keywords may come first
+        return [node.func, *sorted([*node.args, *node.keywords], key=_start)]
+    return [node.func, *node.args, *node.keywords]
+
+
+def _dict_children(node: ast.Dict) -> list[ast.AST]:
+    pairs = zip(node.keys, node.values, strict=True)
+    return [child for key, value in pairs for child in (key, value) if child is not None]
 
 
 def _start(node: ast.AST) -> tuple[int, int]:
@@ -73,6 +70,17 @@ def _parameter_children(node: ast.arguments) -> list[ast.AST]:
         if default is not None:
             children.append(default)
     return children
+
+
+_SPECIAL_CHILDREN: dict[type[ast.AST], Callable[[Any], list[ast.AST]]] = {
+    ast.FunctionDef: _definition_children,
+    ast.AsyncFunctionDef: _definition_children,
+    ast.ClassDef: _definition_children,
+    ast.arguments: _parameter_children,
+    ast.IfExp: lambda node: [node.body, node.test, node.orelse],
+    ast.Dict: _dict_children,
+    ast.Call: _call_children,
+}
 
 
 def parameter_defaults(node: ast.arguments) -> list[tuple[ast.arg, ast.expr | None]]:
