@@ -542,3 +542,50 @@ def test_normalized_code_ignores_layout_and_reads_targets_as_loads() -> None:
     assert normalized_code(first.targets[0]) == normalized_code(second.value.left)
     assert normalized_code(first.value) == normalized_code(second.value.right)
     assert normalized_code(third.value) != normalized_code(second.value.left)
+
+
+def test_argument_returns_the_passed_value_and_argument_node_the_argument() -> None:
+    from gradfix.semantic import argument, argument_node, argument_values
+
+    _, tree = analyse("f(a, *rest, b, k=c, **kw)\n")
+    call = calls(tree)[0]
+    assert ast.unparse(argument(call, "k", None)) == "c"  # type: ignore[arg-type]
+    assert ast.unparse(argument(call, "x", 1)) == "b"  # type: ignore[arg-type]  # * skipped
+    assert argument(call, "x", 2) is None
+    node = argument_node(call, "k", 0)
+    assert isinstance(node, ast.keyword) and node.arg == "k"
+    assert [ast.unparse(v) for v in argument_values(call)] == ["a", "rest", "b", "c", "kw"]
+
+
+def test_pre_order_follows_the_source_text_in_calls_dicts_and_classes() -> None:
+    analysis, tree = analyse(
+        "f(k=a, *b)\nd = {k1: v1, **m, k2: v2}\n@dec\nclass C(Base, meta=M):\n    x\n"
+    )
+    names = sorted(find(tree, ast.Name), key=analysis.index)
+    order = ["f", "a", "b", "d", "k1", "v1", "m", "k2", "v2", "dec", "Base", "M", "x"]
+    assert [n.id for n in names] == order
+
+
+def test_statements_methods_and_async_definitions() -> None:
+    analysis, tree = analyse(
+        """
+        import torch
+        class Net(torch.nn.Module):
+            @staticmethod
+            def make(x):
+                a = 1; b = x.exp()
+            async def run(self):
+                async with torch.no_grad():
+                    y = self.w
+        """
+    )
+    make, run = find(tree, (ast.FunctionDef, ast.AsyncFunctionDef))
+    assert analysis.method_class(make) is not None and analysis.method_class(run) is not None
+    call = find(tree, ast.Call, lambda n: ast.unparse(n) == "x.exp()")[0]
+    statement = analysis.enclosing_statement(call)
+    assert isinstance(statement, ast.Assign) and ast.unparse(statement) == "b = x.exp()"
+    attribute = find(tree, ast.Attribute, lambda n: n.attr == "w")[0]
+    assert analysis.enclosing_function(attribute) is run
+    assert analysis.in_no_grad(attribute)
+    binding = analysis.reaching_binding(find(tree, ast.Name, lambda n: n.id == "x")[-1])
+    assert binding is not None and binding.kind == "param" and isinstance(binding.node, ast.arg)
