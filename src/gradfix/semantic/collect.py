@@ -1,0 +1,288 @@
+"""The one traversal of a module: parents, pre-order indices, scopes, bindings, call sites."""
+
+from __future__ import annotations
+
+import ast
+
+from gradfix.semantic.scopes import SCOPE_TYPES, Binding, Scope
+from gradfix.semantic.syntax import (
+    argument_value,
+    argument_values,
+    call_arguments,
+    is_function,
+    parameter_defaults,
+    source_children,
+    string_value,
+)
+
+_FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class Collector:
+    """Walks a module once (pre-order, in source order, with an explicit stack) and
+    records what every query of :class:`~gradfix.semantic.Semantic` reads."""
+
+    def __init__(self) -> None:
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.order: dict[ast.AST, int] = {}
+        self.last: dict[ast.AST, int] = {}
+        self.scopes: dict[ast.AST, Scope] = {}
+        self.node_scopes: dict[ast.AST, Scope] = {}  # the scope each node is evaluated in
+        self.names: dict[str, list[ast.Name]] = {}  # every Name node by spelling, in order
+        self.name_orders: dict[str, list[int]] = {}  # their pre-order indices
+        #: every ``x.<attr>`` by attribute name, in order (``requires_grad`` marks)
+        self.attributes: dict[str, list[ast.Attribute]] = {}
+        self.calls_by_name: dict[str, list[ast.Call]] = {}
+        self.subscript_assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
+        self.class_attrs: dict[ast.AST, dict[str, list[tuple[ast.expr, Binding]]]] = {}
+        self.returns: dict[ast.AST, list[ast.Return]] = {}
+        self.generators: set[ast.AST] = set()
+        self._scope_stack: list[Scope] = []
+        self._pending: list[Binding] = []
+        self._defaults: dict[ast.arg, ast.expr] = {}  # a parameter's default
+        self._recorders = {
+            ast.Assign: self._record_assign,
+            ast.AnnAssign: self._record_ann_assign,
+            ast.AugAssign: self._record_aug_assign,
+            ast.For: self._record_for,
+            ast.AsyncFor: self._record_for,
+            ast.comprehension: self._record_for,
+            ast.withitem: self._record_with_item,
+            ast.NamedExpr: self._record_named_expr,
+            ast.arguments: self._record_defaults,
+            ast.arg: self._record_parameter,
+            ast.ExceptHandler: self._record_except_handler,
+            ast.Import: self._record_import,
+            ast.ImportFrom: self._record_import_from,
+            ast.Call: self._record_call,
+            ast.Return: self._record_return,
+            ast.Yield: self._record_yield,
+            ast.YieldFrom: self._record_yield,
+        }
+
+    def collect(self, module: ast.Module) -> None:
+        counter = 0
+        parents, order, last, node_scopes = self.parents, self.order, self.last, self.node_scopes
+        recorders = self._recorders
+        stack: list[tuple[ast.AST, bool]] = [(module, False)]
+        while stack:
+            node, leaving = stack.pop()
+            kind = type(node)
+            if leaving:
+                last[node] = counter - 1
+                if kind in SCOPE_TYPES:
+                    self._scope_stack.pop()
+                continue
+            order[node] = counter
+            counter += 1
+            if self._scope_stack:
+                node_scopes[node] = self._scope_stack[-1]
+            if kind is ast.Name:
+                self._record_name(node, counter - 1)  # type: ignore[arg-type]
+            elif kind is ast.Attribute:
+                self.attributes.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined, arg-type]
+            if kind in SCOPE_TYPES:
+                self._enter_scope(node)
+            recorder = recorders.get(kind)
+            if recorder is not None:
+                recorder(node)  # type: ignore[operator]
+            children = source_children(node)
+            if not children and kind not in SCOPE_TYPES:
+                last[node] = counter - 1  # a leaf: nothing to wait for
+                continue
+            stack.append((node, True))
+            for child in reversed(children):
+                parents[child] = node
+                stack.append((child, False))
+        self._finish()
+
+    def _record_name(self, node: ast.Name, position: int) -> None:
+        self.names.setdefault(node.id, []).append(node)
+        self.name_orders.setdefault(node.id, []).append(position)
+
+    def _enter_scope(self, node: ast.AST) -> None:
+        parent = self._scope_stack[-1] if self._scope_stack else None
+        if parent is not None and type(node) in (*_FUNCTION_TYPES, ast.ClassDef):
+            kind = "def" if is_function(node) else "class"
+            self._bind(parent, node.name, kind, node, None)  # type: ignore[attr-defined]
+        scope = Scope(node, parent)
+        self.scopes[node] = scope
+        self._scope_stack.append(scope)
+
+    @property
+    def _scope(self) -> Scope:
+        return self._scope_stack[-1]
+
+    def _bind(
+        self,
+        scope: Scope,
+        name: str,
+        kind: str,
+        node: ast.AST,
+        value: ast.expr | None,
+        **extra: object,
+    ) -> Binding:
+        binding = Binding(name, kind, node, value, self.order[node], -1, **extra)  # type: ignore[arg-type]
+        scope.bind(binding)
+        self._pending.append(binding)
+        return binding
+
+    def _finish(self) -> None:
+        for binding in self._pending:
+            node = binding.node
+            if type(node) is ast.comprehension:
+                binding.end = -1  # visible in the whole comprehension, element included
+            elif type(node) is ast.For or type(node) is ast.AsyncFor:
+                binding.end = self.last[node.iter]  # visible in the loop body
+            elif type(node) is ast.arg and node in self._defaults:
+                binding.end = self.last[self._defaults[node]]  # the default sees outside
+            else:
+                binding.end = self.last.get(node, binding.start)
+
+    # -- what binds names ------------------------------------------------------------------
+    def _record_assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._bind_target(target, node, node.value, "assign")
+            self._record_class_level(target, node.value, node)
+            if type(target) is ast.Subscript and type(target.value) is ast.Name:
+                entry = (node, node.value)
+                self.subscript_assigns.setdefault(target.value.id, []).append(entry)
+
+    def _record_ann_assign(self, node: ast.AnnAssign) -> None:
+        self._bind_target(node.target, node, node.value, "assign", annotation=node.annotation)
+        if node.value is not None:
+            self._record_class_level(node.target, node.value, node)
+
+    def _record_aug_assign(self, node: ast.AugAssign) -> None:
+        self._bind_target(node.target, node, None, "augassign")
+
+    def _record_for(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
+        self._bind_target(node.target, node, node.iter, "for")
+
+    def _record_with_item(self, node: ast.withitem) -> None:
+        if node.optional_vars is not None:
+            self._bind_target(node.optional_vars, node, node.context_expr, "with")
+
+    def _record_named_expr(self, node: ast.NamedExpr) -> None:
+        self._bind_target(node.target, node, node.value, "assign")
+
+    def _record_defaults(self, node: ast.arguments) -> None:
+        for arg, default in parameter_defaults(node):
+            if default is not None:
+                self._defaults[arg] = default
+
+    def _record_parameter(self, node: ast.arg) -> None:
+        self._bind(self._scope, node.arg, "param", node, None, annotation=node.annotation)
+
+    def _record_except_handler(self, node: ast.ExceptHandler) -> None:
+        if node.name is not None:
+            self._bind(self._scope, node.name, "other", node, None)
+
+    def _bind_target(
+        self,
+        target: ast.expr,
+        node: ast.AST,
+        value: ast.expr | None,
+        kind: str,
+        unpack_index: int | None = None,
+        annotation: ast.expr | None = None,
+    ) -> None:
+        if type(target) is ast.Starred:
+            target = target.value
+        if type(target) is ast.Name:
+            self._bind(
+                self._scope,
+                target.id,
+                kind,
+                node,
+                value,
+                unpack_index=unpack_index,
+                annotation=annotation,
+            )
+        elif type(target) is ast.Tuple or type(target) is ast.List:
+            elements = target.elts
+            values: list[ast.expr | None] = [None] * len(elements)
+            if (type(value) is ast.Tuple or type(value) is ast.List) and len(value.elts) == len(
+                elements
+            ):
+                values = [argument_value(v) for v in value.elts]
+            for index, element in enumerate(elements):
+                item = values[index]
+                if item is not None:
+                    self._bind_target(element, node, item, kind)
+                elif unpack_index is not None:
+                    # ``for i, (h, w) in enumerate(shapes)``: what ``h`` holds is unknown
+                    self._bind_target(element, node, None, kind, unpack_index=index)
+                else:
+                    self._bind_target(element, node, value, kind, unpack_index=index)
+        elif type(target) is ast.Attribute and value is not None and kind == "assign":
+            self._record_self_attribute(target.value, target.attr, value, node)
+
+    def _record_class_level(self, target: ast.expr, value: ast.expr, node: ast.AST) -> None:
+        """``x = None`` / ``x: T = default`` in a class body (a dataclass field, a class
+        default) is one more value ``self.x`` may hold."""
+        if not self._scope.is_class or type(target) is not ast.Name:
+            return
+        binding = Binding(target.id, "assign", node, value, self.order[node], -1)
+        self._pending.append(binding)
+        attrs = self.class_attrs.setdefault(self._scope.node, {})
+        attrs.setdefault(target.id, []).append((value, binding))
+
+    def _record_self_attribute(
+        self, owner: ast.expr, attr: str, value: ast.expr, node: ast.AST
+    ) -> None:
+        method = self._scope.node
+        class_scope = self._scope.parent
+        if not is_function(method) or class_scope is None:
+            return
+        params = method.args.args  # type: ignore[attr-defined]
+        if not class_scope.is_class or not params:
+            return
+        if type(owner) is ast.Name and owner.id == params[0].arg:
+            binding = Binding(attr, "assign", node, value, self.order[node], -1)
+            self._pending.append(binding)
+            attrs = self.class_attrs.setdefault(class_scope.node, {})
+            attrs.setdefault(attr, []).append((value, binding))
+
+    def _record_import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname is not None:
+                self._bind(self._scope, alias.asname, "import", node, None, qualified=alias.name)
+            else:
+                head = alias.name.split(".")[0]
+                self._bind(self._scope, head, "import", node, None, qualified=head)
+
+    def _record_import_from(self, node: ast.ImportFrom) -> None:
+        if node.level or node.module is None or node.names[0].name == "*":
+            return
+        for alias in node.names:
+            local = alias.asname or alias.name
+            qualified = f"{node.module}.{alias.name}"
+            self._bind(self._scope, local, "import", node, None, qualified=qualified)
+
+    def _record_call(self, node: ast.Call) -> None:
+        func = node.func
+        if type(func) is ast.Name:
+            self.calls_by_name.setdefault(func.id, []).append(node)
+        elif type(func) is ast.Attribute:
+            self.calls_by_name.setdefault(func.attr, []).append(node)
+            arguments = call_arguments(node)
+            if func.attr == "register_parameter" and len(arguments) >= 2:
+                attr = string_value(argument_value(arguments[0]))
+                if attr is not None and attr.isidentifier():
+                    value = argument_value(arguments[1])
+                    self._record_self_attribute(func.value, attr, value, node)
+        # A function passed by reference (``model.apply(init_fn)``) runs where the call is.
+        for ref in argument_values(node):
+            name = ref.id if type(ref) is ast.Name else None
+            if type(ref) is ast.Attribute:
+                name = ref.attr
+            if name is not None:
+                self.calls_by_name.setdefault(name, []).append(node)
+
+    def _record_return(self, node: ast.Return) -> None:
+        if is_function(self._scope.node):
+            self.returns.setdefault(self._scope.node, []).append(node)
+
+    def _record_yield(self, node: ast.Yield | ast.YieldFrom) -> None:
+        self.generators.add(self._scope.node)

@@ -1,0 +1,226 @@
+"""Grad mode (``no_grad`` blocks and functions) and the flow of ``requires_grad``."""
+
+from __future__ import annotations
+
+import ast
+
+from gradfix.semantic.leaves import LeafQueries
+from gradfix.semantic.scopes import Binding
+from gradfix.semantic.syntax import (
+    argument,
+    argument_values,
+    default_of,
+    is_false,
+    is_function,
+    is_true,
+    iterated_source,
+)
+from gradfix.semantic.tables import (
+    FACTORIES,
+    GRAD_CUTTING_METHODS,
+    NO_GRAD_CONTEXTS,
+    NON_TENSOR_METHODS,
+    NON_TENSOR_TORCH,
+    TENSOR_METHODS,
+    VIEW_ATTRIBUTES,
+)
+
+
+class GradQueries(LeafQueries):
+    # -- grad mode ---------------------------------------------------------------------------
+    def in_no_grad(self, node: ast.AST) -> bool:
+        """``node`` runs with autograd recording off: in ``with torch.no_grad():`` (or
+        ``inference_mode``, ``set_grad_enabled(False)``), in a ``@torch.no_grad()``
+        function, or in a function only ever called from such places."""
+        for ancestor in self.ancestors(node):
+            kind = type(ancestor)
+            if kind is ast.With or kind is ast.AsyncWith:
+                mode = self._with_grad_mode(ancestor)  # type: ignore[arg-type]
+                if mode is not None:
+                    return not mode
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
+                return self._function_in_no_grad(ancestor)
+        return False
+
+    def _with_grad_mode(self, node: ast.With | ast.AsyncWith) -> bool | None:
+        """False when the ``with`` turns grad off, True when it turns it on, else None."""
+        for item in node.items:
+            call = item.context_expr
+            if type(call) is not ast.Call:
+                continue
+            name = self.call_name(call)
+            if name in NO_GRAD_CONTEXTS:
+                return is_false(argument(call, "mode", 0))
+            if name == "torch.enable_grad":
+                return True
+            values = argument_values(call)
+            if name == "torch.set_grad_enabled" and values:
+                if is_false(values[0]):
+                    return False
+                if is_true(values[0]):
+                    return True
+        return None
+
+    def _function_in_no_grad(self, func: ast.AST) -> bool:
+        if func in self._no_grad_cache:
+            return self._no_grad_cache[func]
+        self._no_grad_cache[func] = False  # recursion guard
+        result = False
+        if is_function(func):
+            decorators = func.decorator_list  # type: ignore[attr-defined]
+            result = any(self._decorator_disables_grad(d) for d in decorators)
+            if not result and not any(self._decorator_enables_grad(d) for d in decorators):
+                sites = self._calls_by_name.get(func.name, [])  # type: ignore[attr-defined]
+                result = bool(sites) and all(self.in_no_grad(site) for site in sites)
+        self._no_grad_cache[func] = result
+        return result
+
+    def _decorator_disables_grad(self, decorator: ast.expr) -> bool:
+        if type(decorator) is ast.Call:
+            if self.call_name(decorator) in NO_GRAD_CONTEXTS:
+                return not is_false(argument(decorator, "mode", 0))
+            return False
+        return self.qualified_name(decorator) in NO_GRAD_CONTEXTS
+
+    def _decorator_enables_grad(self, decorator: ast.expr) -> bool:
+        target = decorator.func if type(decorator) is ast.Call else decorator
+        return self.qualified_name(target) == "torch.enable_grad"
+
+    # -- requires_grad -----------------------------------------------------------------------
+    def requires_grad(self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0) -> bool:
+        """``expr`` evaluates to a tensor that requires grad (a leaf or a result of one).
+
+        Follows names to the binding that reaches ``at``, ``self.`` attributes, indexing,
+        arithmetic, torch functions, tensor methods, calls of ``nn`` layers, and index
+        assignments (``buf[0] = w[0]`` makes ``buf`` require grad).
+        """
+        if _depth > 12:
+            return False
+        at = at if at is not None else expr
+        # The answer is a function of (expr, at, depth): memoised, call sites that pass
+        # arguments to functions that pass them on no longer multiply the work.
+        if expr not in self._order or at not in self._order:
+            return self._requires_grad(expr, at, _depth)  # nodes built by a rule
+        key = (expr, at, _depth)
+        if key not in self._requires_grad_memo:
+            self._requires_grad_memo[key] = self._requires_grad(expr, at, _depth)
+        return self._requires_grad_memo[key]
+
+    def _requires_grad(self, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+        if self.leaf_reason(expr, at, depth) is not None:
+            return True
+        recurse = self.requires_grad
+        kind = type(expr)
+        if kind is ast.Name:
+            return self._name_requires_grad(expr, at, depth)  # type: ignore[arg-type]
+        if kind is ast.Attribute:
+            if expr.attr in VIEW_ATTRIBUTES:  # type: ignore[attr-defined]
+                return recurse(expr.value, at, depth + 1)  # type: ignore[attr-defined]
+            return False
+        if kind is ast.Subscript:
+            return recurse(expr.value, at, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.BinOp:
+            return recurse(expr.left, at, depth + 1) or recurse(expr.right, at, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.UnaryOp:
+            return recurse(expr.operand, at, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.IfExp:
+            return recurse(expr.body, at, depth + 1) or recurse(expr.orelse, at, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.Tuple or kind is ast.List:
+            elements = expr.elts  # type: ignore[attr-defined]
+            return any(recurse(_unstarred(e), at, depth + 1) for e in elements)
+        if kind is ast.Call:
+            return self._call_requires_grad(expr, at, depth)  # type: ignore[arg-type]
+        return False
+
+    def _name_requires_grad(self, name: ast.Name, at: ast.AST, depth: int) -> bool:
+        binding = self.reaching_binding(name, at)
+        if binding is None:
+            return False
+        if binding.kind == "for" and binding.value is not None:
+            if self.parameter_iteration(binding.value, binding.unpack_index, depth):
+                return True
+            source = iterated_source(binding.value, binding.unpack_index)
+            if (
+                source is not None
+                and self.is_tensor(source, binding.node)
+                and self.requires_grad(source, binding.node, depth + 1)
+            ):
+                return True  # ``for row in x``, ``for a, b in zip(x[:-1], x[1:])`` on a tensor
+        if binding.kind == "assign" and binding.value is not None and binding.unpack_index is None:
+            if self.requires_grad(binding.value, binding.node, depth + 1):
+                return True
+        unpacked = self.unpacked_call_values(binding) or []
+        if any(self.requires_grad(v, ret, depth + 1) for v, ret in unpacked):
+            return True
+        if binding.kind == "param" and type(binding.node) is ast.arg:
+            if self._is_forward_input(binding.node) or self._argument_requires_grad(
+                binding.node, depth
+            ):
+                return True
+        # ``buf[i] = value`` after the binding makes ``buf`` part of the graph.
+        for stmt, value in self._index_assignments(name.id, binding, at):
+            if self.requires_grad(value, stmt, depth + 1):
+                return True
+        return False
+
+    def _is_forward_input(self, param: ast.arg) -> bool:
+        """A tensor argument of ``forward`` of an ``nn.Module`` subclass: an activation."""
+        func = self.enclosing_function(param)
+        if func is None or func.name != "forward" or not func.args.args:
+            return False
+        positional = func.args.args
+        if param is positional[0] or param not in positional:
+            return False
+        if default_of(func, param) is not None:
+            return False  # *args, keyword-only, defaults: configuration more often than data
+        cls = self.method_class(func)
+        if cls is None or not any(self.is_module_base(base) for base in cls.bases):
+            return False
+        return param.annotation is None or self.is_torch_name(param.annotation, "torch.Tensor")
+
+    def _argument_requires_grad(self, param: ast.arg, depth: int) -> bool:
+        """Some call site of the function in this file passes a tensor that requires grad."""
+        return any(
+            self.requires_grad(arg, site, depth + 1) for arg, site in self.passed_arguments(param)
+        )
+
+    def _index_assignments(
+        self, name: str, binding: Binding, at: ast.AST
+    ) -> list[tuple[ast.AST, ast.expr]]:
+        position = self._order[at]
+        return [
+            (stmt, value)
+            for stmt, value in self._subscript_assigns.get(name, [])
+            if binding.end < self._order[stmt] and self._last[stmt] < position
+        ]
+
+    def _call_requires_grad(self, call: ast.Call, at: ast.AST, depth: int) -> bool:
+        func = call.func
+        if self.is_module(func, at):
+            return True  # calling a layer or model: ``self.fc(x)``, ``model(x)``
+        returned = self.returned_values(call, at)
+        if returned is not None:
+            return any(self.requires_grad(v, ret, depth + 1) for v, ret in returned)
+        args = argument_values(call)
+        if type(func) is ast.Attribute and self.qualified_name(func) is None:
+            method = func.attr
+            if method in GRAD_CUTTING_METHODS or method in NON_TENSOR_METHODS:
+                return False
+            if self.requires_grad(func.value, at, depth + 1):
+                return True
+            return method in TENSOR_METHODS and any(
+                self.requires_grad(a, at, depth + 1) for a in args
+            )
+        name = self.call_name(call)
+        if name is not None:
+            if not name.startswith("torch.") or name in NON_TENSOR_TORCH or name in FACTORIES:
+                return False
+            if name.startswith("torch.nn.") and name.rpartition(".")[2][:1].isupper():
+                return False  # constructing a layer
+            return any(self.requires_grad(a, at, depth + 1) for a in args)
+        return False
+
+
+def _unstarred(element: ast.expr) -> ast.expr:
+    """``x`` for the ``*x`` of a list/tuple literal (LibCST's ``element.value``)."""
+    return element.value if type(element) is ast.Starred else element

@@ -1,0 +1,83 @@
+"""What names mean: imports resolved to qualified torch names."""
+
+from __future__ import annotations
+
+import ast
+
+from gradfix.semantic.navigation import Navigation
+from gradfix.semantic.scopes import is_none_assign
+from gradfix.semantic.tables import CANONICAL
+
+
+class NameQueries(Navigation):
+    #: the answer of ``torch_alias`` once asked (False: not yet)
+    _torch_alias: str | None | bool = False
+
+    def qualified_name(self, expr: ast.AST) -> str | None:
+        """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
+        if expr not in self._order:  # a node built by a rule
+            return self._qualify(expr)
+        if expr not in self._qualified:
+            self._qualified[expr] = self._qualify(expr)
+        return self._qualified[expr]
+
+    def _qualify(self, expr: ast.AST) -> str | None:
+        if type(expr) is ast.Name:
+            bindings = self.bindings(expr)
+            imports = [b for b in bindings if b.kind == "import"]
+            others = [b for b in bindings if b.kind != "import" and not is_none_assign(b)]
+            if not imports or others:
+                return None
+            return CANONICAL.get(imports[-1].qualified or "", imports[-1].qualified)
+        if type(expr) is ast.Attribute:
+            base = self.qualified_name(expr.value)
+            if base is None:
+                return None
+            dotted = f"{base}.{expr.attr}"
+            return CANONICAL.get(dotted, dotted)
+        return None
+
+    def call_name(self, call: ast.Call) -> str | None:
+        return self.qualified_name(call.func)
+
+    def is_torch_name(self, expr: ast.AST, *names: str) -> bool:
+        qualified = self.qualified_name(expr)
+        return qualified is not None and qualified in names
+
+    def imports_torch(self) -> bool:
+        """The file imports torch somewhere (rules find nothing in files that do not)."""
+        return any(
+            b.kind == "import" and (b.qualified or "").split(".")[0] == "torch"
+            for scope in self._scopes.values()
+            for bindings in scope.bindings.values()
+            for b in bindings
+        )
+
+    def torch_alias(self) -> str | None:
+        """The module-level name bound to the ``torch`` module, if any (``torch``, ``th``)."""
+        if self._torch_alias is False:
+            alias = None
+            for name, bindings in self._scopes[self.module].bindings.items():
+                if any(b.kind == "import" and b.qualified == "torch" for b in bindings):
+                    if all(b.kind == "import" or is_none_assign(b) for b in bindings):
+                        alias = name
+                        if name == "torch":
+                            break
+            self._torch_alias = alias
+        return self._torch_alias  # type: ignore[return-value]
+
+    def module_alias(self, qualified: str) -> str | None:
+        """The module-level name an import binds to the module ``qualified`` and nothing
+        rebinds: ``nn`` for ``from torch import nn``, ``tnn`` for ``import torch.nn as tnn``."""
+        for name, bindings in self._scopes[self.module].bindings.items():
+            if all(b.kind == "import" and b.qualified == qualified for b in bindings):
+                return name
+        return None
+
+    def torch_attr(self, dotted: str) -> ast.expr:
+        """An expression for ``torch.<dotted>`` using the file's alias (``th.stack``);
+        ``ast.unparse`` gives its code."""
+        expr: ast.expr = ast.Name(self.torch_alias() or "torch", ast.Load())
+        for part in dotted.split("."):
+            expr = ast.Attribute(expr, part, ast.Load())
+        return expr

@@ -1,0 +1,208 @@
+"""The base of :class:`~gradfix.semantic.Semantic`: the collected facts, tree navigation,
+scopes and which binding of a name reaches a use."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from gradfix.semantic.collect import Collector
+from gradfix.semantic.scopes import Binding, LeafReason, Scope
+from gradfix.semantic.syntax import iterates_at_least_once
+
+_BLOCKS_THAT_MAY_NOT_RUN = (
+    ast.If,
+    ast.While,
+    ast.Try,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+)
+
+
+class Navigation:
+    """Facts of the one traversal and the questions they answer directly."""
+
+    def __init__(self, tree: ast.Module, source: str) -> None:
+        collector = Collector()
+        collector.collect(tree)
+        self.module = tree
+        self.source = source
+        self._parents = collector.parents
+        self._order = collector.order
+        self._last = collector.last
+        self._scopes = collector.scopes
+        self._calls_by_name = collector.calls_by_name
+        self._node_scopes = collector.node_scopes
+        self._names = collector.names
+        self._name_orders = collector.name_orders
+        self._attributes = collector.attributes
+        self._subscript_assigns = collector.subscript_assigns
+        self._class_attrs = collector.class_attrs
+        self._returns = collector.returns
+        self._generators = collector.generators
+        self._no_grad_cache: dict[ast.AST, bool] = {}
+        self._requires_grad_cache: dict[ast.AST, list[tuple[ast.AST, bool]]] = {}
+        self._requires_grad_memo: dict[tuple[ast.AST, ast.AST, int], bool] = {}
+        #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
+        self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
+        self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node
+
+    if TYPE_CHECKING:  # answered by the other mixins of ``Semantic``
+
+        def qualified_name(self, expr: ast.AST) -> str | None: ...
+        def call_name(self, call: ast.Call) -> str | None: ...
+        def is_torch_name(self, expr: ast.AST, *names: str) -> bool: ...
+        def is_tensor(self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0) -> bool: ...
+        def requires_grad(
+            self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0
+        ) -> bool: ...
+        def leaf_reason(
+            self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0
+        ) -> LeafReason | None: ...
+        def leaf_value_reason(
+            self, value: ast.AST, at: ast.AST, _depth: int = 0
+        ) -> LeafReason | None: ...
+        def is_nn_layer(self, expr: ast.AST, at: ast.AST, _depth: int = 0) -> bool: ...
+        def is_module(self, expr: ast.AST, at: ast.AST, _depth: int = 0) -> bool: ...
+        def is_module_base(self, base: ast.AST) -> bool: ...
+        def returned_values(
+            self, call: ast.Call, at: ast.AST, unpack_index: int | None = None
+        ) -> list[tuple[ast.expr, ast.AST]] | None: ...
+        def unpacked_call_values(
+            self, binding: Binding
+        ) -> list[tuple[ast.expr, ast.AST]] | None: ...
+        def passed_arguments(self, param: ast.arg) -> list[tuple[ast.expr, ast.Call]]: ...
+        def self_attribute_values(
+            self, attr: ast.Attribute, at: ast.AST
+        ) -> list[tuple[ast.expr, Binding]]: ...
+        def is_self(self, expr: ast.AST, at: ast.AST) -> bool: ...
+        def parameter_iteration(
+            self, iterable: ast.expr, unpack_index: int | None, depth: int
+        ) -> LeafReason | None: ...
+
+    # -- tree navigation -------------------------------------------------------------------
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self._parents.get(node)
+        while current is not None:
+            yield current
+            current = self._parents.get(current)
+
+    def index(self, node: ast.AST) -> int:
+        """Pre-order position of ``node``: textual order of the source."""
+        return self._order[node]
+
+    def end_index(self, node: ast.AST) -> int:
+        return self._last[node]
+
+    def contains(self, outer: ast.AST, inner: ast.AST) -> bool:
+        return self._order[outer] <= self._order[inner] <= self._last[outer]
+
+    def block_contains(self, block: list[ast.stmt], inner: ast.AST) -> bool:
+        """``inner`` sits in one of the statements of ``block`` (a body, an ``orelse``)."""
+        if not block:
+            return False
+        return self._order[block[0]] <= self._order[inner] <= self._last[block[-1]]
+
+    def name_nodes_in(self, root: ast.AST, name: str) -> list[ast.Name]:
+        """Every ``Name`` node spelled ``name`` under ``root`` (``root`` included), in
+        source order; from the index of the one traversal, nothing is walked."""
+        orders = self._name_orders.get(name)
+        if not orders or root not in self._order:
+            return []
+        first = bisect.bisect_left(orders, self._order[root])
+        return self._names[name][first : bisect.bisect_right(orders, self._last[root])]
+
+    def scope_of(self, node: ast.AST) -> Scope:
+        """The scope ``node`` is evaluated in (a scope node's own is its parent's)."""
+        known = self._node_scopes.get(node)
+        if known is not None:
+            return known
+        for ancestor in self.ancestors(node):
+            if ancestor in self._scopes:
+                return self._scopes[ancestor]
+        return self._scopes[self.module]
+
+    def enclosing_statement(self, node: ast.AST) -> ast.stmt | None:
+        """The innermost statement holding ``node`` (``node`` itself if a statement)."""
+        for ancestor in [node, *self.ancestors(node)]:
+            if isinstance(ancestor, ast.stmt):
+                return ancestor
+        return None
+
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        for ancestor in self.ancestors(node):
+            if type(ancestor) is ast.FunctionDef or type(ancestor) is ast.AsyncFunctionDef:
+                return ancestor
+        return None
+
+    def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
+        for ancestor in self.ancestors(node):
+            if type(ancestor) is ast.ClassDef:
+                return ancestor
+        return None
+
+    def method_class(self, func: ast.AST) -> ast.ClassDef | None:
+        """The class whose body defines ``func``: None for a plain function, also for one
+        nested in a method (``enclosing_class`` would name the method's class)."""
+        owner = self._parents.get(func)
+        if type(owner) is ast.ClassDef and func in owner.body:
+            return owner
+        return None
+
+    # -- names -----------------------------------------------------------------------------
+    def bindings(self, name: ast.Name) -> list[Binding]:
+        """All bindings of ``name`` in the scope Python would look it up in."""
+        scope: Scope | None = self.scope_of(name)
+        from_inner = False
+        while scope is not None:
+            if not (scope.is_class and from_inner) and name.id in scope.bindings:
+                return scope.bindings[name.id]
+            from_inner = from_inner or not scope.is_class
+            scope = scope.parent
+        return []
+
+    def reaching_binding(self, name: ast.Name, at: ast.AST | None = None) -> Binding | None:
+        """The binding of ``name`` that textually precedes ``at`` (default: the name).
+
+        A binding in one branch of an ``if`` does not reach a use in another branch."""
+        at = at if at is not None else name
+        position = self._order[at]
+        candidates = [
+            b
+            for b in self.bindings(name)
+            if b.kind != "augassign" and b.end < position and not self._exclusive(b.node, at)
+        ]
+        return max(candidates, key=lambda b: b.start) if candidates else None
+
+    def in_exclusive_branches(self, first: ast.AST, second: ast.AST) -> bool:
+        """``first`` and ``second`` sit in different branches of one ``if``: never both run."""
+        return self._exclusive(first, second)
+
+    def _exclusive(self, binding: ast.AST, use: ast.AST) -> bool:
+        """``binding`` and ``use`` sit in different branches of the same ``if``."""
+        for ancestor in self.ancestors(binding):
+            if type(ancestor) is ast.If and self.contains(ancestor, use):
+                in_orelse = self.block_contains(ancestor.orelse, binding)
+                use_in_orelse = self.block_contains(ancestor.orelse, use)
+                use_in_body = self.block_contains(ancestor.body, use)
+                return (in_orelse and use_in_body) or (not in_orelse and use_in_orelse)
+        return False
+
+    def runs_once(self, node: ast.AST, binding: ast.AST) -> bool:
+        """``node`` runs at least once whenever ``binding`` ran (same block or a ``for``
+        over a non-empty literal range between them)."""
+        for ancestor in self.ancestors(node):
+            if self.contains(ancestor, binding):
+                return True
+            if isinstance(ancestor, _BLOCKS_THAT_MAY_NOT_RUN):
+                return False
+            is_loop = type(ancestor) is ast.For or type(ancestor) is ast.AsyncFor
+            if is_loop and not iterates_at_least_once(ancestor.iter):  # type: ignore[attr-defined]
+                return False
+        return False
