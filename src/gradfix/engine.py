@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -40,6 +40,7 @@ from gradfix.rule import (
     Report,
     RuleContext,
 )
+from gradfix.semantic import Semantic
 from gradfix.suppression import has_suppressions, unsuppressed
 from gradfix.walk import walk_ast_batched, walk_batched
 
@@ -220,8 +221,6 @@ def collect_reports(
     reports: list[Report] = []
     semantic = None
     if ast_rules:
-        from gradfix.semantic import Semantic  # TODO(issue 12): top level when it lands
-
         semantic = Semantic(tree, source)
         if semantic.imports_torch():
             context = AstContext(path=path, source=source, semantic=semantic)
@@ -253,7 +252,7 @@ def collect_reports(
     return linted
 
 
-def _statement_line(semantic: Any, node: object) -> int | None:
+def _statement_line(semantic: Semantic, node: object) -> int | None:
     statement = semantic.enclosing_statement(node)  # type: ignore[arg-type]
     return None if statement is None else statement.lineno
 
