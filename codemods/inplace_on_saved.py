@@ -15,8 +15,6 @@ from gradfix.analysis import (
     is_number_literal,
 )
 from gradfix.inplace import (
-    INPLACE_FLAG_FUNCTIONS,
-    MAY_ALIAS_OPS,
     NameIndex,
     classify_read,
     in_autograd_function,
@@ -25,7 +23,6 @@ from gradfix.inplace import (
     inplace_function,
     is_constant,
     is_inplace_call,
-    is_inplace_method,
     reads_of,
     small_statement,
 )
@@ -39,6 +36,12 @@ from gradfix.rule import (
     Rule,
     RuleContext,
     Valid,
+)
+from gradfix.torch_facts import (
+    AUGMENTED_ASSIGNMENTS,
+    INPLACE_FLAG_POSITIONS,
+    MAY_ALIAS_OPS,
+    is_inplace_method,
 )
 from gradfix.walk import walk
 
@@ -185,7 +188,7 @@ class InplaceOnSaved(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT, "inplace")
+    prefilter = ("_(", *AUGMENTED_ASSIGNMENTS, INDEX_ASSIGNMENT, "inplace")
 
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
@@ -972,7 +975,7 @@ def _out_of_place_call(analysis: object, call: cst.Call) -> cst.Call | None:
     if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
         return call.with_changes(func=func.with_changes(attr=cst.Name(func.attr.value[:-1])))
     short = func.attr.value if isinstance(func, cst.Attribute) else ""
-    position = INPLACE_FLAG_FUNCTIONS.get(short)
+    position = INPLACE_FLAG_POSITIONS.get(short)
     if position is None:
         return None
     flag = inplace_flag(call, position)

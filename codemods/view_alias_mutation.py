@@ -11,7 +11,6 @@ from gradfix.inplace import (
     NameIndex,
     inplace_function,
     is_inplace_call,
-    is_inplace_method,
     small_statement,
 )
 from gradfix.rule import (
@@ -25,13 +24,7 @@ from gradfix.rule import (
     RuleContext,
     Valid,
 )
-
-#: Tensor methods whose result is a view sharing storage with the receiver. ``detach``
-#: is left out: ``t.detach()`` is how code asks for the storage on purpose.
-VIEW_METHODS = frozenset(
-    "view view_as t transpose swapaxes swapdims permute movedim moveaxis unsqueeze squeeze "
-    "narrow select expand expand_as diagonal unfold as_strided".split()
-)
+from gradfix.torch_facts import AUGMENTED_ASSIGNMENTS, VIEW_METHODS, is_inplace_method
 
 
 @dataclass
@@ -106,7 +99,7 @@ class ViewAliasMutation(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT)
+    prefilter = ("_(", *AUGMENTED_ASSIGNMENTS, INDEX_ASSIGNMENT)
 
     VALID = [
         Valid(
