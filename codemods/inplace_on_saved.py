@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import (
-    FACTORIES,
     SAVES_OUTPUT,
     TENSOR_OPS,
     Binding,
@@ -39,6 +38,7 @@ from gradfix.rule import (
 )
 from gradfix.torch_facts import (
     AUGMENTED_ASSIGNMENTS,
+    FACTORIES,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     is_inplace_method,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import (
-    FACTORIES,
     SAVES_DIVISOR,
     SAVES_INPUTS,
     SAVES_OTHER_OPERANDS,
@@ -21,7 +20,7 @@ from gradfix.analysis import (
     FileAnalysis,
     VariableNames,
 )
-from gradfix.torch_facts import MAY_ALIAS_OPS, VIEW_OPS
+from gradfix.torch_facts import FACTORIES, MAY_ALIAS_OPS, VIEW_OPS
 from gradfix.walk import walk
 
 #: Elementwise ops: the result has the broadcast shape of the operands (0-d tensors and

@@ -30,14 +30,17 @@ def is_inplace_method(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_") and name not in NOT_INPLACE
 
 
-#: Tensor attributes and methods whose result holds none of the tensor's data and no graph
-#: (sizes, flags, Python numbers, hooks): reading them neither puts the tensor in the graph
-#: nor hands an alias of it on.
-NON_GRAPH_ATTRIBUTES = frozenset(
+#: Tensor methods and attributes that return no tensor (sizes, flags, Python numbers).
+NON_TENSOR_METHODS = frozenset(
     "item tolist numpy size dim ndimension numel nelement is_contiguous is_floating_point "
     "is_complex element_size data_ptr stride storage_offset __len__ get_device type "
-    "is_leaf requires_grad shape dtype device ndim is_cuda grad grad_fn register_hook "
-    "retain_grad".split()
+    "is_leaf requires_grad shape dtype device ndim".split()
+)
+#: Tensor attributes and methods whose result holds none of the tensor's data and no graph
+#: (the above, the gradient and hooks): reading them neither puts the tensor in the graph
+#: nor hands an alias of it on.
+NON_GRAPH_ATTRIBUTES = NON_TENSOR_METHODS | frozenset(
+    "is_cuda grad grad_fn register_hook retain_grad".split()
 )
 #: Attributes of a leaf whose use is no graph use although they hand the tensor (or its
 #: data) on: ``detach`` and ``data`` are aliases autograd does not record,
@@ -61,6 +64,17 @@ INTEGER_DTYPES = frozenset(
     for name in ("uint8 uint16 uint32 uint64 int8 int16 short int32 int int64 long bool").split()
 )
 
+#: torch functions that create a new tensor from sizes, values or another tensor's layout:
+#: the result shares no storage and no graph with their arguments.
+FACTORY_FUNCTIONS = frozenset(
+    "tensor as_tensor scalar_tensor zeros ones empty full rand randn randint randperm arange "
+    "range linspace logspace eye normal empty_strided sparse_coo_tensor zeros_like ones_like "
+    "empty_like full_like rand_like randn_like".split()
+)
+#: The same, as qualified names (``torch.zeros``).
+FACTORIES = frozenset("torch." + name for name in FACTORY_FUNCTIONS)
+#: Tensor methods that create a new tensor with the receiver's dtype and device.
+TENSOR_FACTORY_METHODS = frozenset("new_tensor new_zeros new_ones new_full new_empty".split())
 #: ``torch.zeros(3)``-like factories whose positional arguments are the size.
 SIZED_FACTORIES = frozenset("torch." + n for n in "zeros ones empty rand randn".split())
 #: ``torch.zeros_like(x)``-like factories: the result has the layout of the first argument.
