@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import LAYER_PARAMETERS, VIEW_ATTRIBUTES, is_number_literal
+from gradfix.inplace import changes_in_place
 from gradfix.no_grad_block import (
     NoGradBlockRule,
     Site,
@@ -304,7 +305,8 @@ class DataMutation(NoGradBlockRule):
         self._check_mutation_in_no_grad(node)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._check_mutation_in_no_grad(node)
+        if changes_in_place(node):
+            self._check_mutation_in_no_grad(node)
 
     def _check_mutation_in_no_grad(self, small: cst.BaseSmallStatement) -> None:
         if not self.analysis.in_no_grad(small):

@@ -15,6 +15,7 @@ from gradfix.analysis import (
 )
 from gradfix.inplace import (
     NameIndex,
+    changes_in_place,
     classify_read,
     in_autograd_function,
     in_eval_only_branch,
@@ -398,6 +399,8 @@ class InplaceOnSaved(Rule):
     # -- collecting mutations ----------------------------------------------------------------
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         target = node.target
+        if not changes_in_place(node):
+            return
         if isinstance(target, cst.Name):
             self._check(Mutation(node, node, target, "augassign"))
         elif isinstance(target, cst.Subscript):

@@ -9,6 +9,7 @@ import libcst as cst
 from gradfix.analysis import VIEW_ATTRIBUTES, Binding, LeafReason
 from gradfix.inplace import (
     NameIndex,
+    changes_in_place,
     inplace_function,
     is_inplace_call,
     small_statement,
@@ -192,7 +193,8 @@ class ViewAliasMutation(Rule):
 
     # -- collecting changes --------------------------------------------------------------------
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._target(node, node.target)
+        if changes_in_place(node):
+            self._target(node, node.target)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript):

@@ -161,3 +161,17 @@ def test_every_augmented_assignment_is_an_inplace_change() -> None:
     )
     assert [f.code for f in result.findings] == ["GF204"]
     assert "`sigmoid` saved its output" in result.findings[0].message
+
+
+def test_matrix_multiply_assignment_rebinds() -> None:
+    # torch.Tensor has no __imatmul__: `h @= m` is `h = h @ m`, nothing saved changes.
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 3, requires_grad=True)
+        h = torch.sigmoid(w)
+        h @= torch.eye(3)
+        h.sum().backward()
+        """
+    )
+    assert result.findings == []

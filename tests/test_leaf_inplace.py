@@ -277,3 +277,15 @@ def test_methods_that_change_no_values_are_not_inplace() -> None:
         """
     )
     assert result.findings == []
+
+
+def test_matrix_multiply_assignment_is_no_inplace_change() -> None:
+    # `w @= m` rebinds w to `w @ m` (torch.Tensor has no __imatmul__): torch does not raise.
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 3, requires_grad=True)
+        w @= torch.eye(3)
+        """
+    )
+    assert result.findings == []

@@ -24,6 +24,7 @@ from gradfix.analysis import (
     is_number_literal,
 )
 from gradfix.torch_facts import (
+    AUGMENTED_ASSIGNMENTS,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     NON_GRAPH_ATTRIBUTES,
@@ -31,6 +32,11 @@ from gradfix.torch_facts import (
     is_inplace_method,
 )
 from gradfix.walk import walk
+
+
+def changes_in_place(node: cst.AugAssign) -> bool:
+    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``."""
+    return cst.Module([]).code_for_node(node.operator).strip() in AUGMENTED_ASSIGNMENTS
 
 
 def small_statement(analysis: FileAnalysis, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
@@ -123,7 +129,7 @@ def _use(
     if isinstance(parent, (cst.Comparison, cst.ComparisonTarget)):
         return Read(name, "nongraph", top)  # a bool tensor: no gradient flows
     if isinstance(parent, cst.AugAssign) and parent.target is top:
-        return Read(name, "mutation", top)
+        return Read(name, "mutation" if changes_in_place(parent) else "fresh", top)
     if isinstance(parent, cst.AssignTarget):
         return Read(name, "mutation" if top is not name else "nongraph", top)
     if isinstance(parent, cst.Assign) and parent.value is top:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import FileAnalysis, LeafReason
+from gradfix.inplace import changes_in_place
 from gradfix.rule import Edit, Fix, FixSafety, Rule, RuleContext
 from gradfix.torch_facts import NON_GRAPH_CALLS, NOT_GRAPH_USES, is_inplace_method
 from gradfix.walk import walk
@@ -176,7 +177,7 @@ def inplace_target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:
             call = modified = call.func.value
         return modified
     if isinstance(small, cst.AugAssign):
-        return small.target
+        return small.target if changes_in_place(small) else None
     if isinstance(small, cst.Assign) and isinstance(small.targets[0].target, cst.Subscript):
         return small.targets[0].target
     return None

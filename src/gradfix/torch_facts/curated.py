@@ -7,13 +7,13 @@ says which way it was settled, checked against torch 2.13 for autograd.
 
 from __future__ import annotations
 
-#: Every augmented assignment operator: each one is an in-place change of a tensor target
-#: (``h %= 0.5`` calls ``__imod__``). Rules build their prefilters from this list.
-AUGMENTED_ASSIGNMENTS = tuple("+= -= *= /= //= %= **= @= &= |= ^= <<= >>=".split())
-#: The tensor dunders an augmented assignment calls (``__iadd__`` ... ``__irshift__``).
+#: The augmented assignments that change a tensor target in place (``h %= 0.5`` calls
+#: ``__imod__``): every Python one but ``@=``, for which a tensor has no ``__imatmul__``, so
+#: ``a @= b`` rebinds ``a`` to ``a @ b``. Rules build their prefilters from this list.
+AUGMENTED_ASSIGNMENTS = tuple("+= -= *= /= //= %= **= &= |= ^= <<= >>=".split())
+#: The tensor dunders those call (``__iadd__`` ... ``__irshift__``).
 INPLACE_DUNDERS = frozenset(
-    f"__i{op}__"
-    for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift".split()
+    f"__i{op}__" for op in "add sub mul truediv floordiv mod pow and or xor lshift rshift".split()
 )
 
 #: Tensor methods ending in ``_`` that change no values (no version bump, nothing saved for
