@@ -122,3 +122,13 @@ def test_curated_view_ops_agree_with_the_generated_table() -> None:
     assert [name for name in probed if not facts.is_view(name)] == []
     probed = [name for name in facts.MAY_ALIAS_OPS if "view" in facts.OPS.get(name, {})]
     assert [name for name in probed if not facts.may_return_input(name)] == []
+
+
+def test_singular_inputs_of_the_unsafe_functions_cover_the_probed_points() -> None:
+    # unsafe_branch (GF301-GF303, and the ops `gradfix trace` watches) writes the singular
+    # inputs as intervals; every point where torch gave a nan/inf gradient must be in them.
+    from gradfix.unsafe_branch import ELEMENTWISE
+
+    for name, function in sorted(ELEMENTWISE.items()):
+        missed = [x for x in facts.nonfinite_grad_points(name) if not function.is_singular(x)]
+        assert missed == [], name
