@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import FACTORIES, Binding, FileAnalysis, normalized_code
+from gradfix.analysis import Binding, FileAnalysis, normalized_code
 from gradfix.rebuild import names_in
 from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.torch_facts import FACTORIES
 
 #: The torch functions that join tensors along an existing dimension.
 CAT_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import FACTORIES, VIEW_ATTRIBUTES, argument, is_true
+from gradfix.analysis import VIEW_ATTRIBUTES, argument, is_true
 from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.torch_facts import FACTORIES
 from gradfix.walk import walk
 
 #: ``backward`` entry points -> position of ``create_graph`` (and of ``gradient``).

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradfix.analysis import LAYER_PARAMETERS, VIEW_ATTRIBUTES, VIEW_OPS, is_number_literal
+from gradfix.analysis import LAYER_PARAMETERS, VIEW_ATTRIBUTES, is_number_literal
+from gradfix.inplace import changes_in_place
 from gradfix.no_grad_block import (
     NoGradBlockRule,
     Site,
     inplace_target,
-    is_inplace_method,
     used_in_graph_before,
 )
 from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Valid
+from gradfix.torch_facts import LIKE_FACTORIES, VIEW_OPS, is_inplace_method
 from gradfix.walk import walk
 
 #: Attributes that hold a tensor on whatever object has them (``layer.weight``).
@@ -39,7 +40,6 @@ METADATA = frozenset(
     "shape dtype device ndim layout is_cuda is_sparse is_quantized is_meta size dim numel "
     "nelement element_size data_ptr is_contiguous is_floating_point get_device".split()
 )
-LIKE_FACTORIES = frozenset("zeros_like ones_like rand_like randn_like empty_like full_like".split())
 
 
 class DataMutation(NoGradBlockRule):
@@ -305,7 +305,8 @@ class DataMutation(NoGradBlockRule):
         self._check_mutation_in_no_grad(node)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._check_mutation_in_no_grad(node)
+        if changes_in_place(node):
+            self._check_mutation_in_no_grad(node)
 
     def _check_mutation_in_no_grad(self, small: cst.BaseSmallStatement) -> None:
         if not self.analysis.in_no_grad(small):
@@ -572,7 +573,7 @@ class DataMutation(NoGradBlockRule):
         numbers = all(is_number_literal(a.value) for a in value.args[1:])
         if name is not None and name.startswith("torch.") and value.args:
             first = value.args[0].value
-            if short in LIKE_FACTORIES or short in LAYOUT_KEEPING:
+            if name in LIKE_FACTORIES or short in LAYOUT_KEEPING:
                 return numbers and self._layout_of(first, owner)
             return False
         func = value.func

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import (
-    FACTORIES,
     SAVES_OUTPUT,
     TENSOR_OPS,
     Binding,
@@ -15,9 +14,8 @@ from gradfix.analysis import (
     is_number_literal,
 )
 from gradfix.inplace import (
-    INPLACE_FLAG_FUNCTIONS,
-    MAY_ALIAS_OPS,
     NameIndex,
+    changes_in_place,
     classify_read,
     in_autograd_function,
     in_eval_only_branch,
@@ -25,7 +23,6 @@ from gradfix.inplace import (
     inplace_function,
     is_constant,
     is_inplace_call,
-    is_inplace_method,
     reads_of,
     small_statement,
 )
@@ -39,6 +36,13 @@ from gradfix.rule import (
     Rule,
     RuleContext,
     Valid,
+)
+from gradfix.torch_facts import (
+    AUGMENTED_ASSIGNMENTS,
+    FACTORIES,
+    INPLACE_FLAG_POSITIONS,
+    MAY_ALIAS_OPS,
+    is_inplace_method,
 )
 from gradfix.walk import walk
 
@@ -185,7 +189,7 @@ class InplaceOnSaved(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT, "inplace")
+    prefilter = ("_(", *AUGMENTED_ASSIGNMENTS, INDEX_ASSIGNMENT, "inplace")
 
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
@@ -395,6 +399,8 @@ class InplaceOnSaved(Rule):
     # -- collecting mutations ----------------------------------------------------------------
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         target = node.target
+        if not changes_in_place(node):
+            return
         if isinstance(target, cst.Name):
             self._check(Mutation(node, node, target, "augassign"))
         elif isinstance(target, cst.Subscript):
@@ -972,7 +978,7 @@ def _out_of_place_call(analysis: object, call: cst.Call) -> cst.Call | None:
     if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
         return call.with_changes(func=func.with_changes(attr=cst.Name(func.attr.value[:-1])))
     short = func.attr.value if isinstance(func, cst.Attribute) else ""
-    position = INPLACE_FLAG_FUNCTIONS.get(short)
+    position = INPLACE_FLAG_POSITIONS.get(short)
     if position is None:
         return None
     flag = inplace_flag(call, position)

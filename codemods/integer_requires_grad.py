@@ -10,11 +10,8 @@ import libcst as cst
 from gradfix.edits import Editor, cst_argument
 from gradfix.rule import AstRule, FixPlan, FixSafety, Invalid, Valid
 from gradfix.semantic.syntax import argument, is_false, is_true
+from gradfix.torch_facts import INTEGER_DTYPES
 
-#: torch dtypes that cannot require gradients (``torch.long``, ``torch.int32``...).
-INTEGER_DTYPES = frozenset(
-    "torch." + name for name in "uint8 int8 int16 short int32 int int64 long".split()
-)
 PARAMETER = "torch.nn.Parameter"
 #: Decimal integer literals (``12``, ``1_000``): they become ``12.0``.
 _DECIMAL = re.compile(r"[0-9][0-9_]*")
@@ -117,12 +114,14 @@ class IntegerRequiresGrad(AstRule):
             from torch import nn
             scale = nn.Parameter(torch.tensor([2, 3]))
             ids = torch.zeros(3, dtype=torch.long, requires_grad=True)
+            mask = torch.zeros(3, dtype=torch.bool, requires_grad=True)
             """,
             """
             import torch
             from torch import nn
             scale = nn.Parameter(torch.tensor([2.0, 3.0]))
             ids = torch.zeros(3, dtype=torch.float32, requires_grad=True)
+            mask = torch.zeros(3, dtype=torch.float32, requires_grad=True)
             """,
         ),
     ]

@@ -14,6 +14,7 @@ from gradfix.analysis import (
     Scope,
     VariableNames,
 )
+from gradfix.inplace import changes_in_place
 from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.walk import walk
 
@@ -423,7 +424,7 @@ class LeafRebinding(Rule):
     def _is_inplace_update(self, read: cst.Name) -> bool:
         parent = self.analysis.parent(read)
         if isinstance(parent, cst.AugAssign) and parent.target is read:
-            return True
+            return changes_in_place(parent)
         if isinstance(parent, cst.Subscript) and parent.value is read:
             return isinstance(self.analysis.parent(parent), cst.AssignTarget)
         if isinstance(parent, cst.Attribute) and parent.value is read:

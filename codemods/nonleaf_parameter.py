@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import NON_TENSOR_METHODS, VIEW_ATTRIBUTES, VIEW_OPS, argument
+from gradfix.analysis import VIEW_ATTRIBUTES, argument
 from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.torch_facts import NON_TENSOR_METHODS, VIEW_METHODS
 
 #: Methods that move a tensor to a device or cast it: the values stay, so the fix keeps them.
 MOVES = frozenset({"to", "cuda", "double", "half", "bfloat16"})
@@ -26,9 +27,7 @@ NOT_REPORTED = (
 #: Ops that shape a parameter's value: the fix makes their result the leaf. After other ops
 #: (``.sum()``, ``.matmul(x)``) the value is a computation, not a parameter: report only.
 SHAPING = (
-    MOVES
-    | (VIEW_OPS - {"detach"})
-    | frozenset("reshape flatten repeat tile clone abs exp sqrt T mT".split())
+    MOVES | VIEW_METHODS | frozenset("reshape flatten repeat tile clone abs exp sqrt T mT".split())
 )
 #: torch dtype names accepted by ``.to(torch.<dtype>)``.
 DTYPE_NAMES = frozenset(

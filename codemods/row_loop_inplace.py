@@ -14,9 +14,7 @@ from gradfix.analysis import (
     normalized_code,
 )
 from gradfix.rebuild import (
-    LIKE_FACTORIES,
     POINTWISE_OPS,
-    SIZED_FACTORIES,
     SelfReads,
     assigned_value,
     integer_index,
@@ -25,6 +23,7 @@ from gradfix.rebuild import (
     rebindable,
 )
 from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
 
 #: Longest line the rewrite writes on one line before wrapping (the usual 100 columns).
 MAX_LINE = 100

@@ -8,9 +8,7 @@ import libcst as cst
 
 from gradfix.analysis import Binding, FileAnalysis, is_number_literal
 from gradfix.rebuild import (
-    LIKE_FACTORIES,
     POINTWISE_OPS,
-    SIZED_FACTORIES,
     SelfReads,
     assigned_value,
     integer_index,
@@ -20,6 +18,7 @@ from gradfix.rebuild import (
     rebindable,
 )
 from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8

@@ -6,15 +6,10 @@ import libcst as cst
 
 from gradfix.analysis import argument, is_number_literal, is_true
 from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.torch_facts import INTEGER_DTYPES
 
 CONSTRUCTORS = frozenset(
     {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.as_tensor"}
-)
-
-
-#: dtypes that cannot carry gradients: ``torch.tensor([...], dtype=torch.long)`` wants values.
-INTEGER_DTYPES = frozenset(
-    "torch." + name for name in "long int int64 int32 int16 int8 uint8 short bool".split()
 )
 
 

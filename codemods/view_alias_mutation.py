@@ -9,9 +9,9 @@ import libcst as cst
 from gradfix.analysis import VIEW_ATTRIBUTES, Binding, LeafReason
 from gradfix.inplace import (
     NameIndex,
+    changes_in_place,
     inplace_function,
     is_inplace_call,
-    is_inplace_method,
     small_statement,
 )
 from gradfix.rule import (
@@ -25,13 +25,7 @@ from gradfix.rule import (
     RuleContext,
     Valid,
 )
-
-#: Tensor methods whose result is a view sharing storage with the receiver. ``detach``
-#: is left out: ``t.detach()`` is how code asks for the storage on purpose.
-VIEW_METHODS = frozenset(
-    "view view_as t transpose swapaxes swapdims permute movedim moveaxis unsqueeze squeeze "
-    "narrow select expand expand_as diagonal unfold as_strided".split()
-)
+from gradfix.torch_facts import AUGMENTED_ASSIGNMENTS, VIEW_METHODS, is_inplace_method
 
 
 @dataclass
@@ -106,7 +100,7 @@ class ViewAliasMutation(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("_(", "+=", "-=", "*=", "/=", INDEX_ASSIGNMENT)
+    prefilter = ("_(", *AUGMENTED_ASSIGNMENTS, INDEX_ASSIGNMENT)
 
     VALID = [
         Valid(
@@ -199,7 +193,8 @@ class ViewAliasMutation(Rule):
 
     # -- collecting changes --------------------------------------------------------------------
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._target(node, node.target)
+        if changes_in_place(node):
+            self._target(node, node.target)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript):

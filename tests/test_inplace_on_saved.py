@@ -145,3 +145,33 @@ def test_custom_autograd_function_body_is_not_reported() -> None:
         """
     )
     assert result.findings == []
+
+
+def test_every_augmented_assignment_is_an_inplace_change() -> None:
+    # `h %= 0.5` calls `__imod__`: backward fails as for `h += 0.5`; the prefilter used to
+    # list only `+= -= *= /=` and skipped the file.
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        h = torch.sigmoid(w)
+        h %= 0.5
+        h.sum().backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF204"]
+    assert "`sigmoid` saved its output" in result.findings[0].message
+
+
+def test_matrix_multiply_assignment_rebinds() -> None:
+    # torch.Tensor has no __imatmul__: `h @= m` is `h = h @ m`, nothing saved changes.
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 3, requires_grad=True)
+        h = torch.sigmoid(w)
+        h @= torch.eye(3)
+        h.sum().backward()
+        """
+    )
+    assert result.findings == []

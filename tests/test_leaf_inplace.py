@@ -248,3 +248,44 @@ def test_blocks_of_two_notebook_cells_stay_apart_and_blocks_in_one_cell_join() -
         ["with torch.no_grad():\n", "    w.add_(1)\n", "    w.zero_()"],
         ["with torch.no_grad():\n", "    w.mul_(2)\n", "print(w)"],
     ]
+
+
+def test_rows_of_a_leaf_from_list_are_a_graph_use() -> None:
+    # list(w) gives rows recorded in w's graph (UnbindBackward) and `r * r` saves them: a
+    # no_grad block would only move the error to backward(), so there is no fix.
+    result = run(
+        """
+        import torch
+        w = torch.tensor([1., 2.], requires_grad=True)
+        loss = sum(r * r for r in list(w))
+        w.add_(1)
+        loss.backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF201"]
+    assert result.findings[0].fix is None
+
+
+def test_methods_that_change_no_values_are_not_inplace() -> None:
+    # pin_memory_ is no tensor method (AttributeError, not an autograd error); the two
+    # hand-written lists of such names disagreed on it.
+    result = run(
+        """
+        import torch
+        w = torch.tensor([1., 2.], requires_grad=True)
+        w.pin_memory_()
+        """
+    )
+    assert result.findings == []
+
+
+def test_matrix_multiply_assignment_is_no_inplace_change() -> None:
+    # `w @= m` rebinds w to `w @ m` (torch.Tensor has no __imatmul__): torch does not raise.
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 3, requires_grad=True)
+        w @= torch.eye(3)
+        """
+    )
+    assert result.findings == []

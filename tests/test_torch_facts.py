@@ -74,3 +74,61 @@ def test_modules_and_signatures() -> None:
     assert facts.functional_of_module("Linear") == ("linear", False)
     assert facts.INPLACE_FLAG_POSITIONS["relu"] == 1
     assert facts.SIGNATURES["autograd.grad"][:2] == ["outputs", "inputs"]
+
+
+def test_augmented_assignments_are_every_python_operator() -> None:
+    import ast
+
+    spellings = (*facts.AUGMENTED_ASSIGNMENTS, "@=")  # `@=` rebinds: no Tensor.__imatmul__
+    operators = {type(ast.parse(f"x {op} y").body[0].op) for op in spellings}  # type: ignore[attr-defined]
+    assert len(operators) == len(spellings) == len(ast.operator.__subclasses__())
+
+
+def test_inplace_dunders_exist_on_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    assert len(facts.INPLACE_DUNDERS) == len(facts.AUGMENTED_ASSIGNMENTS)
+    assert all(hasattr(torch.Tensor, name) for name in facts.INPLACE_DUNDERS)
+    assert not hasattr(torch.Tensor, "__imatmul__")
+
+
+def test_integer_dtypes_are_the_dtypes_that_cannot_require_grad() -> None:
+    torch = pytest.importorskip("torch")
+    for qualified in sorted(facts.INTEGER_DTYPES):
+        with pytest.raises(RuntimeError, match="can require gradients"):
+            torch.zeros(2, dtype=getattr(torch, qualified.removeprefix("torch."))).requires_grad_()
+    for name in ("float32", "float64", "float16", "bfloat16", "complex64"):
+        assert f"torch.{name}" not in facts.INTEGER_DTYPES
+        torch.zeros(2, dtype=getattr(torch, name)).requires_grad_()
+
+
+def test_not_inplace_methods_change_no_data() -> None:
+    torch = pytest.importorskip("torch")
+    for name in sorted(facts.NOT_INPLACE):
+        assert not facts.is_inplace_method(name)
+        tensor = torch.zeros(2, requires_grad=True)
+        method = getattr(tensor, name, None)
+        if method is None:
+            continue  # not a tensor method in this torch: calling it raises AttributeError
+        version = tensor._version
+        method() if name != "record_stream_" else None
+        assert tensor._version == version, name
+
+
+def test_curated_view_ops_agree_with_the_generated_table() -> None:
+    # The generator probes one float32 input: it has no view fact for two-tensor ops
+    # (view_as, expand_as) or casts to another dtype (half); where it has one, it agrees.
+    probed = [name for name in facts.VIEW_OPS if "view" in facts.OPS.get(name, {})]
+    assert len(probed) > 10
+    assert [name for name in probed if not facts.is_view(name)] == []
+    probed = [name for name in facts.MAY_ALIAS_OPS if "view" in facts.OPS.get(name, {})]
+    assert [name for name in probed if not facts.may_return_input(name)] == []
+
+
+def test_singular_inputs_of_the_unsafe_functions_cover_the_probed_points() -> None:
+    # unsafe_branch (GF301-GF303, and the ops `gradfix trace` watches) writes the singular
+    # inputs as intervals; every point where torch gave a nan/inf gradient must be in them.
+    from gradfix.unsafe_branch import ELEMENTWISE
+
+    for name, function in sorted(ELEMENTWISE.items()):
+        missed = [x for x in facts.nonfinite_grad_points(name) if not function.is_singular(x)]
+        assert missed == [], name

@@ -91,3 +91,17 @@ def test_views_of_plain_tensors_and_tensor_indices_are_not_reported() -> None:
         """
     )
     assert result.findings == []
+
+
+def test_every_augmented_assignment_changes_the_view() -> None:
+    # `a %= 2` calls `__imod__`; the prefilter used to list only `+= -= *= /=`.
+    result = run(
+        """
+        import torch
+        w = torch.randn(4, requires_grad=True)
+        a = w[1:]
+        a %= 2
+        print(w)
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF206"]

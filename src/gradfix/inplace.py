@@ -16,40 +16,27 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from gradfix.analysis import (
-    NON_TENSOR_METHODS,
     TENSOR_OPS,
     VIEW_ATTRIBUTES,
-    VIEW_OPS,
     Binding,
     FileAnalysis,
     VariableNames,
     is_number_literal,
 )
+from gradfix.torch_facts import (
+    AUGMENTED_ASSIGNMENTS,
+    INPLACE_FLAG_POSITIONS,
+    MAY_ALIAS_OPS,
+    NON_GRAPH_ATTRIBUTES,
+    NON_GRAPH_CALLS,
+    is_inplace_method,
+)
 from gradfix.walk import walk
 
-#: Methods ending in ``_`` that do not change the tensor's values.
-NOT_INPLACE = frozenset(
-    "requires_grad_ share_memory_ detach_ record_stream_ retain_grad_ pin_memory_".split()
-)
-#: Ops that may hand back their operand itself or a view of it (``x.float()`` on a float
-#: tensor, ``x.reshape(...)`` of a contiguous one).
-MAY_ALIAS_OPS = VIEW_OPS | frozenset(
-    "to float double half cpu cuda contiguous reshape flatten type_as view_as expand_as "
-    "chunk split unbind tensor_split as_strided".split()
-)
-#: Reading these attributes or calling these methods does not pass the tensor on.
-NON_GRAPH_ATTRIBUTES = NON_TENSOR_METHODS | frozenset(
-    "grad grad_fn shape size register_hook retain_grad is_cuda nelement".split()
-)
-#: Builtins that only look at a tensor.
-NON_GRAPH_CALLS = frozenset(
-    "print len id type isinstance repr str format hasattr bool int float".split()
-)
 
-
-def is_inplace_method(name: str) -> bool:
-    """``add_``, ``clamp_``, ``copy_``: a tensor method that changes its receiver."""
-    return name.endswith("_") and not name.startswith("_") and name not in NOT_INPLACE
+def changes_in_place(node: cst.AugAssign) -> bool:
+    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``."""
+    return cst.Module([]).code_for_node(node.operator).strip() in AUGMENTED_ASSIGNMENTS
 
 
 def small_statement(analysis: FileAnalysis, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
@@ -142,7 +129,7 @@ def _use(
     if isinstance(parent, (cst.Comparison, cst.ComparisonTarget)):
         return Read(name, "nongraph", top)  # a bool tensor: no gradient flows
     if isinstance(parent, cst.AugAssign) and parent.target is top:
-        return Read(name, "mutation", top)
+        return Read(name, "mutation" if changes_in_place(parent) else "fresh", top)
     if isinstance(parent, cst.AssignTarget):
         return Read(name, "mutation" if top is not name else "nongraph", top)
     if isinstance(parent, cst.Assign) and parent.value is top:
@@ -180,16 +167,6 @@ def _argument_use(
     return Read(name, "escape", top)
 
 
-#: Activation functions with an ``inplace`` flag (``F.relu(x, inplace=True)``) and the
-#: position of the flag when passed positionally.
-INPLACE_FLAG_FUNCTIONS = {
-    "relu": 1, "relu6": 1, "elu": 2, "selu": 1, "celu": 2, "leaky_relu": 2, "hardtanh": 3,
-    "hardsigmoid": 1, "hardswish": 1, "silu": 1, "mish": 1, "rrelu": 4, "threshold": 3,
-    "dropout": 3, "dropout1d": 3, "dropout2d": 3, "dropout3d": 3, "alpha_dropout": 3,
-    "feature_alpha_dropout": 3,
-}  # fmt: skip
-
-
 def inplace_function(analysis: FileAnalysis, call: cst.Call) -> str | None:
     """The out-of-place name of a torch function call that changes its first argument:
     ``F.relu_(x)`` / ``torch.sigmoid_(x)`` -> ``"relu"`` / ``"sigmoid"``,
@@ -200,7 +177,7 @@ def inplace_function(analysis: FileAnalysis, call: cst.Call) -> str | None:
         return None
     if is_inplace_method(short):
         return short[:-1]
-    position = INPLACE_FLAG_FUNCTIONS.get(short)
+    position = INPLACE_FLAG_POSITIONS.get(short)
     if position is None or namespace != "torch.nn.functional":
         return None
     flag = inplace_flag(call, position)

@@ -19,22 +19,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.analysis import FileAnalysis, LeafReason
+from gradfix.inplace import changes_in_place
 from gradfix.rule import Edit, Fix, FixSafety, Rule, RuleContext
+from gradfix.torch_facts import NON_GRAPH_CALLS, NOT_GRAPH_USES, is_inplace_method
 from gradfix.walk import walk
-
-#: Methods ending in ``_`` that do not modify the tensor's values.
-NOT_INPLACE = frozenset(
-    {"requires_grad_", "share_memory_", "detach_", "record_stream_", "retain_grad_"}
-)
-#: Reading these attributes of a leaf does not put it in the graph.
-NON_GRAPH_ATTRIBUTES = frozenset(
-    "grad data shape dtype device requires_grad is_leaf grad_fn size dim numel ndim item "
-    "tolist detach numpy register_hook retain_grad requires_grad_ nelement element_size".split()
-)
-NON_GRAPH_CALLS = frozenset(
-    "print len id type isinstance repr str list tuple dict set sorted enumerate zip hasattr "
-    "getattr setattr format".split()
-)
 
 
 @dataclass
@@ -189,14 +177,10 @@ def inplace_target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:
             call = modified = call.func.value
         return modified
     if isinstance(small, cst.AugAssign):
-        return small.target
+        return small.target if changes_in_place(small) else None
     if isinstance(small, cst.Assign) and isinstance(small.targets[0].target, cst.Subscript):
         return small.targets[0].target
     return None
-
-
-def is_inplace_method(name: str) -> bool:
-    return name.endswith("_") and not name.startswith("_") and name not in NOT_INPLACE
 
 
 def is_grad_housekeeping(stmt: cst.BaseStatement) -> bool:
@@ -287,7 +271,7 @@ class _ReadsAndBackwards(cst.CSTVisitor):
         parent = analysis.parent(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             attribute = parent.attr.value
-            return attribute not in NON_GRAPH_ATTRIBUTES and not is_inplace_method(attribute)
+            return attribute not in NOT_GRAPH_USES and not is_inplace_method(attribute)
         if isinstance(parent, (cst.AssignTarget, cst.AugAssign)):
             return False
         if analysis.in_no_grad(node):

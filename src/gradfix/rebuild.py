@@ -11,17 +11,16 @@ from __future__ import annotations
 import libcst as cst
 
 from gradfix.analysis import (
-    FACTORIES,
     SAVES_DIVISOR,
     SAVES_INPUTS,
     SAVES_OTHER_OPERANDS,
     SAVES_OUTPUT,
     VIEW_ATTRIBUTES,
-    VIEW_OPS,
     Binding,
     FileAnalysis,
     VariableNames,
 )
+from gradfix.torch_facts import FACTORIES, MAY_ALIAS_OPS, VIEW_OPS
 from gradfix.walk import walk
 
 #: Elementwise ops: the result has the broadcast shape of the operands (0-d tensors and
@@ -30,13 +29,6 @@ POINTWISE_OPS = frozenset(
     "add sub mul div pow neg log log2 log10 log1p exp exp2 expm1 sin cos tan asin acos atan "
     "sinh cosh tanh asinh acosh atanh sigmoid sqrt rsqrt reciprocal abs square erf erfc "
     "lgamma digamma atan2 hypot maximum minimum clamp clip softplus relu gelu silu clone".split()
-)
-#: Ops that may hand back their input itself (``x.float()`` on a float tensor is ``x``).
-MAY_RETURN_INPUT = frozenset("to float double half cpu cuda contiguous reshape flatten".split())
-#: ``torch.zeros(3)``-like factories whose positional arguments are the size.
-SIZED_FACTORIES = frozenset(f"torch.{n}" for n in "zeros ones empty rand randn".split())
-LIKE_FACTORIES = frozenset(
-    f"torch.{n}" for n in "zeros_like ones_like empty_like rand_like randn_like full_like".split()
 )
 #: Producers of a fresh tensor: rebinding the name to a new tensor changes nothing else.
 FRESH_OPS = (SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR) | frozenset(
@@ -205,7 +197,7 @@ def is_fresh(analysis: FileAnalysis, value: cst.BaseExpression, at: cst.CSTNode)
     if analysis.is_nn_layer(value.func, at):
         return True
     op = analysis.tensor_op(value, at)
-    return op is not None and op[0] in FRESH_OPS and op[0] not in MAY_RETURN_INPUT
+    return op is not None and op[0] in FRESH_OPS and op[0] not in MAY_ALIAS_OPS
 
 
 def may_alias(analysis: FileAnalysis, node: cst.CSTNode, name: str, binding: Binding) -> bool:

@@ -90,7 +90,7 @@ ASIN = UnsafeFunction("asin", _UNIT_BOUNDARY, 0)
 ATANH = UnsafeFunction("atanh", _UNIT_BOUNDARY, 0)
 
 #: One-argument functions, by their name as a torch function and as a tensor method.
-_ELEMENTWISE = {
+ELEMENTWISE = {
     "sqrt": SQRT,
     "rsqrt": RSQRT,
     "log": LOG,
@@ -113,7 +113,7 @@ _OPERATOR_NAMES = frozenset({"__pow__", "__rpow__", "__truediv__", "__rtruediv__
 def singular_function_names() -> frozenset[str]:
     """The names, as torch functions, tensor methods and operators, of the functions whose
     derivative is infinite or nan somewhere (``gradfix trace`` watches their backward)."""
-    return frozenset(_ELEMENTWISE) | _POWER_NAMES | _DIVISION_NAMES | _OPERATOR_NAMES
+    return frozenset(ELEMENTWISE) | _POWER_NAMES | _DIVISION_NAMES | _OPERATOR_NAMES
 
 
 @dataclass(frozen=True)
@@ -163,8 +163,8 @@ def _torch_function_use(call: cst.Call, name: str) -> UnsafeUse | None:
     first = argument(call, "input", 0)
     if first is None:
         return None
-    if short in _ELEMENTWISE:
-        return UnsafeUse(call, first.value, _ELEMENTWISE[short])
+    if short in ELEMENTWISE:
+        return UnsafeUse(call, first.value, ELEMENTWISE[short])
     second = argument(call, "exponent" if short in _POWER_NAMES else "other", 1)
     if second is None:
         return None
@@ -180,8 +180,8 @@ def _torch_function_use(call: cst.Call, name: str) -> UnsafeUse | None:
 def _method_use(call: cst.Call, func: cst.Attribute) -> UnsafeUse | None:
     method = func.attr.value
     positional = [a for a in call.args if a.keyword is None and not a.star]
-    if method in _ELEMENTWISE and not call.args:
-        return UnsafeUse(call, func.value, _ELEMENTWISE[method])
+    if method in ELEMENTWISE and not call.args:
+        return UnsafeUse(call, func.value, ELEMENTWISE[method])
     if method in _POWER_NAMES and len(call.args) == 1 and positional:
         function = power_function(positional[0].value)
         return UnsafeUse(call, func.value, function) if function else None

@@ -1,10 +1,12 @@
 """What torch does, as observed by running it: one source of torch facts.
 
-The facts live in :mod:`gradfix.torch_facts.table`, written by
+Generated facts live in :mod:`gradfix.torch_facts.table`, written by
 ``python -m gradfix.torch_facts.generate`` (which imports torch); reading them does not
-import torch, so static checking stays torch-free. Ops are named by their short name, the
-union over ``torch``, ``Tensor``, ``torch.nn.functional`` and ``torch.linalg`` (``where``
-says which of them have it).
+import torch, so static checking stays torch-free. Facts no single run of an op can tell
+(which calls cut the graph, integer dtypes, factories, view-op names as code spells them)
+are curated by hand, once each, in :mod:`gradfix.torch_facts.curated`. Ops are named by
+their short name, the union over ``torch``, ``Tensor``, ``torch.nn.functional`` and
+``torch.linalg`` (``where`` says which of them have it).
 
 ``saves`` is keyed by which tensor arguments required grad (``"self"`` is the first
 tensor argument, ``"other"`` the second) and lists what autograd saved for backward
@@ -23,6 +25,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gradfix.torch_facts.curated import (
+    AUGMENTED_ASSIGNMENTS,
+    FACTORIES,
+    FACTORY_FUNCTIONS,
+    GRAPH_CUTS,
+    INPLACE_DUNDERS,
+    INTEGER_DTYPES,
+    LIKE_FACTORIES,
+    MAY_ALIAS_OPS,
+    MAY_RETURN_INPUT,
+    NON_GRAPH_ATTRIBUTES,
+    NON_GRAPH_CALLS,
+    NON_TENSOR_METHODS,
+    NOT_GRAPH_USES,
+    NOT_INPLACE,
+    SIZED_FACTORIES,
+    TENSOR_FACTORY_METHODS,
+    VIEW_METHODS,
+    VIEW_OPS,
+    is_inplace_method,
+)
 from gradfix.torch_facts.table import (
     CRASHED,
     INPLACE_FLAG_POSITIONS,
@@ -33,12 +56,31 @@ from gradfix.torch_facts.table import (
 )
 
 __all__ = [
+    "AUGMENTED_ASSIGNMENTS",
     "CRASHED",
+    "FACTORIES",
+    "FACTORY_FUNCTIONS",
+    "GRAPH_CUTS",
+    "INPLACE_DUNDERS",
     "INPLACE_FLAG_POSITIONS",
+    "INTEGER_DTYPES",
+    "LIKE_FACTORIES",
+    "MAY_ALIAS_OPS",
+    "MAY_RETURN_INPUT",
     "MODULES",
+    "NON_GRAPH_ATTRIBUTES",
+    "NON_GRAPH_CALLS",
+    "NON_TENSOR_METHODS",
+    "NOT_GRAPH_USES",
+    "NOT_INPLACE",
     "OPS",
     "SIGNATURES",
+    "SIZED_FACTORIES",
+    "TENSOR_FACTORY_METHODS",
     "TORCH_VERSION",
+    "VIEW_METHODS",
+    "VIEW_OPS",
+    "is_inplace_method",
     "functional_of_module",
     "inplace_twin",
     "is_view",

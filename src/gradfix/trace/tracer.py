@@ -32,33 +32,19 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradfix.torch_facts import GRAPH_CUTS, INPLACE_DUNDERS
 from gradfix.trace import errors
 from gradfix.trace.sites import Site, UserFrames
 from gradfix.verify import instrument
 
 SITE_KEY = "gradfix_site"  # node.metadata key: the user line that made the node
 ROOT_KEY = "gradfix_backward"  # node.metadata key: the backward call that consumed it
-#: Calls that turn a tensor that requires grad into a constant, and the rule of each.
-CUTS = {
-    "tensor": "GF101",
-    "as_tensor": "GF101",
-    "new_tensor": "GF101",
-    "item": "GF101",
-    "tolist": "GF101",
-    "numpy": "GF101",
-    "detach": "GF104",
-    "__float__": "GF101",
-    "__int__": "GF101",
-}
 #: Cut kinds by how surely they are the bug when a backward finds no graph.
 CUT_PRIORITY = (
     "tensor", "as_tensor", "new_tensor", "data", "item", "__float__", "__int__", "tolist",
     "numpy", "detach",
 )  # fmt: skip
-INPLACE_OPERATORS = frozenset(
-    f"__i{op}__"
-    for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or")
-) | {"__ixor__", "__ilshift__", "__irshift__", "__setitem__"}
+INPLACE_OPERATORS = INPLACE_DUNDERS | {"__setitem__"}
 ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
 MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
@@ -177,7 +163,7 @@ class Tracer:
             raise
         if before is not None:
             self._guarded(self._after_inplace, target, before, op.name)
-        elif op.name in CUTS:
+        elif op.name in GRAPH_CUTS:
             self._guarded(self._maybe_cut, op.name, args, result)
         elif isinstance(result, torch.Tensor) and result.grad_fn is not None:
             self._guarded(self._after_op, op.name, args, result)
@@ -292,7 +278,7 @@ class Tracer:
             sources = [args[0]] if args[0].requires_grad else []
         if sources:
             single = name in ("tensor", "as_tensor") and isinstance(args[0], torch.Tensor)
-            self._add_cut(name, "GF104" if single else CUTS[name], sources)
+            self._add_cut(name, "GF104" if single else GRAPH_CUTS[name], sources)
 
     def _add_cut(self, kind: str, code: str, tensors: list[torch.Tensor]) -> None:
         site = self.frames.site()

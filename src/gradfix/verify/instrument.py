@@ -36,13 +36,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-FACTORY_FUNCTIONS = (
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
-    "arange", "range", "linspace", "logspace", "eye", "normal", "empty_strided",
-    "scalar_tensor", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
-    "randn_like",
-)  # fmt: skip
-TENSOR_FACTORY_METHODS = ("new_tensor", "new_zeros", "new_ones", "new_full", "new_empty")
+from gradfix.torch_facts import FACTORY_FUNCTIONS, TENSOR_FACTORY_METHODS
+
 MAX_RECORDED_EVENTS = 50
 MAX_TENSOR_ELEMENTS = 100_000
 # Relative finite-difference step by leaf dtype (half precision needs a coarser step).
@@ -565,10 +560,10 @@ def install() -> None:
     if _INSTALLED:
         return
     _INSTALLED = True
-    for name in FACTORY_FUNCTIONS:
+    for name in sorted(FACTORY_FUNCTIONS):
         if hasattr(torch, name):
             setattr(torch, name, _wrap_factory(getattr(torch, name), f"torch.{name}"))
-    for name in TENSOR_FACTORY_METHODS:
+    for name in sorted(TENSOR_FACTORY_METHODS):
         setattr(torch.Tensor, name, _wrap_factory(getattr(torch.Tensor, name), f"Tensor.{name}"))
     _patch_leaf_marking()
     _patch_backward()
