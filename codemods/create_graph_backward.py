@@ -152,7 +152,8 @@ class CreateGraphBackward(Rule):
             opt.zero_grad()
             residual.backward()
             opt.step()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -162,7 +163,8 @@ class CreateGraphBackward(Rule):
             b.retain_grad()
             b.backward(create_graph=True)
             print(a.grad, b.grad)
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -172,7 +174,8 @@ class CreateGraphBackward(Rule):
                 y = (x ** 2).sum()
                 torch.autograd.backward(y, create_graph=True)
                 print(x.grad)
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -185,7 +188,8 @@ class CreateGraphBackward(Rule):
             score = critic(mixed)
             score.backward(torch.ones_like(score), create_graph=True)
             penalty = ((mixed.grad.norm(2, dim=1) - 1) ** 2).mean()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -196,7 +200,8 @@ class CreateGraphBackward(Rule):
                 grads = [p.grad for p in model.parameters()]
                 dot = sum((g * v).sum() for g, v in zip(grads, vector))
                 return torch.autograd.grad(dot, list(model.parameters()))
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -206,7 +211,8 @@ class CreateGraphBackward(Rule):
                 loss = ((x @ fast_weights - y) ** 2).mean()
                 loss.backward(create_graph=True)
                 return fast_weights - lr * fast_weights.grad
-            """
+            """,
+            report_only=True,
         ),
     ]
 
