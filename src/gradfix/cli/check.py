@@ -20,6 +20,7 @@ from gradfix.cli.common import (
     count_skipped_cells,
     echo_stderr,
     errors_sentence,
+    paths_or_default,
     report_problems,
     run_files,
     write_report_file,
@@ -199,7 +200,7 @@ def _add_noqa(run: RunResult, quiet: bool) -> None:
 def _refuse_stdin_for_add_noqa(paths: list[str] | None, stdin_filename: str | None) -> None:
     """``--add-noqa`` writes the files it checked; stdin has no file to write (and the
     file named by ``--stdin-filename`` may hold other text)."""
-    if STDIN_PATH in (paths or []) or (not paths and stdin_filename is not None):
+    if STDIN_PATH in paths_or_default(paths, stdin_filename):
         echo_stderr("error: --add-noqa writes files and cannot read stdin; give the paths")
         raise typer.Exit(EXIT_ERROR)
 

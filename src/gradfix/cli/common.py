@@ -86,14 +86,20 @@ def configure(
     return rules, settings
 
 
+def paths_or_default(paths: list[str] | None, stdin_filename: str | None) -> list[str]:
+    """The paths given; without any, stdin when ``--stdin-filename`` names it, else ``.``."""
+    if paths:
+        return paths
+    return [STDIN_PATH] if stdin_filename is not None else ["."]
+
+
 def run_files(
     paths: list[str] | None, options: RunOptions, stdin_filename: str | None, jobs: int = 1
 ) -> tuple[RunResult, bytes | None]:
     """Process ``paths`` (or stdin); the stdin bytes are returned for ``fix -``."""
     from gradfix.runner import RunResult, process_bytes, process_paths
 
-    if not paths:
-        paths = [STDIN_PATH] if stdin_filename is not None else ["."]
+    paths = paths_or_default(paths, stdin_filename)
     if STDIN_PATH not in paths:
         with progress_bar() as progress:
             run = process_paths(paths, options, jobs=jobs or _cpu_count(), progress=progress)

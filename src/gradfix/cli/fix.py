@@ -21,6 +21,7 @@ from gradfix.cli.common import (
     count_skipped_cells,
     echo_stderr,
     errors_sentence,
+    paths_or_default,
     report_problems,
     run_files,
     write_report_file,
@@ -108,7 +109,7 @@ def fix(
 
     rules, settings = configure(select, ignore, config)
     unsafe_fixes = unsafe_fixes or settings.unsafe_fixes
-    reads_stdin = STDIN_PATH in (paths or []) or (not paths and stdin_filename is not None)
+    reads_stdin = STDIN_PATH in paths_or_default(paths, stdin_filename)
     mode = verify_mode(verify, write=write and not reads_stdin and not interactive)
     options = RunOptions(
         rules=rules,
