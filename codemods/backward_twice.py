@@ -192,7 +192,8 @@ class BackwardTwice(Rule):
             loss = (w ** 2).sum()
             for epoch in range(3):
                 loss.backward()
-            """
+            """,
+            report_only=True,
         ),
     ]
 

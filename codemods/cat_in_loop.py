@@ -198,7 +198,8 @@ class CatInLoop(Rule):
                 if i == 0:
                     out = torch.rand(1, 2)  # restarts the accumulation
                 out = torch.cat((out, torch.rand(1, 2)))
-            """
+            """,
+            report_only=True,
         ),
     ]
 

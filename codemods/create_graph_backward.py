@@ -153,7 +153,8 @@ class CreateGraphBackward(Rule):
             opt.zero_grad()
             residual.backward()
             opt.step()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -163,7 +164,8 @@ class CreateGraphBackward(Rule):
             b.retain_grad()
             b.backward(create_graph=True)
             print(a.grad, b.grad)
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -173,7 +175,8 @@ class CreateGraphBackward(Rule):
                 y = (x ** 2).sum()
                 torch.autograd.backward(y, create_graph=True)
                 print(x.grad)
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -186,7 +189,8 @@ class CreateGraphBackward(Rule):
             score = critic(mixed)
             score.backward(torch.ones_like(score), create_graph=True)
             penalty = ((mixed.grad.norm(2, dim=1) - 1) ** 2).mean()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -197,7 +201,8 @@ class CreateGraphBackward(Rule):
                 grads = [p.grad for p in model.parameters()]
                 dot = sum((g * v).sum() for g, v in zip(grads, vector))
                 return torch.autograd.grad(dot, list(model.parameters()))
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -207,7 +212,8 @@ class CreateGraphBackward(Rule):
                 loss = ((x @ fast_weights - y) ** 2).mean()
                 loss.backward(create_graph=True)
                 return fast_weights - lr * fast_weights.grad
-            """
+            """,
+            report_only=True,
         ),
     ]
 

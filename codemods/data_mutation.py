@@ -209,7 +209,8 @@ class DataMutation(NoGradBlockRule):
             import torch
             w = torch.randn(3, requires_grad=True)
             w.data = w.data.to(torch.float64)
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """

@@ -366,7 +366,8 @@ class InplaceOnSaved(Rule):
             h += 1
             print(view)
             h.sum().backward()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -376,7 +377,8 @@ class InplaceOnSaved(Rule):
             with torch.no_grad():
                 p.clamp_(min=1e-6)
             torch.log(p).sum().backward()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """

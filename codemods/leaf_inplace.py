@@ -208,6 +208,7 @@ class LeafInplace(NoGradBlockRule):
             w.zero_()  # no fix: `w` was used in the graph before
             y.sum().backward()
             """,
+            report_only=True,
         ),
     ]
 

@@ -206,7 +206,8 @@ class LeafRebinding(Rule):
             for step in range(3):
                 w = w * 2  # compounds: each iteration reads the previous value
                 w.sum().backward()
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -216,7 +217,8 @@ class LeafRebinding(Rule):
                 w = torch.randn(4, 3, requires_grad=True)
                 w = w.t()
                 return w
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -227,7 +229,8 @@ class LeafRebinding(Rule):
                 (w * x).sum().backward()
                 with torch.no_grad():
                     w = w - 0.1 * w.grad
-            """
+            """,
+            report_only=True,
         ),
     ]
 

@@ -260,7 +260,8 @@ class MaskedUnsafeBranch(Rule):
 
 
             zero_weighted(torch.rand(4, requires_grad=True))
-            """
+            """,
+            report_only=True,
         ),
     ]
 

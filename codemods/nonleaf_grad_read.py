@@ -198,7 +198,8 @@ class NonleafGradRead(Rule):
             if True: b = a * 2
             b.sum().backward()
             print(b.grad)
-            """
+            """,
+            report_only=True,
         ),
     ]
 

@@ -190,6 +190,7 @@ class NonleafParameter(Rule):
             import torch
             w = torch.randn(3, requires_grad=True).clamp(-1, 1)  # no fix: not a move or a scaling
             """,
+            report_only=True,
         ),
     ]
 

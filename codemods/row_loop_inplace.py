@@ -223,7 +223,8 @@ class RowLoopInplace(Rule):
             h = w * 3.0
             for i in range(1, len(h)):
                 h[i] = h[i] * h[i - 1]  # a recurrence: reads the row updated before
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -233,7 +234,8 @@ class RowLoopInplace(Rule):
             for i in range(len(h)):
                 s = h[i].sum()
                 h[i] = h[i] / s
-            """
+            """,
+            report_only=True,
         ),
     ]
 

@@ -224,7 +224,8 @@ class SelfReferencingIndexAssign(Rule):
             w = torch.nn.Parameter(torch.rand(2, 3))
             h = w * 3.0
             h[0, 2] = h[0, 0] / h[1, 1]
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """
@@ -232,7 +233,8 @@ class SelfReferencingIndexAssign(Rule):
             w = torch.nn.Parameter(torch.rand(6))
             p = torch.sigmoid(w)
             p[3:] = p[:3] ** 2
-            """
+            """,
+            report_only=True,
         ),
     ]
 

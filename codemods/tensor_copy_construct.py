@@ -165,6 +165,7 @@ class TensorCopyConstruct(Rule):
             w = torch.randn(3, requires_grad=True)
             copy = torch.tensor(w, pin_memory=True)  # no fix: `clone` has no `pin_memory`
             """,
+            report_only=True,
         ),
     ]
 

@@ -167,7 +167,8 @@ class ViewAliasMutation(Rule):
             a = v1[:4]
             a.data.copy_(torch.rand(4))
             print(v1)
-            """
+            """,
+            report_only=True,
         ),
         Invalid(
             """

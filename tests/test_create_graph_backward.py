@@ -85,7 +85,7 @@ def test_reported_without_fix(case: str) -> None:
 
 @pytest.mark.parametrize(
     "example",
-    [e for e in CreateGraphBackward.INVALID if e.expected_fix is None],
+    [e for e in CreateGraphBackward.INVALID if e.report_only],
     ids=lambda e: e.code.strip().splitlines()[-1].strip()[:40],
 )
 def test_invalid_examples_without_expected_fix_get_none(example) -> None:

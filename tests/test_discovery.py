@@ -111,18 +111,18 @@ def test_a_file_that_kills_its_worker_is_reported_and_the_batch_goes_on(
 def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from gradfix.cli import _progress_bar
+    from gradfix.cli.common import progress_bar
 
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
-    with _progress_bar() as progress:
+    with progress_bar() as progress:
         assert progress is None
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    with _progress_bar() as progress:
+    with progress_bar() as progress:
         assert progress is not None
         advance = progress(60)
         for _ in range(60):
             advance()
     monkeypatch.setenv("CI", "true")
-    with _progress_bar() as progress:
+    with progress_bar() as progress:
         assert progress is None

@@ -1,8 +1,11 @@
-"""Golden fixtures: fixtures/<codemod>/<case>.{before,after,clean}.py.
+"""Golden fixtures: fixtures/<codemod>/<case>.{before,after,clean,report}.py.
 
 - fixing ``before`` with the codemod's rule (unsafe fixes on) gives ``after`` byte for byte;
 - fixing ``after`` changes nothing (idempotence);
 - ``clean`` gets no finding from any default rule nor from its own;
+- ``report`` is a report-only case: the codemod's rule reports exactly the lines marked
+  with a trailing ``# error: GFxxx`` comment (the line a finding starts on, the rule's
+  own code), and offers no fix for any of them (fixing changes nothing);
 - ``before`` and ``after`` are executed and the verifier proves the rewrite
   (same forward results, finite and correct gradients).
 
@@ -12,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,10 +23,12 @@ import pytest
 
 from gradfix.codemods import ALL_RULES
 from gradfix.engine import lint_source
-from gradfix.rule import Rule
+from gradfix.rule import FixAvailability, Rule
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RULES_BY_MODULE = {rule.__module__.rsplit(".", 1)[-1]: rule for rule in ALL_RULES}
+#: ``# error: GF201``: a ``report`` fixture's line where a finding of GF201 starts
+ERROR_MARK = re.compile(r"#\s*error:\s*(GF\d{3})\b")
 
 
 def _cases(kind: str) -> list[Path]:
@@ -77,6 +83,29 @@ def test_clean_has_no_finding(clean: Path) -> None:
     rules = [r for r in ALL_RULES if r.default_enabled or r is _rule_for(clean)]
     result = lint_source(_read(clean), rules=rules, path=str(clean))
     assert result.findings == []
+
+
+def _marked_findings(source: str) -> list[tuple[int, str]]:
+    """(line, code) of every ``# error: CODE`` comment."""
+    return [
+        (number, mark.group(1))
+        for number, line in enumerate(source.splitlines(), start=1)
+        for mark in ERROR_MARK.finditer(line)
+    ]
+
+
+@pytest.mark.parametrize("report", _cases("report"), ids=_case_id)
+def test_report_case_is_reported_without_a_fix(report: Path) -> None:
+    rule = _rule_for(report)
+    assert rule.fix_availability is not FixAvailability.ALWAYS, f"{rule.code} always fixes"
+    source = _read(report)
+    marked = _marked_findings(source)
+    assert marked, "mark each finding's line with `# error: CODE`"
+    assert {code for _, code in marked} == {rule.code}, "the marks name the fixture's rule"
+    findings = lint_source(source, rules=[rule], path=str(report)).findings
+    assert sorted((f.line, f.code) for f in findings) == marked
+    assert [f for f in findings if f.fix is not None] == [], "a report-only case offers a fix"
+    assert _fix(source, rule, report) == source
 
 
 @pytest.fixture(scope="session")

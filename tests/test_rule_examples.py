@@ -9,7 +9,7 @@ import pytest
 
 from gradfix.codemods import ALL_RULES
 from gradfix.engine import lint_source
-from gradfix.rule import FixAvailability, Rule
+from gradfix.rule import FixAvailability, Invalid, Rule
 
 
 def _dedent(code: str) -> str:
@@ -38,8 +38,18 @@ def test_valid_example_has_no_finding(rule: type[Rule], example) -> None:
 
 
 @pytest.mark.parametrize(("rule", "example"), INVALID_CASES)
-def test_invalid_example_is_reported_and_fixed(rule: type[Rule], example) -> None:
+def test_invalid_example_is_reported_and_fixed(rule: type[Rule], example: Invalid) -> None:
+    """Reported, then either fixed into ``expected_fix`` (idempotently) or, when
+    ``report_only``, offered no fix by any of the rule's findings."""
+    assert example.report_only or example.expected_fix is not None, (
+        f"{rule.code}: an INVALID example says what it offers: expected_fix or report_only=True"
+    )
     source = _dedent(example.code)
+    if example.report_only:
+        findings = [f for f in lint_source(source, rules=[rule]).findings if f.code == rule.code]
+        assert findings, f"{rule.code} report-only example not reported"
+        assert [f for f in findings if f.fix is not None] == [], "report-only but offers a fix"
+        return
     result = lint_source(source, rules=[rule], fix=True, unsafe_fixes=True)
     assert rule.code in {f.code for f in result.findings}
     if example.expected_fix is not None:
@@ -69,7 +79,13 @@ def test_codes_and_names_are_unique() -> None:
 def test_fix_declaration_matches_invalid_examples(rule: type[Rule]) -> None:
     """A rule's declared fix availability and safeties are what its INVALID examples
     produce: "always" fixes every finding, "never" none, "sometimes" some; and the
-    examples show every declared safety and no other."""
+    examples show every declared safety and no other. The examples declare it too: a
+    "never" rule's are all report-only, an "always" rule's none."""
+    report_only = [example.report_only for example in rule.INVALID]
+    if rule.fix_availability is FixAvailability.NEVER:
+        assert all(report_only), f"{rule.code} never fixes: every INVALID is report_only"
+    if rule.fix_availability is FixAvailability.ALWAYS:
+        assert not any(report_only), f"{rule.code} always fixes: no INVALID is report_only"
     findings = [
         finding
         for example in rule.INVALID

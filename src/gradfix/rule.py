@@ -185,10 +185,17 @@ class Valid:
 
 @dataclass(frozen=True)
 class Invalid:
-    """Code the rule must report; ``expected_fix`` is the source after all fixes."""
+    """Code the rule must report, and what its findings offer: either ``expected_fix``,
+    the source after all fixes, or ``report_only=True``, no fix at all (every finding of
+    the rule in ``code`` has ``fix=None``). Dedented before use."""
 
     code: str
     expected_fix: str | None = None
+    report_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.report_only and self.expected_fix is not None:
+            raise ValueError("a report-only example has no expected fix")
 
 
 @dataclass

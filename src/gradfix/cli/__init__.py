@@ -1,0 +1,116 @@
+"""The ``gradfix`` command line: ``check``, ``fix``, ``verify``, ``trace``, ``rules``, ``explain``,
+``lsp``.
+
+The commands parse options, call :mod:`gradfix.runner` / :mod:`gradfix.registry` and
+format what they return. Output conventions (a public contract, see ``--help``):
+
+- stdout carries the results (finding lines, JSON, diffs, fixed stdin source, summaries of
+  ``check``); stderr carries one line per problem (``path: syntax error at line 3: ...``),
+  notes, warnings and the summary of ``fix``.
+- Exit status 2 means a file could not be processed or the command line is wrong; it beats
+  the other codes. Never a traceback, unless ``--verbose``.
+
+The engine and the codemods (LibCST) are imported inside the commands, so ``--help`` and
+option errors are quick, and torch is never imported.
+
+Layout: this module holds the typer ``app`` and :func:`main`; one module per command
+(:mod:`.check`, :mod:`.fix`, :mod:`.verify`, :mod:`.trace`, :mod:`.rules` with ``explain``,
+:mod:`.server` with ``lsp``); :mod:`.options` defines each option once for the commands
+that share it; :mod:`.common` the helpers they share (configuration, running the engine,
+stderr lines) and :mod:`.proving` the verification ``fix`` and ``verify`` share.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+from gradfix.cli import check, fix, rules, server, trace, verify
+from gradfix.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, echo_stderr
+
+app = typer.Typer(
+    name="gradfix",
+    help="Find, rewrite and verify PyTorch autograd pitfalls.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# registered in the order `--help` lists them
+app.command()(check.check)
+app.command()(fix.fix)
+app.command()(verify.verify)
+app.command(context_settings={"ignore_unknown_options": True})(trace.trace)
+app.command()(rules.rules)
+app.command()(rules.explain)
+app.command()(server.lsp)
+
+
+def main() -> None:
+    """Console-script entry point (``gradfix = "gradfix.cli:main"``)."""
+    verbose = "--verbose" in sys.argv or "-v" in sys.argv
+    try:
+        app(prog_name="gradfix")
+    except KeyboardInterrupt:
+        _interrupted()
+    except SystemExit as exit_:
+        if _caused_by_interrupt(exit_):  # typer turns Ctrl-C into a silent exit 130
+            _interrupted()
+        raise
+    except Exception as error:  # a bug in gradfix itself: one line, not a traceback
+        if verbose:
+            raise
+        echo_stderr(
+            f"internal error: {type(error).__name__}: {_first_line(error)}"
+            " (run with --verbose for the traceback)"
+        )
+        sys.exit(EXIT_ERROR)
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: one line and exit 130 (128 + SIGINT, the shell's convention). Writes are
+    atomic, so every file is either complete (fixed) or as it was."""
+    echo_stderr("gradfix: interrupted; files already fixed are complete, the others unchanged")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _caused_by_interrupt(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"gradfix {version('gradfix')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Find, rewrite and verify PyTorch autograd pitfalls."""
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,192 @@
+"""What the commands share: exit codes, reading the configuration, running the engine on the
+paths or stdin (with a progress bar), and the lines on stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from gradfix.config import Config
+    from gradfix.proof import FixVerdict
+    from gradfix.rule import Rule
+    from gradfix.runner import Progress, RunOptions, RunResult
+
+
+STDIN_PATH = "-"
+#: fewer files than this and no progress bar is shown
+PROGRESS_MIN_FILES = 50
+DEFAULT_STDIN_NAME = "<stdin>"
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+#: Ctrl-C (128 + SIGINT)
+EXIT_INTERRUPTED = 130
+
+
+def check_entry(entry: str) -> None:
+    from gradfix.verify.harness import EntryError, parse_entry
+
+    try:
+        parse_entry(entry)
+    except EntryError as error:
+        echo_stderr(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def write_report_file(path: str, run: RunResult, verdicts: dict[str, list[FixVerdict]]) -> None:
+    from gradfix.report import ReportError, write_report
+
+    try:
+        write_report(path, run, verdicts)
+    except ReportError as error:
+        echo_stderr(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def changed_files(ref: str | None) -> frozenset[str] | None:
+    if ref is None:
+        return None
+    from gradfix.gitfiles import GitError, changed_since
+
+    try:
+        return frozenset(changed_since(ref))
+    except GitError as error:
+        echo_stderr(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+
+
+def cache_dir(settings: Config, disabled: bool) -> str | None:
+    """``.gradfix_cache`` next to the configuration file (else in the current directory)."""
+    from gradfix.cache import CACHE_DIR_NAME
+
+    if disabled or os.environ.get("GRADFIX_NO_CACHE"):
+        return None
+    return os.path.join(settings.root, CACHE_DIR_NAME)
+
+
+def configure(
+    select: list[str] | None, ignore: list[str] | None, overrides: list[str] | None
+) -> tuple[list[type[Rule]], Config]:
+    """The rules to run and the settings, from the configuration file, ``--config``
+    overrides and the command line (``--select`` replaces the file's ``select``;
+    ``--ignore`` adds to its ``ignore``). Exits with one line on any bad value."""
+    from gradfix.config import ConfigError, load_config, resolve_rules
+    from gradfix.registry import SelectionError
+
+    try:
+        settings = load_config(overrides=overrides or ())
+        rules = resolve_rules(settings, select, ignore or ())
+    except (ConfigError, SelectionError) as error:  # each names where the value came from
+        echo_stderr(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    return rules, settings
+
+
+def paths_or_default(paths: list[str] | None, stdin_filename: str | None) -> list[str]:
+    """The paths given; without any, stdin when ``--stdin-filename`` names it, else ``.``."""
+    if paths:
+        return paths
+    return [STDIN_PATH] if stdin_filename is not None else ["."]
+
+
+def run_files(
+    paths: list[str] | None, options: RunOptions, stdin_filename: str | None, jobs: int = 1
+) -> tuple[RunResult, bytes | None]:
+    """Process ``paths`` (or stdin); the stdin bytes are returned for ``fix -``."""
+    from gradfix.runner import RunResult, process_bytes, process_paths
+
+    paths = paths_or_default(paths, stdin_filename)
+    if STDIN_PATH not in paths:
+        with progress_bar() as progress:
+            run = process_paths(paths, options, jobs=jobs or _cpu_count(), progress=progress)
+        return run, None
+    if len(paths) > 1:
+        echo_stderr("error: `-` (stdin) cannot be combined with other paths")
+        raise typer.Exit(EXIT_ERROR)
+    data = sys.stdin.buffer.read()
+    result = process_bytes(data, stdin_filename or DEFAULT_STDIN_NAME, options)
+    return RunResult(files=[result]), data
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Progress | None]:
+    """A progress bar with count and ETA on stderr when it is a terminal and the run is
+    big enough to wait for; nothing when piped or in CI."""
+    if not sys.stderr.isatty() or os.environ.get("CI"):
+        yield None
+        return
+    from rich import progress as rich_progress
+
+    bar = rich_progress.Progress(
+        "[progress.description]{task.description}",
+        rich_progress.BarColumn(),
+        rich_progress.MofNCompleteColumn(),
+        rich_progress.TimeRemainingColumn(),
+        transient=True,
+        console=None,
+    )
+
+    def start(total: int) -> Callable[[], None]:
+        if total < PROGRESS_MIN_FILES:
+            return lambda: None
+        bar.start()
+        task = bar.add_task("gradfix", total=total)
+        return lambda: bar.advance(task)
+
+    try:
+        yield start
+    finally:
+        bar.stop()
+
+
+def report_problems(run: RunResult, verbose: bool, *, notes: bool = True) -> None:
+    """One stderr line per file that failed and, with ``notes``, per warning, dropped fix
+    and skipped file."""
+    for warning in run.warnings if notes else []:
+        echo_stderr(f"warning: {warning}")
+    for result in run.files:
+        for note in result.dropped if notes else []:
+            echo_stderr(f"{result.path}: note: {note}")
+        for cell in result.skipped_cells:
+            echo_stderr(f"{result.path}:{cell}")
+        if notes and result.skipped is not None and result.skipped != "generated":
+            echo_stderr(f"{result.path}: skipped: {result.skipped}")
+        if result.error is None:
+            continue
+        hint = ""
+        if result.traceback is not None and not verbose:
+            hint = " (run with --verbose for the traceback)"
+        echo_stderr(f"{result.path}: {result.error}{hint}")
+        if result.traceback is not None and verbose:
+            echo_stderr(result.traceback.rstrip())
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
+
+
+def errors_sentence(errors: int, skipped_cells: int = 0) -> str:
+    text = f" {count_of(errors, 'file')} could not be processed." if errors else ""
+    if skipped_cells:
+        text += f" {count_of(skipped_cells, 'notebook cell')} could not be parsed (skipped)."
+    return text
+
+
+def count_skipped_cells(run: RunResult) -> int:
+    return sum(len(result.skipped_cells) for result in run.files)
+
+
+def count_of(number: int, noun: str) -> str:
+    plural = "es" if noun.endswith(("x", "s")) else "s"
+    return f"{number} {noun}{'' if number == 1 else plural}"
+
+
+def echo_stderr(message: str) -> None:
+    typer.echo(message, err=True)

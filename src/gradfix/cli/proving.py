@@ -1,0 +1,186 @@
+"""Proving fixes by execution, shared by ``fix`` (``--verify`` and ``--write``'s default) and
+``verify``: each fix is judged, then only the accepted ones are kept."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from gradfix.cli.common import EXIT_ERROR, echo_stderr
+
+if TYPE_CHECKING:
+    from gradfix.proof import FixVerdict
+    from gradfix.runner import FileResult, RunOptions, RunResult
+
+
+class VerifyMode(enum.Enum):
+    """How ``fix`` proves its fixes (see :func:`verify_mode`)."""
+
+    off = "off"  # static: --no-verify, a preview, or torch missing
+    default = "default"  # --write: rejected fixes are dropped, unverified follow safety
+    strict = "strict"  # --verify: only verified fixes (unverified with --unsafe-fixes)
+
+
+def verify_run(
+    run: RunResult,
+    options: RunOptions,
+    harness: dict[str, Any],
+    *,
+    strict: bool = True,
+    jobs: int = 2,
+) -> dict[str, list[FixVerdict]]:
+    """Judge every fix of every changed file (alone, with the file's other fixes, and
+    across files with the project's other fixes), then keep (and with --write, write)
+    only the accepted ones, once the accepted fixes of a file together are proven.
+    ``strict`` (``--verify``, ``verify``): every fix is judged and only verified ones are
+    accepted (unverified ones too with --unsafe-fixes); otherwise (``fix --write``'s
+    default) only the fixes the safety classes apply are judged, and only rejected ones
+    are dropped. ``harness``: keyword arguments of :func:`gradfix.proof.verify_fixes`.
+    Verdict lines go to stderr when writing."""
+    from gradfix.proof import one_run
+    from gradfix.runner import write_result
+
+    with one_run():
+        verdicts, candidates = _judge_files(run, options, harness, strict=strict, jobs=jobs)
+        _judge_across_files(run, verdicts, candidates, harness)
+        for result in run.files:
+            found = verdicts.get(result.path)
+            if found is None or result.original is None:
+                continue
+            _keep_accepted(result, found, options, harness, strict=strict)
+            if options.write:
+                for verdict in found:
+                    echo_stderr(verdict.line())
+                write_result(result)
+    return verdicts
+
+
+def _judge_files(
+    run: RunResult, options: RunOptions, harness: dict[str, Any], *, strict: bool, jobs: int
+) -> tuple[dict[str, list[FixVerdict]], dict[str, str]]:
+    """The verdicts of each changed file's fixes (``jobs`` fixes judged at once), and its
+    text with all of them."""
+    from gradfix.engine import SourceError
+    from gradfix.notebook import is_notebook
+    from gradfix.proof import verify_fixes
+    from gradfix.runner import write_result
+    from gradfix.verify.harness import EntryError
+
+    verdicts: dict[str, list[FixVerdict]] = {}
+    candidates: dict[str, str] = {}
+    for result in run.files:
+        if result.error is not None or not result.changed or result.original is None:
+            continue
+        if is_notebook(result.path):  # nothing executes notebooks yet: no proof
+            if strict:  # ... and no fix; by default, as without verification
+                run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
+                result.fixed, result.remaining = result.original, list(result.findings)
+            elif options.write:
+                write_result(result)
+            continue
+        unsafe = strict or options.unsafe_fixes
+        try:
+            found = verify_fixes(
+                result.path,
+                result.original,
+                rules=options.rules,
+                unsafe=unsafe,
+                jobs=jobs,
+                **harness,
+            )
+        except (SourceError, EntryError) as error:
+            result.error = str(error)
+            continue
+        verdicts[result.path] = found
+        candidates[result.path] = result.fixed or result.original
+    return verdicts, candidates
+
+
+def _judge_across_files(
+    run: RunResult,
+    verdicts: dict[str, list[FixVerdict]],
+    candidates: dict[str, str],
+    harness: dict[str, Any],
+) -> None:
+    """A fix stopped by another file's bug in both versions is judged again with the
+    fixes of the project's other files in place (those with no rejected fix)."""
+    from gradfix.proof import prove_with_project
+
+    sound = {
+        path: text
+        for path, text in candidates.items()
+        if all(v.status != "rejected" for v in verdicts[path])
+    }
+    for result in run.files:
+        if result.path not in verdicts or result.original is None:
+            continue
+        others = {path: text for path, text in sound.items() if path != result.path}
+        verdicts[result.path] = prove_with_project(
+            verdicts[result.path], result.original, candidates[result.path], others, **harness
+        )
+
+
+def _keep_accepted(
+    result: FileResult,
+    found: list[FixVerdict],
+    options: RunOptions,
+    harness: dict[str, Any],
+    *,
+    strict: bool,
+) -> None:
+    """Refix ``result`` with the accepted fixes only; none when together they fail."""
+    from gradfix.proof import accepted, finding_key, prove_change
+    from gradfix.runner import refix_selected
+
+    assert result.original is not None
+    keys = accepted(found, unverified=options.unsafe_fixes or not strict)
+    refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
+    if len(keys) > 1 and result.changed and result.fixed is not None:
+        status, reason, _ = prove_change(result.path, result.original, result.fixed, **harness)
+        refused = status == "rejected" or (
+            status == "unverified" and strict and not options.unsafe_fixes
+        )
+        if refused:
+            echo_stderr(f"{result.path}: the accepted fixes together are {status}: {reason}")
+            result.fixed, result.remaining = result.original, list(result.findings)
+
+
+def harness_limits(timeout: float, max_steps: int | None, **more: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`gradfix.proof.verify_fixes` the options give."""
+    limits = {"timeout": timeout, **more}
+    if max_steps is not None:
+        limits["max_steps"] = max_steps or None  # 0: no limit
+    return limits
+
+
+def verify_mode(verify: bool | None, *, write: bool) -> VerifyMode:
+    """--verify: strict; --no-verify: off; by default --write verifies when torch can be
+    imported (a note says when it cannot: static check and fix never need torch)."""
+    from gradfix.proof import torch_available
+
+    if verify is not None:
+        if verify:
+            require_torch()
+        return VerifyMode.strict if verify else VerifyMode.off
+    if not write:
+        return VerifyMode.off
+    if torch_available():
+        return VerifyMode.default
+    echo_stderr(
+        "note: torch cannot be imported: the fixes are written without verification "
+        "(pip install 'gradfix[verify]' to prove them; --no-verify skips this note)"
+    )
+    return VerifyMode.off
+
+
+def require_torch() -> None:
+    from gradfix.proof import torch_available
+
+    if not torch_available():
+        echo_stderr(
+            "error: verification executes the code and needs torch: "
+            "pip install 'gradfix[verify]' (static check and fix do not)"
+        )
+        raise typer.Exit(EXIT_ERROR)
