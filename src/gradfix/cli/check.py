@@ -106,6 +106,8 @@ def check(
         config=settings,
         cache_dir=cache_dir(settings, no_cache),
         changed=changed_files(changed_since),
+        # the text format's code frames show each fix alone: made by the same lint
+        singles=output_format is CheckFormat.text and not statistics,
     )
     run, _ = run_files(paths, options, stdin_filename, jobs)
     if add_noqa:
@@ -172,7 +174,7 @@ def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, st
         if result.findings and result.original is not None and result.error is None:
             rules = options.rules_for(result.path)
             for key, frame in code_frames(
-                result.path, result.original, result.findings, rules
+                result.path, result.original, result.findings, rules, result.singles
             ).items():
                 frames[(result.path, *key)] = frame
     return frames
