@@ -72,3 +72,15 @@ def test_file_lint_answers_like_the_functions() -> None:
     assert [s.source for s in lint.singles()] == [
         s.source for s in single_fixes(BUGGY, rules=rules, path="t.py")
     ]
+
+
+def test_language_server_lints_a_buffer_once(lints: list[str]) -> None:
+    """Diagnostics, the quick fixes of a code action and fix-all come from one lint of
+    the text (the second pass of fix-all lints the text the first pass made)."""
+    from gradfix.lsp import BufferLint, ClientText
+
+    lint = BufferLint.of("file:///t.py", ClientText(BUGGY), "t.py", all_rules())
+    assert {f.code for f in lint.findings} == {"GF101", "GF201"}
+    assert len(lint.singles()) == 2
+    assert lint.fix_all_edit() is not None
+    assert lints.count(BUGGY) == 1

@@ -58,7 +58,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace import PositionCodec, TextDocument
 
 from gradfix.config import ConfigError, find_config, load_config, resolve_rules
-from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
+from gradfix.engine import FileLint, SingleFix, SourceError
 from gradfix.noqa import LINE, LINE_BREAK, noqa_edit
 from gradfix.notebook import Cell, NotebookError, Program, code_cell, locate
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
@@ -342,6 +342,7 @@ class BufferLint(DocumentLint):
     rules: Sequence[type[Rule]]
     findings: list[Finding] = field(default_factory=list)
     error: SourceError | None = None
+    _lint: FileLint | None = None  # the one lint: quick fixes and fix-all reuse its parse
     _singles: list[SingleFix] | None = None
     _fixed_safe: str | None = None
 
@@ -349,23 +350,23 @@ class BufferLint(DocumentLint):
     def of(cls, uri: str, text: ClientText, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
         lint = cls(uri, text, path, rules)
         try:
-            result = lint_source(text.source, rules=rules, path=path)
+            lint._lint = FileLint(text.source, rules=rules, path=path)
         except SourceError as error:
             lint.error = error
         except Exception:  # a bug in the engine: no findings, the server goes on
             logger.exception("checking %s failed", path)
         else:
-            lint.findings = result.findings  # a rule that raised: the others' findings
-            for crash in result.crashes:
+            lint.findings = lint._lint.findings  # a rule that raised: the others' findings
+            for crash in lint._lint.crashes:
                 logger.error("%s: %s\n%s", path, crash.line(), crash.traceback)
         return lint
 
     def singles(self) -> list[SingleFix]:
         if self._singles is None:
             self._singles = []
-            if self.error is None and any(f.fix for f in self.findings):
+            if self._lint is not None and any(f.fix for f in self.findings):
                 try:
-                    self._singles = single_fixes(self.source, rules=self.rules, path=self.path)
+                    self._singles = self._lint.singles()
                 except Exception:  # a bug in a fix: no quick fixes, the server goes on
                     logger.exception("fixing %s failed", self.path)
         return self._singles
@@ -379,10 +380,9 @@ class BufferLint(DocumentLint):
         """The source with every safe fix applied (the source itself when there is none)."""
         if self._fixed_safe is None:
             self._fixed_safe = self.source
-            if self.error is None and any(f.fix for f in self.findings):
+            if self._lint is not None and any(f.fix for f in self.findings):
                 try:
-                    result = lint_source(self.source, rules=self.rules, path=self.path, fix=True)
-                    self._fixed_safe = result.source
+                    self._fixed_safe = self._lint.fixed().source
                 except Exception:  # a bug in a fix: no fix-all action, the server goes on
                     logger.exception("fixing %s failed", self.path)
         return self._fixed_safe
@@ -415,6 +415,7 @@ class NotebookCheck:
     findings: list[Finding] = field(default_factory=list)
     #: cell URI -> why the cell is not in the program (it does not parse)
     broken: dict[str, str] = field(default_factory=dict)
+    _lint: FileLint | None = None  # the program's one lint: quick fixes and fix-all reuse it
     _singles: list[SingleFix] | None = None
     _fixed_safe: dict[int, types.WorkspaceEdit | None] = field(default_factory=dict)
 
@@ -434,7 +435,8 @@ class NotebookCheck:
             return check
         source = check.program.source
         try:
-            found = lint_source(source, rules=rules, path=path).findings
+            check._lint = FileLint(source, rules=rules, path=path)
+            found = check._lint.findings
         except SourceError as error:  # Python accepts it, LibCST does not
             why = f"the cells as one program: {error}"  # its line is the program's
             check.broken = {check.cell_uris[c.index]: why for c in check.program.cells}
@@ -472,10 +474,10 @@ class NotebookCheck:
         source stays the fixed program's: :meth:`edit` maps it back)."""
         if self._singles is None:
             self._singles = []
-            if any(f.fix for f in self.findings):
+            if self._lint is not None and any(f.fix for f in self.findings):
                 source = self.program.source
                 try:
-                    singles = single_fixes(source, rules=self.rules, path=self.path)
+                    singles = self._lint.singles()
                 except Exception:  # a bug in a fix: no quick fixes, the server goes on
                     logger.exception("fixing %s failed", self.path)
                     singles = []
@@ -513,14 +515,10 @@ class NotebookCheck:
                 if finding.cell == number
             }
             self._fixed_safe[number] = None
-            if wanted:
+            if wanted and self._lint is not None:
                 try:
-                    fixed = lint_source(
-                        source,
-                        rules=self.rules,
-                        path=self.path,
-                        fix=True,
-                        keep=lambda finding: _cell_key(locate(finding, source)) in wanted,
+                    fixed = self._lint.fixed(
+                        keep=lambda finding: _cell_key(locate(finding, source)) in wanted
                     )
                     self._fixed_safe[number] = self.edit(fixed.source)
                 except Exception:  # a bug in a fix: no fix-all action, the server goes on
