@@ -881,6 +881,22 @@ def test_a_leaf_torch_made_without_gradient_is_checked_for_a_fix_that_restores_o
     )
 
 
+def test_a_leaf_whose_reference_is_undefined_everywhere_is_listed_as_not_compared() -> None:
+    before = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    after = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: tensor([0.5, 0.5])}), leaves=2)
+    undefined = {"before": fd(fd_entry(0, 1, [math.nan, math.nan]))}
+    verdict = compare_traces(before, after, undefined)
+    assert verdict.status == "verified", verdict.reason
+    assert "over 1 backward call(s) and 1 leaf tensor(s); leaves compared: #0 (line 3);" in (
+        verdict.reason
+    )
+    assert (
+        "not compared: #1 (line 3) (the finite-difference reference is undefined (not "
+        "finite) at each of its 2 element(s) estimated)"
+    ) in verdict.reason
+    assert verdict.evidence["leaves_compared"] == [0]
+
+
 def test_a_frozen_leaf_is_not_checked_for_a_lost_gradient() -> None:
     both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
     both["events"][0]["frozen"] = [1]  # type: ignore[index]

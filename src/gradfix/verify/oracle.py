@@ -356,7 +356,9 @@ class _Comparison:
         }
         self.kink_checks = 0
         self.notes: list[str] = []
-        self.leaves_compared: set[int] = set()
+        self.leaves_compared: set[int] = set()  # a comparison of the leaf started
+        self.values_checked: set[int] = set()  # leaves with at least one value compared
+        self.undefined_at: dict[int, int] = {}  # leaf -> elements whose estimate is undefined
         self.events_compared = 0
         self.self_checked_events = 0
         self.globals_compared: list[str] = []
@@ -408,7 +410,7 @@ class _Comparison:
         if self.events_compared:
             parts.append(
                 f"forward results and gradients match over {self.events_compared} "
-                f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)"
+                f"backward call(s) and {len(self._compared())} leaf tensor(s)"
             )
         parts += self._leaf_summary()
         if self.silent_cuts:
@@ -457,9 +459,13 @@ class _Comparison:
             f"{f' at {where}' if where else ''}, where both versions fail the same way{ran}"
         )
 
+    def _compared(self) -> list[int]:
+        """The leaves at least one of whose gradient values was compared."""
+        return sorted(self.leaves_compared & self.values_checked)
+
     def _leaf_summary(self) -> list[str]:
         """Which leaves were compared and which were not, and why (one clause each)."""
-        compared = sorted(self.leaves_compared)
+        compared = self._compared()
         parts = []
         if compared:
             parts.append("leaves compared: " + self._leaf_list(compared))
@@ -492,6 +498,14 @@ class _Comparison:
     def _uncompared(self) -> dict[int, str]:
         """Leaves of AFTER whose gradient no comparison covered, with the reason."""
         found = dict(self.not_compared)
+        for k in sorted(self.leaves_compared - self.values_checked):
+            undefined = self.undefined_at.get(k)
+            found[k] = (
+                "the finite-difference reference is undefined (not finite) at each of its "
+                f"{undefined} element(s) estimated"
+                if undefined
+                else "none of its elements was estimated (finite differences capped)"
+            )
         seen = self.leaves_compared | self.no_gradient_either
         for k in range(len(self.after.get("leaves", []))):
             if k not in seen and k not in found:
@@ -542,7 +556,7 @@ class _Comparison:
             },
             "events_compared": self.events_compared,
             "events_self_checked": self.self_checked_events,
-            "leaves_compared": sorted(self.leaves_compared),
+            "leaves_compared": self._compared(),
             "leaves_without_gradient": sorted(self.no_gradient_either),
             "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
             "parameter_names": dict(self.after.get("parameter_names") or {}),
@@ -895,6 +909,7 @@ class _Comparison:
                 )
             if math.isfinite(e):
                 self.gradient.add(a, e)
+                self.values_checked.add(k)
 
     def _broken_call(self) -> int:
         """1-based number of the first backward call where before's gradient is broken."""
@@ -956,6 +971,7 @@ class _Comparison:
                 undefined.append(j)
             elif abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e):
                 self.gradient.add(a, e)
+                self.values_checked.add(k)
             else:
                 mismatched.append(j)
         if not mismatched:
@@ -996,6 +1012,7 @@ class _Comparison:
             for j in mismatched
         ]
         self.silent_cuts.extend(found)
+        self.values_checked.add(k)
         first = found[0]
         self.notes.append(
             f"{changed.label}, {changed.leaf}: before's autograd gradient differs from finite "
@@ -1115,6 +1132,7 @@ class _Comparison:
         where = {"source": source, "event": i, "leaf": k, "element": j}
         if not math.isfinite(estimate):
             self.fd_details["undefined"] += 1
+            self.undefined_at[k] = self.undefined_at.get(k, 0) + 1
         elif method == "kink" and interval is not None:
             low, high = float(interval[0]), float(interval[1])
             self.fd_details["kinks"].append(dict(where, interval=[low, high]))
@@ -1147,6 +1165,7 @@ class _Comparison:
                 f"(rtol {FD_RTOL}, atol {_format(atol)})"
             )
         self.finite.add(value, estimate)
+        self.values_checked.add(k)
 
     def _check_fd_interval(
         self,
@@ -1171,6 +1190,7 @@ class _Comparison:
                 f"slopes {_format(low)} and {_format(high)} on either side"
             )
         self.kink_checks += 1
+        self.values_checked.add(k)
 
     def _fd_entry(
         self, source: str, i: int, k: int, elements: list[int] | None
