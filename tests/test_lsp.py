@@ -555,7 +555,9 @@ def test_the_last_trace_of_the_file_is_shown_until_its_line_changes(
     path.write_text(history)
     command = [sys.executable, "train.py"]
     result = run_trace(command, stdout=subprocess.DEVNULL, cwd=str(tmp_path))
-    remember(result.findings, command, root=str(tmp_path))
+    remember(
+        result.findings, command, cache_dir=str(tmp_path / ".gradfix_cache"), cwd=str(tmp_path)
+    )
     uri = path.as_uri()
     server.initialize(tmp_path)
     server.open(uri, history)

@@ -1,9 +1,9 @@
 """The findings of the last ``gradfix trace`` of each file, kept for the editor.
 
-``remember(findings, command)`` stores what a traced run found in the project's
-``.gradfix_cache/`` (the content-hash cache's directory, written atomically), one entry per
-file: its findings, each with the text of its line, and the command that found them. A new
-run of the same command replaces what that command found before, in every file.
+``remember(findings, command, cache_dir=...)`` stores what a traced run found in the
+project's ``.gradfix_cache/`` (the content-hash cache's directory, written atomically), one
+entry per file: its findings, each with the text of its line, and the command that found
+them. A new run of the same command replaces what that command found before, in every file.
 
 ``remembered(path, source)`` gives back the findings of ``path`` that still stand in
 ``source`` (the editor's buffer): a finding is shown while its line's text is unchanged;
@@ -11,7 +11,7 @@ when the line moved (lines added above it), on the one line that holds that text
 text is gone or ambiguous, not at all. The cache is looked for in the file's directory and
 its parents, so the language server finds it wherever it runs.
 
-    remember(result.findings, ["python", "train.py"], root=".")
+    remember(result.findings, ["python", "train.py"], cache_dir=".gradfix_cache")
     for finding in remembered("/project/train.py", buffer_text):
         finding.line, finding.code, finding.message, finding.command
 
@@ -48,12 +48,13 @@ class RememberedFinding:
     command: str  # the traced command, as the user would type it
 
 
-def remember(findings: Sequence[RuntimeFinding], command: Sequence[str], *, root: str) -> None:
-    """Store a traced run's findings under ``root/.gradfix_cache`` (see the module doc);
-    ``root`` is also where the command ran (relative paths of findings start there). A
-    cache that cannot be written is skipped."""
-    directory = os.path.join(root, CACHE_DIR_NAME)
-    cache = ResultCache(directory)
+def remember(
+    findings: Sequence[RuntimeFinding], command: Sequence[str], *, cache_dir: str, cwd: str = "."
+) -> None:
+    """Store a traced run's findings in ``cache_dir`` (a ``.gradfix_cache``, see the module
+    doc); ``cwd``: where the command ran (relative paths of findings start there). A cache
+    that cannot be written is skipped."""
+    cache = ResultCache(cache_dir)
     ran = shlex.join(command)
     files = _files(cache.get(ENTRY))
     for path in list(files):
@@ -63,7 +64,7 @@ def remember(findings: Sequence[RuntimeFinding], command: Sequence[str], *, root
         else:
             del files[path]
     for finding in findings:
-        path = os.path.abspath(os.path.join(root, finding.path))  # relative: to where it ran
+        path = os.path.abspath(os.path.join(cwd, finding.path))
         line = _line_text(path, finding.line)
         if line is not None:
             files.setdefault(path, []).append(_record(finding, line, ran))
