@@ -41,6 +41,14 @@ def pairs() -> list[tuple[Path, Path]]:
     return found
 
 
+def rule_code(fixture: Path) -> str:
+    """The code of the rule whose fix the fixture is (its directory names the codemod)."""
+    from gradfix.codemods import ALL_RULES
+
+    codes = {rule.__module__.rsplit(".", 1)[-1]: rule.code for rule in ALL_RULES}
+    return codes[fixture.parent.name]
+
+
 def prove(pair: tuple[Path, Path]) -> str:
     before, after = pair
     verdict = verify_sources(
@@ -48,6 +56,7 @@ def prove(pair: tuple[Path, Path]) -> str:
         after.read_text(encoding="utf-8"),
         filename=before.name,
         source_dir=str(before.parent),
+        rules=(rule_code(before),),
     )
     return verdict.status
 

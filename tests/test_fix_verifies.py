@@ -65,6 +65,21 @@ def test_write_never_writes_a_rejected_fix_by_default(tmp_path: Path) -> None:
     assert "Fixed 1 finding in 1 file (1 remaining)." in err
 
 
+# The same read on the weight nn.Linear made (not declared by the program).
+LINEAR_DATA_IN_FORWARD = DATA_IN_FORWARD.replace(
+    "self.w = nn.Parameter(torch.ones(3))", "self.lin = nn.Linear(3, 3)"
+).replace("x * self.w.data + self.b", "x @ self.lin.weight.data.t() + self.b")
+
+
+def test_write_never_writes_a_fix_that_leaves_a_torch_made_weight_cut(tmp_path: Path) -> None:
+    model = write(tmp_path / "model.py", LINEAR_DATA_IN_FORWARD)
+    code, _, err = invoke("fix", "--write", *GF205, str(model))
+    assert model.read_text(encoding="utf-8") == LINEAR_DATA_IN_FORWARD
+    assert code == 1
+    lost = f"{model}:12:20: GF205 rejected: gradient lost: leaf 0 (nn.Parameter at line 8)"
+    assert lost in err
+
+
 def test_no_verify_is_the_static_behaviour(tmp_path: Path) -> None:
     model = write(tmp_path / "model.py", DATA_IN_FORWARD)
     code, _, err = invoke("fix", "--write", "--no-verify", *GF205, str(model))

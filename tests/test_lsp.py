@@ -543,6 +543,42 @@ def test_verify_setting_puts_the_verdict_in_the_quick_fix(
     assert server.stop() == 0
 
 
+def test_the_last_trace_of_the_file_is_shown_until_its_line_changes(
+    server: LspClient, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    from gradfix.trace import run_trace
+    from gradfix.trace.remembered import remember
+
+    history = (Path(__file__).parent / "data" / "trace" / "loss_history.py").read_text()
+    path = tmp_path / "train.py"
+    path.write_text(history)
+    command = [sys.executable, "train.py"]
+    result = run_trace(command, stdout=subprocess.DEVNULL, cwd=str(tmp_path))
+    remember(
+        result.findings, command, cache_dir=str(tmp_path / ".gradfix_cache"), cwd=str(tmp_path)
+    )
+    uri = path.as_uri()
+    server.initialize(tmp_path)
+    server.open(uri, history)
+    [ran] = server.diagnostics(uri, version=1)  # no static finding: the run's only
+    assert (ran["source"], ran["code"]) == ("gradfix trace", "GF403")
+    assert ran["message"].startswith("the list `losses` keeps the graphs")
+    assert ran["message"].endswith(f"(from a run of `{sys.executable} train.py`, step 3)")
+    line = "        losses.append(loss)  # GF403: every step's graph stays alive"
+    assert ran["range"] == {"start": {"line": 11, "character": 8},
+                            "end": {"line": 11, "character": len(line)}}  # fmt: skip
+    moved = "# a comment above\n" + history  # the finding moves down with its line
+    server.change(uri, 2, moved)
+    [down] = server.diagnostics(uri, version=2)
+    assert down["range"]["start"]["line"] == 12
+    server.change(uri, 3, history.replace("losses.append(loss)", "losses.append(loss.item())"))
+    assert server.diagnostics(uri, version=3) == []  # the line changed: the run is stale
+    server.change(uri, 4, history)
+    assert [d["source"] for d in server.diagnostics(uri, version=4)] == ["gradfix trace"]
+    assert server.stop() == 0
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 

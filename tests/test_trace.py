@@ -52,6 +52,8 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("data_cut.py", "GF205", 6),
         ("nonleaf_grad.py", "GF106", 6),
         ("loss_total.py", "GF403", 8),
+        ("loss_history.py", "GF403", 12),
+        ("trainer_history.py", "GF403", 12),
         ("step_between_backwards.py", "GF204", 9),
         ("uncaught_only.py", "GF201", 6),  # read from the uncaught error's traceback
     ],
@@ -74,6 +76,21 @@ def test_graph_carried_across_iterations_names_the_value_that_carried_it() -> No
     (finding,) = trace_script("carried_graph.py").findings
     assert finding.step == 2
     assert finding.evidence["carried_from"]["line"] == 6
+
+
+def test_a_list_of_losses_kept_across_steps_is_found_where_it_grows() -> None:
+    (finding,) = trace_script("loss_history.py").findings
+    assert finding.kind == "graph-kept" and finding.step == 3  # two earlier graphs held
+    assert finding.evidence == {"held_by": "losses", "container": "list", "steps_kept": [1, 2]}
+    assert "the list `losses` keeps the graphs of 2 earlier backward calls" in finding.message
+
+
+def test_a_history_of_detached_losses_keeps_no_graph(tmp_path: Path) -> None:
+    script = (DATA / "loss_history.py").read_text(encoding="utf-8")
+    detached = tmp_path / "detached_history.py"
+    detached.write_text(script.replace("losses.append(loss)", "losses.append(loss.detach())"))
+    result = run_trace([sys.executable, str(detached)], stdout=subprocess.DEVNULL)
+    assert result.findings == [] and result.steps == 4
 
 
 def test_nan_is_pinned_to_the_op_whose_backward_made_it_not_to_the_leaf() -> None:

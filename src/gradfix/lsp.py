@@ -7,7 +7,9 @@ What the editor gets, all computed in memory from the buffer (nothing is written
 - code actions: a quick fix per fix (only that fix applied, sent as minimal text edits),
   ``Suppress GFxxx with a comment`` (``# noqa: GFxxx``) and the source action
   ``source.fixAll.gradfix`` (every safe fix);
-- hover over a finding: the rule's documentation.
+- hover over a finding: the rule's documentation;
+- the findings of the last ``gradfix trace`` of the file (:mod:`gradfix.trace.remembered`),
+  ``source`` = ``gradfix trace`` and marked as from a run, while their line is unchanged.
 
 A buffer that does not parse (a line being typed) keeps the findings of its last text
 that did, on the lines unchanged since (a line diff moves them); no fix is offered until
@@ -66,6 +68,7 @@ from gradfix.registry import SelectionError, find_rule, select_rules
 from gradfix.rule import Finding, Rule
 
 SOURCE = "gradfix"
+RUN_SOURCE = "gradfix trace"  # the diagnostics of the last traced run of the file
 SECTION = "gradfix"
 #: where the editor's ``select`` / ``ignore`` come from, as errors name them
 SETTINGS = ("the editor setting gradfix.select", "the editor setting gradfix.ignore")
@@ -165,6 +168,28 @@ def to_diagnostic(
         code=finding.code,
         source=SOURCE,
     )
+
+
+def run_diagnostics(path: str, text: ClientText) -> list[types.Diagnostic]:
+    """The findings of the last ``gradfix trace`` of ``path`` on the lines of ``text`` that
+    still hold what the run saw there, each marked as from a run."""
+    from gradfix.trace.remembered import remembered
+
+    diagnostics = []
+    for finding in remembered(path, text.source):
+        line = text.lines[finding.line - 1].rstrip("\r\n")
+        start = len(line) - len(line.lstrip())
+        step = f", step {finding.step}" if finding.step else ""
+        diagnostics.append(
+            types.Diagnostic(
+                range=text.range((finding.line - 1, start), (finding.line - 1, len(line))),
+                message=f"{finding.message} (from a run of `{finding.command}`{step})",
+                severity=types.DiagnosticSeverity.Warning,
+                code=finding.code,
+                source=RUN_SOURCE,
+            )
+        )
+    return diagnostics
 
 
 def verdict_note(verdict: FixVerdict) -> str:
@@ -750,7 +775,8 @@ class GradfixServer(LanguageServer):
             return  # closed or changed meanwhile: the next lint publishes
         if lint.error is not None:
             unchecked = syntax_diagnostics(lint.error, lint.source)
-            self.publish(document, unchecked + self.kept(uri, lint.text, lint.path, lint.error))
+            kept = self.kept(uri, lint.text, lint.path, lint.error)
+            self.publish(document, unchecked + kept + run_diagnostics(lint.path, lint.text))
             return
         self.publish_lint(document, lint)
         if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
@@ -777,7 +803,8 @@ class GradfixServer(LanguageServer):
         not (:meth:`kept`)."""
         self.last_good[document.uri] = (lint.source, lint.findings)
         self.broken.discard(document.uri)
-        self.publish(document, [self.diagnostic(lint, f) for f in lint.findings])
+        ran = run_diagnostics(lint.path, lint.text) if isinstance(lint, BufferLint) else []
+        self.publish(document, [self.diagnostic(lint, f) for f in lint.findings] + ran)
 
     def kept(self, uri: str, text: ClientText, path: str, error: object) -> list[types.Diagnostic]:
         """For a buffer or cell that does not parse (a line being typed): the findings of

@@ -122,7 +122,8 @@ def verify_fixes(
         outcomes = list(pool.map(prove, singles))
     if len(singles) > 1 and any(status != "verified" for status, _, _ in outcomes):
         combined = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=unsafe)
-        together = prove(SingleFix([], "", "every fix of the file", combined.source))
+        codes = [finding.code for single in singles for finding in single.findings]
+        together = prove(SingleFix([], "", "every fix of the file", combined.source), codes)
         if together[0] == "verified":
             outcomes = [_with_others(o, together) for o in outcomes]
     verdicts = [
@@ -159,7 +160,8 @@ def prove_with_project(
     if not pending or not others:
         return verdicts
     path = pending[0].path
-    together = prove_change(path, original, fixed, others=others, **harness)
+    codes = sorted({v.finding.code for v in verdicts})
+    together = prove_change(path, original, fixed, others=others, rules=codes, **harness)
     if together[0] != "verified":
         return verdicts
     return [_together(v, together, "the project's") for v in verdicts]
@@ -204,19 +206,27 @@ class _Prover:
     max_steps: int | None = DEFAULT_MAX_STEPS
     others: dict[str, str] = field(default_factory=dict)  # other files, fixed
 
-    def prove(self, single: SingleFix) -> Outcome:
+    def prove(self, single: SingleFix, rules: Sequence[str] = ()) -> Outcome:
+        """``rules``: codes of the fix's rules besides those of its findings."""
         if single.source is None:
             return "rejected", "the fix alone breaks the syntax", {}
+        codes = tuple(sorted({*rules, *(finding.code for finding in single.findings)}))
         cache = _PROVEN
         if cache is None:
-            return self._prove(single)
+            return self._prove(single, codes)
+        from gradfix.verify.oracle import fix_restores_gradient
+
+        strict = fix_restores_gradient(codes)
         key = self._key(single.source)
         with _PROVEN_LOCK:
-            known = cache.get(key)
+            known = cache.get((*key, strict))
+            stricter = cache.get((*key, True))
+        if known is None and stricter is not None and stricter[0] == "verified":
+            known = stricter  # proven with torch's weights checked too: proven without
         if known is None:
-            known = self._prove(single)
+            known = self._prove(single, codes)
             with _PROVEN_LOCK:
-                cache[key] = known
+                cache[(*key, strict)] = known
         return known
 
     def _key(self, fixed: str) -> tuple[Any, ...]:
@@ -226,12 +236,18 @@ class _Prover:
         harness = (self.timeout, self.seed, self.entry, self.root, id(self.command))
         return (self.path, self.source, fixed, self.max_steps, harness, tuple(texts))
 
-    def _prove(self, single: SingleFix) -> Outcome:
+    def _prove(self, single: SingleFix, codes: tuple[str, ...]) -> Outcome:
         assert single.source is not None
         if self.command is not None:
             verdict = self.command.prove(self.path, single.source, others=self.others)
             return verdict.status, verdict.reason, {**verdict.evidence, "harness": "command"}
-        limits = {"timeout": self.timeout, "seed": self.seed, "max_steps": self.max_steps}
+        limits = {
+            "timeout": self.timeout,
+            "seed": self.seed,
+            "max_steps": self.max_steps,
+            # a fix of a rule that must restore a gradient has torch's weights checked too
+            "rules": codes,
+        }
         if self.entry is not None:
             patched = {**self.others, self.path: single.source}
             return _prove_entry(self.path, patched, self.entry, self.root, limits)
@@ -250,14 +266,16 @@ def prove_change(
     command: CommandHarness | None = None,
     max_steps: int | None = DEFAULT_MAX_STEPS,
     others: dict[str, str] | None = None,
+    rules: Sequence[str] = (),
 ) -> Outcome:
     """The oracle on a whole change of one file (``fix --verify``'s final check of the
     fixes it is about to write together); ``others``: other files of the project (path ->
-    text) that the fixed version sees fixed as well."""
+    text) that the fixed version sees fixed as well; ``rules``: the codes of the fixes in
+    the change (those that must restore a gradient have torch's weights checked too)."""
     prover = _Prover(
         path, original, timeout, seed, entry, root, command, max_steps, dict(others or {})
     )
-    return prover.prove(SingleFix([], "", "the accepted fixes", fixed))
+    return prover.prove(SingleFix([], "", "the accepted fixes", fixed), rules)
 
 
 def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) -> Outcome:

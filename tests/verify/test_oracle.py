@@ -421,7 +421,7 @@ def test_module_parameters_are_perturbed_after_their_initialisation() -> None:
     assert verdict.evidence["finite_difference"]["values_compared"] == 8  # weight + bias
     detached = verify(LINEAR_TENSOR_FROM_TENSORS, LINEAR_STACK_DETACHED)
     assert detached.status == "rejected"
-    assert "leaf 0 (nn.Parameter at line 5)" in detached.reason
+    assert "leaf 0 'lin.weight' (nn.Parameter at line 5)" in detached.reason
 
 
 def test_nan_gradients_in_a_training_loop_are_estimated_per_step() -> None:
@@ -491,6 +491,68 @@ def test_data_read_replaced_by_detach_is_rejected_the_layer_still_never_trains()
     assert "gradient lost" in verdict.reason and "leaf 0 (nn.Parameter at line 8)" in (
         verdict.reason
     )
+
+
+# The same cut on a weight torch made: nn.Linear's, read through `.data` in forward.
+LINEAR_DATA_IN_FORWARD = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return x @ self.lin.weight.data.t() + self.lin.bias
+
+
+torch.manual_seed(0)
+model = Net()
+loss = (model(torch.randn(4, 3)) ** 2).sum()
+loss.backward()
+"""
+LINEAR_DETACHED = LINEAR_DATA_IN_FORWARD.replace(".weight.data.t()", ".weight.detach().t()")
+LINEAR_RECONNECTED = LINEAR_DATA_IN_FORWARD.replace(".weight.data.t()", ".weight.t()")
+
+
+def test_a_torch_made_weight_left_cut_by_a_fix_that_must_restore_it_is_rejected() -> None:
+    verdict = verify(LINEAR_DATA_IN_FORWARD, LINEAR_DETACHED, rules=("GF205",))
+    assert verdict.status == "rejected", verdict.reason
+    assert verdict.reason.startswith(
+        "gradient lost: leaf 0 'model.lin.weight' (nn.Parameter at line 8): backward call #1"
+    )
+    assert verdict.evidence["torch_made_weights_checked"] is True
+
+
+def test_a_torch_made_weight_reconnected_by_the_fix_is_verified() -> None:
+    verdict = verify(LINEAR_DATA_IN_FORWARD, LINEAR_RECONNECTED, rules=("GF205",))
+    assert verdict.status == "verified", verdict.reason
+    assert "leaves compared: #0 'model.lin.weight' (line 8), #1 'model.lin.bias'" in (
+        verdict.reason
+    )
+
+
+def test_a_fix_not_meant_to_restore_a_gradient_keeps_a_torch_made_weight_frozen() -> None:
+    verdict = verify(LINEAR_DATA_IN_FORWARD, LINEAR_DETACHED, rules=("GF104",))
+    assert verdict.status == "verified", verdict.reason
+    assert (
+        "not compared: #0 'model.lin.weight' (line 8) (no gradient in either version; "
+        "made by torch, not declared, and the fix of GF104 is not meant to give it one)"
+    ) in verdict.reason
+
+
+def test_a_parameter_frozen_with_requires_grad_false_is_not_a_lost_gradient() -> None:
+    frozen = DATA_IN_FORWARD.replace(
+        "loss = (Scale()(torch.randn(3)) ** 2).sum()",
+        "scale = Scale()\nscale.w.requires_grad_(False)\nloss = (scale(torch.randn(3)) ** 2).sum()",
+    )
+    verdict = verify(frozen, frozen.replace("self.w.data", "self.w.detach()"), rules=("GF205",))
+    assert verdict.status == "verified", verdict.reason
+    assert (
+        "not compared: #0 'scale.w' (line 8) (no gradient in either version; "
+        "frozen (requires_grad is False at the call))"
+    ) in verdict.reason
 
 
 TRAINING_FOREVER = """import torch
@@ -798,6 +860,57 @@ def test_a_leaf_torch_made_without_gradient_is_listed_as_not_compared() -> None:
         verdict.reason
     )
     assert "1" in verdict.evidence["leaves_not_compared"]
+
+
+def test_a_leaf_torch_made_without_gradient_is_checked_for_a_fix_that_restores_one() -> None:
+    both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    both["leaves"][1]["declared"] = False  # type: ignore[index]
+    both["parameter_names"] = {"1": "model.lin.weight"}
+    plan = {"after": [{"event": 0, "leaf": 1, "elements": [0, 1]}]}
+    assert plan_fd(both, both, rules=["GF101"]) == plan
+    assert plan_fd(both, both, rules=["GF104", "GF403"]) == {}
+    cut = {"after": fd(fd_entry(0, 1, [0.0, 0.5]))}
+    lost = compare_traces(both, both, cut, rules=["GF101"])
+    assert lost.status == "rejected"
+    assert lost.reason.startswith("gradient lost: leaf 1 'model.lin.weight' (")
+    unused = {"after": fd(fd_entry(0, 1, [0.0, 0.0], unused=True))}
+    independent = compare_traces(both, both, unused, rules=["GF101"])
+    assert independent.status == "verified", independent.reason
+    assert "finite differences of the fix's forward: #1 'model.lin.weight' (line 3)" in (
+        independent.reason
+    )
+
+
+def test_a_leaf_whose_reference_is_undefined_everywhere_is_listed_as_not_compared() -> None:
+    before = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    after = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: tensor([0.5, 0.5])}), leaves=2)
+    undefined = {"before": fd(fd_entry(0, 1, [math.nan, math.nan]))}
+    verdict = compare_traces(before, after, undefined)
+    assert verdict.status == "verified", verdict.reason
+    assert "over 1 backward call(s) and 1 leaf tensor(s); leaves compared: #0 (line 3);" in (
+        verdict.reason
+    )
+    assert (
+        "not compared: #1 (line 3) (the finite-difference reference is undefined (not "
+        "finite) at each of its 2 element(s) estimated)"
+    ) in verdict.reason
+    assert verdict.evidence["leaves_compared"] == [0]
+
+
+def test_a_frozen_leaf_is_not_checked_for_a_lost_gradient() -> None:
+    both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
+    both["events"][0]["frozen"] = [1]  # type: ignore[index]
+    assert plan_fd(both, both, rules=["GF101"]) == {}
+    verdict = compare_traces(both, both, rules=["GF101"])
+    assert verdict.status == "verified", verdict.reason
+    assert "not compared: #1 (line 3) (no gradient in either version; frozen" in verdict.reason
+
+
+def test_every_rule_says_whether_its_fix_restores_a_gradient() -> None:
+    from gradfix.codemods import ALL_RULES
+    from gradfix.verify.oracle import RESTORES_GRADIENT
+
+    assert set(RESTORES_GRADIENT) == {rule.code for rule in ALL_RULES}
 
 
 def test_same_failure_in_both_versions_is_blocked_not_rejected() -> None:

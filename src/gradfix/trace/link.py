@@ -116,14 +116,20 @@ def prove_fix(fix: TraceFix, command: list[str], *, timeout: float, cwd: str = "
     from gradfix.proof import prove_change
 
     path = fix.original.path
+    codes = sorted({finding.code for finding in fix.single.findings})
     if _runs_script(command, path, cwd):
-        return prove_change(path, fix.original.text, fix.fixed_source, timeout=timeout)
+        return prove_change(path, fix.original.text, fix.fixed_source, timeout=timeout, rules=codes)
     from gradfix.verify.command import CommandHarness
 
     harness = CommandHarness(shlex.join(command), root=cwd, timeout=timeout)
     try:
         return prove_change(
-            path, fix.original.text, fix.fixed_source, timeout=timeout, command=harness
+            path,
+            fix.original.text,
+            fix.fixed_source,
+            timeout=timeout,
+            command=harness,
+            rules=codes,
         )
     finally:
         harness.close()

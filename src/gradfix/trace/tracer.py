@@ -14,6 +14,9 @@ register every leaf and wrap every ``backward`` / ``autograd.grad`` call; a
 * an error raised by an op or a backward call is read (:mod:`.errors`) and pinned to the
   user's line with what the notes above tell (the in-place line, the saving op, the value
   that carried an old graph, the cut).
+* after each backward call, the values the program holds are looked at for graphs kept
+  alive across iterations (:mod:`.kept`): a running total or a list that reaches the
+  roots of earlier backward calls grows by one graph per step.
 
 Findings are handed to ``sink`` as plain dicts as soon as they are made, so a program that
 hangs or is killed keeps what was found. Every piece of bookkeeping is guarded: an error
@@ -25,6 +28,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +37,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gradfix.torch_facts import GRAPH_CUTS, INPLACE_DUNDERS
-from gradfix.trace import errors
+from gradfix.trace import errors, kept
 from gradfix.trace.sites import Site, UserFrames
 from gradfix.verify import instrument
 
@@ -106,6 +110,7 @@ class Tracer:
         self.cuts: dict[Site, Cut] = {}
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
+        self.kept_reported: set[tuple[str, str]] = set()  # (file, name) found keeping graphs
         self.notes: list[str] = []
         self._ops: dict[Any, Op] = {}
         self.mode: TraceMode | None = None
@@ -119,7 +124,9 @@ class Tracer:
         site: Site | None,
         message: str,
         evidence: dict[str, Any] | None = None,
+        step: int | None = None,
     ) -> None:
+        """``step``: the backward call the finding belongs to (default: the next one)."""
         if site is None:
             return
         key = (code, site[0], site[1])
@@ -132,7 +139,7 @@ class Tracer:
             "path": site[0],
             "line": site[1],
             "message": message,
-            "step": self.steps + 1,
+            "step": self.steps + 1 if step is None else step,
             "evidence": evidence or {},
         }
         self.sink(record)
@@ -459,6 +466,37 @@ class Tracer:
         for root in roots:
             if isinstance(root, torch.Tensor) and root.grad_fn is not None:
                 _metadata(root.grad_fn)[ROOT_KEY] = self.steps
+        if self.steps >= 3:  # two earlier backward calls to keep
+            self._check_kept_graphs()
+
+    def _check_kept_graphs(self) -> None:
+        """Report each name the program holds whose graph keeps the roots of two or more
+        earlier backward calls (a running total, a list of losses): memory grows per step."""
+        for held in kept.held_values(self.frames, sys._getframe(1)):
+            key = (held.frame.f_code.co_filename, held.name)
+            if key in self.kept_reported:
+                continue
+            steps = sorted(kept.earlier_roots(held.tensors, ROOT_KEY, self.steps))
+            if len(steps) >= 2:
+                self.kept_reported.add(key)
+                self._report_kept(held, steps)
+
+    def _report_kept(self, held: kept.Held, steps: list[int]) -> None:
+        site = _metadata(held.tensors[-1].grad_fn).get(SITE_KEY)
+        if held.container is not None or site is None:
+            line = kept.update_line(held.frame, held.name) or held.frame.f_lineno
+            site = (held.frame.f_code.co_filename, line)
+        holder = f"the {held.container} `{held.name}`" if held.container else f"`{held.name}`"
+        self.report(
+            "graph-kept",
+            "GF403",
+            site,
+            f"{holder} keeps the graphs of {len(steps)} earlier backward calls (from "
+            f"step {steps[0]} on), one more each step: memory grows per step; keep "
+            "`.detach()` or `.item()` of the value instead",
+            {"held_by": held.name, "container": held.container, "steps_kept": steps[-8:]},
+            step=self.steps,
+        )
 
     def _check_leaf_grads(self, objective: float | None) -> None:
         """Note the leaves that have a gradient; report nan/inf ones that no singular op's

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ def verify_sources(
     source_dir: str | None = None,
     max_steps: int | None = None,
     patched: dict[str, str] | None = None,
+    rules: Sequence[str] = (),
 ) -> Verdict:
     """Execute BEFORE and AFTER and decide whether AFTER is a proven fix.
 
@@ -71,6 +73,9 @@ def verify_sources(
     that a training loop is compared over its first steps instead of timing out.
     ``patched``: files of ``source_dir`` (relative path -> text) that AFTER sees fixed
     too (the project's other fixes; BEFORE sees the files as they are).
+    ``rules``: the codes of the rules whose fix AFTER is; a fix of a rule that must restore
+    a gradient (:data:`~gradfix.verify.oracle.RESTORES_GRADIENT`) has the weights torch
+    made checked for a lost gradient too.
     """
     early = _check_syntax(before_src, after_src, filename)
     if early is not None:
@@ -82,7 +87,12 @@ def verify_sources(
         "memory_limit": memory_limit,
     }
     try:
-        limits = {"timeout": timeout, "fd_budget": fd_budget, "max_steps": max_steps}
+        limits = {
+            "timeout": timeout,
+            "fd_budget": fd_budget,
+            "max_steps": max_steps,
+            "rules": tuple(rules),
+        }
         return _verify(before_src, after_src, options, limits, patched or {})
     except RunnerFailure as failure:
         return Verdict(
@@ -113,7 +123,7 @@ def _verify(
         after: dict[str, Any] = _SKIPPED  # if before failed, the verdict is decided
         if "runner_error" not in before:
             after = traces["after"] or _receive(after_proc, after_proc.started + timeout, timeout)
-        plan = plan_fd(before, after)
+        plan = plan_fd(before, after, rules=limits["rules"])
         sent = {
             source: _send(
                 procs[source],
@@ -130,7 +140,7 @@ def _verify(
             source: failed or _receive(procs[source], deadline, timeout)
             for source, failed in sent.items()
         }
-    verdict = compare_traces(before, after, fd or None)
+    verdict = compare_traces(before, after, fd or None, rules=limits["rules"])
     verdict.evidence["max_steps"] = max_steps
     verdict.evidence["filename"] = options["filename"]
     verdict.evidence["seed"] = options["seed"]

@@ -14,7 +14,10 @@ What is recorded:
   ``torch.autograd.backward`` and ``torch.autograd.grad``. Before calling the real function
   the root values (the forward result) are recorded; afterwards the gradient each tracked
   leaf received *from this call* (``.grad`` after minus ``.grad`` before, ``None`` when
-  ``.grad`` stays ``None``), or the returned gradients of ``autograd.grad``.
+  ``.grad`` stays ``None``), or the returned gradients of ``autograd.grad``; the leaves
+  that no longer require grad at the call (``frozen``: ``requires_grad_(False)`` on a
+  teacher's weights), and the names of the ``nn.Module`` parameters the script can reach
+  (``model.lin.weight``, from its module-level names and its frames' locals).
 
 For finite differences the recorder can also count the *uses* of each leaf (through a
 ``TorchFunctionMode``) and perturb one element of one leaf at a chosen use, see
@@ -141,6 +144,8 @@ class Recorder:
         self.first_uses: dict[int, dict[int, int | None]] = {}
         #: The script's module namespace, to record gradients of the values it binds.
         self.namespace: dict[str, Any] | None = None
+        #: leaf index -> the first name of it as a module parameter (``model.lin.weight``)
+        self.parameter_names: dict[int, str] = {}
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -200,6 +205,9 @@ class Recorder:
             bound = self._hook_bound_values() if record and kind == "backward" else {}
             if record and kind == "backward":
                 record["bound_values"] = self._bound_values()
+            if record:
+                record["frozen"] = self._frozen_leaves()
+                self._name_parameters()
         finally:
             self.internal = False
         if self.stop_after_event == index:
@@ -251,6 +259,31 @@ class Recorder:
                 for attr, item in attributes.items():
                     if isinstance(item, torch.Tensor):
                         yield f"{name}.{attr}", item
+
+    def _frozen_leaves(self) -> list[int]:
+        """Leaves that no longer require grad: frozen on purpose, no gradient expected."""
+        return [k for k, leaf in enumerate(self.leaves) if not _BASE_REQUIRES_GRAD.__get__(leaf)]
+
+    def _name_parameters(self) -> None:
+        """Name the leaves that are parameters of the modules the script holds (its
+        module-level names, then the locals of its frames, innermost first)."""
+        for owner, module in self._held_modules():
+            for name, parameter in module.named_parameters():
+                k = self.leaf_index(parameter)
+                if k is not None:
+                    self.parameter_names.setdefault(k, f"{owner}.{name}")
+
+    def _held_modules(self) -> Iterator[tuple[str, torch.nn.Module]]:
+        scopes = [self.namespace or {}]
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.filename and frame.f_locals is not scopes[0]:
+                scopes.append(frame.f_locals)
+            frame = frame.f_back
+        for scope in scopes:
+            for name, value in list(scope.items()):
+                if isinstance(value, torch.nn.Module) and not name.startswith("__"):
+                    yield name, value
 
     def _hook_bound_values(self) -> dict[str, _GradHook]:
         """Hook the module-level names (and module attributes) bound to non-leaf tensors

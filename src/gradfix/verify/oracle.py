@@ -41,15 +41,20 @@ name where BEFORE binds a non-leaf that requires grad
 non-leaf: the value the user bound, and the only gradient BEFORE's program could have
 meant. A leaf BEFORE holds by name always keeps its own gradient as the reference.
 
-Backward calls are matched by order, leaves by creation index. A leaf the program
-declared (``requires_grad=True``, its own ``nn.Parameter``; not the weights torch makes
-inside ``nn.Linear``, which a distillation freezes on purpose) whose gradient is ``None``
-in both versions (after a backward that ran) may still be cut off by the fix (a ``.data``
-read in ``forward`` rewritten to ``.detach()``: the layer never trains): finite
+Backward calls are matched by order, leaves by creation index. A leaf whose gradient is
+``None`` in both versions (after a backward that ran) may still be cut off by the fix (a
+``.data`` read in ``forward`` rewritten to ``.detach()``: the layer never trains): finite
 differences of AFTER's forward at a few of its elements must then be zero, or the fix is
-rejected ("gradient lost"). AFTER's ``None`` counts as zero only against a
-finite-difference reference; against a gradient BEFORE really produced it is a lost
-gradient. A verified reason lists the leaves compared and those not compared, with why.
+rejected ("gradient lost: leaf 0 'model.lin.weight' ..."). This holds for every leaf the
+program declared (``requires_grad=True``, its own ``nn.Parameter``), and for the weights
+torch makes (``nn.Linear``'s) only when the fix is one of a rule whose fix must restore a
+gradient (:data:`RESTORES_GRADIENT`, by the rule codes passed as ``rules``): other fixes
+keep a frozen weight frozen on purpose (a distillation's teacher detached by GF104's
+``.detach().clone()``). A leaf that no longer requires grad at the call
+(``requires_grad_(False)``) is frozen and never checked. AFTER's ``None`` counts as zero
+only against a finite-difference reference; against a gradient BEFORE really produced it
+is a lost gradient. A verified reason lists the leaves compared and those not compared,
+with why; a leaf that is a parameter of a module the script holds is named by it.
 
 When both versions fail with the same error at the same, unchanged statement (another
 bug, in this file or another), the calls both made are compared and the verdict is
@@ -87,17 +92,20 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
                  "bound_grads": {name: tensor | None}}, ...],
      "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
      "global_leaf_index": {name: leaf index},
+     "parameter_names": {"<leaf index>": "model.lin.weight"},
      "seed"}
     or {"runner_error": {"kind": "timeout" | "crash" | ..., "message"}}
 
 ``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``;
-``bound_grads`` the gradient w.r.t. each module-level non-leaf that requires grad.
+``bound_grads`` the gradient w.r.t. each module-level non-leaf that requires grad;
+``frozen`` the leaves that do not require grad at the call.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +129,39 @@ MAKE_FASTER = (
     "; to verify it, stop it sooner (--max-steps 5) or drive it yourself: "
     '--cmd "python train.py --epochs 1" or --entry MODULE:FUNCTION'
 )
+
+#: Whether the fix of each rule must give a gradient to a parameter the original cut off,
+#: so that a weight torch made (``nn.Linear``'s) left without gradient by both versions is
+#: checked against finite differences of the fix's forward. False: the fix keeps what
+#: has no gradient without one, on purpose (a frozen teacher), or the original raised
+#: (then before's finite differences are the reference anyway). Moves to a class
+#: attribute of each rule (``fix_restores_gradient: ClassVar[bool]``) with issue 12.
+RESTORES_GRADIENT = {
+    "GF101": True,  # torch.tensor([...]) of tensors -> torch.stack: reconnects the graph
+    "GF102": True,  # leaf rebinding: the leaf the user holds gets its gradient back
+    "GF103": True,  # non-leaf parameter: the registered leaf gets a gradient
+    "GF104": False,  # torch.tensor(t) -> t.detach().clone(): the copy stays detached
+    "GF105": True,  # integer leaf made float so that it can receive a gradient
+    "GF106": False,  # retain_grad() on a non-leaf: parameters' gradients unchanged
+    "GF201": False,  # in-place on a leaf: before raises
+    "GF202": False,  # self-referencing index assignment: before raises
+    "GF203": False,  # row loop in-place: before raises
+    "GF204": False,  # in-place on a saved tensor: before raises
+    "GF205": True,  # `.data`: a read in forward rewritten to .detach() must not stay cut
+    "GF206": False,  # view alias mutation: .clone(), no gradient path changes
+    "GF301": False,  # masked unsafe branch: gradients made finite, none restored
+    "GF302": False,  # where unsafe branch: likewise
+    "GF303": False,  # sqrt of squares: likewise
+    "GF401": False,  # backward twice: before raises
+    "GF402": False,  # create_graph backward: the same gradients, no graph kept
+    "GF403": False,  # loss accumulation: the running total is detached on purpose
+    "GF404": False,  # cat in loop: the same values, built once
+}
+
+
+def fix_restores_gradient(rules: Iterable[str]) -> bool:
+    """Whether a fix of these rules (codes) must restore a cut-off gradient."""
+    return any(RESTORES_GRADIENT.get(code.upper(), False) for code in rules)
 
 
 @dataclass
@@ -173,23 +214,30 @@ class _Stats:
 
 
 def compare_traces(
-    before: dict[str, Any], after: dict[str, Any], fd: dict[str, Any] | None = None
+    before: dict[str, Any],
+    after: dict[str, Any],
+    fd: dict[str, Any] | None = None,
+    *,
+    rules: Iterable[str] = (),
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
-    ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers.
+    ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers;
+    ``rules``: the codes of the rules whose fix AFTER is (see :data:`RESTORES_GRADIENT`).
     """
-    return _Comparison(before, after, fd).run()
+    return _Comparison(before, after, fd, rules=rules).run()
 
 
-def plan_fd(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def plan_fd(
+    before: dict[str, Any], after: dict[str, Any], *, rules: Iterable[str] = ()
+) -> dict[str, list[dict[str, Any]]]:
     """Finite-difference targets the comparison needs, by script (empty when none): missing
     or non-finite reference gradients, and the elements where AFTER's gradient differs from
     BEFORE's (a possible silent graph cut in BEFORE).
 
     Nothing is planned when the verdict is already decided without them (a rejection).
     """
-    comparison = _Comparison(before, after, None, planning=True)
+    comparison = _Comparison(before, after, None, planning=True, rules=rules)
     verdict = comparison.run()
     if verdict.status == "rejected":
         return {}
@@ -286,10 +334,14 @@ class _Comparison:
         after: dict[str, Any],
         fd: dict[str, Any] | None,
         planning: bool = False,
+        rules: Iterable[str] = (),
     ) -> None:
         self.before = before
         self.after = after
         self.fd = fd
+        self.rules = sorted(set(rules))
+        # the weights torch made are checked for a lost gradient only for these fixes
+        self.check_torch_made = fix_restores_gradient(self.rules)
         self.planning = planning  # collecting FD targets: a changed gradient is one
         self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         self.forward = _Stats()
@@ -304,7 +356,9 @@ class _Comparison:
         }
         self.kink_checks = 0
         self.notes: list[str] = []
-        self.leaves_compared: set[int] = set()
+        self.leaves_compared: set[int] = set()  # a comparison of the leaf started
+        self.values_checked: set[int] = set()  # leaves with at least one value compared
+        self.undefined_at: dict[int, int] = {}  # leaf -> elements whose estimate is undefined
         self.events_compared = 0
         self.self_checked_events = 0
         self.globals_compared: list[str] = []
@@ -356,7 +410,7 @@ class _Comparison:
         if self.events_compared:
             parts.append(
                 f"forward results and gradients match over {self.events_compared} "
-                f"backward call(s) and {len(self.leaves_compared)} leaf tensor(s)"
+                f"backward call(s) and {len(self._compared())} leaf tensor(s)"
             )
         parts += self._leaf_summary()
         if self.silent_cuts:
@@ -405,9 +459,13 @@ class _Comparison:
             f"{f' at {where}' if where else ''}, where both versions fail the same way{ran}"
         )
 
+    def _compared(self) -> list[int]:
+        """The leaves at least one of whose gradient values was compared."""
+        return sorted(self.leaves_compared & self.values_checked)
+
     def _leaf_summary(self) -> list[str]:
         """Which leaves were compared and which were not, and why (one clause each)."""
-        compared = sorted(self.leaves_compared)
+        compared = self._compared()
         parts = []
         if compared:
             parts.append("leaves compared: " + self._leaf_list(compared))
@@ -434,11 +492,20 @@ class _Comparison:
     def _short_leaf(self, k: int) -> str:
         leaves = self.after.get("leaves", [])
         line = leaves[k].get("line") if k < len(leaves) else None
-        return f"#{k}" + (f" (line {line})" if line else "")
+        name = self._parameter_name(k, self.after)
+        return f"#{k}{name}" + (f" (line {line})" if line else "")
 
     def _uncompared(self) -> dict[int, str]:
         """Leaves of AFTER whose gradient no comparison covered, with the reason."""
         found = dict(self.not_compared)
+        for k in sorted(self.leaves_compared - self.values_checked):
+            undefined = self.undefined_at.get(k)
+            found[k] = (
+                "the finite-difference reference is undefined (not finite) at each of its "
+                f"{undefined} element(s) estimated"
+                if undefined
+                else "none of its elements was estimated (finite differences capped)"
+            )
         seen = self.leaves_compared | self.no_gradient_either
         for k in range(len(self.after.get("leaves", []))):
             if k not in seen and k not in found:
@@ -489,9 +556,12 @@ class _Comparison:
             },
             "events_compared": self.events_compared,
             "events_self_checked": self.self_checked_events,
-            "leaves_compared": sorted(self.leaves_compared),
+            "leaves_compared": self._compared(),
             "leaves_without_gradient": sorted(self.no_gradient_either),
             "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
+            "parameter_names": dict(self.after.get("parameter_names") or {}),
+            "rules": list(self.rules),
+            "torch_made_weights_checked": self.check_torch_made,
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,
             "max_rel_diff": grads.max_rel_diff,
@@ -726,9 +796,9 @@ class _Comparison:
         leaf, at the first call that leaves it without gradient."""
         if k in self.no_gradient_either or k in self.not_compared:
             return
-        if not self._declared(k):
-            # torch made it (a submodule's weight): frozen on purpose, like a teacher's
-            self.not_compared[k] = "no gradient in either version; made by torch, not declared"
+        why_not = self._no_gradient_expected(i, k)
+        if why_not is not None:
+            self.not_compared[k] = f"no gradient in either version; {why_not}"
             return
         numel = self._leaf_numel(k)
         elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
@@ -744,12 +814,28 @@ class _Comparison:
             outside = value if interval is None else min(interval, key=abs)
             if math.isfinite(outside) and not low <= outside <= high:
                 raise _Rejected(
-                    f"gradient lost: {label} leaves {self._leaf_name(k)} without gradient "
-                    "in both versions, but the fix's forward depends on it (finite-difference "
-                    f"derivative {_estimate_text(value, interval)} at element {j}): the "
-                    "graph is still cut"
+                    f"gradient lost: {self._leaf_name(k)}: {label} leaves it without "
+                    "gradient in both versions, but the fix's forward depends on it "
+                    f"(finite-difference derivative {_estimate_text(value, interval)} at "
+                    f"element {j}): the graph is still cut"
                 )
         self.no_gradient_either.add(k)
+
+    def _no_gradient_expected(self, i: int, k: int) -> str | None:
+        """Why leaf ``k`` may end backward call ``i`` without gradient in both versions
+        (None: it must not, unless the fix's forward does not depend on it)."""
+        frozen = self.after["events"][i].get("frozen") or []
+        if k in frozen:
+            return "frozen (requires_grad is False at the call)"
+        if self._declared(k) or self.check_torch_made:
+            return None
+        # torch made it (a submodule's weight): frozen on purpose, like a teacher's
+        if not self.rules:
+            return "made by torch, not declared (no rule said the fix restores a gradient)"
+        return (
+            f"made by torch, not declared, and the fix of {', '.join(self.rules)} "
+            "is not meant to give it one"
+        )
 
     def _declared(self, k: int) -> bool:
         leaves = self.after.get("leaves", [])
@@ -823,6 +909,7 @@ class _Comparison:
                 )
             if math.isfinite(e):
                 self.gradient.add(a, e)
+                self.values_checked.add(k)
 
     def _broken_call(self) -> int:
         """1-based number of the first backward call where before's gradient is broken."""
@@ -848,11 +935,20 @@ class _Comparison:
             )
 
     def _leaf_name(self, k: int, trace: dict[str, Any] | None = None) -> str:
-        leaves = (trace or self.after).get("leaves", [])
+        trace = trace or self.after
+        leaves = trace.get("leaves", [])
+        name = self._parameter_name(k, trace)
         if k < len(leaves):
             leaf = leaves[k]
-            return f"leaf {k} ({leaf.get('origin')}{_at_line(leaf.get('line'))})"
-        return f"leaf {k}"
+            return f"leaf {k}{name} ({leaf.get('origin')}{_at_line(leaf.get('line'))})"
+        return f"leaf {k}{name}"
+
+    @staticmethod
+    def _parameter_name(k: int, trace: dict[str, Any]) -> str:
+        """`` 'model.lin.weight'`` when leaf ``k`` is a parameter of a module the script
+        holds, else empty."""
+        name = (trace.get("parameter_names") or {}).get(str(k))
+        return f" '{name}'" if name else ""
 
     def _require_finite(self, grad: dict[str, Any] | None, k: int, label: str) -> None:
         if grad is None:
@@ -875,6 +971,7 @@ class _Comparison:
                 undefined.append(j)
             elif abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e):
                 self.gradient.add(a, e)
+                self.values_checked.add(k)
             else:
                 mismatched.append(j)
         if not mismatched:
@@ -915,6 +1012,7 @@ class _Comparison:
             for j in mismatched
         ]
         self.silent_cuts.extend(found)
+        self.values_checked.add(k)
         first = found[0]
         self.notes.append(
             f"{changed.label}, {changed.leaf}: before's autograd gradient differs from finite "
@@ -1034,6 +1132,7 @@ class _Comparison:
         where = {"source": source, "event": i, "leaf": k, "element": j}
         if not math.isfinite(estimate):
             self.fd_details["undefined"] += 1
+            self.undefined_at[k] = self.undefined_at.get(k, 0) + 1
         elif method == "kink" and interval is not None:
             low, high = float(interval[0]), float(interval[1])
             self.fd_details["kinks"].append(dict(where, interval=[low, high]))
@@ -1066,6 +1165,7 @@ class _Comparison:
                 f"(rtol {FD_RTOL}, atol {_format(atol)})"
             )
         self.finite.add(value, estimate)
+        self.values_checked.add(k)
 
     def _check_fd_interval(
         self,
@@ -1090,6 +1190,7 @@ class _Comparison:
                 f"slopes {_format(low)} and {_format(high)} on either side"
             )
         self.kink_checks += 1
+        self.values_checked.add(k)
 
     def _fd_entry(
         self, source: str, i: int, k: int, elements: list[int] | None

@@ -362,6 +362,7 @@ class Session:
         return {
             "outcome": outcome,
             "leaves": recorder.leaf_info,
+            "parameter_names": {str(k): name for k, name in recorder.parameter_names.items()},
             "events": recorder.events,
             "event_count": recorder.event_count,
             "events_truncated": recorder.event_count > len(recorder.events),
