@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gradfix.trace.launch import RuntimeFinding
 from gradfix.trace.remembered import remember, remembered
 
@@ -74,3 +76,27 @@ def test_the_cache_is_found_from_a_subdirectory_and_a_broken_one_is_ignored(
     (entry,) = (tmp_path / ".gradfix_cache").rglob("trace-last-run.json")
     entry.write_text("{not json")
     assert remembered(str(module), SCRIPT) == []
+
+
+def test_gradfix_trace_remembers_its_findings_for_the_editor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gradfix trace`` keeps what it found in the project's cache (the LSP shows it);
+    ``--no-cache`` keeps nothing."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("GRADFIX_NO_CACHE", raising=False)
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    trace = [sys.executable, "-m", "gradfix", "trace"]
+    run = subprocess.run(
+        [*trace, "--no-cache", "--", sys.executable, "train.py"], cwd=tmp_path, capture_output=True
+    )
+    assert run.returncode == 1
+    assert remembered(str(script), SCRIPT) == []
+    run = subprocess.run(
+        [*trace, "--", sys.executable, "train.py"], cwd=tmp_path, capture_output=True
+    )
+    assert run.returncode == 1
+    assert [(f.line, f.code) for f in remembered(str(script), SCRIPT)] == [(3, "GF201")]

@@ -58,8 +58,9 @@ class Reviewer:
     unsafe_fixes: bool
     ask: Callable[[str], str]  # shows the prompt, returns the answer ("" at end of input)
     show: Callable[[str], None]
-    #: (path, before, after) -> (status, reason): the oracle, None without verification
-    verdict: Callable[[str, str, str], tuple[str, str]] | None = None
+    #: (path, before, after, rule codes of the fix) -> (status, reason): the oracle, None
+    #: without verification (the codes: a fix that must restore a gradient is held to it)
+    verdict: Callable[[str, str, str, list[str]], tuple[str, str]] | None = None
     apply_all: bool = False
     stopped: bool = False
 
@@ -95,7 +96,8 @@ class Reviewer:
         self.show(f"\n{header}\nFix{safety}: {candidate.description}")
         status = None
         if self.verdict is not None:
-            status, reason = self.verdict(review.path, review.current, candidate.source)
+            codes = sorted({finding.code for finding in candidate.findings})
+            status, reason = self.verdict(review.path, review.current, candidate.source, codes)
             self.show(f"Verdict: {status}: {reason}")
         self.show(unified_diff(review.current, candidate.source, review.path).rstrip("\n"))
         return status

@@ -225,10 +225,10 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             typer.echo("")
         return answer
 
-    def verdict(path: str, before: str, after: str) -> tuple[str, str]:
+    def verdict(path: str, before: str, after: str, codes: list[str]) -> tuple[str, str]:
         from gradfix.proof import prove_change
 
-        status, reason, _ = prove_change(path, before, after, timeout=timeout or 60.0)
+        status, reason, _ = prove_change(path, before, after, timeout=timeout or 60.0, rules=codes)
         return status, reason
 
     reviewer = Reviewer(

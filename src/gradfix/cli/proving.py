@@ -138,7 +138,10 @@ def _keep_accepted(
     keys = accepted(found, unverified=options.unsafe_fixes or not strict)
     refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
     if len(keys) > 1 and result.changed and result.fixed is not None:
-        status, reason, _ = prove_change(result.path, result.original, result.fixed, **harness)
+        codes = sorted({code for _, _, code in keys})  # fixes that must restore a gradient
+        status, reason, _ = prove_change(
+            result.path, result.original, result.fixed, rules=codes, **harness
+        )
         refused = status == "rejected" or (
             status == "unverified" and strict and not options.unsafe_fixes
         )

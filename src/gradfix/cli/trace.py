@@ -13,12 +13,14 @@ from gradfix.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    cache_dir,
     check_entry,
     count_of,
     echo_stderr,
 )
 from gradfix.cli.options import (
     CheckFormat,
+    NoCacheOption,
     TraceCommandArgument,
     TraceEntryOption,
     TraceMaxStepsOption,
@@ -56,6 +58,7 @@ def trace(
         bool,
         typer.Option("--write", "-w", help="Apply the fixes proven by --verify (implies it)."),
     ] = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run a program once under instrumentation and report the autograd bugs it hits.
 
@@ -63,7 +66,8 @@ def trace(
     applies: in-place changes of saved tensors (with the op that saved them), in-place ops
     on leaves, backward through a freed graph, integer tensors asked for grad, cut graphs,
     the op whose backward first gave nan/inf, non-leaf `.grad` reads and graphs kept alive
-    by running totals. The program's own output passes through; nothing is written.
+    by running totals. The program's own output passes through; nothing of the project is
+    written (the findings are remembered in .gradfix_cache for the editor, see the README).
 
     \b
     Exit status:
@@ -83,6 +87,8 @@ def trace(
     except LaunchError as error:
         echo_stderr(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
+    if not no_cache:
+        _remember(result, argv)
     from gradfix.trace.link import link_fixes, prove_fix
 
     fixes = link_fixes(result.findings)
@@ -95,6 +101,22 @@ def trace(
     if result.findings:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_CLEAN if result.status in ("ok", "max-steps") else EXIT_ERROR)
+
+
+def _remember(result: TraceResult, argv: list[str]) -> None:
+    """Keep the run's findings in the project's ``.gradfix_cache``: the language server
+    shows them (marked as from a run) until their line changes."""
+    import os
+
+    from gradfix.config import ConfigError, load_config
+    from gradfix.trace.remembered import remember
+
+    try:
+        directory = cache_dir(load_config(), False)
+    except ConfigError:  # a broken configuration is check's business, not trace's
+        return
+    if directory is not None:
+        remember(result.findings, argv, cache_dir=directory, cwd=os.getcwd())
 
 
 def _trace_command(command: list[str] | None, entry: str | None) -> list[str]:
