@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 import gradfix.runner
 from gradfix.cli import app
-from gradfix.files import MAX_FILE_BYTES
+from gradfix.fileio.files import MAX_FILE_BYTES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "leaf_inplace"
 #: a GF201 pitfall (``w -= lr * w.grad`` on a leaf) and what ``fix`` makes of it

@@ -1,4 +1,4 @@
-"""Unified diffs (gradfix.diff): headers, patience matching, and diffs that apply."""
+"""Unified diffs (gradfix.fileio.diff): headers, patience matching, and diffs that apply."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradfix.diff import file_diff, split_lines, unified_diff
+from gradfix.fileio.diff import file_diff, unified_diff
+from gradfix.fileio.text import split_lines
 
 BEFORE = """import torch
 a = torch.nn.Parameter(torch.rand(5))

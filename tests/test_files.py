@@ -1,4 +1,4 @@
-"""Discovery, decoding and atomic writing (gradfix.files)."""
+"""Discovery, decoding and atomic writing (gradfix.fileio.files)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gradfix.files import (
+from gradfix.fileio.files import (
     Candidate,
     FileError,
     decode_source,

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from gradfix.cli import app
 from gradfix.codemods import ALL_RULES
-from gradfix.files import discover
+from gradfix.fileio.files import discover
 from gradfix.notebook import build_program, cell_at_line, fix_program, lint_notebook
 from gradfix.runner import RunOptions, process_paths
 

@@ -144,9 +144,7 @@ def test_fix_keeps_comments_and_formatting(rule: type[Rule], data: st.DataObject
     before = variant.source
     for _ in range(20):
         spans = fix_spans(before, rule)
-        after = lint_source(
-            before, rules=[rule], fix=True, unsafe_fixes=True, max_passes=1
-        ).source
+        after = lint_source(before, rules=[rule], fix=True, unsafe_fixes=True, max_passes=1).source
         if after == before:
             break
         assert_confined(before, after, spans)

@@ -1,4 +1,4 @@
-"""The code base stays ruff- and mypy-clean (style.md: both run in CI)."""
+"""The code base stays ruff- and mypy-clean (CONTRIBUTING.md: both run in CI)."""
 
 from __future__ import annotations
 

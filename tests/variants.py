@@ -823,9 +823,7 @@ def renamings(draw: st.DrawFn, source: str, taken: set[str]) -> dict[str, str]:
         return {}
     chosen = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
     news = draw(
-        st.lists(
-            fresh_identifiers(taken), min_size=len(chosen), max_size=len(chosen), unique=True
-        )
+        st.lists(fresh_identifiers(taken), min_size=len(chosen), max_size=len(chosen), unique=True)
     )
     return dict(zip(chosen, news))
 
@@ -902,9 +900,7 @@ def variants(
             if kind not in ("def", "method") and draw(st.booleans()):  # a sub-range
                 start = draw(st.integers(start, stop - 1))
                 stop = draw(st.integers(start + 1, stop))
-            names = draw(
-                st.lists(fresh_identifiers(taken), min_size=2, max_size=2, unique=True)
-            )
+            names = draw(st.lists(fresh_identifiers(taken), min_size=2, max_size=2, unique=True))
             if kind == "for" and _breaks_out(source, block, start, stop):
                 kind = "if"  # a `break` would leave the new loop instead of its own
             nesting = Nesting(kind, block, start, stop, (names[0], names[1].capitalize()))
@@ -922,5 +918,3 @@ def variants(
         source = add_comments(source, draw(st.randoms(use_true_random=True)))
         done.append("comment")
     return Variant(seed, source, tuple(done), reshaped)
-
-

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gradfix.files import MAX_FILE_BYTES
+from gradfix.fileio.files import MAX_FILE_BYTES
 
 if TYPE_CHECKING:
     from gradfix.rule import Rule

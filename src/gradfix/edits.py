@@ -220,7 +220,9 @@ class Editor:
         if not replacements:
             return node
         by_id = {id(old): new for old, new in replacements.items()}
-        return node.visit(_NodeReplacer(by_id))
+        rebuilt = node.visit(_NodeReplacer(by_id))
+        assert isinstance(rebuilt, cst.CSTNode)  # replacements are nodes, never removals
+        return rebuilt
 
     def wrap_in_no_grad(
         self,

@@ -169,8 +169,9 @@ def code_frames(
     fix applied alone (``= fix (safe): ...`` then ``-``/``+`` lines). ``singles``: the
     fixes applied alone from the lint that found ``findings`` (else the source is linted
     again for them)."""
-    from gradfix.diff import split_lines, unified_diff
     from gradfix.engine import SourceError, single_fixes
+    from gradfix.fileio.diff import unified_diff
+    from gradfix.fileio.text import split_lines
 
     lines = split_lines(source)
     if singles is None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gradfix.diff import unified_diff
 from gradfix.engine import SingleFix, lint_source, single_fixes
+from gradfix.fileio.diff import unified_diff
 from gradfix.proof import may_apply
 from gradfix.rule import Finding, Rule
 

@@ -18,7 +18,7 @@ import re
 import tokenize
 from collections.abc import Iterable, Sequence
 
-from gradfix.files import FileError, read_source, write_source
+from gradfix.fileio.files import FileError, read_source, write_source
 from gradfix.rule import Finding
 from gradfix.suppression import IGNORE, NOQA
 

@@ -42,8 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gradfix.diff import split_lines
 from gradfix.engine import MAX_PASSES, RuleCrash, SourceError, lint_source, single_fixes
+from gradfix.fileio.text import split_lines
 from gradfix.noqa import codes_by_line, comment_lines
 from gradfix.rule import Finding, Rule
 

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gradfix.diff import file_diff
+from gradfix.fileio.diff import file_diff
 
 if TYPE_CHECKING:
     from gradfix.proof import FixVerdict

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradfix.config import Config
 from gradfix.engine import FileLint, RuleCrash, SingleFix, SourceError, lint_source
-from gradfix.files import (
+from gradfix.fileio.files import (
     MAX_FILE_BYTES,
     Candidate,
     FileError,
@@ -202,7 +202,7 @@ def _skipped(
     skipped = set()
     skipped |= {c.path for c in candidates if _is_excluded(c.path, options)}
     if options.respect_gitignore:
-        from gradfix.gitfiles import ignored_paths
+        from gradfix.fileio.gitfiles import ignored_paths
 
         skipped |= ignored_paths(walked)
     if options.changed is not None:

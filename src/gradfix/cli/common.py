@@ -50,7 +50,7 @@ def write_report_file(path: str, run: RunResult, verdicts: dict[str, list[FixVer
 def changed_files(ref: str | None) -> frozenset[str] | None:
     if ref is None:
         return None
-    from gradfix.gitfiles import GitError, changed_since
+    from gradfix.fileio.gitfiles import GitError, changed_since
 
     try:
         return frozenset(changed_since(ref))

@@ -184,7 +184,7 @@ def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
 
 
 def _emit_diffs(run: RunResult, verdicts: dict[str, list[FixVerdict]] | None = None) -> None:
-    from gradfix.diff import file_diff
+    from gradfix.fileio.diff import file_diff
 
     for result in sorted(run.files, key=lambda r: r.path):
         for verdict in (verdicts or {}).get(result.path, []):
@@ -196,7 +196,7 @@ def _emit_diffs(run: RunResult, verdicts: dict[str, list[FixVerdict]] | None = N
 
 def _emit_fixed_stdin(result: FileResult, data: bytes) -> None:
     """The fixed source, encoded like the input; the input unchanged when it failed."""
-    from gradfix.files import FileError, encode_source
+    from gradfix.fileio.files import FileError, encode_source
 
     output = data
     if result.error is None and result.fixed is not None:

@@ -170,7 +170,7 @@ def _print_trace(
 
 
 def _write_trace_fixes(fixes: list[TraceFix]) -> None:
-    from gradfix.files import FileError
+    from gradfix.fileio.files import FileError
     from gradfix.trace.link import write_verified
 
     try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gradfix.engine import SingleFix, SourceError, single_fixes
-from gradfix.files import FileError, SourceFile, read_source
+from gradfix.fileio.files import FileError, SourceFile, read_source
 from gradfix.registry import find_rule
 from gradfix.rule import Finding, FixSummary
 from gradfix.trace.launch import RuntimeFinding
@@ -147,7 +147,7 @@ def write_verified(fixes: Sequence[TraceFix]) -> list[TraceFix]:
     """Write each file's verified fix (the first, where a file has several: each fix was
     proven alone on the file as read; run the trace again for the next). Returns the fixes
     written; a file that changed on disk meanwhile is left alone (``FileError``)."""
-    from gradfix.files import write_source
+    from gradfix.fileio.files import write_source
 
     written = []
     done: set[str] = set()

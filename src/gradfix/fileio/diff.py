@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import patiencediff
 
+from gradfix.fileio.text import split_lines
+
 NO_NEWLINE_MARKER = "\\ No newline at end of file\n"
 
 
@@ -76,23 +78,13 @@ def _format_range(start: int, stop: int) -> str:
     return f"{start if length == 0 else start + 1},{length}"
 
 
-def split_lines(text: str) -> list[str]:
-    """Split on ``\\n`` only (``str.splitlines`` also splits on form feeds and U+2028)."""
-    lines = text.split("\n")
-    last = lines.pop()
-    result = [line + "\n" for line in lines]
-    if last:
-        result.append(last)
-    return result
-
-
 def _mark_missing_newline(line: str) -> str:
     return line if line.endswith("\n") else line + "\n" + NO_NEWLINE_MARKER
 
 
 def file_diff(before: str, after: str, path: str, encoding: str = "utf-8") -> bytes:
     """:func:`unified_diff` as the bytes ``patch`` applies to the file: encoded like the file
-    (``encoding`` from :func:`gradfix.files.decode_source`), with its BOM on line 1.
+    (``encoding`` from :func:`gradfix.fileio.files.decode_source`), with its BOM on line 1.
     A notebook's is the diff of its JSON text, each hunk header naming its cell
     (:func:`gradfix.notebook.cell_at_line`)."""
     from gradfix.notebook import cell_at_line, is_notebook  # it imports this module
