@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import libcst as cst
@@ -11,7 +12,7 @@ from gradfix.codemods import ALL_RULES
 from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.tensor_from_tensors import TensorFromTensors
 from gradfix.engine import SourceError, add_imports, lint_source
-from gradfix.rule import FixSafety, Rule
+from gradfix.rule import AstRule, FixSafety
 
 
 def src(code: str) -> str:
@@ -74,7 +75,7 @@ def test_tab_indentation_is_reused() -> None:
     assert "\twith torch.no_grad():\n\t\tw.zero_()\n" in fixed
 
 
-class RenameFoo(Rule):
+class RenameFoo(AstRule):
     """
     ## What it does
     Test rule: renames every call of `foo` to `bar` (nested calls overlap).
@@ -85,9 +86,12 @@ class RenameFoo(Rule):
     message = "test"
     fix_safety = FixSafety.SAFE
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value == "foo":
-            self.report(node, fix=self.replace(node, node.with_changes(func=cst.Name("bar")), "r"))
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id == "foo":
+            fix = self.plan_replace(
+                node, lambda e, old: old.with_changes(func=cst.Name("bar")), "r"
+            )
+            self.report(node, fix=fix)
 
 
 def test_overlapping_fixes_are_applied_in_later_passes() -> None:
@@ -120,7 +124,7 @@ def test_unsafe_fixes_need_opt_in() -> None:
     assert "torch.stack([w[0], torch.as_tensor(1.0)])" in unsafe.source
 
 
-class BreaksSyntax(Rule):
+class BreaksSyntax(AstRule):
     """
     ## What it does
     Test rule whose fix produces invalid code.
@@ -131,10 +135,10 @@ class BreaksSyntax(Rule):
     message = "test"
     fix_safety = FixSafety.SAFE
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "rand":
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "rand":
             broken = cst.Attribute(cst.Integer("1"), cst.Name("real"))  # `1.real`: invalid
-            self.report(node, fix=self.replace(node, broken, "break"))
+            self.report(node, fix=self.plan_replace(node, lambda e, old: broken, "break"))
 
 
 def test_fix_that_breaks_syntax_is_dropped() -> None:

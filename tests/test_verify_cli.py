@@ -15,8 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gradfix.cli import app
+from gradfix.edits import Editor
 from gradfix.proof import accepted, verify_fixes
-from gradfix.rule import FixSafety, Rule
+from gradfix.rule import AstRule, FixSafety
 
 pytest.importorskip("torch")
 
@@ -106,18 +107,22 @@ def test_unverified_when_the_code_cannot_run(tmp_path: Path) -> None:
 def test_rejected_fix_is_never_applied(tmp_path: Path) -> None:
     """A rule whose fix changes the forward result (here: a test rule) is rejected."""
 
-    class DoublesTheLoss(Rule):
+    class DoublesTheLoss(AstRule):
         code = "GF999"
         name = "doubles-the-loss"
         message = "test rule with a wrong fix"
         fix_safety = FixSafety.SAFE
 
-        def visit_Assign(self, node: cst.Assign) -> None:
-            target = node.targets[0].target
-            if not (isinstance(target, cst.Name) and target.value == "loss"):
+        def visit_Assign(self, node: ast.Assign) -> None:
+            target = node.targets[0]
+            if not (isinstance(target, ast.Name) and target.id == "loss"):
                 return
-            doubled = cst.BinaryOperation(node.value, cst.Multiply(), cst.Integer("2"))
-            self.report(node, fix=self.replace(node.value, doubled, "double it"))
+
+            def doubled(editor: Editor, value: cst.CSTNode) -> cst.CSTNode:
+                assert isinstance(value, cst.BaseExpression)
+                return cst.BinaryOperation(value, cst.Multiply(), cst.Integer("2"))
+
+            self.report(node, fix=self.plan_replace(node.value, doubled, "double it"))
 
     source = "import torch\nw = torch.rand(3, requires_grad=True)\nloss = (w * w).sum()\n"
     source += "loss.backward()\n"
