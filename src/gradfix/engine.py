@@ -225,7 +225,9 @@ def collect_reports(
         if semantic.imports_torch():
             context = AstContext(path=path, source=source, semantic=semantic)
             visitors = [rule(context) for rule in ast_rules]
-            walk_ast_batched(tree, visitors, on_error=on_error)
+            walk_ast_batched(
+                tree, visitors, on_error=on_error, order=semantic.order, last=semantic.last
+            )
             reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
             if reports and has_suppressions(source):
                 lines = {id(r.node): _statement_line(semantic, r.node) for r in reports}
