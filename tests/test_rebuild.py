@@ -57,3 +57,8 @@ def test_only_a_fill_alone_on_its_line_is_not_an_alias(fill: str, safety: str) -
 def test_names_in_skips_signatures() -> None:
     tree = ast.parse("def f(a=b, *, c: d = e):\n    return a + g\n")
     assert [n.id for n in names_in(tree)] == ["a", "g"]
+
+
+def test_a_form_feed_does_not_shift_lines() -> None:
+    findings = run("\f\np[0] = 1.0; q = 2\np[2] = p[0] / p[1]\n").findings
+    assert [f.fix.safety if f.fix else None for f in findings] == ["unsafe"]

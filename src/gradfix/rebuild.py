@@ -10,6 +10,7 @@ All of it decides on Python's ``ast`` (:class:`gradfix.semantic.Semantic`).
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from gradfix.semantic import (
@@ -36,6 +37,8 @@ FRESH_OPS = (SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR)
     "add sub neg sum mean cumsum clone cat concat stack hstack vstack where flip roll repeat "
     "tile".split()
 )
+#: Line ends as ``ast`` counts lines (``str.splitlines`` also splits at a form feed).
+_LINE_END = re.compile(r"\r\n|\r|\n")
 #: The blocks of a compound statement (``If.body``, ``If.orelse``...).
 _BLOCK_FIELDS = ("body", "orelse", "finalbody")
 
@@ -297,7 +300,7 @@ def _in_fill(analysis: Semantic, read: ast.Name, name: str) -> bool:
 def _alone_on_its_lines(analysis: Semantic, statement: ast.stmt) -> bool:
     """Nothing but blanks before ``statement`` on its first line, and at most a ``;`` and
     a comment after it on its last."""
-    lines = analysis.source.splitlines()
+    lines = _LINE_END.split(analysis.source)
     first = lines[statement.lineno - 1].encode()
     last = lines[(statement.end_lineno or statement.lineno) - 1].encode()
     if first[: statement.col_offset].strip():
