@@ -156,10 +156,14 @@ def lines_of(body: Sequence[ast.stmt], source: SourceText) -> list[Line]:
 
 
 def line_start(analysis: Semantic, stmt: ast.stmt, source: SourceText) -> ast.stmt:
-    """The first statement of the line holding ``stmt`` (``a`` of ``a; stmt``)."""
-    body = _body_holding(analysis.parent(stmt), stmt)
+    """The first statement of the line holding ``stmt`` (``a`` of ``a; stmt``); in a
+    one-line suite (``if x: a; stmt``) the compound statement, as LibCST sees it."""
+    parent = analysis.parent(stmt)
+    body = _body_holding(parent, stmt)
     if body is None:
         return stmt
+    if not source.starts_line(body[0]):
+        return analysis.enclosing_statement(parent) or stmt  # type: ignore[arg-type]
     for line in lines_of(body, source):
         if any(s is stmt for s in line):
             return line[0]
@@ -338,20 +342,24 @@ def _is_elif(orelse: list[ast.stmt], source: SourceText) -> bool:
 
 def inplace_target(small: ast.stmt) -> ast.expr | None:
     """The tensor a statement modifies in place (``w.normal_()``, ``w -= g``, ``w[:] = 0``)."""
-    if type(small) is ast.Expr and type(small.value) is ast.Call:
-        call: ast.expr = small.value
-        modified = None
-        # ``w.normal_().mul_(0.1)``: the innermost receiver is modified.
-        while type(call) is ast.Call and type(call.func) is ast.Attribute:
-            if not is_inplace_method(call.func.attr):
-                break
-            call = modified = call.func.value
-        return modified
+    if type(small) is ast.Expr:
+        return inplace_receiver(small.value)
     if type(small) is ast.AugAssign:
         return small.target if changes_in_place(small) else None
     if type(small) is ast.Assign and type(small.targets[0]) is ast.Subscript:
         return small.targets[0]
     return None
+
+
+def inplace_receiver(expr: ast.expr) -> ast.expr | None:
+    """The tensor a call of in-place methods changes: ``w`` of ``w.normal_().mul_(0.1)``
+    (the innermost receiver)."""
+    modified = None
+    while type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        if not is_inplace_method(expr.func.attr):
+            break
+        expr = modified = expr.func.value
+    return modified
 
 
 def changes_in_place(node: ast.AugAssign) -> bool:
@@ -375,7 +383,7 @@ def is_grad_housekeeping(line: Line) -> bool:
     return True
 
 
-def used_in_graph_before(rule: NoGradBlockRule, tensor: ast.expr, at: ast.stmt) -> bool:
+def used_in_graph_before(rule: NoGradBlockRule, tensor: ast.expr, at: ast.AST) -> bool:
     """A graph use of ``tensor`` precedes ``at`` in its scope with no backward between."""
     analysis = rule.analysis
     scope = analysis.scope_of(at)
@@ -383,7 +391,8 @@ def used_in_graph_before(rule: NoGradBlockRule, tensor: ast.expr, at: ast.stmt) 
     binding = analysis.reaching_binding(tensor, at) if type(tensor) is ast.Name else None
     if binding is not None:
         start = binding.end
-    end = analysis.index(line_start(analysis, at, rule.source))
+    statement = analysis.enclosing_statement(at)
+    end = analysis.index(line_start(analysis, statement, rule.source) if statement else at)
     finder = _ReadsAndBackwards(rule, rule.text_of(tensor))
     finder.search(scope.node)
     uses = [u for u in finder.uses if start < analysis.index(u) < end]
@@ -417,25 +426,23 @@ class _ReadsAndBackwards:
 
     def _visit(self, node: ast.AST) -> bool:
         """Records ``node``; False when its children are not to be searched."""
-        kind = type(node)
-        if kind is ast.Call:
-            func = node.func  # type: ignore[attr-defined]
-            if type(func) is ast.Attribute and func.attr in ("backward", "step", "grad"):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in ("backward", "step", "grad"):
                 self.backwards.append(node)  # ``grad``: torch.autograd.grad(...)
-        elif kind is ast.Name:
-            if node.id == self.key and self._is_graph_use(node):  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Name):
+            if node.id == self.key and self._is_graph_use(node):
                 self.uses.append(node)
-        elif kind is ast.Attribute:
-            if self.dotted:
-                if node.attr == self.last_attr and self.rule.text_of(node) == self.key:  # type: ignore[attr-defined]
-                    if self._is_graph_use(node):
-                        self.uses.append(node)
-                    return False
-            elif node.attr == self.key and self._is_name_graph_use(node):  # type: ignore[attr-defined]
-                self.uses.append(node)
-        elif kind is ast.keyword or kind is ast.arg:
-            name = node.arg  # type: ignore[attr-defined]
-            if name == self.key and self._is_name_graph_use(node):
+        elif isinstance(node, ast.Attribute):
+            if not self.dotted:
+                if node.attr == self.key and self._is_name_graph_use(node):
+                    self.uses.append(node)
+            elif node.attr == self.last_attr and self.rule.text_of(node) == self.key:
+                if self._is_graph_use(node):
+                    self.uses.append(node)
+                return False
+        elif isinstance(node, (ast.keyword, ast.arg)):
+            if node.arg == self.key and self._is_name_graph_use(node):
                 self.uses.append(node)
         return True
 
