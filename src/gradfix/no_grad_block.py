@@ -115,6 +115,9 @@ class SourceText:
         gap = gap.replace(b"\\\r\n", b"").replace(b"\\\n", b"")
         if rest.startswith(b";") and b"\n" not in gap and b"\r" not in gap:
             end = len(self.data) - len(rest) + 1
+            # the whitespace after ``;`` is the semicolon's, a line continuation too
+            while self.data[end : end + 1] in (b" ", b"\t", b"\x0c", b"\\"):
+                end += 2 if self.data[end : end + 1] == b"\\" else 1
         return self.text(start, end)
 
     def same_line(self, first: ast.stmt, second: ast.stmt) -> bool:
@@ -340,12 +343,12 @@ def _is_elif(orelse: list[ast.stmt], source: SourceText) -> bool:
     return source.data.startswith(b"elif", start)
 
 
-def inplace_target(small: ast.stmt) -> ast.expr | None:
+def inplace_target(small: ast.stmt, source: SourceText) -> ast.expr | None:
     """The tensor a statement modifies in place (``w.normal_()``, ``w -= g``, ``w[:] = 0``)."""
     if type(small) is ast.Expr:
         return inplace_receiver(small.value)
     if type(small) is ast.AugAssign:
-        return small.target if changes_in_place(small) else None
+        return small.target if changes_in_place(small, source) else None
     if type(small) is ast.Assign and type(small.targets[0]) is ast.Subscript:
         return small.targets[0]
     return None
@@ -362,9 +365,14 @@ def inplace_receiver(expr: ast.expr) -> ast.expr | None:
     return modified
 
 
-def changes_in_place(node: ast.AugAssign) -> bool:
-    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``."""
-    return type(node.op) is not ast.MatMult
+def changes_in_place(node: ast.AugAssign, source: SourceText) -> bool:
+    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``.
+
+    As LibCST's operator text was read (whitespace stripped), a line continuation next to
+    the operator (``h += \\``) hid it: kept until fixed on its own."""
+    if type(node.op) is ast.MatMult:
+        return False
+    return "\\" not in source.text(source.end(node.target), source.start(node.value))
 
 
 def is_grad_housekeeping(line: Line) -> bool:
