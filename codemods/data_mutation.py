@@ -261,7 +261,7 @@ class DataMutation(NoGradBlockRule):
     def _mutation_site(self, small: ast.stmt) -> Site | None:
         if type(small) is ast.Assign and _is_data_target(small):
             return self._data_assignment_site(small)
-        target = _strip_subscripts(inplace_target(small, self.source))
+        target = _strip_subscripts(inplace_target(small))
         if not (type(target) is ast.Attribute and target.attr == "data"):
             return None
         owner = target.value
@@ -308,7 +308,7 @@ class DataMutation(NoGradBlockRule):
         self._check_mutation_in_no_grad(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        if changes_in_place(node, self.source):
+        if changes_in_place(node):
             self._check_mutation_in_no_grad(node)
 
     def _check_mutation_in_no_grad(self, small: ast.stmt) -> None:

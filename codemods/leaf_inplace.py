@@ -224,7 +224,7 @@ class LeafInplace(NoGradBlockRule):
 
     # -- one statement ---------------------------------------------------------------------
     def site(self, small: ast.stmt) -> Site | None:
-        target = inplace_target(small, self.source)
+        target = inplace_target(small)
         if target is None:
             return None
         base = target.value if type(target) is ast.Subscript else target

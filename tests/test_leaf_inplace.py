@@ -334,3 +334,18 @@ def test_one_line_suite_of_several_updates_is_wrapped_whole() -> None:
     assert result.source.endswith(
         "with torch.no_grad():\n    for p in net.parameters(): p.zero_(); p.add_(1)\n"
     )
+
+
+def test_augmented_assignment_with_a_line_continuation_is_reported() -> None:
+    # The LibCST rule read the operator's text with its whitespace: ``+= \`` was not ``+=``.
+    result = run(
+        """
+        import torch
+        w = torch.zeros(2, requires_grad=True)
+        w += \\
+            1
+        """
+    )
+    assert len(result.findings) == 1
+    # (a continuation line keeps its own indentation: valid inside the new block)
+    assert result.source.endswith("with torch.no_grad():\n    w += \\\n    1\n")

@@ -343,12 +343,12 @@ def _is_elif(orelse: list[ast.stmt], source: SourceText) -> bool:
     return source.data.startswith(b"elif", start)
 
 
-def inplace_target(small: ast.stmt, source: SourceText) -> ast.expr | None:
+def inplace_target(small: ast.stmt) -> ast.expr | None:
     """The tensor a statement modifies in place (``w.normal_()``, ``w -= g``, ``w[:] = 0``)."""
     if type(small) is ast.Expr:
         return inplace_receiver(small.value)
     if type(small) is ast.AugAssign:
-        return small.target if changes_in_place(small, source) else None
+        return small.target if changes_in_place(small) else None
     if type(small) is ast.Assign and type(small.targets[0]) is ast.Subscript:
         return small.targets[0]
     return None
@@ -365,14 +365,9 @@ def inplace_receiver(expr: ast.expr) -> ast.expr | None:
     return modified
 
 
-def changes_in_place(node: ast.AugAssign, source: SourceText) -> bool:
-    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``.
-
-    As LibCST's operator text was read (whitespace stripped), a line continuation next to
-    the operator (``h += \\``) hid it: kept until fixed on its own."""
-    if type(node.op) is ast.MatMult:
-        return False
-    return "\\" not in source.text(source.end(node.target), source.start(node.value))
+def changes_in_place(node: ast.AugAssign) -> bool:
+    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``."""
+    return type(node.op) is not ast.MatMult
 
 
 def is_grad_housekeeping(line: Line) -> bool:
