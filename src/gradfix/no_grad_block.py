@@ -100,21 +100,33 @@ class SourceText:
     def _enclosing_parentheses(self, start: int, end: int) -> int:
         count = 0
         while True:
-            before = self.data[:start].rstrip(_BLANK)
-            after = self.data[end:].lstrip(_BLANK)
-            if not (before.endswith(b"(") and after.startswith(b")")):
+            before, after = self._skip_back(start), self._skip_forward(end)
+            if not (
+                self.data[before - 1 : before] == b"(" and self.data[after : after + 1] == b")"
+            ):
                 return count
-            start, end = len(before) - 1, len(self.data) - len(after) + 1
+            start, end = before - 1, after + 1
             count += 1
+
+    def _skip_back(self, position: int) -> int:
+        """The offset after the last token before ``position`` (layout skipped)."""
+        while position > 0 and self.data[position - 1] in _BLANK:
+            position -= 1
+        return position
+
+    def _skip_forward(self, position: int) -> int:
+        """The offset of the first token from ``position`` on (layout skipped)."""
+        while position < len(self.data) and self.data[position] in _BLANK:
+            position += 1
+        return position
 
     def statement_code(self, stmt: ast.stmt) -> str:
         """A simple statement with the ``;`` that ends it (LibCST's small statement)."""
         start, end = self.start(stmt), self.end(stmt)
-        rest = self.data[end:].lstrip(_BLANK)
-        gap = self.data[end : len(self.data) - len(rest)]
-        gap = gap.replace(b"\\\r\n", b"").replace(b"\\\n", b"")
-        if rest.startswith(b";") and b"\n" not in gap and b"\r" not in gap:
-            end = len(self.data) - len(rest) + 1
+        token = self._skip_forward(end)
+        gap = self.data[end:token].replace(b"\\\r\n", b"").replace(b"\\\n", b"")
+        if self.data[token : token + 1] == b";" and b"\n" not in gap and b"\r" not in gap:
+            end = token + 1
             # the whitespace after ``;`` is the semicolon's, a line continuation too
             while self.data[end : end + 1] in (b" ", b"\t", b"\x0c", b"\\"):
                 end += 2 if self.data[end : end + 1] == b"\\" else 1
