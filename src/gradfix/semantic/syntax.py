@@ -297,3 +297,9 @@ class VariableNames(ast.NodeVisitor):
     def generic_visit(self, node: ast.AST) -> None:
         for child in source_children(node):
             self.visit(child)
+
+
+def is_backward_call(call: ast.Call) -> bool:
+    """``x.backward(...)``: a call of a method named ``backward`` (``torch.autograd.backward``
+    included; rules that must tell the two apart ask ``call_name``)."""
+    return type(call.func) is ast.Attribute and call.func.attr == "backward"
