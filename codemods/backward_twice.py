@@ -22,7 +22,7 @@ from gradfix.semantic import (
     is_false,
     is_unpacked,
 )
-from gradfix.semantic.syntax import is_backward_call, source_children
+from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, source_children
 
 #: Backward entry points -> (position of ``retain_graph``, position of ``create_graph``).
 GRAD_FUNCTIONS = {"torch.autograd.grad": (3, 4), "torch.autograd.backward": (2, 3)}
@@ -306,7 +306,7 @@ class BackwardTwice(AstRule):
         recorded = recorded or self.analysis.requires_grad(expr, at)
         if recorded and name in SAVING_OPS:
             found[id(expr)] = (expr, at)
-        variables = [o for o in operands if not _is_constant(o)]
+        variables = [o for o in operands if not _is_constant(o, self.context.source)]
         for operand in operands:
             on_path = recorded and len(variables) == 1 and operand is variables[0]
             self._collect_saving(operand, at, on_path, found, seen, depth + 1)
@@ -449,8 +449,10 @@ def _operands(expr: ast.expr) -> list[ast.expr]:
     return []
 
 
-def _is_constant(expr: ast.expr) -> bool:
+def _is_constant(expr: ast.expr, source: str) -> bool:
     """A literal number, string, ``True``, ``False`` or ``None`` (signs allowed)."""
     if type(expr) is ast.UnaryOp:
-        return _is_constant(expr.operand)
-    return type(expr) is ast.Constant and type(expr.value) not in (complex, type(...))
+        return _is_constant(expr.operand, source)
+    if type(expr) is not ast.Constant or type(expr.value) in (complex, type(...)):
+        return False
+    return not is_concatenated_string(expr, source)

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from gradfix.semantic import Semantic
-from gradfix.semantic.syntax import is_backward_call
+from gradfix.semantic.syntax import is_backward_call, is_concatenated_string
 
 SOURCE = textwrap.dedent(
     """\
@@ -96,3 +96,20 @@ def test_suite_after_a_non_ascii_header() -> None:
 def test_is_backward_call(code: str, expected: bool) -> None:
     call = ast.parse(code).body[0].value  # type: ignore[attr-defined]
     assert is_backward_call(call) is expected
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ('"a" "b"', True),
+        ("('a'\n 'b')", True),
+        ("('a'\n     'b'\n   'c')", True),
+        ("b'a' b'b'", True),
+        ('"a b"', False),
+        ("'''a'' '''", False),
+        ("3", False),
+    ],
+)
+def test_is_concatenated_string(code: str, expected: bool) -> None:
+    expr = ast.parse(code).body[0].value  # type: ignore[attr-defined]
+    assert is_concatenated_string(expr, code) is expected

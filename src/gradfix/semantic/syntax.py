@@ -7,6 +7,8 @@ Rules import these from :mod:`gradfix.semantic` (``argument``, ``is_true``,
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Callable
 from typing import Any
 
@@ -303,3 +305,16 @@ def is_backward_call(call: ast.Call) -> bool:
     """``x.backward(...)``: a call of a method named ``backward`` (``torch.autograd.backward``
     included; rules that must tell the two apart ask ``call_name``)."""
     return type(call.func) is ast.Attribute and call.func.attr == "backward"
+
+
+def is_concatenated_string(expr: ast.AST, source: str) -> bool:
+    """``"a" "b"``: string literals written side by side, one ``ast.Constant`` (LibCST's
+    ``ConcatenatedString``, not a ``SimpleString``)."""
+    if type(expr) is not ast.Constant or type(expr.value) not in (str, bytes):
+        return False
+    text = f"({ast.get_source_segment(source, expr)})"  # in parentheses: lines join
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return sum(token.type == tokenize.STRING for token in tokens) > 1
