@@ -19,7 +19,7 @@ from gradfix.semantic import (
     is_true,
     is_unpacked,
 )
-from gradfix.semantic.syntax import is_backward_call, is_concatenated_string
+from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, spelled_names
 from gradfix.torch_facts import FACTORIES
 from gradfix.walk import walk
 
@@ -429,7 +429,7 @@ class CreateGraphBackward(AstRule):
             return self._is_private_in(node) if node.arg == leaf else None
         if isinstance(node, ast.arg):
             return True if node.arg == leaf else None
-        return _other_spellings(node).get(leaf)
+        return _import_head(node, leaf) if leaf in spelled_names(node) else None
 
     def _is_private_use(self, use: ast.Name) -> bool:
         parent = self.analysis.parent(use)
@@ -582,31 +582,16 @@ def _names(node: cst.CSTNode) -> Iterator[cst.Name]:
     yield from collector.found  # type: ignore[misc]
 
 
-def _other_spellings(node: ast.AST) -> dict[str, bool]:
-    """The identifiers of ``node`` that LibCST holds as ``Name`` nodes besides variables,
-    attributes, keywords and parameters, each with whether such a use keeps a leaf
-    private: only the head of a dotted import (``import x.y``: an attribute's value)."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name: False}
-    if isinstance(node, (ast.Global, ast.Nonlocal)):
-        return dict.fromkeys(node.names, False)
-    if isinstance(node, ast.ExceptHandler):
-        return {node.name: False} if node.name else {}
+def _import_head(node: ast.AST, leaf: str) -> bool:
+    """``import x.y``: ``x`` is the only spelling of ``leaf`` and the head of a dotted
+    name (LibCST's attribute value)."""
     if isinstance(node, ast.alias):
-        renamed = {node.asname: False} if node.asname else {}
-        return {**_dotted_spellings(node.name), **renamed}
-    if isinstance(node, ast.ImportFrom):
-        return _dotted_spellings(node.module or "")
-    return {}
-
-
-def _dotted_spellings(dotted: str) -> dict[str, bool]:
-    """``a.b.c``: ``a`` is an attribute's value (private), ``b`` and ``c`` are not."""
-    parts = [p for p in dotted.split(".") if p]
-    spellings = dict.fromkeys(parts[1:], False)
-    if parts:
-        spellings[parts[0]] = spellings.get(parts[0], len(parts) > 1)
-    return spellings
+        dotted = node.name
+    elif isinstance(node, ast.ImportFrom):
+        dotted = node.module or ""
+    else:
+        return False
+    return spelled_names(node).count(leaf) == 1 and dotted.startswith(f"{leaf}.")
 
 
 def _grad_attributes(node: ast.AST, order: Callable[[ast.AST], int]) -> list[ast.Attribute]:

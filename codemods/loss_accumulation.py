@@ -8,7 +8,7 @@ import libcst as cst
 
 from gradfix.edits import Editor
 from gradfix.rule import AstRule, Edit, FixPlan, FixSafety, Invalid, Valid
-from gradfix.semantic.syntax import is_backward_call
+from gradfix.semantic.syntax import is_backward_call, spelled_names
 
 #: Calls that turn their argument into something printed or logged.
 LOG_FUNCTIONS = frozenset({"print", "float", "int", "round", "str", "repr", "len", "format"})
@@ -453,27 +453,7 @@ def _unpacked_in(mapping: ast.Dict, node: ast.AST) -> bool:
 def _spellings(scope: ast.AST, name: str) -> list[ast.AST]:
     """Every node under ``scope`` that spells the identifier ``name``: variables, and the
     attributes, keywords, parameters, definitions and imports of that name."""
-    return [node for node in ast.walk(scope) if name in _identifiers(node)]
-
-
-def _identifiers(node: ast.AST) -> tuple[str, ...]:
-    if isinstance(node, ast.Name):
-        return (node.id,)
-    if isinstance(node, ast.Attribute):
-        return (node.attr,)
-    if isinstance(node, (ast.keyword, ast.arg)):
-        return (node.arg,) if node.arg else ()
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return (node.name,)
-    if isinstance(node, (ast.Global, ast.Nonlocal)):
-        return tuple(node.names)
-    if isinstance(node, ast.ExceptHandler):
-        return (node.name,) if node.name else ()
-    if isinstance(node, ast.alias):
-        return (*node.name.split("."), *((node.asname,) if node.asname else ()))
-    if isinstance(node, ast.ImportFrom):
-        return tuple((node.module or "").split("."))
-    return ()
+    return [node for node in ast.walk(scope) if name in spelled_names(node)]
 
 
 def _calls_backward(function: ast.AST) -> bool:

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from gradfix.semantic import Semantic
-from gradfix.semantic.syntax import is_backward_call, is_concatenated_string
+from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, spelled_names
 
 SOURCE = textwrap.dedent(
     """\
@@ -113,3 +113,21 @@ def test_is_backward_call(code: str, expected: bool) -> None:
 def test_is_concatenated_string(code: str, expected: bool) -> None:
     expr = ast.parse(code).body[0].value  # type: ignore[attr-defined]
     assert is_concatenated_string(expr, code) is expected
+
+
+@pytest.mark.parametrize(
+    ("code", "names"),
+    [
+        ("import a.b as c", [("a", "b", "c")]),
+        ("from a.b import c", [("a", "b"), ("c",)]),
+        ("from . import c", [(), ("c",)]),
+        ("obj.total", [("total",), ("obj",)]),
+        ("f(total=1)", [("f",), ("total",)]),
+        ("def total(x): global y", [("total",), ("x",), ("y",)]),
+    ],
+)
+def test_spelled_names(code: str, names: list[tuple[str, ...]]) -> None:
+    spelling = (ast.Name, ast.Attribute, ast.keyword, ast.arg, ast.alias, ast.ImportFrom)
+    nodes = [n for n in ast.walk(ast.parse(code)) if isinstance(n, (*spelling, ast.stmt))]
+    spelled = [spelled_names(n) for n in nodes if isinstance(n, spelling) or spelled_names(n)]
+    assert sorted(spelled) == sorted(names)

@@ -318,3 +318,26 @@ def is_concatenated_string(expr: ast.AST, source: str) -> bool:
     except (tokenize.TokenError, SyntaxError):
         return False
     return sum(token.type == tokenize.STRING for token in tokens) > 1
+
+
+def spelled_names(node: ast.AST) -> tuple[str, ...]:
+    """The identifiers ``node`` itself spells (not its children's): a variable, an
+    attribute, a keyword, a parameter, a definition, an import, a ``global``... (each one
+    a ``Name`` node in LibCST)."""
+    if isinstance(node, ast.Name):
+        return (node.id,)
+    if isinstance(node, ast.Attribute):
+        return (node.attr,)
+    if isinstance(node, (ast.keyword, ast.arg)):
+        return (node.arg,) if node.arg else ()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return (node.name,)
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return tuple(node.names)
+    if isinstance(node, ast.ExceptHandler):
+        return (node.name,) if node.name else ()
+    if isinstance(node, ast.alias):
+        return (*node.name.split("."), *((node.asname,) if node.asname else ()))
+    if isinstance(node, ast.ImportFrom):
+        return tuple(part for part in (node.module or "").split(".") if part)
+    return ()
