@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
 
-from gradfix.analysis import (
+from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import (
     SAVES_DIVISOR,
     SAVES_INPUTS,
     SAVES_OTHER_OPERANDS,
     SAVES_OUTPUT,
     TENSOR_OPS,
     argument,
+    argument_value,
+    argument_values,
+    call_arguments,
     is_false,
+    is_unpacked,
 )
-from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
-from gradfix.walk import walk
+from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, source_children
 
 #: Backward entry points -> (position of ``retain_graph``, position of ``create_graph``).
 GRAD_FUNCTIONS = {"torch.autograd.grad": (3, 4), "torch.autograd.backward": (2, 3)}
@@ -33,10 +39,21 @@ GRAD_CUTTING_OPS = frozenset("detach detach_ item tolist numpy argmax argmin".sp
 _MAX_DEPTH = 12
 
 #: Expressions of a graph that save tensors: id -> (expression, node it is evaluated at).
-_SavingNodes = dict[int, tuple[cst.BaseExpression, cst.CSTNode]]
+_SavingNodes = dict[int, tuple[ast.expr, ast.AST]]
+#: Loops: a backward call in one reruns with each iteration.
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+#: Nodes whose code runs apart from the statement holding them.
+_DEFERRED = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Lambda,
+    ast.ListComp,
+    ast.GeneratorExp,
+)
 
 
-class BackwardTwice(Rule):
+class BackwardTwice(AstRule):
     """
     ## What it does
     Finds two `backward()` / `torch.autograd.grad()` calls through the same autograd graph
@@ -83,7 +100,6 @@ class BackwardTwice(Rule):
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
-    prefilter = ("backward", "grad")
 
     VALID = [
         Valid(
@@ -197,7 +213,7 @@ class BackwardTwice(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         root = self._first_pass_root(node)
         if root is None or self.analysis.in_no_grad(node) or not self.analysis.imports_torch():
             return
@@ -215,39 +231,37 @@ class BackwardTwice(Rule):
                 return
 
     # -- which calls run a backward pass -------------------------------------------------
-    def _positions(self, call: cst.Call) -> tuple[int, int] | None:
-        func = call.func
+    def _positions(self, call: ast.Call) -> tuple[int, int] | None:
         name = self.analysis.call_name(call)
         if name in GRAD_FUNCTIONS:
             return GRAD_FUNCTIONS[name]
-        if name is None and isinstance(func, cst.Attribute) and func.attr.value == "backward":
+        if name is None and is_backward_call(call):
             return BACKWARD_METHOD_POSITIONS
         return None
 
-    def _root(self, call: cst.Call) -> cst.BaseExpression | None:
+    def _root(self, call: ast.Call) -> ast.expr | None:
         """The tensor a backward call differentiates (``loss`` of ``loss.backward()``)."""
         if self._positions(call) is None:
             return None
-        if isinstance(call.func, cst.Attribute) and self.analysis.call_name(call) is None:
+        if type(call.func) is ast.Attribute and self.analysis.call_name(call) is None:
             return call.func.value
-        first = argument(call, "outputs", 0) or argument(call, "tensors", 0)
-        return first.value if first is not None else None
+        return argument(call, "outputs", 0) or argument(call, "tensors", 0)
 
-    def _first_pass_root(self, call: cst.Call) -> cst.BaseExpression | None:
+    def _first_pass_root(self, call: ast.Call) -> ast.expr | None:
         """The root of ``call`` when the call frees the graph it runs through."""
         positions = self._positions(call)
-        if positions is None or any(arg.star for arg in call.args):
+        if positions is None or any(is_unpacked(arg) for arg in call_arguments(call)):
             return None
         retain = argument(call, "retain_graph", positions[0])
-        if retain is not None and not is_false(retain.value):
+        if retain is not None and not is_false(retain):
             return None
         create = argument(call, "create_graph", positions[1])
-        if create is not None and not (is_false(create.value) or retain is not None):
+        if create is not None and not (is_false(create) or retain is not None):
             return None  # create_graph=True retains the graph too
         return self._root(call)
 
     # -- what the graph saves ------------------------------------------------------------
-    def _saving_nodes(self, expr: cst.BaseExpression, at: cst.CSTNode) -> _SavingNodes:
+    def _saving_nodes(self, expr: ast.expr, at: ast.AST) -> _SavingNodes:
         """The expressions of ``expr``'s graph (following names to their reaching bindings)
         that record an op saving tensors for backward, by id.
 
@@ -260,8 +274,8 @@ class BackwardTwice(Rule):
 
     def _collect_saving(
         self,
-        expr: cst.BaseExpression,
-        at: cst.CSTNode,
+        expr: ast.expr,
+        at: ast.AST,
         recorded: bool,
         found: _SavingNodes,
         seen: set[int],
@@ -269,7 +283,7 @@ class BackwardTwice(Rule):
     ) -> None:
         if depth > _MAX_DEPTH:
             return
-        if isinstance(expr, cst.Name):
+        if type(expr) is ast.Name:
             binding = self.analysis.reaching_binding(expr, at)
             if binding is None or binding.kind != "assign" or binding.value is None:
                 return
@@ -282,7 +296,7 @@ class BackwardTwice(Rule):
         if op is None:
             if self._opaque_call_saves(expr, at, recorded):
                 found[id(expr)] = (expr, at)
-            keeps_path = isinstance(expr, (cst.Subscript, cst.Attribute))
+            keeps_path = type(expr) is ast.Subscript or type(expr) is ast.Attribute
             for operand in _operands(expr):
                 self._collect_saving(operand, at, recorded and keeps_path, found, seen, depth + 1)
             return
@@ -292,28 +306,26 @@ class BackwardTwice(Rule):
         recorded = recorded or self.analysis.requires_grad(expr, at)
         if recorded and name in SAVING_OPS:
             found[id(expr)] = (expr, at)
-        variables = [o for o in operands if not _is_constant(o)]
+        variables = [o for o in operands if not _is_constant(o, self.context.source)]
         for operand in operands:
             on_path = recorded and len(variables) == 1 and operand is variables[0]
             self._collect_saving(operand, at, on_path, found, seen, depth + 1)
 
-    def _tensor_op(
-        self, expr: cst.BaseExpression, at: cst.CSTNode
-    ) -> tuple[str, list[cst.BaseExpression]] | None:
+    def _tensor_op(self, expr: ast.expr, at: ast.AST) -> tuple[str, list[ast.expr]] | None:
         """The analysis' op of ``expr``; also a known tensor method on an unproven receiver."""
         op = self.analysis.tensor_op(expr, at)
-        if op is not None or not isinstance(expr, cst.Call):
+        if op is not None or type(expr) is not ast.Call:
             return op
         func = expr.func
-        if isinstance(func, cst.Attribute) and self.analysis.qualified_name(func) is None:
-            method = func.attr.value
+        if type(func) is ast.Attribute and self.analysis.qualified_name(func) is None:
+            method = func.attr
             if method in TENSOR_OPS or method in GRAD_CUTTING_OPS:
-                return method, [func.value, *(a.value for a in expr.args)]
+                return method, [func.value, *_argument_values(expr)]
         return None
 
-    def _opaque_call_saves(self, expr: cst.BaseExpression, at: cst.CSTNode, recorded: bool) -> bool:
+    def _opaque_call_saves(self, expr: ast.expr, at: ast.AST, recorded: bool) -> bool:
         """``expr`` calls an ``nn`` layer or a ``torch.nn.functional`` op that saves tensors."""
-        if not isinstance(expr, cst.Call):
+        if type(expr) is not ast.Call:
             return False
         if self.analysis.is_nn_layer(expr.func, at):
             return True
@@ -325,9 +337,9 @@ class BackwardTwice(Rule):
         return saves and (recorded or self.analysis.requires_grad(expr, at))
 
     # -- where the second pass comes from ------------------------------------------------
-    def _repeating_loop(self, call: cst.Call, root: cst.BaseExpression) -> cst.CSTNode | None:
+    def _repeating_loop(self, call: ast.Call, root: ast.expr) -> ast.AST | None:
         """The innermost loop around ``call`` that reruns it on a graph built before it."""
-        if not isinstance(root, cst.Name):
+        if type(root) is not ast.Name:
             return None
         binding = self.analysis.reaching_binding(root, call)
         if binding is None:
@@ -336,131 +348,111 @@ class BackwardTwice(Rule):
         for ancestor in self.analysis.ancestors(call):
             if ancestor is scope.node:
                 return None
-            if isinstance(ancestor, (cst.For, cst.While)):
+            if isinstance(ancestor, _LOOPS):
                 body = ancestor.body
-                built_inside = self.analysis.contains(body, binding.node) or any(
-                    self.analysis.contains(body, b.node) for b in self.analysis.bindings(root)
+                built_inside = self.analysis.block_contains(body, binding.node) or any(
+                    self.analysis.block_contains(body, b.node) for b in self.analysis.bindings(root)
                 )
                 return None if built_inside else ancestor
         return None
 
-    def _rest_of_block(self, call: cst.Call) -> _CallCollector:
+    def _rest_of_block(self, call: ast.Call) -> _CallCollector:
         """Calls and augmented assignments of the statements of ``call``'s block from
         ``call``'s statement on (they run after it whenever it runs), same scope only."""
         collector = _CallCollector()
         statement = self.analysis.enclosing_statement(call)
-        block = self.analysis.parent(statement) if statement is not None else None
-        siblings = getattr(block, "body", None)
-        if not isinstance(siblings, (list, tuple)) or statement not in siblings:
+        while statement is not None and self.analysis.in_one_line_suite(statement):
+            # ``if c: loss.backward()``: LibCST's statement is the ``if`` (in its block)
+            owner = self.analysis.parent(statement)
+            statement = self.analysis.enclosing_statement(owner) if owner else None
+        block = None if statement is None else self.analysis.statement_block(statement)
+        if block is None:
             return collector
-        for sibling in siblings[list(siblings).index(statement) :]:
-            walk(sibling, collector)
+        start = next(i for i, sibling in enumerate(block) if sibling is statement)
+        for sibling in block[start:]:
+            collector.visit(sibling)
         return collector
 
-    def _later_backward_calls(self, call: cst.Call) -> Iterator[cst.Call]:
+    def _later_backward_calls(self, call: ast.Call) -> Iterator[ast.Call]:
         for later in self._rest_of_block(call).calls:
             if self.analysis.index(later) > self.analysis.index(call) and self._positions(later):
                 yield later
 
-    def _fix(self, call: cst.Call, later: cst.Call) -> Fix | None:
+    def _fix(self, call: ast.Call, later: ast.Call) -> FixPlan | None:
         if self._updates_between(call, later):
             return None
         positions = self._positions(call)
         assert positions is not None
-        retain = argument(call, "retain_graph", positions[0])
-        true = cst.Name("True")
-        if retain is not None:
-            new_args = [a.with_changes(value=true) if a is retain else a for a in call.args]
-        else:
-            new_args = _append_keyword(call, "retain_graph", true)
-        return self.replace(call, call.with_changes(args=new_args), "Pass `retain_graph=True`")
 
-    def _updates_between(self, call: cst.Call, later: cst.Call) -> bool:
+        def retain_graph(editor: Editor, node: cst.CSTNode) -> cst.Call:
+            assert isinstance(node, cst.Call)
+            retain = cst_argument(node, "retain_graph", positions[0])
+            true = cst.Name("True")
+            if retain is None:
+                return with_argument(node, "retain_graph", true)
+            args = [a.with_changes(value=true) if a is retain else a for a in node.args]
+            return node.with_changes(args=args)
+
+        return self.plan_replace(call, retain_graph, "Pass `retain_graph=True`")
+
+    def _updates_between(self, call: ast.Call, later: ast.Call) -> bool:
         """An optimizer step or an in-place op runs between the two calls."""
         start, end = self.analysis.index(call), self.analysis.index(later)
         rest = self._rest_of_block(call)
         for other in rest.calls:
             func = other.func
-            if start < self.analysis.index(other) < end and isinstance(func, cst.Attribute):
-                if func.attr.value == "step" or func.attr.value.endswith("_"):
+            if start < self.analysis.index(other) < end and type(func) is ast.Attribute:
+                if func.attr == "step" or func.attr.endswith("_"):
                     return True
         return any(start < self.analysis.index(a) < end for a in rest.augassigns)
 
 
-class _CallCollector(cst.CSTVisitor):
-    """Calls and augmented assignments, outside nested functions and classes."""
+class _CallCollector(ast.NodeVisitor):
+    """Calls and augmented assignments in source order, outside nested functions, classes,
+    lambdas, list comprehensions and generator expressions."""
 
     def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-        self.augassigns: list[cst.AugAssign] = []
+        self.calls: list[ast.Call] = []
+        self.augassigns: list[ast.AugAssign] = []
 
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.augassigns.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_ListComp(self, node: cst.ListComp) -> bool:
-        return False
-
-    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
-        return False
+    def generic_visit(self, node: ast.AST) -> None:
+        if type(node) is ast.Call:
+            self.calls.append(node)
+        elif type(node) is ast.AugAssign:
+            self.augassigns.append(node)
+        elif isinstance(node, _DEFERRED):
+            return
+        for child in source_children(node):
+            self.visit(child)
 
 
-def _operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+def _argument_values(call: ast.Call) -> list[ast.expr]:
+    """The values of ``call``'s arguments in source order (keywords may precede ``*args``)."""
+    if call.keywords and call.args:
+        return [argument_value(a) for a in source_children(call)[1:]]  # type: ignore[arg-type]
+    return argument_values(call)
+
+
+def _operands(expr: ast.expr) -> list[ast.expr]:
     """The sub-expressions whose values flow into ``expr`` (not names of methods)."""
-    if isinstance(expr, cst.Attribute):
+    if type(expr) is ast.Attribute or type(expr) is ast.Subscript:
         return [expr.value]
-    if isinstance(expr, cst.Call):
-        func = [expr.func.value] if isinstance(expr.func, cst.Attribute) else []
-        return func + [arg.value for arg in expr.args]
-    if isinstance(expr, cst.BinaryOperation):
+    if type(expr) is ast.Call:
+        func = [expr.func.value] if type(expr.func) is ast.Attribute else []
+        return func + _argument_values(expr)
+    if type(expr) is ast.BinOp:
         return [expr.left, expr.right]
-    if isinstance(expr, cst.UnaryOperation):
-        return [expr.expression]
-    if isinstance(expr, cst.Subscript):
-        return [expr.value]
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        return [element.value for element in expr.elements]
+    if type(expr) is ast.UnaryOp:
+        return [expr.operand]
+    if type(expr) is ast.Tuple or type(expr) is ast.List:
+        return [argument_value(element) for element in expr.elts]
     return []
 
 
-def _append_keyword(call: cst.Call, keyword: str, value: cst.BaseExpression) -> list[cst.Arg]:
-    """``call``'s arguments plus ``keyword=value``, keeping its layout (a trailing comma
-    or a multi-line argument list stays as it is)."""
-    new_arg = cst.Arg(
-        value=value,
-        keyword=cst.Name(keyword),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-    )
-    args = list(call.args)
-    if not args:
-        return [new_arg]
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        # A trailing comma: the old last argument takes the separator used between the
-        # arguments, and the new one the trailing comma (with the line break before ``)``).
-        between = args[-2].comma if len(args) > 1 else cst.MaybeSentinel.DEFAULT
-        if not isinstance(between, cst.Comma):
-            between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        args[-1] = last.with_changes(comma=between)
-        return [*args, new_arg.with_changes(comma=last.comma)]
-    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return [*args, new_arg]
-
-
-def _is_constant(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.UnaryOperation):
-        return _is_constant(expr.expression)
-    if isinstance(expr, cst.Name):
-        return expr.value in ("True", "False", "None")
-    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString))
+def _is_constant(expr: ast.expr, source: str) -> bool:
+    """A literal number, string, ``True``, ``False`` or ``None`` (signs allowed)."""
+    if type(expr) is ast.UnaryOp:
+        return _is_constant(expr.operand, source)
+    if type(expr) is not ast.Constant or type(expr.value) in (complex, type(...)):
+        return False
+    return not is_concatenated_string(expr, source)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ast
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import VIEW_ATTRIBUTES, argument, is_true
-from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor, as_keyword
+from gradfix.rule import AstRule, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import (
+    VIEW_ATTRIBUTES,
+    argument,
+    argument_value,
+    argument_values,
+    call_arguments,
+    is_true,
+    is_unpacked,
+)
+from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, spelled_names
 from gradfix.torch_facts import FACTORIES
 from gradfix.walk import walk
 
@@ -25,17 +36,20 @@ TENSOR_METHODS = frozenset(
 #: Calls after which ``.grad`` holds more than the create_graph pass put there.
 GRAD_WRITERS = frozenset({"backward", "step"})
 _MAX_DEPTH = 12
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+#: Scopes nested in a scope: a use in one may run at any time.
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 @dataclass
 class GradRead:
     """``x.grad`` read after the backward call: replaced by the returned gradient."""
 
-    node: cst.Attribute
+    node: ast.Attribute
     leaf: str
 
 
-class CreateGraphBackward(Rule):
+class CreateGraphBackward(AstRule):
     """
     ## What it does
     Finds `loss.backward(create_graph=True)` and
@@ -94,7 +108,6 @@ class CreateGraphBackward(Rule):
     )
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
-    prefilter = ("create_graph",)
 
     VALID = [
         Valid(
@@ -217,178 +230,154 @@ class CreateGraphBackward(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         root = self._create_graph_root(node)
         if root is None or not self.analysis.imports_torch():
             return
         self.report(node, fix=self._fix(node, root))
 
     # -- the call ------------------------------------------------------------------------
-    def _positions(self, call: cst.Call) -> dict[str, int] | None:
-        func = call.func
+    def _positions(self, call: ast.Call) -> dict[str, int] | None:
         name = self.analysis.call_name(call)
         if name == "torch.autograd.backward":
             return AUTOGRAD_BACKWARD
-        if name is None and isinstance(func, cst.Attribute) and func.attr.value == "backward":
+        if name is None and is_backward_call(call):
             return TENSOR_BACKWARD
         return None
 
-    def _create_graph_root(self, call: cst.Call) -> cst.BaseExpression | None:
+    def _create_graph_root(self, call: ast.Call) -> ast.expr | None:
         """The tensor ``call`` differentiates when it passes ``create_graph=True``."""
         positions = self._positions(call)
-        if positions is None or any(arg.star for arg in call.args):
+        if positions is None or any(is_unpacked(arg) for arg in call_arguments(call)):
             return None
         create = argument(call, "create_graph", positions["create_graph"])
-        if create is None or not is_true(create.value):
+        if not is_true(create):
             return None  # a flag variable: timm's scalers pass False unless asked
         if positions is TENSOR_BACKWARD:
-            assert isinstance(call.func, cst.Attribute)
+            assert isinstance(call.func, ast.Attribute)
             return call.func.value
-        first = argument(call, "tensors", 0)
-        return first.value if first is not None else None
+        return argument(call, "tensors", 0)
 
     # -- the fix -------------------------------------------------------------------------
-    def _fix(self, call: cst.Call, root: cst.BaseExpression) -> Fix | None:
+    def _fix(self, call: ast.Call, root: ast.expr) -> FixPlan | None:
         statement = self.analysis.parent(call)
-        if not isinstance(statement, cst.Expr) or self.analysis.in_no_grad(call):
+        if type(statement) is not ast.Expr or self.analysis.in_no_grad(call):
             return None
         leaves = self._graph_leaves(root, call, 0)
         if not leaves or argument(call, "inputs", None) is not None:
             return None
         scope = self.analysis.scope_of(call)
-        if any(not self._leaf_is_private(leaf, call, scope.node) for leaf in leaves):
+        if any(not self._leaf_is_private(leaf, scope.node) for leaf in leaves):
             return None
         if not self._grad_empty_before(call, leaves):
             return None
         reads = self._grad_reads_after(call, statement, set(leaves), scope.node)
         if reads is None or {read.leaf for read in reads} != set(leaves):
             return None
+        if self._other_positional(call, root):
+            return None
         return self._rewrite(call, statement, root, reads)
 
-    def _rewrite(
-        self, call: cst.Call, statement: cst.Expr, root: cst.BaseExpression, reads: list[GradRead]
-    ) -> Fix | None:
-        order = list(dict.fromkeys(read.leaf for read in reads))
-        names = {leaf: self._fresh_name(f"{leaf}_grad") for leaf in order}
-        inputs: cst.BaseExpression = cst.Name(order[0])
-        if len(order) > 1:
-            inputs = cst.Tuple([cst.Element(cst.Name(leaf)) for leaf in order])
-        arguments = self._grad_arguments(call, root, inputs)
-        if arguments is None:
-            return None
-        grad_call = cst.Call(
-            func=self.analysis.torch_attr("autograd.grad"),
-            args=arguments,
-            whitespace_before_args=call.whitespace_before_args,
-        )
-        targets = [cst.Element(cst.Name(names[leaf])) for leaf in order]
-        # ``(x_grad,) = ...`` for one input, ``x_grad, w_grad = ...`` for several
-        target = cst.Tuple(targets) if len(targets) == 1 else cst.Tuple(targets, lpar=[], rpar=[])
-        assign = cst.Assign([cst.AssignTarget(target)], grad_call, statement.semicolon)
-        edits = [Edit(statement, assign)]
-        edits += [Edit(read.node, cst.Name(names[read.leaf])) for read in reads]
-        imports = () if self.analysis.torch_alias() else ("torch",)
-        return self.fix(edits, "Use `torch.autograd.grad`", imports=imports)
-
-    def _grad_arguments(
-        self, call: cst.Call, root: cst.BaseExpression, inputs: cst.BaseExpression
-    ) -> list[cst.Arg] | None:
-        """``root, inputs`` then the call's options (``gradient`` as ``grad_outputs``);
-        None for positional options other than the gradient."""
+    def _other_positional(self, call: ast.Call, root: ast.expr) -> bool:
+        """``call`` passes a positional option other than the gradient: no keyword of
+        ``torch.autograd.grad`` is known to take it."""
         positions = self._positions(call) or {}
-        space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        kept: list[cst.Arg] = []
-        for index, arg in enumerate(call.args):
-            keyword = arg.keyword.value if arg.keyword else None
-            if arg.value is root:
-                continue
-            if keyword in ("gradient", "grad_tensors") or (
-                keyword is None and index == positions["gradient"]
-            ):
-                arg = arg.with_changes(
-                    keyword=cst.Name("grad_outputs"),
-                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                )
-            elif keyword is None:
-                return None
-            kept.append(arg)
-        last_comma = space if kept else cst.MaybeSentinel.DEFAULT
-        return [cst.Arg(root, comma=space), cst.Arg(inputs, comma=last_comma), *kept]
+        return any(
+            arg is not root and index != positions["gradient"]
+            for index, arg in enumerate(call.args)
+        )
 
-    def _fresh_name(self, wanted: str) -> str:
-        used = {n.value for n in _names(self.analysis.module)}
-        name, counter = wanted, 2
-        while name in used:
-            name, counter = f"{wanted}{counter}", counter + 1
-        return name
+    def _rewrite(
+        self, call: ast.Call, statement: ast.Expr, root: ast.expr, reads: list[GradRead]
+    ) -> FixPlan:
+        order = list(dict.fromkeys(read.leaf for read in reads))
+        gradient = self._positions(call) or {}
+
+        def build(editor: Editor) -> list[Edit]:
+            node, line, root_node = editor.node(call), editor.node(statement), editor.node(root)
+            assert isinstance(node, cst.Call) and isinstance(line, cst.Expr)
+            used = {n.value for n in _names(editor.module)}
+            names = {leaf: _fresh_name(f"{leaf}_grad", used) for leaf in order}
+            inputs: cst.BaseExpression = cst.Name(order[0])
+            if len(order) > 1:
+                inputs = cst.Tuple([cst.Element(cst.Name(leaf)) for leaf in order])
+            grad_call = cst.Call(
+                func=editor.torch_attr("autograd.grad"),
+                args=_grad_arguments(node, root_node, inputs, gradient["gradient"]),
+                whitespace_before_args=node.whitespace_before_args,
+            )
+            targets = [cst.Element(cst.Name(names[leaf])) for leaf in order]
+            # ``(x_grad,) = ...`` for one input, ``x_grad, w_grad = ...`` for several
+            target = (
+                cst.Tuple(targets) if len(targets) == 1 else cst.Tuple(targets, lpar=[], rpar=[])
+            )
+            assign = cst.Assign([cst.AssignTarget(target)], grad_call, line.semicolon)
+            edits = [Edit(line, assign)]
+            edits += [Edit(editor.node(read.node), cst.Name(names[read.leaf])) for read in reads]
+            return edits
+
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        return self.plan(build, "Use `torch.autograd.grad`", imports=imports)
 
     # -- which leaves the loss depends on -------------------------------------------------
-    def _graph_leaves(
-        self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int
-    ) -> dict[str, cst.CSTNode] | None:
+    def _graph_leaves(self, expr: ast.expr, at: ast.AST, depth: int) -> dict[str, ast.AST] | None:
         """The local leaf names ``expr`` depends on (name -> its binding statement), or None
         when some part of its graph is unknown (a layer, a function, an argument)."""
         if depth > _MAX_DEPTH:
             return None
-        if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)):
-            return {}
-        if isinstance(expr, cst.Name):
+        if isinstance(expr, ast.Constant):
+            known = expr.value is not ... and not is_concatenated_string(expr, self.context.source)
+            return {} if known else None
+        if isinstance(expr, ast.Name):
             return self._name_leaves(expr, at, depth)
-        if isinstance(expr, cst.Attribute):
-            if expr.attr.value in DETACHING or self.analysis.qualified_name(expr):
+        if isinstance(expr, ast.Attribute):
+            if expr.attr in DETACHING or self.analysis.qualified_name(expr):
                 return {}
-            if expr.attr.value in VIEW_ATTRIBUTES:
+            if expr.attr in VIEW_ATTRIBUTES:
                 return self._graph_leaves(expr.value, at, depth + 1)
             return None
-        if isinstance(expr, cst.Subscript):
+        if isinstance(expr, ast.Subscript):
             return self._graph_leaves(expr.value, at, depth + 1)
-        if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr, ast.BinOp):
             return self._union([expr.left, expr.right], at, depth)
-        if isinstance(expr, cst.UnaryOperation):
-            return self._graph_leaves(expr.expression, at, depth + 1)
-        if isinstance(expr, (cst.Tuple, cst.List)):
-            return self._union([e.value for e in expr.elements], at, depth)
-        if isinstance(expr, cst.Call):
+        if isinstance(expr, ast.UnaryOp):
+            return self._graph_leaves(expr.operand, at, depth + 1)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return self._union([argument_value(e) for e in expr.elts], at, depth)
+        if isinstance(expr, ast.Call):
             return self._call_leaves(expr, at, depth)
         return None
 
-    def _name_leaves(
-        self, name: cst.Name, at: cst.CSTNode, depth: int
-    ) -> dict[str, cst.CSTNode] | None:
-        if name.value in ("True", "False", "None"):
-            return {}
+    def _name_leaves(self, name: ast.Name, at: ast.AST, depth: int) -> dict[str, ast.AST] | None:
         reason = self.analysis.leaf_reason(name, at)
         binding = self.analysis.reaching_binding(name, at)
         if reason is not None:
             if binding is None or binding.kind != "assign":
                 return None  # a parameter of the function or a loop variable
-            return {name.value: binding.node}
+            return {name.id: binding.node}
         if binding is None:
             return {} if self.analysis.qualified_name(name) else None
         if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
             return None
         return self._graph_leaves(binding.value, binding.node, depth + 1)
 
-    def _call_leaves(
-        self, call: cst.Call, at: cst.CSTNode, depth: int
-    ) -> dict[str, cst.CSTNode] | None:
+    def _call_leaves(self, call: ast.Call, at: ast.AST, depth: int) -> dict[str, ast.AST] | None:
         func = call.func
         name = self.analysis.call_name(call)
-        arguments = [arg.value for arg in call.args]
+        arguments = argument_values(call)
         if name is not None:
             if not name.startswith("torch.") or name.startswith(("torch.nn.", "torch.optim")):
                 if not name.startswith("torch.nn.functional."):
                     return None
             if name in FACTORIES:
-                flag = argument(call, "requires_grad", None)
-                return {} if flag is None or not is_true(flag.value) else None
+                return {} if not is_true(argument(call, "requires_grad", None)) else None
             return self._union(arguments, at, depth)
-        if not isinstance(func, cst.Attribute):
+        if type(func) is not ast.Attribute:
             return None
-        if func.attr.value in DETACHING:
+        if func.attr in DETACHING:
             return {}
         receiver = self._graph_leaves(func.value, at, depth + 1)
-        if receiver is None or (arguments and func.attr.value not in TENSOR_METHODS):
+        if receiver is None or (arguments and func.attr not in TENSOR_METHODS):
             # ``x.sum(dim=0)``-like options are fine; tensor arguments of unknown methods not
             if any(self._graph_leaves(a, at, depth + 1) != {} for a in arguments):
                 return None
@@ -397,10 +386,8 @@ class CreateGraphBackward(Rule):
         others = self._union(arguments, at, depth)
         return None if others is None else {**receiver, **others}
 
-    def _union(
-        self, exprs: list[cst.BaseExpression], at: cst.CSTNode, depth: int
-    ) -> dict[str, cst.CSTNode] | None:
-        found: dict[str, cst.CSTNode] = {}
+    def _union(self, exprs: list[ast.expr], at: ast.AST, depth: int) -> dict[str, ast.AST] | None:
+        found: dict[str, ast.AST] = {}
         for expr in exprs:
             leaves = self._graph_leaves(expr, at, depth + 1)
             if leaves is None:
@@ -409,94 +396,101 @@ class CreateGraphBackward(Rule):
         return found
 
     # -- where the leaves and their gradients go ----------------------------------------------
-    def _leaf_is_private(self, leaf: str, call: cst.Call, scope: cst.CSTNode) -> bool:
+    def _leaf_is_private(self, leaf: str, scope: ast.AST) -> bool:
         """Every use of ``leaf`` in its scope is a tensor op, an attribute or a binding:
-        no optimizer, container, function or closure can read its ``.grad``."""
-        for use in _names(scope):
-            if use.value != leaf:
+        no optimizer, container, function or closure can read its ``.grad``.
+
+        Every identifier spelled ``leaf`` counts (an attribute's or a keyword's name too)."""
+        for use in ast.walk(scope):
+            private = self._private_spelling(use, leaf)
+            if private is None:
                 continue
-            if any(
-                isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-                and self.analysis.contains(scope, a)
-                and a is not scope
-                for a in self.analysis.ancestors(use)
-            ):
-                return False
-            if not self._is_private_use(use):
+            if not private or self._in_nested_scope(use, scope):
                 return False
         return True
 
-    def _is_private_use(self, use: cst.Name) -> bool:
-        parent = self.analysis.parent(use)
-        if isinstance(parent, cst.Attribute) and parent.value is use:
-            return True
-        if isinstance(parent, (cst.AssignTarget, cst.Param)):
-            return True
-        child: cst.CSTNode = use
-        for ancestor in self.analysis.ancestors(use):
-            if isinstance(ancestor, cst.Call) and child is not ancestor.func:
-                return self._is_tensor_call(ancestor)
-            if isinstance(
-                ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript, cst.Comparison)
-            ):
+    def _in_nested_scope(self, node: ast.AST, scope: ast.AST) -> bool:
+        """``node`` is in a function, lambda or class defined inside ``scope``."""
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is scope:
+                return False
+            if isinstance(ancestor, _NESTED_SCOPES):
                 return True
-            if isinstance(
-                ancestor,
-                (
-                    cst.BaseSmallStatement,
-                    cst.BaseCompoundStatement,
-                    cst.List,
-                    cst.Tuple,
-                    cst.Set,
-                    cst.Dict,
-                ),
-            ):
-                return isinstance(ancestor, cst.Expr)
+        return False
+
+    def _private_spelling(self, node: ast.AST, leaf: str) -> bool | None:
+        """Whether ``node`` spells ``leaf`` in a use that keeps it private (None: it does
+        not spell ``leaf``)."""
+        if isinstance(node, ast.Name):
+            return self._is_private_use(node) if node.id == leaf else None
+        if isinstance(node, ast.Attribute):
+            return self._is_private_in(node) if node.attr == leaf else None
+        if isinstance(node, ast.keyword):
+            return self._is_private_in(node) if node.arg == leaf else None
+        if isinstance(node, ast.arg):
+            return True if node.arg == leaf else None
+        return _import_head(node, leaf) if leaf in spelled_names(node) else None
+
+    def _is_private_use(self, use: ast.Name) -> bool:
+        parent = self.analysis.parent(use)
+        if type(parent) is ast.Attribute:
+            return True
+        if type(parent) is ast.Assign and any(t is use for t in parent.targets):
+            return True
+        return self._is_private_in(use)
+
+    def _is_private_in(self, child: ast.AST) -> bool:
+        """What encloses ``child`` uses it as a tensor: an operand, an argument of a torch
+        op, an expression statement."""
+        for ancestor in self.analysis.ancestors(child):
+            if type(ancestor) is ast.Call and child is not ancestor.func:
+                return self._is_tensor_call(ancestor)
+            if isinstance(ancestor, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Compare)):
+                return True
+            if isinstance(ancestor, (ast.stmt, ast.List, ast.Tuple, ast.Set, ast.Dict)):
+                return type(ancestor) is ast.Expr
             child = ancestor
         return False
 
-    def _is_tensor_call(self, call: cst.Call) -> bool:
+    def _is_tensor_call(self, call: ast.Call) -> bool:
         name = self.analysis.call_name(call)
         if name is not None:
             return name.startswith("torch.") and not name.startswith(
                 ("torch.optim", "torch.nn.Parameter", "torch.nn.utils")
             )
         func = call.func
-        if isinstance(func, cst.Name):
-            return func.value == "print"
-        return isinstance(func, cst.Attribute) and func.attr.value in TENSOR_METHODS
+        if type(func) is ast.Name:
+            return func.id == "print"
+        return type(func) is ast.Attribute and func.attr in TENSOR_METHODS
 
-    def _grad_empty_before(self, call: cst.Call, leaves: dict[str, cst.CSTNode]) -> bool:
+    def _grad_empty_before(self, call: ast.Call, leaves: dict[str, ast.AST]) -> bool:
         """No backward pass could have filled the leaves' ``.grad`` before ``call``."""
         scope = self.analysis.scope_of(call).node
         start = min(self.analysis.end_index(node) for node in leaves.values())
         for loop in self.analysis.ancestors(call):
             if loop is scope:
                 break
-            if isinstance(loop, (cst.For, cst.While)) and start < self.analysis.index(loop):
+            if isinstance(loop, _LOOPS) and start < self.analysis.index(loop):
                 return False  # the leaf lives across iterations: ``.grad`` accumulates
         end = self.analysis.index(call)
         return not any(start < self.analysis.index(other) < end for other in _grad_writers(scope))
 
     def _grad_reads_after(
-        self, call: cst.Call, statement: cst.Expr, leaves: set[str], scope: cst.CSTNode
+        self, call: ast.Call, statement: ast.Expr, leaves: set[str], scope: ast.AST
     ) -> list[GradRead] | None:
         """The ``.grad`` reads after ``call``, if all of them can take the returned gradients:
         reads of the leaves, in the call's block, before any other backward or step."""
-        line = self.analysis.parent(statement)
-        block = self.analysis.parent(line) if line is not None else None
-        if block is None:
-            return None
+        in_block = self._block_of(statement)
         after = self.analysis.end_index(call)
         writers = [self.analysis.index(w) for w in _grad_writers(scope)]
         next_writer = min((w for w in writers if w > after), default=None)
         reads: list[GradRead] = []
-        for attr in _grad_attributes(scope):
+        for attr in _grad_attributes(scope, self.analysis.index):
             position = self.analysis.index(attr)
             if position < after or self.analysis.qualified_name(attr):
                 continue
-            leaf = attr.value.value if isinstance(attr.value, cst.Name) else None
-            if leaf not in leaves or not self.analysis.contains(block, attr):
+            leaf = attr.value.id if type(attr.value) is ast.Name else None
+            if leaf not in leaves or not in_block(attr):
                 return None
             if next_writer is not None and position > next_writer:
                 return None
@@ -505,47 +499,113 @@ class CreateGraphBackward(Rule):
             reads.append(GradRead(attr, leaf))
         return reads
 
-    def _is_store(self, attr: cst.Attribute) -> bool:
-        parent = self.analysis.parent(attr)
-        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
-            isinstance(parent, cst.Element)
-            and isinstance(self.analysis.parent(parent), (cst.Tuple, cst.List))
-            and any(isinstance(a, cst.AssignTarget) for a in self.analysis.ancestors(parent))
-        )
+    def _block_of(self, statement: ast.Expr) -> Callable[[ast.AST], bool]:
+        """Whether a node is in the block of ``statement`` as LibCST holds it: a one-line
+        suite (``if c: y.backward(...)``) belongs to its header's whole clause."""
+        analysis = self.analysis
+        block = analysis.statement_block(statement) or []
+        owner = analysis.parent(statement)
+        if owner is not None and analysis.in_one_line_suite(statement):
+            if getattr(owner, "body", None) is block:
+                return lambda node: analysis.contains(owner, node)
+        return lambda node: analysis.block_contains(block, node)
 
-    def _in_loop_with_writer(self, read: cst.CSTNode, call: cst.Call, scope: cst.CSTNode) -> bool:
+    def _is_store(self, attr: ast.Attribute) -> bool:
+        """``x.grad = ...``, ``x.grad += ...``, ``del x.grad``, ``a, x.grad = ...``."""
+        parent = self.analysis.parent(attr)
+        if isinstance(parent, ast.Assign):
+            return any(t is attr for t in parent.targets)
+        if isinstance(parent, ast.AugAssign):
+            return True  # the target, also the value (``total += x.grad``)
+        if isinstance(parent, ast.Delete):
+            return len(parent.targets) == 1  # ``del x.grad, y`` deletes a tuple's items
+        if isinstance(parent, (ast.Tuple, ast.List)) and not self._indices(parent):
+            return self._in_assign_target(parent)
+        return False
+
+    def _indices(self, node: ast.Tuple | ast.List) -> bool:
+        """``x[a, b]``: the indices of a subscript, not a tuple (``x[(a, b)]``)."""
+        subscript = self.analysis.parent(node)
+        if not isinstance(subscript, ast.Subscript) or subscript.slice is not node:
+            return False
+        return not (ast.get_source_segment(self.context.source, node) or "").startswith("(")
+
+    def _in_assign_target(self, node: ast.AST) -> bool:
+        child = node
+        for ancestor in self.analysis.ancestors(node):
+            if isinstance(ancestor, ast.Assign):
+                return any(t is child for t in ancestor.targets)
+            child = ancestor
+        return False
+
+    def _in_loop_with_writer(self, read: ast.AST, call: ast.Call, scope: ast.AST) -> bool:
         """``read`` repeats in a loop (not around ``call``) that also runs a backward/step."""
         for loop in self.analysis.ancestors(read):
             if loop is scope:
                 return False
-            if isinstance(loop, (cst.For, cst.While)) and not self.analysis.contains(loop, call):
+            if isinstance(loop, _LOOPS) and not self.analysis.contains(loop, call):
                 if any(self.analysis.contains(loop, w) for w in _grad_writers(loop)):
                     return True
         return False
 
 
+def _grad_arguments(
+    call: cst.Call, root: cst.CSTNode, inputs: cst.BaseExpression, gradient: int
+) -> list[cst.Arg]:
+    """``root, inputs`` then the call's options (``gradient`` as ``grad_outputs``); the
+    rule left calls with other positional options without a fix."""
+    space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    kept: list[cst.Arg] = []
+    for index, arg in enumerate(call.args):
+        keyword = arg.keyword.value if arg.keyword else None
+        if arg.value is root:
+            continue
+        if keyword in ("gradient", "grad_tensors") or (keyword is None and index == gradient):
+            arg = as_keyword(arg, "grad_outputs")
+        kept.append(arg)
+    last_comma = space if kept else cst.MaybeSentinel.DEFAULT
+    assert isinstance(root, cst.BaseExpression)
+    return [cst.Arg(root, comma=space), cst.Arg(inputs, comma=last_comma), *kept]
+
+
+def _fresh_name(wanted: str, used: set[str]) -> str:
+    name, counter = wanted, 2
+    while name in used:
+        name, counter = f"{wanted}{counter}", counter + 1
+    return name
+
+
 def _names(node: cst.CSTNode) -> Iterator[cst.Name]:
+    """Every identifier of the LibCST tree: the names the fix must not shadow."""
     collector = _Collect(cst.Name)
     walk(node, collector)
     yield from collector.found  # type: ignore[misc]
 
 
-def _grad_attributes(node: cst.CSTNode) -> list[cst.Attribute]:
-    collector = _Collect(cst.Attribute)
-    walk(node, collector)
-    return [a for a in collector.found if isinstance(a, cst.Attribute) and a.attr.value == "grad"]
+def _import_head(node: ast.AST, leaf: str) -> bool:
+    """``import x.y``: ``x`` is the only spelling of ``leaf`` and the head of a dotted
+    name (LibCST's attribute value)."""
+    if isinstance(node, ast.alias):
+        dotted = node.name
+    elif isinstance(node, ast.ImportFrom):
+        dotted = node.module or ""
+    else:
+        return False
+    return spelled_names(node).count(leaf) == 1 and dotted.startswith(f"{leaf}.")
 
 
-def _grad_writers(node: cst.CSTNode) -> list[cst.Call]:
+def _grad_attributes(node: ast.AST, order: Callable[[ast.AST], int]) -> list[ast.Attribute]:
+    """The ``.grad`` attributes under ``node`` in source order."""
+    found = [a for a in ast.walk(node) if type(a) is ast.Attribute and a.attr == "grad"]
+    return sorted(found, key=order)  # type: ignore[arg-type]
+
+
+def _grad_writers(node: ast.AST) -> list[ast.Call]:
     """Calls that may write ``.grad``: ``backward()`` / ``autograd.backward`` / ``step()``."""
-    collector = _Collect(cst.Call)
-    walk(node, collector)
     return [
         c
-        for c in collector.found
-        if isinstance(c, cst.Call)
-        and isinstance(c.func, cst.Attribute)
-        and c.func.attr.value in GRAD_WRITERS
+        for c in ast.walk(node)
+        if type(c) is ast.Call and type(c.func) is ast.Attribute and c.func.attr in GRAD_WRITERS
     ]
 
 

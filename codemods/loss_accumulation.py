@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
-from gradfix.rule import Edit, Fix, FixSafety, Invalid, Rule, Valid
-from gradfix.walk import walk
+from gradfix.edits import Editor
+from gradfix.rule import AstRule, Edit, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic.syntax import is_backward_call, spelled_names
 
 #: Calls that turn their argument into something printed or logged.
 LOG_FUNCTIONS = frozenset({"print", "float", "int", "round", "str", "repr", "len", "format"})
@@ -18,9 +21,13 @@ LOG_METHODS = frozenset(
 PASS_THROUGH_FUNCTIONS = frozenset({"sum", "min", "max", "abs", "mean", "median", "fmean"})
 #: How deep ``avg = total / n`` / ``history.append(avg)`` chains are followed.
 MAX_DEPTH = 3
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+#: Nodes a use passes through unchanged on its way to what consumes it.
+_CONTAINERS = (ast.UnaryOp, ast.Tuple, ast.List, ast.Dict)
 
 
-class LossAccumulation(Rule):
+class LossAccumulation(AstRule):
     """
     ## What it does
     Finds a loss that requires grad summed into a running total (`total_loss += loss`,
@@ -67,7 +74,6 @@ class LossAccumulation(Rule):
     message = "Accumulating a loss that requires grad keeps every iteration's graph alive"
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("+=", "append", "+")
 
     VALID = [
         Valid(
@@ -213,43 +219,47 @@ class LossAccumulation(Rule):
         ),
     ]
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if isinstance(node.operator, cst.AddAssign) and isinstance(node.target, cst.Name):
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if type(node.op) is ast.Add and type(node.target) is ast.Name:
             self._check(node, node.target, node.value, list_accumulator=False)
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def visit_Assign(self, node: ast.Assign) -> None:
         value = node.value
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+        if len(node.targets) != 1 or type(node.targets[0]) is not ast.Name:
             return
-        target = node.targets[0].target
+        target = node.targets[0]
         if (
-            isinstance(value, cst.BinaryOperation)
-            and isinstance(value.operator, cst.Add)
-            and isinstance(value.left, cst.Name)
-            and value.left.value == target.value
+            type(value) is ast.BinOp
+            and type(value.op) is ast.Add
+            and type(value.left) is ast.Name
+            and value.left.id == target.id
         ):
             self._check(node, target, value.right, list_accumulator=False)
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "append"
-            and isinstance(func.value, cst.Name)
+            type(func) is ast.Attribute
+            and func.attr == "append"
+            and type(func.value) is ast.Name
             and len(node.args) == 1
-            and node.args[0].keyword is None
-            and not node.args[0].star
-            and isinstance(
-                self.analysis.parent(self.analysis.parent(node)), cst.SimpleStatementLine
-            )
+            and not node.keywords
+            and type(node.args[0]) is not ast.Starred
+            and self._is_statement_line(node)
         ):
-            self._check(node, func.value, node.args[0].value, list_accumulator=True)
+            self._check(node, func.value, node.args[0], list_accumulator=True)
+
+    def _is_statement_line(self, call: ast.Call) -> bool:
+        """``call`` is an expression statement on a line of its own block (not in a
+        one-line suite such as ``if c: losses.append(loss)``)."""
+        statement = self.analysis.parent(call)
+        return type(statement) is ast.Expr and not self.analysis.in_one_line_suite(statement)
 
     def _check(
         self,
-        node: cst.CSTNode,
-        accumulator: cst.Name,
-        value: cst.BaseExpression,
+        node: ast.stmt | ast.Call,
+        accumulator: ast.Name,
+        value: ast.expr,
         *,
         list_accumulator: bool,
     ) -> None:
@@ -260,47 +270,52 @@ class LossAccumulation(Rule):
             return
         if not self._starts_empty(accumulator, node, list_accumulator):
             return
-        verdict = self._only_logged(accumulator.value, node, {node}, 0)
+        verdict = self._only_logged(accumulator.id, node, {node}, 0)
         if verdict is None:
             return
         self.report(node, fix=self._fix(value, returned=verdict == "returned"))
 
-    def _fix(self, value: cst.BaseExpression, *, returned: bool) -> Fix:
-        receiver = value
-        if not isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-            receiver = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        detached = cst.Call(cst.Attribute(receiver, cst.Name("detach")))
-        safety = FixSafety.UNSAFE if returned else None
-        return self.fix([Edit(value, detached)], "Accumulate `loss.detach()`", safety=safety)
+    def _fix(self, value: ast.expr, *, returned: bool) -> FixPlan:
+        def build(editor: Editor) -> list[Edit]:
+            receiver = editor.node(value)
+            assert isinstance(receiver, cst.BaseExpression)
+            if not isinstance(receiver, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                receiver = receiver.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            detached = cst.Call(cst.Attribute(receiver, cst.Name("detach")))
+            return [Edit(editor.node(value), detached)]
 
-    def _in_loop(self, node: cst.CSTNode) -> bool:
+        safety = FixSafety.UNSAFE if returned else None
+        return self.plan(build, "Accumulate `loss.detach()`", safety=safety)
+
+    def _in_loop(self, node: ast.AST) -> bool:
         """``node`` runs once per iteration of a loop of its own function."""
         for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, (cst.For, cst.While)):
+            if isinstance(ancestor, _LOOPS):
                 return True
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if isinstance(ancestor, _FUNCTIONS):
                 return False
         return False
 
-    def _starts_empty(self, accumulator: cst.Name, at: cst.CSTNode, list_accumulator: bool) -> bool:
+    def _starts_empty(self, accumulator: ast.Name, at: ast.AST, list_accumulator: bool) -> bool:
         """The total starts as a Python ``0`` (or the history as ``[]``) before the loop."""
         binding = self.analysis.reaching_binding(accumulator, at)
         if binding is None or binding.kind != "assign" or binding.value is None:
             return False
         if list_accumulator:
-            return isinstance(binding.value, cst.List) and not binding.value.elements
-        return isinstance(binding.value, (cst.Integer, cst.Float))
+            return type(binding.value) is ast.List and not binding.value.elts
+        return _is_number(binding.value)
 
-    def _only_logged(
-        self, name: str, origin: cst.CSTNode, own: set[cst.CSTNode], depth: int
-    ) -> str | None:
+    def _only_logged(self, name: str, origin: ast.AST, own: set[ast.AST], depth: int) -> str | None:
         """``"logged"`` / ``"returned"`` when every use of ``name`` in ``origin``'s scope only
-        logs it (or returns it); ``None`` when some use may reach the graph."""
+        logs it (or returns it); ``None`` when some use may reach the graph.
+
+        Every identifier spelled ``name`` counts: an attribute, a parameter or a function
+        of that name is an unknown use."""
         if depth > MAX_DEPTH:
             return None
         scope = self.analysis.scope_of(origin).node
         verdict = "logged"
-        for use in _names(scope, name):
+        for use in _spellings(scope, name):
             if any(self.analysis.contains(stmt, use) for stmt in own):
                 continue
             kind = self._use_kind(use, origin, depth)
@@ -310,110 +325,103 @@ class LossAccumulation(Rule):
                 verdict = kind
         return verdict
 
-    def _use_kind(self, use: cst.Name, origin: cst.CSTNode, depth: int) -> str | None:
+    def _use_kind(self, use: ast.AST, origin: ast.AST, depth: int) -> str | None:
+        if type(use) is not ast.Name and type(use) is not ast.keyword:
+            return None  # ``self.total``, ``def total``: unknown
         analysis = self.analysis
-        node: cst.CSTNode = use
+        node: ast.AST = use
         while True:
             parent = analysis.parent(node)
             if parent is None:
                 return None
-            if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) and _target_is(parent, node):
+            if isinstance(parent, ast.Assign) and any(t is node for t in parent.targets):
                 return self._rebinding_kind(parent)
-            if isinstance(parent, (cst.FormattedStringExpression, cst.Comparison)):
+            if isinstance(parent, ast.AugAssign) and parent.target is node:
+                return None  # another total: unknown
+            if isinstance(parent, (ast.FormattedValue, ast.Compare)):
                 return "logged"
-            if isinstance(parent, cst.Arg):
-                node = parent
+            if isinstance(parent, ast.keyword) or (
+                isinstance(parent, ast.Starred) and type(analysis.parent(parent)) is ast.Call
+            ):
+                node = parent  # ``f(x=total)``, ``f(*total)``: an argument
                 continue
-            if isinstance(parent, cst.Call):
+            if isinstance(parent, ast.Call):
                 kind = self._call_kind(parent, node)
                 if kind == "pass":
                     node = parent
                     continue
                 return kind
-            if isinstance(parent, cst.Attribute) and parent.value is node:
-                if parent.attr.value in ("item", "tolist"):
-                    return "logged"
-                if parent.attr.value in ("format",) and isinstance(node, cst.SimpleString):
-                    return "logged"
-                return None
-            if isinstance(parent, cst.BinaryOperation):
-                if isinstance(parent.operator, cst.Modulo) and isinstance(
-                    parent.left, (cst.SimpleString, cst.ConcatenatedString)
-                ):
+            if isinstance(parent, ast.Attribute):
+                return _attribute_kind(parent)
+            if isinstance(parent, ast.BinOp):
+                if type(parent.op) is ast.Mod and _is_string(parent.left):
                     return "logged"
                 node = parent
                 continue
-            if isinstance(parent, (cst.Subscript, cst.SubscriptElement, cst.Index)):
-                if isinstance(parent, cst.Subscript) and parent.value is not node:
+            if isinstance(parent, ast.Subscript):
+                if parent.value is not node:
                     return None  # used as an index
                 node = parent
                 continue
-            if isinstance(
-                parent,
-                (cst.UnaryOperation, cst.Element, cst.Tuple, cst.List, cst.DictElement, cst.Dict),
-            ):
+            if isinstance(parent, ast.Dict) and _unpacked_in(parent, node):
+                return None  # ``{**total}``
+            if isinstance(parent, _CONTAINERS):
                 node = parent
                 continue
-            if isinstance(parent, cst.Return):
+            if isinstance(parent, ast.Return):
                 return self._returned_kind(parent)
-            if isinstance(parent, cst.Assign):
+            if isinstance(parent, ast.Assign):
                 return self._assigned_kind(parent, origin, depth)
-            if isinstance(parent, (cst.If, cst.While)) and parent.test is node:
+            if isinstance(parent, (ast.If, ast.While)) and parent.test is node:
                 return "logged"
             return None
 
-    def _call_kind(self, call: cst.Call, arg: cst.CSTNode) -> str | None:
+    def _call_kind(self, call: ast.Call, arg: ast.AST) -> str | None:
         """What a call does with ``arg``: logs it, passes it on (``"pass"``), or unknown."""
         if arg is call.func:
             return None
         func = call.func
-        if isinstance(func, cst.Name) and func.value in LOG_FUNCTIONS:
+        if type(func) is ast.Name and func.id in LOG_FUNCTIONS:
             return "logged"
         qualified = self.analysis.qualified_name(func) or ""
         if qualified.startswith("torch."):
             return None
-        if isinstance(func, cst.Name) and func.value in PASS_THROUGH_FUNCTIONS:
+        if type(func) is ast.Name and func.id in PASS_THROUGH_FUNCTIONS:
             return "pass"
-        if isinstance(func, cst.Attribute):
-            if func.attr.value in PASS_THROUGH_FUNCTIONS and qualified.split(".")[0] in (
+        if type(func) is ast.Attribute:
+            if func.attr in PASS_THROUGH_FUNCTIONS and qualified.split(".")[0] in (
                 "numpy",
                 "statistics",
             ):
                 return "pass"
-            if func.attr.value in LOG_METHODS:
+            if func.attr in LOG_METHODS:
                 return "logged"
-            if func.attr.value == "append" and isinstance(func.value, cst.Name):
+            if func.attr == "append" and type(func.value) is ast.Name:
                 return self._history_kind(call, func.value)
         return None
 
-    def _history_kind(self, call: cst.Call, history: cst.Name) -> str | None:
-        statement = self.analysis.parent(call)
-        if not isinstance(statement, cst.Expr):
+    def _history_kind(self, call: ast.Call, history: ast.Name) -> str | None:
+        if type(self.analysis.parent(call)) is not ast.Expr:
             return None
         if not self._starts_empty(history, call, True):
             return None
-        return self._only_logged(history.value, call, {call}, MAX_DEPTH - 1)
+        return self._only_logged(history.id, call, {call}, MAX_DEPTH - 1)
 
-    def _assigned_kind(self, assign: cst.Assign, origin: cst.CSTNode, depth: int) -> str | None:
+    def _assigned_kind(self, assign: ast.Assign, origin: ast.AST, depth: int) -> str | None:
         """``avg = total / n``: the new name must itself be only logged."""
-        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        if len(assign.targets) != 1 or type(assign.targets[0]) is not ast.Name:
             return None
-        name = assign.targets[0].target.value
+        name = assign.targets[0].id
         return self._only_logged(name, assign, {assign}, depth + 1)
 
-    def _rebinding_kind(self, parent: cst.CSTNode) -> str | None:
+    def _rebinding_kind(self, assign: ast.Assign) -> str | None:
         """A reset of the total (``total = 0``) is fine; other rebindings are unknown."""
-        if isinstance(parent, cst.AugAssign):
-            return None
-        assign = self.analysis.parent(parent)
-        if isinstance(assign, cst.Assign) and isinstance(
-            assign.value, (cst.Integer, cst.Float, cst.List)
-        ):
-            if not isinstance(assign.value, cst.List) or not assign.value.elements:
-                return "logged"
+        value = assign.value
+        if _is_number(value) or (type(value) is ast.List and not value.elts):
+            return "logged"
         return None
 
-    def _returned_kind(self, ret: cst.Return) -> str | None:
+    def _returned_kind(self, ret: ast.Return) -> str | None:
         """Returning the total from a training step that backpropagates its own loss."""
         function = self.analysis.enclosing_function(ret)
         if function is None or not _calls_backward(function):
@@ -421,36 +429,32 @@ class LossAccumulation(Rule):
         return "returned"
 
 
-def _target_is(parent: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return getattr(parent, "target", None) is node
+def _is_number(expr: ast.expr) -> bool:
+    """An int or float literal (``True`` is not one)."""
+    return type(expr) is ast.Constant and type(expr.value) in (int, float)
 
 
-class _NameFinder(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found: list[cst.Name] = []
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name:
-            self.found.append(node)
+def _is_string(expr: ast.expr) -> bool:
+    """A string literal: the format of ``"%.3f" % total``."""
+    return type(expr) is ast.Constant and type(expr.value) in (str, bytes)
 
 
-def _names(scope: cst.CSTNode, name: str) -> list[cst.Name]:
-    finder = _NameFinder(name)
-    walk(scope, finder)
-    return finder.found
+def _attribute_kind(attribute: ast.Attribute) -> str | None:
+    """``total.item()`` logs the total; another attribute of it is unknown."""
+    if attribute.attr in ("item", "tolist"):
+        return "logged"
+    return None
 
 
-class _BackwardFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
-            self.found = True
+def _unpacked_in(mapping: ast.Dict, node: ast.AST) -> bool:
+    return any(key is None and value is node for key, value in zip(mapping.keys, mapping.values))
 
 
-def _calls_backward(function: cst.FunctionDef) -> bool:
-    finder = _BackwardFinder()
-    walk(function, finder)
-    return finder.found
+def _spellings(scope: ast.AST, name: str) -> list[ast.AST]:
+    """Every node under ``scope`` that spells the identifier ``name``: variables, and the
+    attributes, keywords, parameters, definitions and imports of that name."""
+    return [node for node in ast.walk(scope) if name in spelled_names(node)]
+
+
+def _calls_backward(function: ast.AST) -> bool:
+    return any(type(node) is ast.Call and is_backward_call(node) for node in ast.walk(function))

@@ -119,3 +119,37 @@ def test_positional_options_are_kept_as_a_report() -> None:
     source += "g = x.grad\n"
     findings = _findings(source)
     assert [f.code for f in findings] == ["GF402"] and findings[0].fix is None
+
+
+def test_one_line_suite_reads_are_replaced() -> None:
+    source = (
+        PRELUDE + "y = torch.sin(x).sum()\nif True: y.backward(create_graph=True); g = x.grad\n"
+    )
+    fixed = lint_source(source, rules=[CreateGraphBackward], fix=True).source
+    assert fixed.endswith(
+        "if True: (x_grad,) = torch.autograd.grad(y, x, create_graph=True); g = x_grad\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "store",
+    ["a, x.grad = 1, g", "t[(x.grad, 0)] = 1", "g += x.grad", "del x.grad"],
+)
+def test_grad_stored_after_the_call_leaves_no_fix(store: str) -> None:
+    source = (
+        PRELUDE + f"y = torch.sin(x).sum()\ny.backward(create_graph=True)\ng = x.grad\n{store}\n"
+    )
+    findings = _findings(source)
+    assert [f.code for f in findings] == ["GF402"] and findings[0].fix is None
+
+
+def test_index_tuple_read_is_replaced() -> None:
+    source = PRELUDE + "y = torch.sin(x).sum()\ny.backward(create_graph=True)\nt[x.grad, 0] = 1\n"
+    fixed = lint_source(source, rules=[CreateGraphBackward], fix=True).source
+    assert fixed.endswith("t[x_grad, 0] = 1\n")
+
+
+def test_graph_through_a_concatenated_string_is_unknown() -> None:
+    source = PRELUDE + 'y = torch.sin(x).sum() * ("a" "b")\ny.backward(create_graph=True)\n'
+    findings = _findings(source + "g = x.grad\n")
+    assert [f.code for f in findings] == ["GF402"] and findings[0].fix is None

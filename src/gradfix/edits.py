@@ -324,3 +324,9 @@ def cst_argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg 
         if len(positional) > position:
             return positional[position]
     return None
+
+
+def as_keyword(arg: cst.Arg, keyword: str) -> cst.Arg:
+    """``arg`` passed as ``keyword=`` (no spaces around ``=``), its value and comma kept."""
+    equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+    return arg.with_changes(keyword=cst.Name(keyword), equal=equal)

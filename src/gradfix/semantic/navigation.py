@@ -217,3 +217,40 @@ class Navigation:
             if is_loop and not iterates_at_least_once(ancestor.iter):  # type: ignore[attr-defined]
                 return False
         return False
+
+    # -- blocks as LibCST holds them -------------------------------------------------------
+    def statement_block(self, statement: ast.stmt) -> list[ast.stmt] | None:
+        """The statements of the block holding ``statement`` (a body, an ``orelse``, a
+        handler's body, the module's body); None for an ``elif``, which LibCST keeps in its
+        ``if`` rather than in a block."""
+        owner = self._parents.get(statement)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(owner, field, None)
+            if type(block) is list and any(s is statement for s in block):
+                if field == "orelse" and type(owner) is ast.If and self._is_elif(statement):
+                    return None
+                return block
+        return None
+
+    def in_one_line_suite(self, statement: ast.stmt) -> bool:
+        """``statement`` is in a block written on its header's line (``if c: x; y``), which
+        LibCST holds in a ``SimpleStatementSuite`` instead of statement lines."""
+        block = self.statement_block(statement)
+        if not block or type(self._parents.get(statement)) is ast.Module:
+            return False
+        return bool(self._text_before(block[0]).strip())
+
+    def _is_elif(self, statement: ast.stmt) -> bool:
+        line = self._source_line(statement.lineno).encode("utf-8")
+        return line[statement.col_offset :].startswith(b"elif")
+
+    def _text_before(self, node: ast.stmt) -> bytes:
+        """The text of ``node``'s first line before it (``ast`` columns count bytes)."""
+        return self._source_line(node.lineno).encode("utf-8")[: node.col_offset]
+
+    def _source_line(self, number: int) -> str:
+        lines: list[str] | None = self.__dict__.get("_lines")
+        if lines is None:  # the line breaks Python's tokenizer counts
+            text = self.source.replace("\r\n", "\n").replace("\r", "\n")
+            lines = self.__dict__["_lines"] = text.split("\n")
+        return lines[number - 1] if 0 < number <= len(lines) else ""

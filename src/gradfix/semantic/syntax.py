@@ -7,6 +7,8 @@ Rules import these from :mod:`gradfix.semantic` (``argument``, ``is_true``,
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Callable
 from typing import Any
 
@@ -297,3 +299,45 @@ class VariableNames(ast.NodeVisitor):
     def generic_visit(self, node: ast.AST) -> None:
         for child in source_children(node):
             self.visit(child)
+
+
+def is_backward_call(call: ast.Call) -> bool:
+    """``x.backward(...)``: a call of a method named ``backward`` (``torch.autograd.backward``
+    included; rules that must tell the two apart ask ``call_name``)."""
+    return type(call.func) is ast.Attribute and call.func.attr == "backward"
+
+
+def is_concatenated_string(expr: ast.AST, source: str) -> bool:
+    """``"a" "b"``: string literals written side by side, one ``ast.Constant`` (LibCST's
+    ``ConcatenatedString``, not a ``SimpleString``)."""
+    if type(expr) is not ast.Constant or type(expr.value) not in (str, bytes):
+        return False
+    text = f"({ast.get_source_segment(source, expr)})"  # in parentheses: lines join
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return sum(token.type == tokenize.STRING for token in tokens) > 1
+
+
+def spelled_names(node: ast.AST) -> tuple[str, ...]:
+    """The identifiers ``node`` itself spells (not its children's): a variable, an
+    attribute, a keyword, a parameter, a definition, an import, a ``global``... (each one
+    a ``Name`` node in LibCST)."""
+    if isinstance(node, ast.Name):
+        return (node.id,)
+    if isinstance(node, ast.Attribute):
+        return (node.attr,)
+    if isinstance(node, (ast.keyword, ast.arg)):
+        return (node.arg,) if node.arg else ()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return (node.name,)
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return tuple(node.names)
+    if isinstance(node, ast.ExceptHandler):
+        return (node.name,) if node.name else ()
+    if isinstance(node, ast.alias):
+        return (*node.name.split("."), *((node.asname,) if node.asname else ()))
+    if isinstance(node, ast.ImportFrom):
+        return tuple(part for part in (node.module or "").split(".") if part)
+    return ()

@@ -1,0 +1,42 @@
+"""GF401 backward-twice: the statements that run after a first backward call."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gradfix.codemods.backward_twice import BackwardTwice
+from gradfix.engine import lint_source
+
+PRELUDE = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+h = torch.tanh(w * 2)
+l1 = h.sum()
+l2 = (h ** 2).sum()
+"""
+
+
+def _lint(body: str, fix: bool = False):
+    return lint_source(PRELUDE + textwrap.dedent(body), rules=[BackwardTwice], fix=fix)
+
+
+def test_call_in_a_one_line_suite_sees_the_statements_after_its_header() -> None:
+    body = "if w.sum() > 0: l1.backward()\nl2.backward()\n"
+    assert [f.line for f in _lint(body).findings] == [6]
+    result = _lint(body, fix=True)
+    assert "if w.sum() > 0: l1.backward(retain_graph=True)\nl2.backward()\n" in result.source
+
+
+def test_second_call_on_the_same_line_after_a_semicolon() -> None:
+    result = _lint("l1.backward(); l2.backward()\n", fix=True)
+    assert result.source.endswith("l1.backward(retain_graph=True); l2.backward()\n")
+
+
+def test_positional_retain_graph_false_becomes_true() -> None:
+    result = _lint("l1.backward(None, False)\nl2.backward()\n", fix=True)
+    assert result.source.endswith("l1.backward(None, True)\nl2.backward()\n")
+
+
+def test_a_step_between_the_calls_leaves_no_fix() -> None:
+    findings = _lint("l1.backward()\nw.add_(1)\nl2.backward()\n").findings
+    assert [(f.line, f.fix) for f in findings] == [(6, None)]
