@@ -258,15 +258,9 @@ class NonleafGradRead(AstRule):
 
     # -- deciding --------------------------------------------------------------------------
     def _is_read(self, node: ast.Attribute) -> bool:
-        """Not the target of ``b.grad = ...``, ``b.grad += ...`` or ``del b.grad`` (an
-        element of an unpacking target or an annotated target counts as a read, as it did
-        on LibCST)."""
-        parent = self.analysis.parent(node)
-        if type(parent) is ast.Assign:
-            return node not in parent.targets
-        if type(parent) is ast.AugAssign:
-            return parent.target is not node
-        return type(parent) is not ast.Delete
+        """Not a write: ``b.grad = ...``, ``+=``, ``del b.grad``, also an unpacking or a
+        loop target (``x, b.grad = ...``, ``for b.grad in ...``)."""
+        return type(node.ctx) is ast.Load
 
     def _nonleaf_binding(self, name: ast.Name, at: ast.AST) -> Binding | None:
         """The binding of ``name`` reaching ``at`` when it is a non-leaf requiring grad."""

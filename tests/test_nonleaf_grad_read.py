@@ -43,3 +43,20 @@ def test_writes_and_deletes_of_grad_are_not_reads() -> None:
         """
     )
     assert [f.line for f in result.findings] == [8]
+
+
+def test_grad_assigned_by_unpacking_or_a_loop_is_not_a_read() -> None:
+    # LibCST's rule only knew ``b.grad = ...``, ``+=`` and ``del`` as writes.
+    result = run(
+        """
+        import torch
+        a = torch.tensor([3.0], requires_grad=True)
+        b = a * a
+        b.sum().backward()
+        x, b.grad = 1, None
+        for b.grad in [None]:
+            pass
+        b.grad: torch.Tensor = None
+        """
+    )
+    assert result.findings == []
