@@ -2,49 +2,43 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
-import libcst as cst
-
-from gradfix.analysis import (
-    VIEW_ATTRIBUTES,
-    VIEW_OPS,
-    Binding,
-    LeafReason,
-    Scope,
-    VariableNames,
-)
-from gradfix.inplace import changes_in_place
-from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
-from gradfix.walk import walk
+from gradfix.edits import Editor
+from gradfix.rule import AstRule, Edit, FixAvailability, FixSafety, Invalid, Valid
+from gradfix.semantic import VIEW_ATTRIBUTES, VIEW_OPS, Binding, LeafReason, Scope, VariableNames
+from gradfix.torch_facts import AUGMENTED_ASSIGNMENTS
 
 #: Attributes whose read means the leaf itself: its gradient.
 LEAF_ATTRIBUTES = frozenset({"grad"})
 #: Attributes read to update a tensor in place under ``no_grad`` (``w.data -= ...``).
 UPDATE_ATTRIBUTES = frozenset({"data"})
 #: Suffix of the new name, by the op that derives the value (``eta * 2`` -> ``eta_scaled``).
-BINARY_SUFFIXES: dict[type[cst.BaseBinaryOp], str] = {
-    cst.Multiply: "scaled",
-    cst.Divide: "scaled",
-    cst.Add: "shifted",
-    cst.Subtract: "shifted",
-    cst.Power: "pow",
-    cst.MatrixMultiply: "matmul",
+BINARY_SUFFIXES: dict[type[ast.operator], str] = {
+    ast.Mult: "scaled",
+    ast.Div: "scaled",
+    ast.Add: "shifted",
+    ast.Sub: "shifted",
+    ast.Pow: "pow",
+    ast.MatMult: "matmul",
 }
-_LOOPS = (cst.For, cst.While)
-_NESTED_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+#: Where a read may sit inside an optimizer's arguments (``SGD([w], ...)``, ``[{"params": w}]``).
+_OPTIMIZER_ARGUMENT_PARTS = (ast.List, ast.Tuple, ast.Dict, ast.keyword, ast.Starred)
 
 
 @dataclass
 class Reads:
     """The uses of the name after the rebinding, up to the next binding of the name."""
 
-    derived: list[cst.Name] = field(default_factory=list)  # meant the derived value
-    targets: list[cst.Name] = field(default_factory=list)  # later ``name = f(name)``
+    derived: list[ast.Name] = field(default_factory=list)  # meant the derived value
+    targets: list[ast.Name] = field(default_factory=list)  # later ``name = f(name)``
     unsafe: str | None = None  # why renaming them could change behaviour
 
 
-class LeafRebinding(Rule):
+class LeafRebinding(AstRule):
     """
     ## What it does
     Finds a name that holds a leaf tensor that requires grad (created on that name with
@@ -103,7 +97,6 @@ class LeafRebinding(Rule):
     message = "Rebinding a leaf's name to an op on it loses the leaf: its `.grad` stays `None`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
-    prefilter = ("requires_grad", "Parameter(")
 
     VALID = [
         Valid(
@@ -235,13 +228,13 @@ class LeafRebinding(Rule):
     ]
 
     # -- deciding --------------------------------------------------------------------------
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) != 1 or type(node.targets[0]) is not ast.Name:
             return
-        target = node.targets[0].target
-        if not self.analysis.name_nodes_in(node.value, target.value):
+        target = node.targets[0]
+        if not self.analysis.name_nodes_in(node.value, target.id):
             return  # cheap: the name is not even spelled in the value
-        own_reads = [n for n in _name_reads(node.value) if n.value == target.value]
+        own_reads = [n for n in _name_reads(node.value) if n.id == target.id]
         if not own_reads:
             return
         reason = self.analysis.leaf_reason(own_reads[0])
@@ -251,11 +244,11 @@ class LeafRebinding(Rule):
             return  # the new value is a leaf again
         if not self.analysis.requires_grad(node.value, node):
             return  # detached on purpose
-        if self._harmless(node, target.value, reason):
+        if self._harmless(node, target.id, reason):
             return  # nothing asks for the leaf afterwards: a deliberate derived value
         self._report(node, target, reason)
 
-    def _harmless(self, node: cst.Assign, name: str, reason: LeafReason) -> bool:
+    def _harmless(self, node: ast.Assign, name: str, reason: LeafReason) -> bool:
         """Grad mode on, outside a loop that keeps compounding the value, the derived value
         does not leave the scope, and nothing uses the name as the leaf afterwards."""
         analysis = self.analysis
@@ -264,13 +257,13 @@ class LeafRebinding(Rule):
         ):
             return False
         after = analysis.end_index(node)
-        reads = [r for r in _name_reads(analysis.scope_of(node).node) if r.value == name]
+        reads = [r for r in _name_reads(analysis.scope_of(node).node) if r.id == name]
         transient = reason.binding is not None and _re_leafed(reason.binding.value)
         if not transient and any(analysis.index(r) > after and self._escape(r) for r in reads):
             return False
         return not self._leaf_wanted_later(node, name)
 
-    def _leaf_wanted_later(self, node: cst.Assign, name: str) -> bool:
+    def _leaf_wanted_later(self, node: ast.Assign, name: str) -> bool:
         """After the rebinding (or earlier in a loop around it, which runs again), the
         name is used as the leaf: ``name.grad``, an optimizer built from it, an in-place
         update under no_grad. Without such a use the symptom never shows (diffusers'
@@ -278,17 +271,17 @@ class LeafRebinding(Rule):
         ``autograd.grad`` and never reads ``latents.grad``)."""
         analysis = self.analysis
         scope = analysis.scope_of(node)
-        loops = [a for a in analysis.ancestors(node) if isinstance(a, (cst.For, cst.While))]
+        loops = [a for a in analysis.ancestors(node) if isinstance(a, _LOOPS)]
         after = analysis.end_index(node)
         for read in _name_reads(scope.node):
-            if read.value != name or not self._means_leaf(read):
+            if read.id != name or not self._means_leaf(read):
                 continue
             if analysis.index(read) > after or any(analysis.contains(o, read) for o in loops):
                 return True
         return False
 
-    def _report(self, node: cst.Assign, target: cst.Name, reason: LeafReason) -> None:
-        name = target.value
+    def _report(self, node: ast.Assign, target: ast.Name, reason: LeafReason) -> None:
+        name = target.id
         message = (
             f"`{name}` holds a leaf ({reason.description}); rebinding it to an op on itself "
             f"loses the leaf: `{name}.grad` stays `None`"
@@ -300,11 +293,15 @@ class LeafRebinding(Rule):
             return
         new_name = self._new_name(name, node.value)
         renamed = [target, *reads.targets, *reads.derived]
-        edits = [Edit(n, n.with_changes(value=new_name)) for n in renamed]
-        description = f"Bind the derived value to `{new_name}`; `{name}` keeps the leaf"
-        self.report(node, message, fix=self.fix(edits, description))
 
-    def _why_unsafe(self, node: cst.Assign, name: str, reason: LeafReason) -> str | None:
+        def build(editor: Editor) -> list[Edit]:
+            names = [editor.node(n) for n in renamed]
+            return [Edit(n, n.with_changes(value=new_name)) for n in names]
+
+        description = f"Bind the derived value to `{new_name}`; `{name}` keeps the leaf"
+        self.report(node, message, fix=self.plan(build, description))
+
+    def _why_unsafe(self, node: ast.Assign, name: str, reason: LeafReason) -> str | None:
         analysis = self.analysis
         if analysis.in_no_grad(node):
             return f"under no_grad the new `{name}` does not require grad: update it in place"
@@ -317,10 +314,10 @@ class LeafRebinding(Rule):
             return f"`{name}` is read by a nested function or lambda"
         return None
 
-    def _in_loop_without_leaf(self, node: cst.Assign, scope: Scope, leaf: Binding | None) -> bool:
+    def _in_loop_without_leaf(self, node: ast.Assign, scope: Scope, leaf: Binding | None) -> bool:
         return leaf is not None and self._in_loop_without(node, leaf.node, scope)
 
-    def _in_loop_without(self, node: cst.CSTNode, other: cst.CSTNode, scope: Scope) -> bool:
+    def _in_loop_without(self, node: ast.AST, other: ast.AST, scope: Scope) -> bool:
         """``node`` lies in a loop of ``scope`` that does not contain ``other``."""
         for ancestor in self.analysis.ancestors(node):
             if ancestor is scope.node:
@@ -332,13 +329,13 @@ class LeafRebinding(Rule):
     def _read_by_nested_function(self, scope: Scope, name: str) -> bool:
         own = scope.bindings.get(name)
         for read in _name_reads(scope.node, nested=True):
-            if read.value != name or self.analysis.bindings(read) is not own:
+            if read.id != name or self.analysis.bindings(read) is not own:
                 continue
             if self._nested_scope_between(read, scope) is not None:
                 return True
         return False
 
-    def _nested_scope_between(self, node: cst.CSTNode, scope: Scope) -> cst.CSTNode | None:
+    def _nested_scope_between(self, node: ast.AST, scope: Scope) -> ast.AST | None:
         for ancestor in self.analysis.ancestors(node):
             if ancestor is scope.node:
                 return None
@@ -347,26 +344,26 @@ class LeafRebinding(Rule):
         return None
 
     # -- the reads after the rebinding -----------------------------------------------------
-    def _later_reads(self, node: cst.Assign, name: str) -> Reads:
+    def _later_reads(self, node: ast.Assign, name: str) -> Reads:
         """Classify the reads of ``name`` after ``node`` up to the next binding of it; a
         later ``name = f(name)`` continues the derived value (``w = w.contiguous()``)."""
         analysis = self.analysis
         scope = analysis.scope_of(node)
-        block = analysis.parent(analysis.parent(node) or node)
+        block = self._block(node)
         reads = Reads()
         is_view = _is_view_of(node.value, name)
         end = self._range_end(node, name, scope, reads)
         start = analysis.end_index(node)
         for read in _name_reads(scope.node):
             position = analysis.index(read)
-            if read.value != name or not start < position < end:
+            if read.id != name or not start < position < end:
                 continue
             if analysis.bindings(read) is not scope.bindings.get(name):
                 continue
             if self._means_leaf(read):
                 continue
             escape = self._escape(read)
-            if escape is None and block is not None and not analysis.contains(block, read):
+            if escape is None and block is not None and not self._in_block(block, read):
                 escape = "a later read lies outside the block of the rebinding"
             if escape is None and not is_view and self._in_loop_without(read, node, scope):
                 escape = (
@@ -379,7 +376,23 @@ class LeafRebinding(Rule):
             reads.derived.append(read)
         return reads
 
-    def _range_end(self, node: cst.Assign, name: str, scope: Scope, reads: Reads) -> int:
+    def _block(self, node: ast.stmt) -> list[ast.stmt] | ast.Module | None:
+        """The statement list holding ``node`` (a body, an ``orelse``...), or the module."""
+        parent = self.analysis.parent(node)
+        if type(parent) is ast.Module:
+            return parent
+        for field_name in ("body", "orelse", "finalbody"):
+            statements = getattr(parent, field_name, None)
+            if type(statements) is list and node in statements:
+                return statements
+        return None
+
+    def _in_block(self, block: list[ast.stmt] | ast.Module, node: ast.AST) -> bool:
+        if type(block) is ast.Module:
+            return self.analysis.contains(block, node)
+        return self.analysis.block_contains(block, node)  # type: ignore[arg-type]
+
+    def _range_end(self, node: ast.Assign, name: str, scope: Scope, reads: Reads) -> int:
         analysis = self.analysis
         later = sorted(
             (b for b in scope.bindings.get(name, []) if b.start > analysis.end_index(node)),
@@ -389,71 +402,87 @@ class LeafRebinding(Rule):
             if binding.kind == "augassign":
                 continue
             statement = binding.node
-            if not (isinstance(statement, cst.Assign) and _reads_name(statement.value, name)):
+            if not (type(statement) is ast.Assign and _reads_name(statement.value, name)):
                 return binding.start
-            if len(statement.targets) != 1 or not isinstance(statement.targets[0].target, cst.Name):
+            if len(statement.targets) != 1 or type(statement.targets[0]) is not ast.Name:
                 reads.unsafe = f"`{name}` is rebound again by an unpacking assignment"
                 return binding.start
-            reads.targets.append(statement.targets[0].target)
+            reads.targets.append(statement.targets[0])
         return analysis.end_index(scope.node) + 1
 
-    def _means_leaf(self, read: cst.Name) -> bool:
+    def _means_leaf(self, read: ast.Name) -> bool:
         """``w.grad``, an optimizer built from ``w``, an in-place update under no_grad."""
         analysis = self.analysis
         parent = analysis.parent(read)
-        if isinstance(parent, cst.Attribute) and parent.value is read:
-            if parent.attr.value in LEAF_ATTRIBUTES:
+        if type(parent) is ast.Attribute and parent.value is read:
+            if parent.attr in LEAF_ATTRIBUTES:
                 return True
         if self._in_optimizer_call(read):
             return True
         return analysis.in_no_grad(read) and self._is_inplace_update(read)
 
-    def _in_optimizer_call(self, read: cst.Name) -> bool:
+    def _in_optimizer_call(self, read: ast.Name) -> bool:
+        child: ast.AST = read
         for ancestor in self.analysis.ancestors(read):
-            if isinstance(ancestor, cst.Call):
+            if type(ancestor) is ast.Call:
                 name = self.analysis.call_name(ancestor) or ""
                 if name.startswith("torch.optim."):
                     return True
                 func = ancestor.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "add_param_group":
+                if type(func) is ast.Attribute and func.attr == "add_param_group":
                     return True
                 return False  # only list/tuple/dict literals may lie between
-            if not isinstance(
-                ancestor, (cst.Element, cst.List, cst.Tuple, cst.Dict, cst.DictElement, cst.Arg)
-            ):
+            if not isinstance(ancestor, _OPTIMIZER_ARGUMENT_PARTS):
                 return False
+            if not self._plain_element(ancestor, child):
+                return False  # ``[*ws]``, ``{**w}``: not an element itself
+            child = ancestor
         return False
 
-    def _is_inplace_update(self, read: cst.Name) -> bool:
-        parent = self.analysis.parent(read)
-        if isinstance(parent, cst.AugAssign) and parent.target is read:
-            return changes_in_place(parent)
-        if isinstance(parent, cst.Subscript) and parent.value is read:
-            return isinstance(self.analysis.parent(parent), cst.AssignTarget)
-        if isinstance(parent, cst.Attribute) and parent.value is read:
-            if parent.attr.value in UPDATE_ATTRIBUTES:
-                return True
-            return parent.attr.value.endswith("_") and isinstance(
-                self.analysis.parent(parent), cst.Call
+    def _plain_element(self, container: ast.AST, child: ast.AST) -> bool:
+        """``child`` is an element of ``container`` as LibCST's ``Element``, ``Arg`` and
+        ``DictElement`` are: ``*xs`` counts only as a call's argument, ``**d`` not in a dict."""
+        if type(container) is ast.Starred:
+            return type(self.analysis.parent(container)) is ast.Call
+        if type(container) is ast.Dict:
+            return not any(
+                k is None and v is child for k, v in zip(container.keys, container.values)
             )
+        return True
+
+    def _is_inplace_update(self, read: ast.Name) -> bool:
+        parent = self.analysis.parent(read)
+        if type(parent) is ast.AugAssign and parent.target is read:
+            return _changes_in_place(parent)
+        if type(parent) is ast.Subscript and parent.value is read:
+            holder = self.analysis.parent(parent)
+            return type(holder) is ast.Assign and parent in holder.targets
+        if type(parent) is ast.Attribute and parent.value is read:
+            if parent.attr in UPDATE_ATTRIBUTES:
+                return True
+            call = self.analysis.parent(parent)
+            return parent.attr.endswith("_") and type(call) is ast.Call and call.func is parent
         return False
 
-    def _escape(self, read: cst.Name) -> str | None:
+    def _escape(self, read: ast.Name) -> str | None:
         """The derived value itself leaves the scope: returned, yielded, an attribute."""
+        child: ast.AST = read
         parent = self.analysis.parent(read)
-        while isinstance(parent, (cst.Element, cst.Tuple, cst.List)):
-            parent = self.analysis.parent(parent)
-        if isinstance(parent, (cst.Return, cst.Yield)):
+        while type(parent) is ast.Tuple or type(parent) is ast.List:
+            child, parent = parent, self.analysis.parent(parent)
+        if type(parent) is ast.Return or type(parent) is ast.Yield:
             return "the derived value is returned: create the leaf from the final value"
-        if isinstance(parent, cst.Assign) and any(
-            isinstance(t.target, (cst.Attribute, cst.Subscript)) for t in parent.targets
+        if (
+            type(parent) is ast.Assign
+            and parent.value is child
+            and any(type(t) in (ast.Attribute, ast.Subscript) for t in parent.targets)
         ):
             return "the derived value is stored: create the leaf from the final value"
         return None
 
     # -- fixing ----------------------------------------------------------------------------
-    def _new_name(self, name: str, value: cst.BaseExpression) -> str:
-        taken = _all_names(self.analysis.module)
+    def _new_name(self, name: str, value: ast.expr) -> str:
+        taken = _all_identifiers(self.analysis.module)
         base = f"{name}_{_op_suffix(value)}"
         candidate, counter = base, 2
         while candidate in taken:
@@ -461,17 +490,24 @@ class LeafRebinding(Rule):
         return candidate
 
 
-def _re_leafed(value: cst.BaseExpression | None) -> bool:
+def _changes_in_place(node: ast.AugAssign) -> bool:
+    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h`` (the ``ast``
+    twin of :func:`gradfix.inplace.changes_in_place`, from the same table)."""
+    statement = ast.unparse(ast.AugAssign(ast.Name("h"), node.op, ast.Constant(0)))
+    return statement.split()[1] in AUGMENTED_ASSIGNMENTS
+
+
+def _re_leafed(value: ast.expr | None) -> bool:
     """``x.detach().requires_grad_()`` (or ``.clone().detach()...``): a leaf made from
     existing data for one gradient step (latent refinement, adversarial attacks), whose
     derived value is meant to go on as data."""
-    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+    if not (type(value) is ast.Call and type(value.func) is ast.Attribute):
         return False
-    if value.func.attr.value != "requires_grad_":
+    if value.func.attr != "requires_grad_":
         return False
     receiver = value.func.value
-    while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-        if receiver.func.attr.value == "detach":
+    while type(receiver) is ast.Call and type(receiver.func) is ast.Attribute:
+        if receiver.func.attr == "detach":
             return True
         receiver = receiver.func.value
     return False
@@ -482,103 +518,112 @@ def _creates_leaf(reason: LeafReason) -> bool:
     binding = reason.binding
     if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
         return False
-    return binding.value is not None and not isinstance(binding.value, (cst.Name, cst.Attribute))
+    return binding.value is not None and not isinstance(binding.value, (ast.Name, ast.Attribute))
 
 
-def _is_view_of(value: cst.BaseExpression, name: str) -> bool:
+def _is_view_of(value: ast.expr, name: str) -> bool:
     """``w.t()``, ``x.view(3, 4)``, ``w.T``, ``w[0]``: a view that follows the leaf's updates."""
-    if isinstance(value, cst.Name):
-        return value.value == name
-    if isinstance(value, cst.Subscript):
+    if type(value) is ast.Name:
+        return value.id == name
+    if type(value) is ast.Subscript:
         return _is_view_of(value.value, name)
-    if isinstance(value, cst.Attribute) and value.attr.value in VIEW_ATTRIBUTES:
+    if type(value) is ast.Attribute and value.attr in VIEW_ATTRIBUTES:
         return _is_view_of(value.value, name)
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        method = value.func.attr.value
+    if type(value) is ast.Call and type(value.func) is ast.Attribute:
+        method = value.func.attr
         return method in VIEW_OPS and method != "detach" and _is_view_of(value.func.value, name)
     return False
 
 
-def _op_suffix(value: cst.BaseExpression) -> str:
-    if isinstance(value, cst.BinaryOperation):
-        return BINARY_SUFFIXES.get(type(value.operator), "derived")
-    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+def _op_suffix(value: ast.expr) -> str:
+    if type(value) is ast.BinOp:
+        return BINARY_SUFFIXES.get(type(value.op), "derived")
+    if type(value) is ast.UnaryOp and type(value.op) is ast.USub:
         return "neg"
-    if isinstance(value, cst.Attribute):
-        return value.attr.value.lower()
-    if isinstance(value, cst.Call):
+    if type(value) is ast.Attribute:
+        return value.attr.lower()
+    if type(value) is ast.Call:
         func = value.func
-        if isinstance(func, cst.Attribute):
-            return func.attr.value.strip("_").lower() or "derived"
-        if isinstance(func, cst.Name):
-            return func.value.lower()
+        if type(func) is ast.Attribute:
+            return func.attr.strip("_").lower() or "derived"
+        if type(func) is ast.Name:
+            return func.id.lower()
     return "derived"
 
 
-def _declared_global(module: cst.Module, name: str) -> bool:
-    finder = _GlobalFinder(name)
-    walk(module, finder)
-    return finder.found
-
-
-class _GlobalFinder(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found = False
-
-    def visit_Global(self, node: cst.Global) -> None:
-        self.found = self.found or any(n.name.value == self.name for n in node.names)
-
-    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
-        self.found = self.found or any(n.name.value == self.name for n in node.names)
+def _declared_global(module: ast.Module, name: str) -> bool:
+    return any(
+        (type(node) is ast.Global or type(node) is ast.Nonlocal) and name in node.names
+        for node in ast.walk(module)
+    )
 
 
 class _NameReads(VariableNames):
-    """Names used as variables (not attribute names, keywords or assignment targets)."""
+    """Names used as variables, in source order, as the rule counted them on LibCST: not
+    a plain ``name = ...`` target, not a parameter or its annotation (defaults are), not
+    inside a nested function, lambda or class unless ``nested``; a ``def``'s decorators
+    come after its body."""
 
-    def __init__(self, root: cst.CSTNode, nested: bool) -> None:
+    def __init__(self, root: ast.AST, nested: bool) -> None:
         super().__init__()
         self.root = root
         self.nested = nested
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def visit(self, node: ast.AST) -> None:
         if isinstance(node, _NESTED_SCOPES) and node is not self.root and not self.nested:
-            return False
-        return super().on_visit(node)
+            return
+        super().visit(node)
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-        return not isinstance(node.target, cst.Name)
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            if type(target) is not ast.Name:
+                self.visit(target)
+        self.visit(node.value)
 
-    def visit_Param(self, node: cst.Param) -> bool:
-        if node.default is not None:
-            walk(node.default, self)
-        return False
+    def visit_arg(self, node: ast.arg) -> None:
+        return  # the parameter's name and annotation; its default is visited by ``arguments``
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        walk(node.params, self)
-        walk(node.body, self)
-        for decorator in node.decorators:
-            walk(decorator, self)
-        return False
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.visit(node.args)
+        for statement in node.body:
+            self.visit(statement)
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
 
-def _name_reads(node: cst.CSTNode, *, nested: bool = False) -> list[cst.Name]:
+def _name_reads(node: ast.AST, *, nested: bool = False) -> list[ast.Name]:
     """The variable reads in ``node``; inside nested functions too when ``nested``."""
     finder = _NameReads(node, nested)
-    walk(node, finder)
+    finder.visit(node)
     return finder.names
 
 
-def _reads_name(node: cst.CSTNode, name: str) -> bool:
-    return any(read.value == name for read in _name_reads(node))
+def _reads_name(node: ast.AST, name: str) -> bool:
+    return any(read.id == name for read in _name_reads(node))
 
 
-def _all_names(module: cst.Module) -> set[str]:
+def _all_identifiers(module: ast.Module) -> set[str]:
+    """Every identifier spelled in the file (LibCST's ``Name`` nodes): variables,
+    attribute names, keywords, parameters, definitions, imports."""
     names: set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            names.add(node.value)
-
-    walk(module, Collect())
+    for node in ast.walk(module):
+        if type(node) is ast.Name:
+            names.add(node.id)
+        elif type(node) is ast.Attribute:
+            names.add(node.attr)
+        elif type(node) is ast.keyword or type(node) is ast.arg:
+            names.add(node.arg or "")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif type(node) is ast.alias:
+            names.update(node.name.split("."))
+            names.add(node.asname or "")
+        elif type(node) is ast.ImportFrom:
+            names.update((node.module or "").split("."))
+        elif type(node) is ast.Global or type(node) is ast.Nonlocal:
+            names.update(node.names)
+        elif type(node) is ast.ExceptHandler:
+            names.add(node.name or "")
     return names

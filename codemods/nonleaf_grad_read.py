@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from gradfix.analysis import Binding
-from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, RuleContext, Valid
-from gradfix.walk import walk
+from gradfix.edits import Editor
+from gradfix.rule import (
+    AstContext,
+    AstRule,
+    Edit,
+    FixAvailability,
+    FixPlan,
+    FixSafety,
+    Invalid,
+    Valid,
+)
+from gradfix.semantic import Binding
 
 #: Calls that fill ``.grad`` of the tensors that retain it.
 BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
@@ -18,7 +28,7 @@ BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
 class Read:
     """One read of ``name.grad`` whose reaching binding is a non-leaf requiring grad."""
 
-    node: cst.Attribute
+    node: ast.Attribute
     binding: Binding
 
 
@@ -26,12 +36,12 @@ class Read:
 class Insertion:
     """The ``retain_grad()`` calls to insert after one binding statement."""
 
-    line: cst.SimpleStatementLine
+    statement: ast.Assign | ast.AnnAssign
     names: list[str] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
 
 
-class NonleafGradRead(Rule):
+class NonleafGradRead(AstRule):
     """
     ## What it does
     Finds reads of `.grad` on a tensor that is the result of an op (`b = a * a`, a layer
@@ -82,7 +92,6 @@ class NonleafGradRead(Rule):
     message = "`.grad` of a non-leaf tensor is `None` after backward(); call `.retain_grad()`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
-    prefilter = (".grad",)
 
     VALID = [
         Valid(
@@ -203,25 +212,25 @@ class NonleafGradRead(Rule):
         ),
     ]
 
-    def __init__(self, context: RuleContext) -> None:
+    def __init__(self, context: AstContext) -> None:
         super().__init__(context)
         self._reads: list[Read] = []
-        self._retained: dict[str, list[cst.CSTNode]] = {}
-        self._backwards: list[cst.CSTNode] = []
+        self._retained: dict[str, list[ast.Call]] = {}
+        self._backwards: list[ast.Call] = []
 
     # -- collecting ------------------------------------------------------------------------
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "retain_grad":
-            if isinstance(func.value, cst.Name):
-                self._retained.setdefault(func.value.value, []).append(node)
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+        if type(func) is ast.Attribute and func.attr == "retain_grad":
+            if type(func.value) is ast.Name:
+                self._retained.setdefault(func.value.id, []).append(node)
+        if type(func) is ast.Attribute and func.attr == "backward":
             self._backwards.append(node)
         elif self.analysis.call_name(node) in BACKWARD_FUNCTIONS:
             self._backwards.append(node)
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value != "grad" or not isinstance(node.value, cst.Name):
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr != "grad" or type(node.value) is not ast.Name:
             return
         if not self._is_read(node):
             return
@@ -229,15 +238,15 @@ class NonleafGradRead(Rule):
         if binding is not None:
             self._reads.append(Read(node, binding))
 
-    def leave_Module(self, original_node: cst.Module) -> None:
+    def leave_Module(self, original_node: ast.Module) -> None:
         reads = [r for r in self._reads if self._should_report(r)]
         insertions: dict[int, Insertion] = {}
         for read in reads:
-            line = self._fixable_line(read)
-            if line is None:
+            statement = self._fixable_statement(read)
+            if statement is None:
                 self.report(read.node, _message(read))
                 continue
-            insertion = insertions.setdefault(id(line), Insertion(line))
+            insertion = insertions.setdefault(id(statement), Insertion(statement))
             name = read.binding.name
             if name not in insertion.names:
                 insertion.names.append(name)
@@ -248,12 +257,12 @@ class NonleafGradRead(Rule):
                 self.report(read.node, _message(read), fix=fix)
 
     # -- deciding --------------------------------------------------------------------------
-    def _is_read(self, node: cst.Attribute) -> bool:
-        """Not the target of ``b.grad = ...``, ``b.grad += ...`` or ``del b.grad``."""
-        parent = self.analysis.parent(node)
-        return not isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del))
+    def _is_read(self, node: ast.Attribute) -> bool:
+        """Not a write: ``b.grad = ...``, ``+=``, ``del b.grad``, also an unpacking or a
+        loop target (``x, b.grad = ...``, ``for b.grad in ...``)."""
+        return type(node.ctx) is ast.Load
 
-    def _nonleaf_binding(self, name: cst.Name, at: cst.CSTNode) -> Binding | None:
+    def _nonleaf_binding(self, name: ast.Name, at: ast.AST) -> Binding | None:
         """The binding of ``name`` reaching ``at`` when it is a non-leaf requiring grad."""
         analysis = self.analysis
         binding = analysis.reaching_binding(name, at)
@@ -272,10 +281,16 @@ class NonleafGradRead(Rule):
     def _lost_leaf(self, binding: Binding) -> bool:
         """The value is an op on a leaf made in place (GF103) or on the name's own
         leaf (GF102): the user meant the leaf's gradient, not an intermediate one."""
-        finder = _SubexpressionLeaves(self, binding)
         assert binding.value is not None
-        walk(binding.value, finder)
-        return finder.found
+        analysis = self.analysis
+        for node in ast.walk(binding.value):
+            if type(node) is ast.Call:
+                if analysis.leaf_value_reason(node, binding.node) is not None:
+                    return True
+            elif type(node) is ast.Name and node.id == binding.name:
+                if analysis.leaf_reason(node) is not None:
+                    return True
+        return False
 
     def _should_report(self, read: Read) -> bool:
         """A backward call lies between binding and read, and no ``retain_grad()``."""
@@ -287,29 +302,35 @@ class NonleafGradRead(Rule):
         return any(start < analysis.index(call) < end for call in self._backwards)
 
     # -- fixing ----------------------------------------------------------------------------
-    def _fixable_line(self, read: Read) -> cst.SimpleStatementLine | None:
-        """The line of the binding when it holds only that statement, in the read's scope."""
+    def _fixable_statement(self, read: Read) -> ast.Assign | ast.AnnAssign | None:
+        """The binding statement when it is in the read's scope (whether it is alone on
+        its line is a question of layout: the fix builder answers it)."""
         analysis = self.analysis
         statement = read.binding.node
-        if not isinstance(statement, (cst.Assign, cst.AnnAssign)):
-            return None
-        line = analysis.parent(statement)
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        if type(statement) is not ast.Assign and type(statement) is not ast.AnnAssign:
             return None
         if analysis.scope_of(statement) is not analysis.scope_of(read.node):
             return None
-        return line
+        return statement
 
-    def _retain_grad_fix(self, insertion: Insertion) -> Fix:
-        calls = [
-            cst.SimpleStatementLine(
-                [cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("retain_grad"))))]
-            )
-            for name in insertion.names
-        ]
-        replacement = cst.FlattenSentinel([insertion.line, *calls])
-        names = ", ".join(f"`{name}.retain_grad()`" for name in insertion.names)
-        return self.fix([Edit(insertion.line, replacement)], f"Call {names} after binding it")
+    def _retain_grad_fix(self, insertion: Insertion) -> FixPlan:
+        names = list(insertion.names)
+        statement = insertion.statement
+
+        def build(editor: Editor) -> list[Edit] | None:
+            line = editor.statement(statement)
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                return None  # ``x = ...; y = ...``, ``if c: x = ...``: no line of its own
+            calls = [
+                cst.SimpleStatementLine(
+                    [cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("retain_grad"))))]
+                )
+                for name in names
+            ]
+            return [Edit(line, cst.FlattenSentinel([line, *calls]))]
+
+        described = ", ".join(f"`{name}.retain_grad()`" for name in names)
+        return self.plan(build, f"Call {described} after binding it")
 
 
 def _message(read: Read) -> str:
@@ -318,25 +339,3 @@ def _message(read: Read) -> str:
         f"`{name}.grad` is `None` after backward(): `{name}` is the result of an op, not a "
         f"leaf; call `{name}.retain_grad()` after binding it"
     )
-
-
-class _SubexpressionLeaves(cst.CSTVisitor):
-    """Finds a leaf created inside a value, or a read of the bound name's own leaf."""
-
-    def __init__(self, rule: NonleafGradRead, binding: Binding) -> None:
-        self.analysis = rule.analysis
-        self.binding = binding
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        if self.analysis.leaf_value_reason(node, self.binding.node) is not None:
-            self.found = True
-        return not self.found
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        walk(node.value, self)  # the attribute's own name is not a variable
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.binding.name and self.analysis.leaf_reason(node) is not None:
-            self.found = True

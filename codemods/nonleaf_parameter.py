@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+import io
+import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import VIEW_ATTRIBUTES, argument
-from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor, without_argument
+from gradfix.rule import AstRule, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import VIEW_ATTRIBUTES, argument, argument_value, call_arguments
 from gradfix.torch_facts import NON_TENSOR_METHODS, VIEW_METHODS
 
 #: Methods that move a tensor to a device or cast it: the values stay, so the fix keeps them.
@@ -39,12 +43,12 @@ DTYPE_NAMES = frozenset(
 class LostLeaf:
     """A value whose innermost operand creates a leaf: ``creation`` and the ops after it."""
 
-    creation: cst.Call
-    ops: list[cst.BaseExpression]  # outermost first
+    creation: ast.Call
+    ops: list[ast.expr]  # outermost first
     kind: str  # parameter | factory | marked
 
 
-class NonleafParameter(Rule):
+class NonleafParameter(AstRule):
     """
     ## What it does
     Finds an op applied to a leaf in the same expression that creates it:
@@ -101,7 +105,6 @@ class NonleafParameter(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("requires_grad", "Parameter(")
 
     VALID = [
         Valid(
@@ -194,28 +197,29 @@ class NonleafParameter(Rule):
         ),
     ]
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def visit_Assign(self, node: ast.Assign) -> None:
         self._check(node.value, node)
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
             self._check(node.value, node)
 
-    def visit_Return(self, node: cst.Return) -> None:
+    def visit_Return(self, node: ast.Return) -> None:
         if node.value is not None:
             self._check(node.value, node)
 
-    def visit_ListComp(self, node: cst.ListComp) -> None:
+    def visit_ListComp(self, node: ast.ListComp) -> None:
         self._check(node.elt, node)  # ``[torch.randn(n, requires_grad=True) * s for ...]``
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "register_parameter"):
-            if node.args:
-                self._check(node.args[-1].value, node)  # ``params.append(...)``
+        if type(func) is ast.Attribute and func.attr in ("append", "register_parameter"):
+            arguments = _source_arguments(node)
+            if arguments:
+                self._check(argument_value(arguments[-1]), node)  # ``params.append(...)``
 
     # -- deciding --------------------------------------------------------------------------
-    def _check(self, value: cst.BaseExpression, statement: cst.CSTNode) -> None:
+    def _check(self, value: ast.expr, statement: ast.AST) -> None:
         lost = self._lost_leaf(value, statement)
         if lost is None or not lost.ops:
             return
@@ -225,7 +229,7 @@ class NonleafParameter(Rule):
             fix = self._fix(value, lost)
         self.report(value, self._message(statement, lost), fix=fix)
 
-    def _lost_leaf(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
+    def _lost_leaf(self, expr: ast.expr, at: ast.AST) -> LostLeaf | None:
         """Peel ops off ``expr`` down to a call that creates a leaf; the other operand of
         an arithmetic op must not require grad (``w * x`` of two trained tensors is a
         computation, not this pattern)."""
@@ -233,20 +237,20 @@ class NonleafParameter(Rule):
         if lost is None:
             return None
         for op in lost.ops:
-            if isinstance(op, cst.BinaryOperation):
+            if type(op) is ast.BinOp:
                 other = op.right if self._peel(op.left, at) is not None else op.left
                 if self.analysis.requires_grad(other, at):
                     return None
         return lost
 
-    def _peel(self, expr: cst.BaseExpression, at: cst.CSTNode) -> LostLeaf | None:
+    def _peel(self, expr: ast.expr, at: ast.AST) -> LostLeaf | None:
         """The syntactic chain of ops from ``expr`` down to a leaf creation, if any."""
-        ops: list[cst.BaseExpression] = []
+        ops: list[ast.expr] = []
         current = expr
         for _ in range(16):
             kind = self._creation_kind(current, at)
             if kind is not None:
-                assert isinstance(current, cst.Call)
+                assert isinstance(current, ast.Call)
                 return LostLeaf(current, ops, kind)
             operand = self._operand(current, at)
             if operand is None:
@@ -255,49 +259,51 @@ class NonleafParameter(Rule):
             current = operand
         return None
 
-    def _creation_kind(self, expr: cst.BaseExpression, at: cst.CSTNode) -> str | None:
-        if not isinstance(expr, cst.Call) or not _may_create_leaf(expr):
+    def _creation_kind(self, expr: ast.expr, at: ast.AST) -> str | None:
+        if type(expr) is not ast.Call or not _may_create_leaf(expr):
             return None
         if self.analysis.leaf_value_reason(expr, at) is None:
             return None
         name = self.analysis.call_name(expr)
         if name == "torch.nn.Parameter":
-            return "parameter" if expr.args and not expr.args[0].keyword else None
+            arguments = _source_arguments(expr)
+            positional = arguments and type(arguments[0]) is not ast.keyword
+            return "parameter" if positional else None
         return "factory" if name is not None else "marked"
 
-    def _operand(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
+    def _operand(self, expr: ast.expr, at: ast.AST) -> ast.expr | None:
         """The tensor operand of a one-operand op (``t.view(3)``, ``t.T``, ``t * 0.01``)."""
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            method = expr.func.attr.value
+        if type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+            method = expr.func.attr
             if method.endswith("_") or method in NOT_REPORTED:
                 return None
             return expr.func.value
-        if isinstance(expr, cst.Attribute) and expr.attr.value in VIEW_ATTRIBUTES:
+        if type(expr) is ast.Attribute and expr.attr in VIEW_ATTRIBUTES:
             return expr.value
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-            return expr.expression
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is ast.UnaryOp and type(expr.op) is ast.USub:
+            return expr.operand
+        if type(expr) is ast.BinOp:
             return expr.left if self._peel(expr.left, at) is not None else expr.right
         return None
 
-    def _module_attribute(self, statement: cst.CSTNode) -> str | None:
+    def _module_attribute(self, statement: ast.AST) -> str | None:
         """``self.<attr> = ...`` in a method of an ``nn.Module`` subclass: the attribute."""
         target = None
-        if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-            target = statement.targets[0].target
-        elif isinstance(statement, cst.AnnAssign):
+        if type(statement) is ast.Assign and len(statement.targets) == 1:
+            target = statement.targets[0]
+        elif type(statement) is ast.AnnAssign:
             target = statement.target
-        if not isinstance(target, cst.Attribute) or not isinstance(target.value, cst.Name):
+        if type(target) is not ast.Attribute or type(target.value) is not ast.Name:
             return None
         cls = self.analysis.enclosing_class(statement)
-        if cls is None or target.value.value != "self":
+        if cls is None or target.value.id != "self":
             return None
-        bases = [self.analysis.qualified_name(base.value) or "" for base in cls.bases]
+        bases = [self.analysis.qualified_name(argument_value(base)) or "" for base in cls.bases]
         if not any(base.startswith("torch.nn.") for base in bases):
             return None
-        return target.attr.value
+        return target.attr
 
-    def _message(self, statement: cst.CSTNode, lost: LostLeaf) -> str:
+    def _message(self, statement: ast.AST, lost: LostLeaf) -> str:
         attr = self._module_attribute(statement)
         if attr is None:
             return self.message
@@ -306,8 +312,8 @@ class NonleafParameter(Rule):
             f"registered as a parameter (never trained) and its `.grad` stays `None`"
         )
 
-    # -- fixing ----------------------------------------------------------------------------
-    def _fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
+    # -- fixing: decided on ast, built on LibCST -------------------------------------------
+    def _fix(self, value: ast.expr, lost: LostLeaf) -> FixPlan | None:
         ops = [_op_name(op) for op in lost.ops]
         if not all(op in SHAPING or op.endswith("Operation") for op in ops):
             return None
@@ -316,13 +322,17 @@ class NonleafParameter(Rule):
         if lost.kind == "parameter":
             return self._parameter_fix(value, lost, safety)
         if lost.kind == "factory" and only_moves:
-            folded = self._fold_into_factory(lost)
-            if folded is not None:
-                description = "Create the leaf on its device / with its dtype"
-                return self.replace(value, folded, description, safety=FixSafety.SAFE)
+            keywords = self._folded_keywords(lost)
+            if keywords is not None:
+                return self.plan_replace(
+                    value,
+                    lambda editor, _: _fold_into_factory(editor, lost.creation, keywords),
+                    "Create the leaf on its device / with its dtype",
+                    safety=FixSafety.SAFE,
+                )
         return self._requires_grad_fix(value, lost, safety)
 
-    def _module_parameter_fix(self, value: cst.BaseExpression, lost: LostLeaf) -> Fix | None:
+    def _module_parameter_fix(self, value: ast.expr, lost: LostLeaf) -> FixPlan | None:
         """A module attribute becomes a registered parameter: ``nn.Parameter(<value>)``.
         Unsafe: the module gains a parameter (optimizers, ``state_dict`` keys)."""
         if lost.kind == "parameter":
@@ -331,54 +341,49 @@ class NonleafParameter(Rule):
             _op_name(op) in SHAPING or _op_name(op).endswith("Operation") for op in lost.ops
         ):
             return None
-        moved = value.deep_replace(lost.creation, self._plain(lost))
-        assert isinstance(moved, cst.BaseExpression)
-        new = cst.Call(self._parameter_class(), [cst.Arg(_without_outer_parens(moved))])
+        nn_alias = self.analysis.module_alias("torch.nn")
+
+        def registered(editor: Editor, node: cst.CSTNode) -> cst.Call:
+            moved = node.deep_replace(editor.node(lost.creation), _plain(editor, lost))
+            assert isinstance(moved, cst.BaseExpression)
+            parameter = _parameter_class(editor, nn_alias)
+            return cst.Call(parameter, [cst.Arg(_without_outer_parens(moved))])
+
         description = "Register the finished value as an nn.Parameter"
-        return self.replace(value, new, description, safety=FixSafety.UNSAFE)
+        return self.plan_replace(value, registered, description, safety=FixSafety.UNSAFE)
 
-    def _parameter_class(self) -> cst.BaseExpression:
-        """``nn.Parameter`` with the file's name of ``torch.nn`` (``tnn.Parameter`` after
-        ``from torch import nn as tnn``), else ``torch.nn.Parameter``."""
-        alias = self.analysis.module_alias("torch.nn")
-        if alias is not None:
-            return cst.Attribute(cst.Name(alias), cst.Name("Parameter"))
-        return self.analysis.torch_attr("nn.Parameter")
+    def _parameter_fix(self, value: ast.expr, lost: LostLeaf, safety: FixSafety) -> FixPlan:
+        def build(editor: Editor) -> list[Edit]:
+            node = editor.node(value)
+            assert isinstance(node, cst.BaseExpression)
+            creation = editor.node(lost.creation)
+            assert isinstance(creation, cst.Call)
+            data = creation.args[0]
+            moved = node.deep_replace(creation, _parenthesized(data.value))
+            assert isinstance(moved, cst.BaseExpression)
+            moved = _without_outer_parens(moved)
+            args = [data.with_changes(value=moved), *creation.args[1:]]
+            new = creation.with_changes(args=args, lpar=node.lpar, rpar=node.rpar)
+            return [Edit(node, new)]
 
-    def _plain(self, lost: LostLeaf) -> cst.BaseExpression:
-        """The creation without what makes it a leaf (``requires_grad=True``, the call of
-        ``.requires_grad_()``)."""
-        creation = lost.creation
-        if lost.kind == "marked":
-            assert isinstance(creation.func, cst.Attribute)
-            return creation.func.value
-        return creation.with_changes(args=_without_requires_grad(creation.args))
-
-    def _parameter_fix(self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety) -> Fix:
-        creation = lost.creation
-        data = creation.args[0]
-        moved = value.deep_replace(creation, _parenthesized(data.value))
-        assert isinstance(moved, cst.BaseExpression)
-        moved = _without_outer_parens(moved)
-        new = creation.with_changes(args=[data.with_changes(value=moved), *creation.args[1:]])
-        new = new.with_changes(lpar=value.lpar, rpar=value.rpar)
         description = "Apply the op before wrapping in nn.Parameter"
-        return self.fix([Edit(value, new)], description, safety=safety)
+        return self.plan(build, description, safety=safety)
 
-    def _requires_grad_fix(
-        self, value: cst.BaseExpression, lost: LostLeaf, safety: FixSafety
-    ) -> Fix:
-        moved = value.deep_replace(lost.creation, self._plain(lost))
-        assert isinstance(moved, cst.BaseExpression)
-        new = cst.Call(cst.Attribute(_parenthesized(moved), cst.Name("requires_grad_")))
+    def _requires_grad_fix(self, value: ast.expr, lost: LostLeaf, safety: FixSafety) -> FixPlan:
+        def marked(editor: Editor, node: cst.CSTNode) -> cst.Call:
+            moved = node.deep_replace(editor.node(lost.creation), _plain(editor, lost))
+            assert isinstance(moved, cst.BaseExpression)
+            return cst.Call(cst.Attribute(_parenthesized(moved), cst.Name("requires_grad_")))
+
         description = "Apply the op first, then call `.requires_grad_()`"
-        return self.replace(value, new, description, safety=safety)
+        return self.plan_replace(value, marked, description, safety=safety)
 
-    def _fold_into_factory(self, lost: LostLeaf) -> cst.Call | None:
-        """``torch.zeros(3, requires_grad=True).to(device)`` -> ``device=device`` argument."""
-        keywords: dict[str, cst.BaseExpression] = {}
+    def _folded_keywords(self, lost: LostLeaf) -> dict[str, KeywordValue] | None:
+        """``torch.zeros(3, requires_grad=True).to(device)`` -> ``{"device": device}``:
+        the factory arguments the moves become (None: one cannot be folded)."""
+        keywords: dict[str, KeywordValue] = {}
         for op in reversed(lost.ops):
-            assert isinstance(op, cst.Call) and isinstance(op.func, cst.Attribute)
+            assert isinstance(op, ast.Call) and isinstance(op.func, ast.Attribute)
             pair = self._move_keyword(op)
             if pair is None or pair[0] in keywords:
                 return None
@@ -386,69 +391,137 @@ class NonleafParameter(Rule):
         creation = lost.creation
         if any(argument(creation, keyword, None) is not None for keyword in keywords):
             return None
-        args = list(creation.args)
-        flag = next(i for i, a in enumerate(args) if _is_keyword(a, "requires_grad"))
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        new_args = [
-            cst.Arg(value, keyword=cst.Name(name), equal=args[flag].equal, comma=comma)
-            for name, value in keywords.items()
-        ]
-        return creation.with_changes(args=[*args[:flag], *new_args, *args[flag:]])
+        if not any(k.arg == "requires_grad" for k in creation.keywords):
+            return None  # the new arguments go before ``requires_grad=``
+        return keywords
 
-    def _move_keyword(self, op: cst.Call) -> tuple[str, cst.BaseExpression] | None:
-        assert isinstance(op.func, cst.Attribute)
-        method = op.func.attr.value
-        if method in CAST_DTYPES and not op.args:
-            return "dtype", self.analysis.torch_attr(CAST_DTYPES[method])
-        if method == "cuda" and not op.args:
-            return "device", cst.SimpleString('"cuda"')
-        if method != "to" or len(op.args) != 1:
+    def _move_keyword(self, op: ast.Call) -> tuple[str, KeywordValue] | None:
+        assert isinstance(op.func, ast.Attribute)
+        method = op.func.attr
+        arguments = call_arguments(op)
+        if method in CAST_DTYPES and not arguments:
+            dtype = CAST_DTYPES[method]
+            return "dtype", lambda editor: editor.torch_attr(dtype)
+        if method == "cuda" and not arguments:
+            return "device", lambda editor: cst.SimpleString('"cuda"')
+        if method != "to" or len(arguments) != 1:
             return None
-        arg = op.args[0]
-        if arg.keyword is not None:
-            keyword = arg.keyword.value
-            return (keyword, arg.value) if keyword in ("device", "dtype") else None
-        return self._classify_to_argument(arg.value, op)
+        arg = arguments[0]
+        if type(arg) is ast.keyword and arg.arg is not None:
+            return (arg.arg, arg.value) if arg.arg in ("device", "dtype") else None
+        return self._classify_to_argument(argument_value(arg), op)
 
     def _classify_to_argument(
-        self, value: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
-    ) -> tuple[str, cst.BaseExpression] | None:
+        self, value: ast.expr, at: ast.AST, depth: int = 0
+    ) -> tuple[str, ast.expr] | None:
         qualified = self.analysis.qualified_name(value) or ""
         if qualified.startswith("torch.") and qualified[len("torch.") :] in DTYPE_NAMES:
             return "dtype", value
-        if isinstance(value, cst.SimpleString):
+        if self._is_simple_string(value):
             return "device", value
-        if isinstance(value, cst.Call) and self.analysis.call_name(value) == "torch.device":
+        if type(value) is ast.Call and self.analysis.call_name(value) == "torch.device":
             return "device", value
-        if isinstance(value, cst.Name) and depth < 3:  # `dev = torch.device(...)`: any name
+        if type(value) is ast.Name and depth < 3:  # `dev = torch.device(...)`: any name
             binding = self.analysis.reaching_binding(value, at)
             if binding is not None and binding.kind == "assign" and binding.value is not None:
                 if binding.unpack_index is None:
                     bound = self._classify_to_argument(binding.value, binding.node, depth + 1)
                     if bound is not None:
                         return bound[0], value
-        last = value.attr.value if isinstance(value, cst.Attribute) else None
-        last = value.value if isinstance(value, cst.Name) else last
+        last = value.attr if type(value) is ast.Attribute else None
+        last = value.id if type(value) is ast.Name else last
         if last is not None and "device" in last.lower():
             return "device", value
         return None
 
+    def _is_simple_string(self, value: ast.expr) -> bool:
+        """One string or bytes literal (LibCST's ``SimpleString``: not ``"a" "b"``)."""
+        if type(value) is not ast.Constant or type(value.value) not in (str, bytes):
+            return False
+        text = ast.get_source_segment(self.context.source, value) or ""
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        except (tokenize.TokenError, SyntaxError):
+            return False
+        return sum(token.type == tokenize.STRING for token in tokens) == 1
 
-def _may_create_leaf(call: cst.Call) -> bool:
+
+#: A value of a folded factory argument: the ``ast`` expression the user wrote (its LibCST
+#: node is reused) or a builder of a new one (``torch.float64``, ``"cuda"``).
+KeywordValue = ast.expr | Callable[[Editor], cst.BaseExpression]
+
+
+def _fold_into_factory(
+    editor: Editor, creation_ast: ast.Call, keywords: dict[str, KeywordValue]
+) -> cst.Call:
+    """``torch.zeros(3, requires_grad=True)`` with ``device=device`` (and ``dtype=``) put
+    before ``requires_grad=``, spaced like it. Not :func:`gradfix.edits.with_argument`:
+    that appends after the last argument with a tight ``=``; here the new arguments go in
+    front of ``requires_grad=`` and copy its ``=`` (``requires_grad = True`` stays
+    consistent), which is the layout the rule has always produced."""
+    creation = editor.node(creation_ast)
+    assert isinstance(creation, cst.Call)
+    args = list(creation.args)
+    flag = next(i for i, a in enumerate(args) if _is_keyword(a, "requires_grad"))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    new_args = []
+    for name, value in keywords.items():
+        expr = value(editor) if callable(value) else editor.node(value)
+        assert isinstance(expr, cst.BaseExpression)
+        arg = cst.Arg(expr, keyword=cst.Name(name), equal=args[flag].equal, comma=comma)
+        new_args.append(arg)
+    return creation.with_changes(args=[*args[:flag], *new_args, *args[flag:]])
+
+
+def _plain(editor: Editor, lost: LostLeaf) -> cst.BaseExpression:
+    """The creation without what makes it a leaf (``requires_grad=True``, the call of
+    ``.requires_grad_()``)."""
+    creation = editor.node(lost.creation)
+    assert isinstance(creation, cst.Call)
+    if lost.kind == "marked":
+        assert isinstance(creation.func, cst.Attribute)
+        return creation.func.value
+    return without_argument(creation, "requires_grad")
+
+
+def _parameter_class(editor: Editor, nn_alias: str | None) -> cst.BaseExpression:
+    """``nn.Parameter`` with the file's name of ``torch.nn`` (``tnn.Parameter`` after
+    ``from torch import nn as tnn``), else ``torch.nn.Parameter``."""
+    if nn_alias is not None:
+        return cst.Attribute(cst.Name(nn_alias), cst.Name("Parameter"))
+    return editor.torch_attr("nn.Parameter")
+
+
+def _source_arguments(call: ast.Call) -> list[ast.expr | ast.keyword]:
+    """The arguments of ``call`` in the order of the source (``f(k=1, *a)``: keyword
+    first), as LibCST lists them."""
+    arguments = call_arguments(call)
+    if call.args and call.keywords:
+        arguments.sort(key=lambda a: (a.lineno, a.col_offset))
+    return arguments
+
+
+def _may_create_leaf(call: ast.Call) -> bool:
     """Cheap syntactic test before asking the analysis: ``Parameter(...)``,
     ``...(requires_grad=True)``, ``.requires_grad_()``."""
     func = call.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    name = func.attr if type(func) is ast.Attribute else getattr(func, "id", "")
     return name in ("Parameter", "requires_grad_") or any(
-        _is_keyword(arg, "requires_grad") for arg in call.args
+        k.arg == "requires_grad" for k in call.keywords
     )
 
 
-def _op_name(op: cst.BaseExpression) -> str:
-    if isinstance(op, cst.Call) and isinstance(op.func, cst.Attribute):
-        return op.func.attr.value
-    if isinstance(op, cst.Attribute):
-        return op.attr.value
+def _op_name(op: ast.expr) -> str:
+    """The method or attribute of an op; ``BinaryOperation`` / ``UnaryOperation`` for an
+    operator (the names the rule has always matched ``*Operation`` on)."""
+    if type(op) is ast.Call and type(op.func) is ast.Attribute:
+        return op.func.attr
+    if type(op) is ast.Attribute:
+        return op.attr
+    if type(op) is ast.BinOp:
+        return "BinaryOperation"
+    if type(op) is ast.UnaryOp:
+        return "UnaryOperation"
     return type(op).__name__
 
 
@@ -478,10 +551,3 @@ def _without_outer_parens(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def _is_keyword(arg: cst.Arg, keyword: str) -> bool:
     return arg.keyword is not None and arg.keyword.value == keyword
-
-
-def _without_requires_grad(args: Sequence[cst.Arg]) -> list[cst.Arg]:
-    kept = [a for a in args if not _is_keyword(a, "requires_grad")]
-    if kept and len(kept) < len(args) and args[-1] not in kept:
-        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
-    return kept

@@ -252,3 +252,26 @@ def test_no_other_rule_reports_the_same_site() -> None:
     result = lint_source(source, rules=ALL_RULES, fix=True)
     assert [f.code for f in result.findings] == ["GF102"]
     assert "eta_scaled.sum().backward()\nprint(eta.grad)" in result.source
+
+
+def test_optimizer_arguments_unpacked_in_the_call_mean_the_leaf() -> None:
+    # ``SGD(*[[w]])`` passes the leaf; ``[*[w]]`` is not an element of the params list.
+    passed = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        w = w.t()
+        opt = torch.optim.SGD(*[[w]], lr=0.1)
+        loss = (w * 2).sum()
+        """
+    )
+    assert "opt = torch.optim.SGD(*[[w]], lr=0.1)\nloss = (w_t * 2).sum()\n" in passed.source
+    spliced = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        w = w.t()
+        opt = torch.optim.SGD([*[w]], lr=0.1)
+        """
+    )
+    assert spliced.findings == []

@@ -136,3 +136,16 @@ def test_lists_appends_and_computations() -> None:
     assert [f.fix is None for f in result.findings] == [False, False, True]
     assert "ws = [(torch.randn(4, 4) / 2).requires_grad_() for _ in range(3)]" in result.source
     assert "params.append(torch.zeros(4, dtype=torch.float64, requires_grad=True))" in result.source
+
+
+def test_only_one_string_literal_is_a_device() -> None:
+    # LibCST's SimpleString: ``"cu" "da"`` is a concatenation, not folded into ``device=``.
+    result = run(
+        """
+        import torch
+        a = torch.zeros(3, requires_grad=True).to("cuda")
+        b = torch.zeros(3, requires_grad=True).to("cu" "da")
+        """
+    )
+    assert 'a = torch.zeros(3, device="cuda", requires_grad=True)\n' in result.source
+    assert 'b = torch.zeros(3).to("cu" "da").requires_grad_()\n' in result.source
