@@ -14,7 +14,6 @@ from gradfix.semantic.syntax import (
     argument,
     call_arguments,
     is_unpacked,
-    normalized_code,
 )
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
@@ -216,7 +215,7 @@ class SqrtOfSquares(AstRule):
             if type(expr.op) is ast.Pow and _is_two(expr.right):
                 return expr.left
             if type(expr.op) is ast.Mult and type(expr.left) in _PURE:
-                if normalized_code(expr.left) == normalized_code(expr.right):
+                if self._text(expr.left) == self._text(expr.right):  # as written
                     return expr.left
             return None
         if type(expr) is not ast.Call:
@@ -237,6 +236,9 @@ class SqrtOfSquares(AstRule):
         if func.attr == "pow" and len(args) == 1 and _is_two(args[0]):
             return func.value
         return None
+
+    def _text(self, expr: ast.expr) -> str | None:
+        return ast.get_source_segment(self.context.source, expr)
 
     def _fix(self, node: ast.expr, base: ast.expr, dims: Dims) -> FixPlan:
         def vector_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression:
