@@ -12,7 +12,7 @@ from gradfix.semantic.syntax import (
     CallArgument,
     argument,
     argument_value,
-    call_arguments,
+    arguments_in_source_order,
     is_number_literal,
     is_true,
     literal_items,
@@ -242,7 +242,7 @@ class TensorFromTensors(AstRule):
         name = self.analysis.call_name(node)
         if name not in CONSTRUCTORS:
             return
-        arguments = _source_order(node)
+        arguments = arguments_in_source_order(node)
         if not arguments or (type(arguments[0]) is ast.keyword and arguments[0].arg is not None):
             return
         dtype = argument(node, "dtype", None)
@@ -335,14 +335,6 @@ def _wrap_numbers(
         for e, is_number in zip(data.elements, numbers)
     ]
     return data.with_changes(elements=elements)
-
-
-def _source_order(call: ast.Call) -> list[CallArgument]:
-    """The call's arguments as written (``f(a=1, *b)`` puts a keyword first)."""
-    arguments = call_arguments(call)
-    if call.args and call.keywords:
-        arguments.sort(key=lambda a: (a.lineno, a.col_offset))
-    return arguments
 
 
 def _elements(data: ast.expr) -> list[ast.expr] | None:

@@ -297,3 +297,12 @@ class VariableNames(ast.NodeVisitor):
     def generic_visit(self, node: ast.AST) -> None:
         for child in source_children(node):
             self.visit(child)
+
+
+def arguments_in_source_order(call: ast.Call) -> list[CallArgument]:
+    """The arguments as written (LibCST's ``call.args``): ``f(a=1, *b)`` puts the keyword
+    first, where :func:`call_arguments` lists positional arguments first."""
+    arguments = call_arguments(call)
+    if call.args and call.keywords:
+        arguments.sort(key=lambda a: (a.lineno, a.col_offset))
+    return arguments
