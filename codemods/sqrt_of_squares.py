@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from gradfix.edits import Editor, with_argument
+from gradfix.edits import Editor, cst_argument, with_argument
 from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
@@ -188,9 +188,12 @@ class SqrtOfSquares(AstRule):
             return
         self.report(node, fix=None if dims is None else self._fix(node, base, dims))
 
-    def _sum_of_squares(self, expr: ast.expr) -> tuple[ast.expr, Dims | None] | None:
-        """``(x, dim/keepdim arguments)`` for ``(x ** 2).sum(...)`` / ``torch.sum(x ** 2, ...)``;
-        the arguments are None when the sum has others (``dtype=``)."""
+    def _sum_of_squares(
+        self, expr: ast.expr
+    ) -> tuple[ast.expr, tuple[ast.Call, Dims] | None] | None:
+        """``(x, (the sum, its dim/keepdim arguments))`` for ``(x ** 2).sum(...)`` /
+        ``torch.sum(x ** 2, ...)``; the second is None when the sum has other arguments
+        (``dtype=``)."""
         if type(expr) is not ast.Call:
             return None
         rest: list[CallArgument]
@@ -207,7 +210,8 @@ class SqrtOfSquares(AstRule):
         base = self._squared_base(squared)
         if base is None:
             return None
-        return base, _norm_dims(expr, rest, first_dim)
+        dims = _norm_dims(expr, rest, first_dim)
+        return base, None if dims is None else (expr, dims)
 
     def _squared_base(self, expr: ast.expr) -> ast.expr | None:
         """``x`` for ``x ** 2``, ``x * x``, ``x.pow(2)``, ``torch.pow(x, 2)``, ``x.square()``."""
@@ -240,8 +244,10 @@ class SqrtOfSquares(AstRule):
     def _text(self, expr: ast.expr) -> str | None:
         return ast.get_source_segment(self.context.source, expr)
 
-    def _fix(self, node: ast.expr, base: ast.expr, dims: Dims) -> FixPlan:
-        def vector_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression:
+    def _fix(self, node: ast.expr, base: ast.expr, sum_dims: tuple[ast.Call, Dims]) -> FixPlan:
+        summed, dims = sum_dims
+
+        def vector_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression | None:
             assert isinstance(old, cst.BaseExpression)
             norm = editor.node(base)
             assert isinstance(norm, cst.BaseExpression)
@@ -253,15 +259,21 @@ class SqrtOfSquares(AstRule):
                 lpar=old.lpar,
                 rpar=old.rpar,
             )
-            for keyword, value in dims:
-                new = with_argument(new, keyword, _expression(editor.node(value)))
+            # the values from the LibCST sum: ``ast`` ranges of ``(0, 1)`` include the parentheses
+            sum_call = cst.ensure_type(editor.node(summed), cst.Call)
+            for keyword, given, position in dims:
+                value = cst_argument(sum_call, given, position)
+                if value is None:
+                    return None
+                new = with_argument(new, keyword, value.value)
             return new
 
         return self.plan_replace(node, vector_norm, "Use `torch.linalg.vector_norm`")
 
 
-#: The ``dim=`` and ``keepdim=`` of the norm, with the values the sum was given.
-Dims = list[tuple[str, ast.expr]]
+#: The ``dim=`` and ``keepdim=`` of the norm: (its keyword, the sum's keyword, the sum's
+#: position) of each (``("dim", "axis", None)`` for ``sum(axis=1)``).
+Dims = list[tuple[str, str, int | None]]
 
 
 def _norm_dims(call: ast.Call, rest: Sequence[CallArgument], first: int) -> Dims | None:
@@ -271,19 +283,13 @@ def _norm_dims(call: ast.Call, rest: Sequence[CallArgument], first: int) -> Dims
         return None
     if len([a for a in rest if type(a) is not ast.keyword]) > 2:
         return None
-    dims = []
+    dims: Dims = []
     for keyword, position in (("dim", first), ("keepdim", first + 1)):
-        value = argument(call, keyword, position) or (
-            argument(call, "axis", None) if keyword == "dim" else None
-        )
-        if value is not None:
-            dims.append((keyword, value))
+        if argument(call, keyword, position) is not None:
+            dims.append((keyword, keyword, position))
+        elif keyword == "dim" and argument(call, "axis", None) is not None:
+            dims.append((keyword, "axis", None))
     return dims
-
-
-def _expression(node: cst.CSTNode) -> cst.BaseExpression:
-    assert isinstance(node, cst.BaseExpression)
-    return node
 
 
 def _is_two(expr: ast.expr) -> bool:
