@@ -403,16 +403,16 @@ class _ListFix:
         if kind == "none" and growth.first_row is None:
             return None  # ``torch.cat((None, row))`` raises: not an accumulation that works
         rows = self._list_name()
-        initial = [] if kind in ("empty", "none") or start.value is None else [start.value]
+        keep_start = kind not in ("empty", "none") and start.value is not None
         safe = kind == "tensor" or (kind == "none" and _runs_at_least_once(analysis, growth.loop))
         start_node = start.node
 
         def build(editor: Editor) -> list[Edit]:
             start_assign = cst.ensure_type(editor.node(start_node), cst.Assign)
-            values = [_expression(editor.node(v)) for v in initial]
+            initial = [cst.Element(start_assign.value)] if keep_start else []
             new_start = start_assign.with_changes(
                 targets=[start_assign.targets[0].with_changes(target=cst.Name(rows))],
-                value=cst.List([cst.Element(v) for v in values]),
+                value=cst.List(initial),
             )
             loop = editor.node(growth.loop)
             return [Edit(start_assign, new_start), Edit(loop, _loop_then_cat(editor, growth, rows))]
@@ -481,7 +481,12 @@ class _ListFix:
 def _loop_then_cat(
     editor: Editor, growth: Growth, rows: str
 ) -> cst.FlattenSentinel[cst.BaseStatement]:
-    row = _expression(editor.node(growth.row))
+    call = cst.ensure_type(editor.node(growth.call), cst.Call)
+    # the row from the LibCST call (an ``ast`` range of a parenthesised tuple includes the
+    # parentheses, LibCST's does not)
+    pieces_node = call.args[0].value
+    assert isinstance(pieces_node, (cst.List, cst.Tuple))
+    row = pieces_node.elements[0 if growth.prepend else 1].value
     append = cst.Expr(cst.Call(cst.Attribute(cst.Name(rows), cst.Name("append")), [cst.Arg(row)]))
     old: cst.CSTNode = editor.node(growth.assign)
     new: cst.CSTNode = append
@@ -495,7 +500,6 @@ def _loop_then_cat(
         minus_one = cst.UnaryOperation(cst.Minus(), cst.Integer("1"))
         reverse = cst.SubscriptElement(cst.Slice(None, None, step=minus_one))
         pieces = cst.Subscript(cst.Name(rows), [reverse])
-    call = cst.ensure_type(editor.node(growth.call), cst.Call)
     first_arg = call.args[0].with_changes(value=pieces)
     joined = call.with_changes(args=[first_arg, *call.args[1:]])
     after = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(growth.name))], joined)])
@@ -589,8 +593,3 @@ def _is_literal(analysis: Semantic, expr: ast.AST, text: str) -> bool:
 
 def _only_statement(block: list[ast.stmt]) -> ast.stmt | None:
     return block[0] if len(block) == 1 else None
-
-
-def _expression(node: cst.CSTNode) -> cst.BaseExpression:
-    assert isinstance(node, cst.BaseExpression)
-    return node
