@@ -17,9 +17,10 @@ from gradfix.semantic.syntax import (
     call_arguments,
     is_false,
     is_true,
-    normalized_code,
 )
 
+#: What may sit between an expression and its parentheses.
+_LAYOUT = (b" ", b"\t", b"\r", b"\n", b"\\")
 #: Expressions that can take ``.detach()`` without parentheses.
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
 
@@ -191,14 +192,14 @@ class TensorCopyConstruct(AstRule):
             return
         if self._rests_on_parameter(value, node):
             return  # `torch.tensor(x)` on an argument is a defensive conversion of lists too
-        if self._guarded_by_tensor_test(value, node):
+        if self._guarded_by_tensor_test(node, value):
             return  # `if not torch.is_tensor(x): x = torch.tensor(x)`: x is no tensor there
         self.report(node, fix=self._fix(node, data))
 
-    def _guarded_by_tensor_test(self, expr: ast.expr, at: ast.AST) -> bool:
-        """``at`` runs only when ``expr`` is not a tensor (``if not torch.is_tensor(expr)``,
-        ``if not isinstance(expr, torch.Tensor)``)."""
-        code = normalized_code(expr)
+    def _guarded_by_tensor_test(self, at: ast.Call, expr: ast.expr) -> bool:
+        """``at`` runs only when its argument ``expr`` is not a tensor (``if not
+        torch.is_tensor(expr)``, ``if not isinstance(expr, torch.Tensor)``)."""
+        code = self._as_written(at, expr)
         for ancestor in self.analysis.ancestors(at):
             if type(ancestor) is not ast.If or not self.analysis.block_contains(ancestor.body, at):
                 continue
@@ -208,7 +209,7 @@ class TensorCopyConstruct(AstRule):
             call = test.operand
             if type(call) is not ast.Call or not (call.args or call.keywords):
                 continue
-            checked = normalized_code(argument_values(call)[0])
+            checked = self._as_written(call, argument_values(call)[0])
             name = self.analysis.call_name(call)
             is_check = name == "torch.is_tensor" or (
                 type(call.func) is ast.Name and call.func.id == "isinstance"
@@ -216,6 +217,31 @@ class TensorCopyConstruct(AstRule):
             if is_check and checked == code:
                 return True
         return False
+
+    def _as_written(self, call: ast.Call, expr: ast.expr) -> bytes:
+        """The text of ``expr``, an argument of ``call``, with its own parentheses (not the
+        call's): what LibCST printed for the argument's value."""
+        source = self.context.source.encode("utf-8")  # ast columns count bytes
+        starts = [0]
+        for line in source.splitlines(keepends=True):
+            starts.append(starts[-1] + len(line))
+        func = call.func
+        opening = source.index(
+            b"(", starts[(func.end_lineno or 1) - 1] + (func.end_col_offset or 0)
+        )
+        start = starts[expr.lineno - 1] + expr.col_offset
+        end = starts[(expr.end_lineno or 1) - 1] + (expr.end_col_offset or 0)
+        while True:
+            before, after = start - 1, end
+            while before > opening and source[before : before + 1] in _LAYOUT:
+                before -= 1
+            while after < len(source) and source[after : after + 1] in _LAYOUT:
+                after += 1
+            if before <= opening or source[before : before + 1] != b"(":
+                return source[start:end]
+            if source[after : after + 1] != b")":
+                return source[start:end]
+            start, end = before, after + 1
 
     def _rests_on_parameter(self, expr: ast.expr, at: ast.AST) -> bool:
         """A bare name in ``expr`` is a function parameter: its annotation is no proof."""
