@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import Binding, FileAnalysis, normalized_code
-from gradfix.rebuild import names_in
-from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor
+from gradfix.rule import AstRule, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import Binding, Semantic
+from gradfix.semantic.syntax import (
+    VariableNames,
+    argument_value,
+    arguments_in_source_order,
+    is_int_literal,
+    is_none,
+    literal_items,
+    normalized_code,
+)
 from gradfix.torch_facts import FACTORIES
 
 #: The torch functions that join tensors along an existing dimension.
@@ -17,25 +27,26 @@ CAT_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 LEGACY_CONSTRUCTORS = frozenset(
     f"torch.{n}" for n in "Tensor FloatTensor DoubleTensor HalfTensor LongTensor".split()
 )
-LOOPS = (cst.For, cst.While)
-SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+Loop = ast.For | ast.AsyncFor | ast.While
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 @dataclass(frozen=True)
 class Growth:
     """``out = torch.cat((out, row), ...)`` inside ``loop``; ``prepend`` for ``(row, out)``."""
 
-    assign: cst.Assign
-    call: cst.Call
+    assign: ast.Assign
+    call: ast.Call
     name: str
-    row: cst.BaseExpression
+    row: ast.expr
     prepend: bool
-    loop: cst.For | cst.While  # the outermost loop the accumulation runs through
+    loop: Loop  # the outermost loop the accumulation runs through
     start: Binding | None  # the binding of ``out`` before the loop
-    first_row: cst.If | None  # ``if out is None: out = row else: out = torch.cat(...)``
+    first_row: ast.If | None  # ``if out is None: out = row else: out = torch.cat(...)``
 
 
-class CatInLoop(Rule):
+class CatInLoop(AstRule):
     """
     ## What it does
     Finds a tensor grown by concatenation inside a loop, `out = torch.cat((out, row))`
@@ -94,7 +105,6 @@ class CatInLoop(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("cat(", "concat")
 
     VALID = [
         Valid(
@@ -203,7 +213,7 @@ class CatInLoop(Rule):
         ),
     ]
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def visit_Assign(self, node: ast.Assign) -> None:
         growth = _find_growth(self.analysis, node)
         if growth is None or _read_elsewhere(self.analysis, growth):
             return
@@ -211,31 +221,30 @@ class CatInLoop(Rule):
             f"`{growth.name}` grows by `torch.cat` inside a loop: every iteration copies all "
             "rows so far (O(n²)); append the rows to a list and concatenate once after the loop"
         )
-        self.report(node, message, fix=_ListFix(self, growth).build())
+        self.report(node, message, fix=_ListFix(self, growth).plan())
 
 
 # -- finding the growth --------------------------------------------------------------------
-def _find_growth(analysis: FileAnalysis, node: cst.Assign) -> Growth | None:
-    if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+def _find_growth(analysis: Semantic, node: ast.Assign) -> Growth | None:
+    if len(node.targets) != 1 or type(node.targets[0]) is not ast.Name:
         return None
-    name = node.targets[0].target.value
+    name = node.targets[0].id
     call = node.value
-    if not isinstance(call, cst.Call) or analysis.call_name(call) not in CAT_FUNCTIONS:
+    if type(call) is not ast.Call or analysis.call_name(call) not in CAT_FUNCTIONS:
         return None
-    if not call.args or call.args[0].keyword is not None or call.args[0].star:
+    if not call.args or type(call.args[0]) is ast.Starred:
+        return None  # (a keyword cannot come before a plain positional argument)
+    if any(k.arg == "out" for k in call.keywords):
         return None
-    if any(a.keyword is not None and a.keyword.value == "out" for a in call.args):
+    items = literal_items(call.args[0])
+    if items is None or len(items) != 2:
         return None
-    pieces = call.args[0].value
-    if not isinstance(pieces, (cst.List, cst.Tuple)) or len(pieces.elements) != 2:
-        return None
-    if any(isinstance(e, cst.StarredElement) for e in pieces.elements):
-        return None
-    first, second = (e.value for e in pieces.elements)
-    own = [isinstance(e, cst.Name) and e.value == name for e in (first, second)]
+    first, second = items
+    own = [type(e) is ast.Name and e.id == name for e in (first, second)]
     if own.count(True) != 1:
         return None
-    accumulated = cst.ensure_type(first if own[0] else second, cst.Name)
+    accumulated = first if own[0] else second
+    assert type(accumulated) is ast.Name
     innermost = _accumulating_loop(analysis, node, None, innermost=True)
     if innermost is None:
         return None
@@ -250,11 +259,11 @@ def _find_growth(analysis: FileAnalysis, node: cst.Assign) -> Growth | None:
 
 
 def _accumulating_loop(
-    analysis: FileAnalysis, node: cst.CSTNode, start: Binding | None, innermost: bool = False
-) -> cst.For | cst.While | None:
+    analysis: Semantic, node: ast.AST, start: Binding | None, innermost: bool = False
+) -> Loop | None:
     """The outermost loop around ``node`` (in its scope) that does not contain the start
     (with ``innermost``: the nearest loop)."""
-    found: cst.For | cst.While | None = None
+    found: Loop | None = None
     for ancestor in analysis.ancestors(node):
         if isinstance(ancestor, SCOPES):
             break
@@ -268,71 +277,108 @@ def _accumulating_loop(
 
 
 def _first_row_branch(
-    analysis: FileAnalysis,
-    node: cst.Assign,
+    analysis: Semantic,
+    node: ast.Assign,
     name: str,
-    row: cst.BaseExpression,
+    row: ast.expr,
     start: Binding | None,
-) -> cst.If | None:
+) -> ast.If | None:
     """``if out is None: out = row`` / ``else: out = torch.cat(...)`` around ``node``, when
     ``out`` starts as None."""
-    if start is None or not isinstance(start.value, cst.Name) or start.value.value != "None":
+    if start is None or not is_none(start.value):
         return None
-    line = analysis.parent(node)
-    block = analysis.parent(line) if line is not None else None
-    owner = analysis.parent(block) if block is not None else None
-    branch = analysis.parent(owner) if isinstance(owner, cst.Else) else owner
-    if not isinstance(branch, cst.If) or branch.orelse is None:
+    branch = analysis.parent(node)
+    if type(branch) is not ast.If or not branch.orelse:
         return None
-    if isinstance(branch.orelse, cst.If):
-        return None  # elif
+    if node in branch.body and _on_the_if_line(analysis.source, branch):
+        return None  # ``if out is not None: out = ...`` on one line: not recognised before
     test = _none_test(branch.test, name)
     if test is None:
         return None
-    cat_block = branch.orelse.body if test == "is" else branch.body
-    first_block = branch.body if test == "is" else branch.orelse.body
-    if _only_small(cat_block) is not node:
+    cat_block = branch.orelse if test == "is" else branch.body
+    first_block = branch.body if test == "is" else branch.orelse
+    if _only_statement(cat_block) is not node:
         return None
-    first = _only_small(first_block)
-    if not isinstance(first, cst.Assign) or len(first.targets) != 1:
+    first = _only_statement(first_block)
+    if type(first) is not ast.Assign or len(first.targets) != 1:
         return None
-    target = first.targets[0].target
-    if not isinstance(target, cst.Name) or target.value != name:
+    target = first.targets[0]
+    if type(target) is not ast.Name or target.id != name:
         return None
     return branch if normalized_code(first.value) == normalized_code(row) else None
 
 
-def _none_test(test: cst.BaseExpression, name: str) -> str | None:
+def _on_the_if_line(source: str, branch: ast.If) -> bool:
+    """``if test: statement``: the body follows the colon on its line (a one-line suite)."""
+    test, body = branch.test, branch.body[0]
+    lines = source.encode("utf-8").splitlines(keepends=True)  # ast columns count bytes
+    start = sum(map(len, lines[: (test.end_lineno or 1) - 1])) + (test.end_col_offset or 0)
+    end = sum(map(len, lines[: body.lineno - 1])) + body.col_offset
+    after_colon = b"".join(lines)[start:end].rpartition(b":")[2]
+    return b"\n" not in after_colon and b"\r" not in after_colon
+
+
+def _none_test(test: ast.expr, name: str) -> str | None:
     """'is' for ``name is None``, 'is not' for ``name is not None``."""
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+    if type(test) is not ast.Compare or len(test.ops) != 1:
         return None
-    target = test.comparisons[0]
-    if not isinstance(test.left, cst.Name) or test.left.value != name:
+    if type(test.left) is not ast.Name or test.left.id != name:
         return None
-    if not isinstance(target.comparator, cst.Name) or target.comparator.value != "None":
+    if not is_none(test.comparators[0]):
         return None
-    if isinstance(target.operator, cst.Is):
+    if type(test.ops[0]) is ast.Is:
         return "is"
-    return "is not" if isinstance(target.operator, cst.IsNot) else None
+    return "is not" if type(test.ops[0]) is ast.IsNot else None
 
 
-def _read_elsewhere(analysis: FileAnalysis, growth: Growth) -> bool:
+def _read_elsewhere(analysis: Semantic, growth: Growth) -> bool:
     """The loop uses the growing tensor besides growing it: it needs the tensor itself."""
-    allowed = {id(n) for n in names_in(growth.assign)}
+    name = growth.name
+    allowed = {id(n) for n in analysis.name_nodes_in(growth.assign, name)}
     if growth.first_row is not None:
-        allowed |= {id(n) for n in names_in(growth.first_row.test)}
-        allowed |= {id(n) for n in names_in(growth.first_row) if _is_target(analysis, n)}
-    for name in names_in(growth.loop):
-        if name.value != growth.name or id(name) in allowed:
-            continue
-        if not _is_target(analysis, name):
-            return True
-    return False
+        allowed |= {id(n) for n in analysis.name_nodes_in(growth.first_row.test, name)}
+        allowed |= {
+            id(n) for n in analysis.name_nodes_in(growth.first_row, name) if _is_target(analysis, n)
+        }
+    if name in _declared_names(growth.loop):
+        return True
+    return any(
+        id(n) not in allowed and not _is_target(analysis, n)
+        for n in analysis.name_nodes_in(growth.loop, name)
+    )
 
 
-def _is_target(analysis: FileAnalysis, name: cst.Name) -> bool:
+def _is_target(analysis: Semantic, name: ast.Name) -> bool:
     parent = analysis.parent(name)
-    return isinstance(parent, cst.AssignTarget) and parent.target is name
+    return type(parent) is ast.Assign and any(t is name for t in parent.targets)
+
+
+def _declared_names(node: ast.AST) -> set[str]:
+    """The names under ``node`` that LibCST spells as ``Name`` nodes and ``ast`` as plain
+    strings: ``def``/``class`` names, imported names (the first part of a dotted module),
+    ``global``/``nonlocal``, ``except ... as e``, names in ``match`` patterns and type
+    parameters. Parameters are not included (nor were they in LibCST's name walk)."""
+    found: set[str | None] = set()
+    for child in ast.walk(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(child.name)
+        elif isinstance(child, ast.alias):
+            found.update((child.name.split(".")[0], child.asname))
+        elif isinstance(child, ast.ImportFrom) and child.module:
+            found.add(child.module.split(".")[0])
+        elif isinstance(child, (ast.Global, ast.Nonlocal)):
+            found.update(child.names)
+        elif isinstance(child, ast.ExceptHandler):
+            found.add(child.name)
+        elif isinstance(child, ast.MatchClass):
+            found.update(child.kwd_attrs)
+        elif type(child).__name__.startswith(_PATTERN_NAMES):
+            found.update((getattr(child, "name", None), getattr(child, "rest", None)))
+    return {n for n in found if n}
+
+
+#: ``match`` patterns and type parameters: their ``name`` / ``rest`` is a bound name.
+_PATTERN_NAMES = ("Match", "TypeVar", "ParamSpec")
 
 
 # -- the fix ---------------------------------------------------------------------------------
@@ -344,12 +390,12 @@ class _ListFix:
         self.analysis = rule.analysis
         self.growth = growth
 
-    def build(self) -> Fix | None:
+    def plan(self) -> FixPlan | None:
         growth, analysis = self.growth, self.analysis
         start = growth.start
-        if start is None or growth.loop.orelse is not None or self._rebound_in_loop():
+        if start is None or growth.loop.orelse or self._rebound_in_loop():
             return None
-        if any(n.value == growth.name for n in names_in(growth.row)):
+        if analysis.name_nodes_in(growth.row, growth.name):
             return None  # ``torch.cat([out, out.new_zeros(...)])``: the row needs the tensor
         if not self._start_is_just_before_loop(start) or not self._dim_is_invariant():
             return None
@@ -357,50 +403,62 @@ class _ListFix:
         if kind == "none" and growth.first_row is None:
             return None  # ``torch.cat((None, row))`` raises: not an accumulation that works
         rows = self._list_name()
-        initial = [] if kind in ("empty", "none") or start.value is None else [start.value]
+        keep_start = kind not in ("empty", "none") and start.value is not None
         safe = kind == "tensor" or (kind == "none" and _runs_at_least_once(analysis, growth.loop))
-        start_assign = cst.ensure_type(start.node, cst.Assign)
-        new_start = start_assign.with_changes(
-            targets=[start_assign.targets[0].with_changes(target=cst.Name(rows))],
-            value=cst.List([cst.Element(v) for v in initial]),
-        )
-        edits = [Edit(start.node, new_start), Edit(growth.loop, self._loop_then_cat(rows))]
-        return self.rule.fix(
-            edits,
+        start_node = start.node
+
+        def build(editor: Editor) -> list[Edit]:
+            start_assign = cst.ensure_type(editor.node(start_node), cst.Assign)
+            initial = [cst.Element(start_assign.value)] if keep_start else []
+            new_start = start_assign.with_changes(
+                targets=[start_assign.targets[0].with_changes(target=cst.Name(rows))],
+                value=cst.List(initial),
+            )
+            loop = editor.node(growth.loop)
+            return [Edit(start_assign, new_start), Edit(loop, _loop_then_cat(editor, growth, rows))]
+
+        return self.rule.plan(
+            build,
             f"Append to a list `{rows}` and concatenate once after the loop",
             safety=None if safe else FixSafety.UNSAFE,
         )
 
     def _rebound_in_loop(self) -> bool:
         """``out`` is bound in the loop other than by the growth (and its first-row branch)."""
-        growth = self.growth
-        allowed = {id(n) for n in names_in(growth.assign)}
+        growth, analysis = self.growth, self.analysis
+        allowed = {id(n) for n in analysis.name_nodes_in(growth.assign, growth.name)}
         if growth.first_row is not None:
-            allowed |= {id(n) for n in names_in(growth.first_row)}
-        return any(n.value == growth.name and id(n) not in allowed for n in names_in(growth.loop))
+            allowed |= {id(n) for n in analysis.name_nodes_in(growth.first_row, growth.name)}
+        if growth.name in _declared_names(growth.loop):
+            return True
+        return any(id(n) not in allowed for n in analysis.name_nodes_in(growth.loop, growth.name))
 
     def _start_is_just_before_loop(self, start: Binding) -> bool:
-        """``out = <start>`` is a one-statement line of the loop's block, and nothing between
-        it and the loop mentions ``out``."""
-        if not isinstance(start.node, cst.Assign) or len(start.node.targets) != 1:
+        """``out = <start>`` is a statement of its own line in the loop's block, and nothing
+        between it and the loop mentions ``out``."""
+        node = start.node
+        if type(node) is not ast.Assign or len(node.targets) != 1:
             return False
-        line = self.analysis.parent(start.node)
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        block = _block_of(self.analysis, node)
+        if block is None or not any(s is self.growth.loop for s in block):
             return False
-        if self.analysis.parent(line) is not self.analysis.parent(self.growth.loop):
+        position = next(i for i, s in enumerate(block) if s is node)
+        if _shares_a_line(block, position):
             return False
-        scope = self.analysis.scope_of(self.growth.loop).node
-        between = range(self.analysis.end_index(line) + 1, self.analysis.index(self.growth.loop))
+        end = next(i for i, s in enumerate(block) if s is self.growth.loop)
+        name = self.growth.name
         return not any(
-            n.value == self.growth.name and self.analysis.index(n) in between
-            for n in names_in(scope)
+            self.analysis.name_nodes_in(s, name) or name in _declared_names(s)
+            for s in block[position + 1 : end]
         )
 
     def _dim_is_invariant(self) -> bool:
         """The ``dim`` argument does not depend on names bound inside the loop."""
         loop = self.growth.loop
-        for arg in self.growth.call.args[1:]:
-            for name in names_in(arg.value):
+        for arg in arguments_in_source_order(self.growth.call)[1:]:
+            names = VariableNames()
+            names.visit(argument_value(arg))
+            for name in names.names:
                 binding = self.analysis.reaching_binding(name)
                 if binding is not None and self.analysis.contains(loop, binding.node):
                     return False
@@ -408,104 +466,130 @@ class _ListFix:
 
     def _list_name(self) -> str:
         """``out_rows`` (``out_parts`` when joining along another dim), not yet used."""
-        dims = [a.value for a in self.growth.call.args[1:]]
-        along_rows = not dims or (isinstance(dims[0], cst.Integer) and dims[0].value == "0")
+        dims = [argument_value(a) for a in arguments_in_source_order(self.growth.call)[1:]]
+        along_rows = not dims or _is_literal(self.analysis, dims[0], "0")
         base = f"{self.growth.name}_{'rows' if along_rows else 'parts'}"
-        used = {n.value for n in names_in(self.analysis.module)}
+        module = self.analysis.module
+        declared = _declared_names(module)
         candidate, suffix = base, 1
-        while candidate in used:
+        while candidate in declared or self.analysis.name_nodes_in(module, candidate):
             suffix += 1
             candidate = f"{base}{suffix}"
         return candidate
 
-    def _loop_then_cat(self, rows: str) -> cst.FlattenSentinel[cst.BaseStatement]:
-        growth = self.growth
-        append = cst.Expr(
-            cst.Call(cst.Attribute(cst.Name(rows), cst.Name("append")), [cst.Arg(growth.row)])
-        )
-        old: cst.CSTNode = growth.assign
-        new: cst.CSTNode = append
-        if growth.first_row is not None:  # the whole ``if out is None`` becomes the append
-            old = growth.first_row
-            new = cst.SimpleStatementLine([append], leading_lines=growth.first_row.leading_lines)
-        loop = growth.loop.deep_replace(old, new)
-        pieces: cst.BaseExpression = cst.Name(rows)
-        if growth.prepend:
-            minus_one = cst.UnaryOperation(cst.Minus(), cst.Integer("1"))
-            reverse = cst.SubscriptElement(cst.Slice(None, None, step=minus_one))
-            pieces = cst.Subscript(cst.Name(rows), [reverse])
-        first_arg = growth.call.args[0].with_changes(value=pieces)
-        joined = growth.call.with_changes(args=[first_arg, *growth.call.args[1:]])
-        after = cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.Name(growth.name))], joined)]
-        )
-        assert isinstance(loop, (cst.For, cst.While))  # deep_replace keeps the node's type
-        return cst.FlattenSentinel([loop, after])
+
+def _loop_then_cat(
+    editor: Editor, growth: Growth, rows: str
+) -> cst.FlattenSentinel[cst.BaseStatement]:
+    call = cst.ensure_type(editor.node(growth.call), cst.Call)
+    # the row from the LibCST call (an ``ast`` range of a parenthesised tuple includes the
+    # parentheses, LibCST's does not)
+    pieces_node = call.args[0].value
+    assert isinstance(pieces_node, (cst.List, cst.Tuple))
+    row = pieces_node.elements[0 if growth.prepend else 1].value
+    append = cst.Expr(cst.Call(cst.Attribute(cst.Name(rows), cst.Name("append")), [cst.Arg(row)]))
+    old: cst.CSTNode = editor.node(growth.assign)
+    new: cst.CSTNode = append
+    if growth.first_row is not None:  # the whole ``if out is None`` becomes the append
+        first_row = cst.ensure_type(editor.node(growth.first_row), cst.If)
+        old = first_row
+        new = cst.SimpleStatementLine([append], leading_lines=first_row.leading_lines)
+    loop = editor.node(growth.loop).deep_replace(old, new)
+    pieces: cst.BaseExpression = cst.Name(rows)
+    if growth.prepend:
+        minus_one = cst.UnaryOperation(cst.Minus(), cst.Integer("1"))
+        reverse = cst.SubscriptElement(cst.Slice(None, None, step=minus_one))
+        pieces = cst.Subscript(cst.Name(rows), [reverse])
+    first_arg = call.args[0].with_changes(value=pieces)
+    joined = call.with_changes(args=[first_arg, *call.args[1:]])
+    after = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(growth.name))], joined)])
+    assert isinstance(loop, (cst.For, cst.While))  # deep_replace keeps the node's type
+    return cst.FlattenSentinel([loop, after])
 
 
-def _start_kind(analysis: FileAnalysis, start: Binding) -> str:
+def _block_of(analysis: Semantic, node: ast.stmt) -> list[ast.stmt] | None:
+    """The statement list (a body, an ``orelse``...) that holds ``node``."""
+    parent = analysis.parent(node)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if type(block) is list and any(s is node for s in block):
+            return block
+    return None
+
+
+def _shares_a_line(block: list[ast.stmt], position: int) -> bool:
+    """``a = 1; out = x``: the statement is not alone on its line."""
+    node = block[position]
+    before = block[position - 1] if position > 0 else None
+    after = block[position + 1] if position + 1 < len(block) else None
+    return (before is not None and before.end_lineno == node.lineno) or (
+        after is not None and after.lineno == node.end_lineno
+    )
+
+
+def _start_kind(analysis: Semantic, start: Binding) -> str:
     """'none' for ``None``, 'empty' for an empty tensor, 'tensor' for a first row."""
     value = start.value
-    if isinstance(value, cst.Name) and value.value == "None":
+    if is_none(value):
         return "none"
-    if isinstance(value, cst.Call) and _is_empty_tensor(analysis, value):
+    if type(value) is ast.Call and _is_empty_tensor(analysis, value):
         return "empty"
     return "tensor"
 
 
-def _is_empty_tensor(analysis: FileAnalysis, call: cst.Call) -> bool:
+def _is_empty_tensor(analysis: Semantic, call: ast.Call) -> bool:
     """``torch.tensor([])``, ``torch.Tensor()``, ``torch.empty(0)``, ``torch.zeros(0, d)``."""
     name = analysis.call_name(call)
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    positional = [a for a in call.args if type(a) is not ast.Starred]
     if name in LEGACY_CONSTRUCTORS and not positional:
         return True
     if name in LEGACY_CONSTRUCTORS | {"torch.tensor", "torch.as_tensor"} and positional:
         data = positional[0]
-        return isinstance(data, (cst.List, cst.Tuple)) and not data.elements
+        return isinstance(data, (ast.List, ast.Tuple)) and not data.elts
     if name in FACTORIES and positional:
         size = positional[0]
-        if isinstance(size, (cst.List, cst.Tuple)) and size.elements:
-            size = size.elements[0].value
-        return isinstance(size, cst.Integer) and size.value == "0"
+        if isinstance(size, (ast.List, ast.Tuple)) and size.elts:
+            size = argument_value(size.elts[0])
+        return _is_literal(analysis, size, "0")
     return False
 
 
-def _runs_at_least_once(analysis: FileAnalysis, loop: cst.For | cst.While) -> bool:
+def _runs_at_least_once(analysis: Semantic, loop: Loop) -> bool:
     """``for ... in range(3)``, ``range(1, n_literal)``, or a non-empty literal list."""
-    if not isinstance(loop, cst.For):
+    if isinstance(loop, ast.While):
         return False
     iterable = loop.iter
-    if isinstance(iterable, (cst.List, cst.Tuple)):
-        return bool(iterable.elements)
-    if not isinstance(iterable, cst.Call) or not isinstance(iterable.func, cst.Name):
+    if isinstance(iterable, (ast.List, ast.Tuple)):
+        return bool(iterable.elts)
+    if type(iterable) is not ast.Call or type(iterable.func) is not ast.Name:
         return False
-    if iterable.func.value != "range" or analysis.bindings(iterable.func):
+    if iterable.func.id != "range" or analysis.bindings(iterable.func):
         return False
-    bounds = [_integer_value(analysis, a.value, loop) for a in iterable.args]
-    if None in bounds or not 1 <= len(bounds) <= 2 or any(a.keyword for a in iterable.args):
+    if iterable.keywords:
+        return False
+    bounds = [_integer_value(analysis, a, loop) for a in iterable.args]
+    if not 1 <= len(bounds) <= 2:
         return False
     low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
     return low is not None and high is not None and high > low
 
 
-def _integer_value(analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode) -> int | None:
+def _integer_value(analysis: Semantic, expr: ast.expr, at: ast.AST) -> int | None:
     """``3``, or a name bound to ``3``."""
-    if isinstance(expr, cst.Name):
+    if type(expr) is ast.Name:
         binding = analysis.reaching_binding(expr, at)
         if binding is None or binding.kind != "assign" or binding.value is None:
             return None
         expr = binding.value
-    return int(expr.evaluated_value) if isinstance(expr, cst.Integer) else None
+    if isinstance(expr, ast.Constant) and type(expr.value) is int:
+        return expr.value
+    return None
 
 
-def _only_small(block: cst.BaseSuite) -> cst.BaseSmallStatement | None:
-    if isinstance(block, cst.SimpleStatementSuite):
-        return block.body[0] if len(block.body) == 1 else None
-    body = cst.ensure_type(block, cst.IndentedBlock).body
-    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
-        return None
-    return body[0].body[0] if len(body[0].body) == 1 else None
+def _is_literal(analysis: Semantic, expr: ast.AST, text: str) -> bool:
+    """An integer literal written exactly ``text`` (``0``, not ``00`` nor ``0x0``)."""
+    return is_int_literal(expr) and ast.get_source_segment(analysis.source, expr) == text
 
 
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+def _only_statement(block: list[ast.stmt]) -> ast.stmt | None:
+    return block[0] if len(block) == 1 else None

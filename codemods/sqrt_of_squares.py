@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-import re
+import ast
 from collections.abc import Sequence
 
 import libcst as cst
 
-from gradfix.analysis import argument
-from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic.syntax import (
+    CallArgument,
+    argument,
+    call_arguments,
+    is_unpacked,
+)
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
-_PURE = (cst.Name, cst.Attribute, cst.Subscript)
+_PURE = (ast.Name, ast.Attribute, ast.Subscript)
 #: Parentheses an expression needs to stay one call argument.
 _NEEDS_PARENS = (cst.Tuple, cst.NamedExpr, cst.GeneratorExp)
-_NO_SPACE = cst.SimpleWhitespace("")
 
 
-class SqrtOfSquares(Rule):
+class SqrtOfSquares(AstRule):
     """
     ## What it does
     Finds a Euclidean norm written by hand, `torch.sqrt((x ** 2).sum(...))`,
@@ -59,7 +64,6 @@ class SqrtOfSquares(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     default_enabled = True
-    prefilter = ("sqrt", re.compile(r"\*\*[\s\\(]*[.\d]"))  # `** 0.5`, `**.5`, `** (0.5)`
 
     VALID = [
         Valid(
@@ -157,114 +161,138 @@ class SqrtOfSquares(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.analysis.call_name(node) == "torch.sqrt":
-            if len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star:
-                self._check(node, node.args[0].value)
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "sqrt":
-            if not node.args and self.analysis.qualified_name(node.func) is None:
+            if len(node.args) == 1 and not node.keywords and type(node.args[0]) is not ast.Starred:
+                self._check(node, node.args[0])
+        elif type(node.func) is ast.Attribute and node.func.attr == "sqrt":
+            if (
+                not node.args
+                and not node.keywords
+                and self.analysis.qualified_name(node.func) is None
+            ):
                 self._check(node, node.func.value)
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+    def visit_BinOp(self, node: ast.BinOp) -> None:
         exponent = node.right
-        if isinstance(node.operator, cst.Power) and isinstance(exponent, cst.Float):
-            if float(exponent.value) == 0.5:
+        if type(node.op) is ast.Pow and type(exponent) is ast.Constant:
+            if type(exponent.value) is float and exponent.value == 0.5:
                 self._check(node, node.left)
 
-    def _check(self, node: cst.BaseExpression, summed: cst.BaseExpression) -> None:
+    def _check(self, node: ast.expr, summed: ast.expr) -> None:
         parts = self._sum_of_squares(summed)
         if parts is None:
             return
         base, dims = parts
         if not self.analysis.requires_grad(base, node) or self.analysis.in_no_grad(node):
             return
-        self.report(node, fix=self._fix(node, base, dims))
+        self.report(node, fix=None if dims is None else self._fix(node, base, dims))
 
     def _sum_of_squares(
-        self, expr: cst.BaseExpression
-    ) -> tuple[cst.BaseExpression, list[cst.Arg] | None] | None:
-        """``(x, dim/keepdim args)`` for ``(x ** 2).sum(...)`` / ``torch.sum(x ** 2, ...)``;
-        the args are None when the sum has others (``dtype=``)."""
-        if not isinstance(expr, cst.Call):
+        self, expr: ast.expr
+    ) -> tuple[ast.expr, tuple[ast.Call, Dims] | None] | None:
+        """``(x, (the sum, its dim/keepdim arguments))`` for ``(x ** 2).sum(...)`` /
+        ``torch.sum(x ** 2, ...)``; the second is None when the sum has other arguments
+        (``dtype=``)."""
+        if type(expr) is not ast.Call:
             return None
+        rest: list[CallArgument]
         if self.analysis.call_name(expr) == "torch.sum":
-            if not expr.args or expr.args[0].keyword is not None or expr.args[0].star:
-                return None
-            squared, rest, first_dim = expr.args[0].value, expr.args[1:], 1
-        elif isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum":
+            if not expr.args or type(expr.args[0]) is ast.Starred:
+                return None  # a keyword cannot come before a plain positional argument
+            squared, rest, first_dim = expr.args[0], call_arguments(expr)[1:], 1
+        elif type(expr.func) is ast.Attribute and expr.func.attr == "sum":
             if self.analysis.qualified_name(expr.func) is not None:
                 return None
-            squared, rest, first_dim = expr.func.value, expr.args, 0
+            squared, rest, first_dim = expr.func.value, call_arguments(expr), 0
         else:
             return None
         base = self._squared_base(squared)
         if base is None:
             return None
-        return base, _norm_dims(expr, rest, first_dim)
+        dims = _norm_dims(expr, rest, first_dim)
+        return base, None if dims is None else (expr, dims)
 
-    def _squared_base(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    def _squared_base(self, expr: ast.expr) -> ast.expr | None:
         """``x`` for ``x ** 2``, ``x * x``, ``x.pow(2)``, ``torch.pow(x, 2)``, ``x.square()``."""
-        if isinstance(expr, cst.BinaryOperation):
-            if isinstance(expr.operator, cst.Power) and _is_two(expr.right):
+        if type(expr) is ast.BinOp:
+            if type(expr.op) is ast.Pow and _is_two(expr.right):
                 return expr.left
-            same = expr.left.deep_equals(expr.right)
-            if isinstance(expr.operator, cst.Multiply) and same and isinstance(expr.left, _PURE):
-                return expr.left
+            if type(expr.op) is ast.Mult and type(expr.left) in _PURE:
+                if self._text(expr.left) == self._text(expr.right):  # as written
+                    return expr.left
             return None
-        if not isinstance(expr, cst.Call):
+        if type(expr) is not ast.Call:
+            return None
+        if expr.keywords or any(type(a) is ast.Starred for a in expr.args):
             return None
         name = self.analysis.call_name(expr)
-        args = [a for a in expr.args if a.keyword is None and not a.star]
-        if len(args) != len(expr.args):
-            return None
+        args = expr.args
         if name == "torch.square" and len(args) == 1:
-            return args[0].value
-        if name == "torch.pow" and len(args) == 2 and _is_two(args[1].value):
-            return args[0].value
+            return args[0]
+        if name == "torch.pow" and len(args) == 2 and _is_two(args[1]):
+            return args[0]
         func = expr.func
-        if not isinstance(func, cst.Attribute) or self.analysis.qualified_name(func) is not None:
+        if type(func) is not ast.Attribute or self.analysis.qualified_name(func) is not None:
             return None
-        if func.attr.value == "square" and not args:
+        if func.attr == "square" and not args:
             return func.value
-        if func.attr.value == "pow" and len(args) == 1 and _is_two(args[0].value):
+        if func.attr == "pow" and len(args) == 1 and _is_two(args[0]):
             return func.value
         return None
 
-    def _fix(
-        self, node: cst.BaseExpression, base: cst.BaseExpression, dims: list[cst.Arg] | None
-    ) -> Fix | None:
-        if dims is None:
-            return None
-        if not isinstance(base, _NEEDS_PARENS):
-            base = base.with_changes(lpar=[], rpar=[])
-        new = cst.Call(
-            self.analysis.torch_attr("linalg.vector_norm"),
-            [cst.Arg(base), *dims],
-            lpar=node.lpar,
-            rpar=node.rpar,
-        )
-        return self.replace(node, new, "Use `torch.linalg.vector_norm`")
+    def _text(self, expr: ast.expr) -> str | None:
+        return ast.get_source_segment(self.context.source, expr)
+
+    def _fix(self, node: ast.expr, base: ast.expr, sum_dims: tuple[ast.Call, Dims]) -> FixPlan:
+        summed, dims = sum_dims
+
+        def vector_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression | None:
+            assert isinstance(old, cst.BaseExpression)
+            norm = editor.node(base)
+            assert isinstance(norm, cst.BaseExpression)
+            if not isinstance(norm, _NEEDS_PARENS):
+                norm = norm.with_changes(lpar=[], rpar=[])
+            new = cst.Call(
+                editor.torch_attr("linalg.vector_norm"),
+                [cst.Arg(norm)],
+                lpar=old.lpar,
+                rpar=old.rpar,
+            )
+            # the values from the LibCST sum: ``ast`` ranges of ``(0, 1)`` include the parentheses
+            sum_call = cst.ensure_type(editor.node(summed), cst.Call)
+            for keyword, given, position in dims:
+                value = cst_argument(sum_call, given, position)
+                if value is None:
+                    return None
+                new = with_argument(new, keyword, value.value)
+            return new
+
+        return self.plan_replace(node, vector_norm, "Use `torch.linalg.vector_norm`")
 
 
-def _norm_dims(call: cst.Call, rest: Sequence[cst.Arg], first: int) -> list[cst.Arg] | None:
+#: The ``dim=`` and ``keepdim=`` of the norm: (its keyword, the sum's keyword, the sum's
+#: position) of each (``("dim", "axis", None)`` for ``sum(axis=1)``).
+Dims = list[tuple[str, str, int | None]]
+
+
+def _norm_dims(call: ast.Call, rest: Sequence[CallArgument], first: int) -> Dims | None:
     """The sum's ``dim``/``keepdim`` as keyword arguments, None if it has any other."""
     known = {"dim", "axis", "keepdim"}
-    if any(a.star or (a.keyword is not None and a.keyword.value not in known) for a in rest):
+    if any(is_unpacked(a) or (type(a) is ast.keyword and a.arg not in known) for a in rest):
         return None
-    if len([a for a in rest if a.keyword is None]) > 2:
+    if len([a for a in rest if type(a) is not ast.keyword]) > 2:
         return None
-    dims = []
+    dims: Dims = []
     for keyword, position in (("dim", first), ("keepdim", first + 1)):
-        arg = argument(call, keyword, position) or (
-            argument(call, "axis", None) if keyword == "dim" else None
-        )
-        if arg is not None:
-            equal = cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE)
-            dims.append(cst.Arg(arg.value, keyword=cst.Name(keyword), equal=equal))
+        if argument(call, keyword, position) is not None:
+            dims.append((keyword, keyword, position))
+        elif keyword == "dim" and argument(call, "axis", None) is not None:
+            dims.append((keyword, "axis", None))
     return dims
 
 
-def _is_two(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.Integer):
-        return expr.evaluated_value == 2
-    return isinstance(expr, cst.Float) and float(expr.value) == 2.0
+def _is_two(expr: ast.expr) -> bool:
+    if type(expr) is not ast.Constant:
+        return False
+    return type(expr.value) in (int, float) and expr.value == 2

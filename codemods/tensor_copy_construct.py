@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
-from gradfix.analysis import argument, is_false, is_true
-from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
-from gradfix.walk import walk
+from gradfix.edits import Editor, cst_argument
+from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic.syntax import (
+    CallArgument,
+    VariableNames,
+    argument_node,
+    argument_value,
+    argument_values,
+    call_arguments,
+    is_false,
+    is_true,
+)
 
+#: What may sit between an expression and its parentheses.
+_LAYOUT = (b" ", b"\t", b"\r", b"\n", b"\\")
 #: Expressions that can take ``.detach()`` without parentheses.
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
 
 
-class TensorCopyConstruct(Rule):
+class TensorCopyConstruct(AstRule):
     """
     ## What it does
     Finds `torch.tensor(t)` where `t` is already a tensor and rewrites it to
@@ -57,7 +70,6 @@ class TensorCopyConstruct(Rule):
     message = "`torch.tensor()` of a tensor; use `t.detach().clone()`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
-    prefilter = ("tensor(",)
 
     VALID = [
         Valid(
@@ -169,69 +181,114 @@ class TensorCopyConstruct(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.analysis.call_name(node) != "torch.tensor":
             return
-        data = argument(node, "data", 0)
-        if data is None or data.star or not self.analysis.is_tensor(data.value, node):
+        data = argument_node(node, "data", 0)
+        if data is None:
             return
-        if self._rests_on_parameter(data.value, node):
+        value = argument_value(data)
+        if not self.analysis.is_tensor(value, node):
+            return
+        if self._rests_on_parameter(value, node):
             return  # `torch.tensor(x)` on an argument is a defensive conversion of lists too
-        if self._guarded_by_tensor_test(data.value, node):
+        if self._guarded_by_tensor_test(node, value):
             return  # `if not torch.is_tensor(x): x = torch.tensor(x)`: x is no tensor there
         self.report(node, fix=self._fix(node, data))
 
-    def _guarded_by_tensor_test(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-        """``at`` runs only when ``expr`` is not a tensor (``if not torch.is_tensor(expr)``,
-        ``if not isinstance(expr, torch.Tensor)``)."""
-        code = cst.Module([]).code_for_node(expr)
+    def _guarded_by_tensor_test(self, at: ast.Call, expr: ast.expr) -> bool:
+        """``at`` runs only when its argument ``expr`` is not a tensor (``if not
+        torch.is_tensor(expr)``, ``if not isinstance(expr, torch.Tensor)``)."""
+        code = self._as_written(at, expr)
         for ancestor in self.analysis.ancestors(at):
-            if not isinstance(ancestor, cst.If) or not self.analysis.contains(ancestor.body, at):
+            if type(ancestor) is not ast.If or not self.analysis.block_contains(ancestor.body, at):
                 continue
             test = ancestor.test
-            if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+            if type(test) is not ast.UnaryOp or type(test.op) is not ast.Not:
                 continue
-            call = test.expression
-            if not isinstance(call, cst.Call) or not call.args:
+            call = test.operand
+            if type(call) is not ast.Call or not (call.args or call.keywords):
                 continue
-            checked = cst.Module([]).code_for_node(call.args[0].value)
+            checked = self._as_written(call, argument_values(call)[0])
             name = self.analysis.call_name(call)
             is_check = name == "torch.is_tensor" or (
-                isinstance(call.func, cst.Name) and call.func.value == "isinstance"
+                type(call.func) is ast.Name and call.func.id == "isinstance"
             )
             if is_check and checked == code:
                 return True
         return False
 
-    def _rests_on_parameter(self, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    def _as_written(self, call: ast.Call, expr: ast.expr) -> bytes:
+        """The text of ``expr``, an argument of ``call``, with its own parentheses (not the
+        call's): what LibCST printed for the argument's value."""
+        source = self.context.source.encode("utf-8")  # ast columns count bytes
+        starts = [0]
+        for line in source.splitlines(keepends=True):
+            starts.append(starts[-1] + len(line))
+        func = call.func
+        opening = source.index(
+            b"(", starts[(func.end_lineno or 1) - 1] + (func.end_col_offset or 0)
+        )
+        start = starts[expr.lineno - 1] + expr.col_offset
+        end = starts[(expr.end_lineno or 1) - 1] + (expr.end_col_offset or 0)
+        while True:
+            before, after = start - 1, end
+            while before > opening and source[before : before + 1] in _LAYOUT:
+                before -= 1
+            while after < len(source) and source[after : after + 1] in _LAYOUT:
+                after += 1
+            if before <= opening or source[before : before + 1] != b"(":
+                return source[start:end]
+            if source[after : after + 1] != b")":
+                return source[start:end]
+            start, end = before, after + 1
+
+    def _rests_on_parameter(self, expr: ast.expr, at: ast.AST) -> bool:
         """A bare name in ``expr`` is a function parameter: its annotation is no proof."""
+        collector = _BareNames()
+        collector.visit(expr)
         return any(
             (binding := self.analysis.reaching_binding(n, at)) is not None
             and binding.kind == "param"
-            for n in _names(expr)
+            for n in collector.names
         )
 
-    def _fix(self, node: cst.Call, data: cst.Arg) -> Fix | None:
-        receiver = _receiver_keeping_layout(node, data)
-        if receiver is None:  # one line; Rule.report moves the call's comments to its front
-            receiver = _receiver(data.value)
-        new = _method(receiver, "detach")
-        new = _method(new, "clone")
+    def _fix(self, node: ast.Call, data: CallArgument) -> FixPlan | None:
         requires_grad = False
-        for arg in node.args:
-            keyword = arg.keyword.value if arg.keyword is not None else None
-            if arg is data or keyword == "requires_grad" and is_false(arg.value):
+        for arg in call_arguments(node):
+            keyword = arg.arg if type(arg) is ast.keyword else None
+            value = argument_value(arg)
+            if arg is data or keyword == "requires_grad" and is_false(value):
                 continue
-            if keyword in ("dtype", "device"):
-                new = _method(new, "to", arg.value)
-            elif keyword == "requires_grad" and is_true(arg.value):
+            if keyword == "requires_grad" and is_true(value):
                 requires_grad = True
-            else:
+            elif keyword not in ("dtype", "device"):
                 return None  # pin_memory=, positional extras, a computed requires_grad
-        if requires_grad:
-            new = _method(new, "requires_grad_", cst.Name("True"))
-        new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
-        return self.replace(node, new, "Use `.detach().clone()`")
+
+        def copy(editor: Editor, call: cst.CSTNode) -> cst.BaseExpression | None:
+            assert isinstance(call, cst.Call)
+            return _detached_copy(call, requires_grad)
+
+        return self.plan_replace(node, copy, "Use `.detach().clone()`")
+
+
+def _detached_copy(node: cst.Call, requires_grad: bool) -> cst.BaseExpression | None:
+    """``data.detach().clone()``, then ``.to(...)`` for ``dtype=``/``device=`` and
+    ``.requires_grad_(True)``."""
+    data = cst_argument(node, "data", 0)
+    if data is None:
+        return None
+    receiver = _receiver_keeping_layout(node, data)
+    if receiver is None:  # one line; the engine moves the call's comments to its front
+        receiver = _receiver(data.value)
+    new = _method(receiver, "detach")
+    new = _method(new, "clone")
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value in ("dtype", "device"):
+            new = _method(new, "to", arg.value)
+    if requires_grad:
+        new = _method(new, "requires_grad_", cst.Name("True"))
+    return new.with_changes(lpar=node.lpar, rpar=node.rpar)
 
 
 def _receiver_keeping_layout(node: cst.Call, data: cst.Arg) -> cst.BaseExpression | None:
@@ -291,18 +348,12 @@ def _method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression) 
     return cst.Call(cst.Attribute(receiver, cst.Name(name)), [cst.Arg(a) for a in args])
 
 
-def _names(expr: cst.BaseExpression) -> list[cst.Name]:
-    found: list[cst.Name] = []
+class _BareNames(VariableNames):
+    """The names of an expression outside attributes and calls: ``self.w`` is evidence from
+    the class, a call's result is a tensor because of the callee."""
 
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node)
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        pass
 
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            return False  # ``self.w``: evidence from the class, not from a parameter
-
-        def visit_Call(self, node: cst.Call) -> bool:
-            return False  # a call's result is a tensor because of the callee
-
-    walk(expr, Collect())
-    return found
+    def visit_Call(self, node: ast.Call) -> None:
+        pass

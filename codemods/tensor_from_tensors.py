@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
-from gradfix.analysis import argument, is_number_literal, is_true
-from gradfix.rule import Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor
+from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic.syntax import (
+    CallArgument,
+    argument,
+    argument_value,
+    arguments_in_source_order,
+    is_number_literal,
+    is_true,
+    literal_items,
+)
 from gradfix.torch_facts import INTEGER_DTYPES
 
 CONSTRUCTORS = frozenset(
@@ -13,7 +24,7 @@ CONSTRUCTORS = frozenset(
 )
 
 
-class TensorFromTensors(Rule):
+class TensorFromTensors(AstRule):
     """
     ## What it does
     Finds `torch.tensor([...])` (also `torch.Tensor`, `torch.FloatTensor`,
@@ -62,7 +73,6 @@ class TensorFromTensors(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("tensor", "Tensor")
 
     VALID = [
         Valid(
@@ -228,14 +238,17 @@ class TensorFromTensors(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         name = self.analysis.call_name(node)
-        if name not in CONSTRUCTORS or not node.args or node.args[0].keyword is not None:
+        if name not in CONSTRUCTORS:
+            return
+        arguments = arguments_in_source_order(node)
+        if not arguments or (type(arguments[0]) is ast.keyword and arguments[0].arg is not None):
             return
         dtype = argument(node, "dtype", None)
-        if dtype is not None and self.analysis.qualified_name(dtype.value) in INTEGER_DTYPES:
+        if dtype is not None and self.analysis.qualified_name(dtype) in INTEGER_DTYPES:
             return  # integer data (shapes, indices): the values are wanted, not a graph
-        data = node.args[0].value
+        data = argument_value(arguments[0])
         located = self._elements(node, data)
         if located is None or self.analysis.in_no_grad(node):
             return
@@ -243,73 +256,90 @@ class TensorFromTensors(Rule):
         in_graph = [self.analysis.requires_grad(e, at) for e, at in elements]
         if not any(in_graph):
             return
-        self.report(node, fix=self._fix(node, data, elements, in_graph, certain))
+        self.report(node, fix=self._fix(node, arguments, data, elements, in_graph, certain))
 
     def _elements(
-        self, node: cst.Call, data: cst.BaseExpression
-    ) -> tuple[list[tuple[cst.BaseExpression, cst.CSTNode]], bool] | None:
+        self, node: ast.Call, data: ast.expr
+    ) -> tuple[list[tuple[ast.expr, ast.AST]], bool] | None:
         """The elements with where they are evaluated, and whether the list is certainly
         non-empty: a list/tuple literal, a list comprehension, or a list name built by
         ``append`` / ``extend`` / ``+=`` before the call (``xs.append(t)``)."""
-        if isinstance(data, cst.Name):
+        if type(data) is ast.Name:
             return self.analysis.list_elements(data, node)
         literal = _elements(data)
         return None if literal is None else ([(e, node) for e in literal], True)
 
     def _fix(
         self,
-        node: cst.Call,
-        data: cst.BaseExpression,
-        located: list[tuple[cst.BaseExpression, cst.CSTNode]],
+        node: ast.Call,
+        arguments: list[CallArgument],
+        data: ast.expr,
+        located: list[tuple[ast.expr, ast.AST]],
         in_graph: list[bool],
         certain: bool,
-    ) -> Fix | None:
+    ) -> FixPlan | None:
         elements = [element for element, _ in located]
-        conversions: list[cst.BaseExpression] = []
-        for arg in node.args[1:]:
-            keyword = arg.keyword.value if arg.keyword is not None else None
+        for arg in arguments[1:]:
+            keyword = arg.arg if type(arg) is ast.keyword else None
             if keyword in ("dtype", "device"):
-                conversions.append(arg.value)
-            elif keyword != "requires_grad" or is_true(arg.value):
+                continue  # becomes ``.to(...)``
+            if keyword != "requires_grad" or is_true(argument_value(arg)):
                 return None  # positional extras, or a deliberate new leaf
         numbers = [not g and is_number_literal(e) for e, g in zip(elements, in_graph)]
         if not all(g or n for g, n in zip(in_graph, numbers)):
             return None  # an element we cannot show to be a tensor
-        if any(numbers) and isinstance(data, cst.Name):
+        if any(numbers) and type(data) is ast.Name:
             return None  # numbers appended to a list cannot be wrapped where they are added
         shapes = {self.analysis.element_shape(e, at) for (e, at), g in zip(located, in_graph) if g}
         if "piece" in shapes and shapes != {"piece"} or (any(numbers) and "piece" in shapes):
             return None
         combine = "cat" if shapes == {"piece"} else "stack"
-        new_data = self._wrap_numbers(data, numbers) if any(numbers) else data
-        # Keep the call's own layout: its parentheses, and the last argument's trailing comma.
-        first = node.args[0].with_changes(value=new_data, comma=node.args[-1].comma)
-        new: cst.BaseExpression = node.with_changes(
-            func=self.analysis.torch_attr(combine), args=[first]
-        )
-        for value in conversions:
-            new = cst.Call(cst.Attribute(new, cst.Name("to")), [cst.Arg(value)])
         # ``torch.stack([])`` raises where ``torch.tensor([])`` gave an empty tensor.
         exact = shapes <= {"scalar", "piece"} and not any(numbers) and certain
         safety = None if exact else FixSafety.UNSAFE
-        return self.replace(node, new, f"Use `torch.{combine}`", safety=safety)
 
-    def _wrap_numbers(self, data: cst.BaseExpression, numbers: list[bool]) -> cst.BaseExpression:
-        assert isinstance(data, (cst.List, cst.Tuple))
-        as_tensor = self.analysis.torch_attr("as_tensor")
-        elements = [
-            e.with_changes(value=cst.Call(as_tensor, [cst.Arg(e.value)])) if is_number else e
-            for e, is_number in zip(data.elements, numbers)
-        ]
-        return data.with_changes(elements=elements)
+        def combined(editor: Editor, call: cst.CSTNode) -> cst.BaseExpression:
+            assert isinstance(call, cst.Call)
+            return _combined(editor, call, combine, numbers)
+
+        return self.plan_replace(node, combined, f"Use `torch.{combine}`", safety=safety)
 
 
-def _elements(data: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+def _combined(
+    editor: Editor, node: cst.Call, combine: str, numbers: list[bool]
+) -> cst.BaseExpression:
+    """``torch.<combine>(data)`` with the numbers of ``data`` wrapped in ``as_tensor``, then
+    ``.to(dtype)`` / ``.to(device)`` for those arguments."""
+    data = node.args[0].value
+    new_data = _wrap_numbers(editor, data, numbers) if any(numbers) else data
+    conversions = [
+        a.value
+        for a in node.args[1:]
+        if a.keyword is not None and a.keyword.value in ("dtype", "device")
+    ]
+    # Keep the call's own layout: its parentheses, and the last argument's trailing comma.
+    first = node.args[0].with_changes(value=new_data, comma=node.args[-1].comma)
+    new: cst.BaseExpression = node.with_changes(func=editor.torch_attr(combine), args=[first])
+    for value in conversions:
+        new = cst.Call(cst.Attribute(new, cst.Name("to")), [cst.Arg(value)])
+    return new
+
+
+def _wrap_numbers(
+    editor: Editor, data: cst.BaseExpression, numbers: list[bool]
+) -> cst.BaseExpression:
+    assert isinstance(data, (cst.List, cst.Tuple))
+    as_tensor = editor.torch_attr("as_tensor")
+    elements = [
+        e.with_changes(value=cst.Call(as_tensor, [cst.Arg(e.value)])) if is_number else e
+        for e, is_number in zip(data.elements, numbers)
+    ]
+    return data.with_changes(elements=elements)
+
+
+def _elements(data: ast.expr) -> list[ast.expr] | None:
     """The elements of a list/tuple literal or the element of a list comprehension."""
-    if isinstance(data, (cst.List, cst.Tuple)):
-        if not data.elements or any(isinstance(e, cst.StarredElement) for e in data.elements):
-            return None
-        return [e.value for e in data.elements]
-    if isinstance(data, cst.ListComp):
+    if type(data) is ast.ListComp:
         return [data.elt]
-    return None
+    items = literal_items(data)
+    return items or None

@@ -407,6 +407,7 @@ def test_arguments_passed_on_through_many_call_sites_do_not_multiply_the_work(
     from gradfix.analysis import FileAnalysis
     from gradfix.engine import lint_source
     from gradfix.registry import all_rules
+    from gradfix.semantic.grad import GradQueries
 
     layers = ["import torch", "def f0(x, y):", "    return torch.tensor([x, y])"]
     for level in range(1, 8):
@@ -416,13 +417,15 @@ def test_arguments_passed_on_through_many_call_sites_do_not_multiply_the_work(
             "    return a0",
         ]
     calls = []
-    real = FileAnalysis._requires_grad
+    # rules on LibCST ask FileAnalysis, rules on ast (GF101 here) ask the Semantic
+    for analysis in (FileAnalysis, GradQueries):
+        real = analysis._requires_grad
 
-    def counting(self, expr, at, depth):  # type: ignore[no-untyped-def]
-        calls.append(depth)
-        return real(self, expr, at, depth)
+        def counting(self, expr, at, depth, real=real):  # type: ignore[no-untyped-def]
+            calls.append(depth)
+            return real(self, expr, at, depth)
 
-    monkeypatch.setattr(FileAnalysis, "_requires_grad", counting)
+        monkeypatch.setattr(analysis, "_requires_grad", counting)
     lint_source("\n".join(layers) + "\n", rules=all_rules())
     assert 0 < len(calls) < 2_000  # every path walked again: 4 ** 7 call sites and more
 

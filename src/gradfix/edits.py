@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from gradfix.fileio.text import source_lines
 from gradfix.rule import Edit, Fix, FixPlan, Replacement, keeping_comments
 from gradfix.walk import children
 
@@ -124,7 +125,7 @@ class Editor:
 
     def __init__(self, module: cst.Module, source: str, torch_alias: str | None) -> None:
         self.module = module
-        self.lines = source.splitlines()
+        self.lines = source_lines(source)
         self.alias = torch_alias
         self._positions: Mapping[cst.CSTNode, CodeRange] | None = None
         self._index: dict[Span, list[cst.CSTNode]] | None = None

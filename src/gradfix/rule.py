@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Union
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from gradfix.fileio.text import source_lines
+
 if TYPE_CHECKING:
     from gradfix.analysis import FileAnalysis
     from gradfix.edits import Editor
@@ -344,7 +346,7 @@ class AstContext:
 
     def __post_init__(self) -> None:
         if not self.lines:
-            self.lines = self.source.splitlines()
+            self.lines = source_lines(self.source)
 
 
 class AstRule(BaseRule):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def split_lines(text: str) -> list[str]:
     """Split on ``\\n`` only (``str.splitlines`` also splits on form feeds and U+2028)."""
@@ -11,3 +13,13 @@ def split_lines(text: str) -> list[str]:
     if last:
         result.append(last)
     return result
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of ``text`` as Python's tokenizer (and ``ast`` positions) count them:
+    broken at ``\\r\\n``, ``\\r`` and ``\\n`` only (``str.splitlines`` also breaks at a form
+    feed or U+2028, which would shift every line number after it); without their ends."""
+    return _LINE_BREAK.split(text)
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")

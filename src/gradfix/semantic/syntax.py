@@ -341,3 +341,12 @@ def spelled_names(node: ast.AST) -> tuple[str, ...]:
     if isinstance(node, ast.ImportFrom):
         return tuple(part for part in (node.module or "").split(".") if part)
     return ()
+
+
+def arguments_in_source_order(call: ast.Call) -> list[CallArgument]:
+    """The arguments as written (LibCST's ``call.args``): ``f(a=1, *b)`` puts the keyword
+    first, where :func:`call_arguments` lists positional arguments first."""
+    arguments = call_arguments(call)
+    if call.args and call.keywords:
+        arguments.sort(key=lambda a: (a.lineno, a.col_offset))
+    return arguments
