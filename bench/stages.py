@@ -24,7 +24,7 @@ from pathlib import Path
 from gradfix.edits import Editor
 from gradfix.engine import may_import_torch, parse
 from gradfix.registry import all_rules
-from gradfix.rule import AstContext, AstRule, FixPlan
+from gradfix.rule import FixPlan, Rule, RuleContext
 from gradfix.semantic import Semantic
 from gradfix.walk import walk_ast_batched
 
@@ -50,7 +50,7 @@ def main() -> None:
     if args.sample:
         files = sorted(random.Random(args.seed).sample(files, min(args.sample, len(files))))
     rules = [rule for rule in all_rules() if rule.default_enabled]
-    ast_rules = [rule for rule in rules if issubclass(rule, AstRule)]
+    ast_rules = [rule for rule in rules if issubclass(rule, Rule)]
     if len(ast_rules) < len(rules):
         names = ", ".join(r.code for r in rules if r not in ast_rules)
         print(f"not measured (rules still on LibCST): {names}", file=sys.stderr)
@@ -77,7 +77,7 @@ def main() -> None:
         start = clock()
         semantic = Semantic(tree, text)
         cost["semantic"] += clock() - start
-        context = AstContext(str(path), text, semantic)
+        context = RuleContext(str(path), text, semantic)
         if not semantic.imports_torch():
             continue
         try:

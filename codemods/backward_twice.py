@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
-from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import (
     SAVES_DIVISOR,
     SAVES_INPUTS,
@@ -53,7 +53,7 @@ _DEFERRED = (
 )
 
 
-class BackwardTwice(AstRule):
+class BackwardTwice(Rule):
     """
     ## What it does
     Finds two `backward()` / `torch.autograd.grad()` calls through the same autograd graph

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.edits import Editor
-from gradfix.rule import AstRule, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Binding, Semantic
 from gradfix.semantic.syntax import (
     VariableNames,
@@ -46,7 +46,7 @@ class Growth:
     first_row: ast.If | None  # ``if out is None: out = row else: out = torch.cat(...)``
 
 
-class CatInLoop(AstRule):
+class CatInLoop(Rule):
     """
     ## What it does
     Finds a tensor grown by concatenation inside a loop, `out = torch.cat((out, row))`

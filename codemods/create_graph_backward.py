@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.edits import Editor, as_keyword
-from gradfix.rule import AstRule, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import (
     VIEW_ATTRIBUTES,
     argument,
@@ -49,7 +49,7 @@ class GradRead:
     leaf: str
 
 
-class CreateGraphBackward(AstRule):
+class CreateGraphBackward(Rule):
     """
     ## What it does
     Finds `loss.backward(create_graph=True)` and

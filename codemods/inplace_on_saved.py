@@ -23,13 +23,13 @@ from gradfix.inplace import (
     small_statement,
 )
 from gradfix.rule import (
-    AstContext,
-    AstRule,
     Edit,
     FixAvailability,
     FixPlan,
     FixSafety,
     Invalid,
+    Rule,
+    RuleContext,
     Valid,
 )
 from gradfix.semantic import (
@@ -114,7 +114,7 @@ class Saver:
     output: bool  # it saved its result (else: its operand)
 
 
-class InplaceOnSaved(AstRule):
+class InplaceOnSaved(Rule):
     """
     ## What it does
     Finds in-place changes (`h += 1`, `h.mul_(2)`, `h[0] = v`, `h.clamp_(0, 1)`,
@@ -192,7 +192,7 @@ class InplaceOnSaved(AstRule):
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
 
-    def __init__(self, context: AstContext) -> None:
+    def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self.names = NameIndex(self.analysis)
 

@@ -8,7 +8,7 @@ import re
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument
-from gradfix.rule import AstRule, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument, is_false, is_true
 from gradfix.torch_facts import INTEGER_DTYPES
 
@@ -17,7 +17,7 @@ PARAMETER = "torch.nn.Parameter"
 _DECIMAL = re.compile(r"[0-9][0-9_]*")
 
 
-class IntegerRequiresGrad(AstRule):
+class IntegerRequiresGrad(Rule):
     """
     ## What it does
     Finds tensors created with an integer dtype that are asked to require gradients:

@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass, field
 
 from gradfix.edits import Editor
-from gradfix.rule import AstRule, Edit, FixAvailability, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import VIEW_ATTRIBUTES, VIEW_OPS, Binding, LeafReason, Scope, VariableNames
 from gradfix.torch_facts import AUGMENTED_ASSIGNMENTS
 
@@ -38,7 +38,7 @@ class Reads:
     unsafe: str | None = None  # why renaming them could change behaviour
 
 
-class LeafRebinding(AstRule):
+class LeafRebinding(Rule):
     """
     ## What it does
     Finds a name that holds a leaf tensor that requires grad (created on that name with

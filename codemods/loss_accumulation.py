@@ -7,7 +7,7 @@ import ast
 import libcst as cst
 
 from gradfix.edits import Editor
-from gradfix.rule import AstRule, Edit, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import is_backward_call, spelled_names
 
 #: Calls that turn their argument into something printed or logged.
@@ -27,7 +27,7 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _CONTAINERS = (ast.UnaryOp, ast.Tuple, ast.List, ast.Dict)
 
 
-class LossAccumulation(AstRule):
+class LossAccumulation(Rule):
     """
     ## What it does
     Finds a loss that requires grad summed into a running total (`total_loss += loss`,

@@ -10,12 +10,12 @@ import libcst as cst
 
 from gradfix.edits import Editor
 from gradfix.rule import (
-    AstRule,
     Edit,
     FixAvailability,
     FixPlan,
     FixSafety,
     Invalid,
+    Rule,
     RuleContext,
     Valid,
 )
@@ -40,7 +40,7 @@ from gradfix.unsafe_branch import (
 )
 
 
-class MaskedUnsafeBranch(AstRule):
+class MaskedUnsafeBranch(Rule):
     """
     ## What it does
     Finds mask-weighted blends `mask * a + (1 - mask) * b` (also `~mask * b`, masks on

@@ -9,13 +9,13 @@ import libcst as cst
 
 from gradfix.edits import Editor
 from gradfix.rule import (
-    AstContext,
-    AstRule,
     Edit,
     FixAvailability,
     FixPlan,
     FixSafety,
     Invalid,
+    Rule,
+    RuleContext,
     Valid,
 )
 from gradfix.semantic import Binding
@@ -41,7 +41,7 @@ class Insertion:
     reads: list[Read] = field(default_factory=list)
 
 
-class NonleafGradRead(AstRule):
+class NonleafGradRead(Rule):
     """
     ## What it does
     Finds reads of `.grad` on a tensor that is the result of an op (`b = a * a`, a layer
@@ -212,7 +212,7 @@ class NonleafGradRead(AstRule):
         ),
     ]
 
-    def __init__(self, context: AstContext) -> None:
+    def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self._reads: list[Read] = []
         self._retained: dict[str, list[ast.Call]] = {}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.edits import Editor, without_argument
-from gradfix.rule import AstRule, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import VIEW_ATTRIBUTES, argument, argument_value, call_arguments
 from gradfix.torch_facts import NON_TENSOR_METHODS, VIEW_METHODS
 
@@ -48,7 +48,7 @@ class LostLeaf:
     kind: str  # parameter | factory | marked
 
 
-class NonleafParameter(AstRule):
+class NonleafParameter(Rule):
     """
     ## What it does
     Finds an op applied to a leaf in the same expression that creates it:

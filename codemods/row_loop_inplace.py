@@ -18,7 +18,7 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import REDUCTIONS, Binding, Semantic
 from gradfix.semantic.syntax import (
     argument_value,
@@ -46,7 +46,7 @@ class RowWrite:
     integers: frozenset[str]  # variables of the range loops around the write
 
 
-class RowLoopInplace(AstRule):
+class RowLoopInplace(Rule):
     """
     ## What it does
     Finds loops that rewrite a tensor that requires grad row by row from its own rows,

@@ -19,7 +19,7 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Binding, Semantic
 from gradfix.semantic.syntax import argument_value, is_number_literal, literal_items
 from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
@@ -28,7 +28,7 @@ from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
 MAX_STACK_ELEMENTS = 8
 
 
-class SelfReferencingIndexAssign(AstRule):
+class SelfReferencingIndexAssign(Rule):
     """
     ## What it does
     Finds index assignments `p[k] = f(p)` into a tensor that requires grad whose right-hand

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
-from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
     argument,
@@ -22,7 +22,7 @@ _PURE = (ast.Name, ast.Attribute, ast.Subscript)
 _NEEDS_PARENS = (cst.Tuple, cst.NamedExpr, cst.GeneratorExp)
 
 
-class SqrtOfSquares(AstRule):
+class SqrtOfSquares(Rule):
     """
     ## What it does
     Finds a Euclidean norm written by hand, `torch.sqrt((x ** 2).sum(...))`,

@@ -7,7 +7,7 @@ import ast
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument
-from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
     VariableNames,
@@ -25,7 +25,7 @@ _LAYOUT = (b" ", b"\t", b"\r", b"\n", b"\\")
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
 
 
-class TensorCopyConstruct(AstRule):
+class TensorCopyConstruct(Rule):
     """
     ## What it does
     Finds `torch.tensor(t)` where `t` is already a tensor and rewrites it to

@@ -7,7 +7,7 @@ import ast
 import libcst as cst
 
 from gradfix.edits import Editor
-from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
     argument,
@@ -24,7 +24,7 @@ CONSTRUCTORS = frozenset(
 )
 
 
-class TensorFromTensors(AstRule):
+class TensorFromTensors(Rule):
     """
     ## What it does
     Finds `torch.tensor([...])` (also `torch.Tensor`, `torch.FloatTensor`,

@@ -18,13 +18,13 @@ from gradfix.inplace import (
     small_statement,
 )
 from gradfix.rule import (
-    AstContext,
-    AstRule,
     Edit,
     FixAvailability,
     FixPlan,
     FixSafety,
     Invalid,
+    Rule,
+    RuleContext,
     Valid,
 )
 from gradfix.semantic import VIEW_ATTRIBUTES, Binding, LeafReason
@@ -51,7 +51,7 @@ class Change:
     through_data: bool
 
 
-class ViewAliasMutation(AstRule):
+class ViewAliasMutation(Rule):
     """
     ## What it does
     Finds a view of a leaf tensor that requires grad (a parameter, a `requires_grad=True`
@@ -190,7 +190,7 @@ class ViewAliasMutation(AstRule):
         ),
     ]
 
-    def __init__(self, context: AstContext) -> None:
+    def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self.names = NameIndex(self.analysis)
 

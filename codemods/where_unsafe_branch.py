@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from gradfix.edits import Editor
-from gradfix.rule import AstRule, Edit, FixAvailability, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument
 from gradfix.unsafe_branch import (
     UnsafeUse,
@@ -19,7 +19,7 @@ from gradfix.unsafe_branch import (
 )
 
 
-class WhereUnsafeBranch(AstRule):
+class WhereUnsafeBranch(Rule):
     """
     ## What it does
     Finds `torch.where(cond, a, b)` whose branch applies a function that is singular

@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 import os
 
-from gradfix.rule import AstRule, FixSafety
+from gradfix.rule import FixSafety, Rule
 
 
-class Crashes(AstRule):
+class Crashes(Rule):
     """## What it does\nRaises on every file that mentions `crash` (a bug in a rule)."""
 
     code = "GF903"

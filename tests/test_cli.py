@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 import gradfix.registry
 import gradfix.runner
 from gradfix.cli import app
-from gradfix.rule import AstRule, Edit, FixSafety
+from gradfix.rule import Edit, FixSafety, Rule
 
 SELECT = ["--select", "GF101"]
 MESSAGE = "`torch.tensor()` of tensors cuts the autograd graph; use `torch.stack()`"
@@ -377,7 +377,7 @@ def test_stdin_cannot_be_mixed_with_paths(project: Path) -> None:
 # --- notes and internal errors ---------------------------------------------------------------
 
 
-class BreaksSyntax(AstRule):
+class BreaksSyntax(Rule):
     """## What it does\nReplaces `torch.tensor(...)` by a keyword (a broken fix)."""
 
     code = "GF901"
@@ -393,7 +393,7 @@ class BreaksSyntax(AstRule):
             self.report(node, fix=fix)
 
 
-class Crashes(AstRule):
+class Crashes(Rule):
     """## What it does\nCrashes on files that mention `crash`."""
 
     code = "GF902"
@@ -406,7 +406,7 @@ class Crashes(AstRule):
             raise RuntimeError("boom\nsecond line")
 
 
-class TwoSteps(AstRule):
+class TwoSteps(Rule):
     """## What it does\nRewrites `step1` to `step2`, then `step2` to `step3`: one finding,
     fixed in two passes."""
 

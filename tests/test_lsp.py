@@ -41,7 +41,7 @@ from gradfix.lsp import (
 )
 from gradfix.proof import FixVerdict
 from gradfix.registry import select_rules
-from gradfix.rule import AstRule, Finding, FixSafety
+from gradfix.rule import Finding, FixSafety, Rule
 
 BUGGY = """import torch
 a = torch.nn.Parameter(torch.rand(5))
@@ -689,7 +689,7 @@ def test_finding_positions_follow_lsp_lines_and_utf16() -> None:
     assert (span.start, span.end) == (types.Position(3, 14), types.Position(3, 40))
 
 
-class Crashes(AstRule):
+class Crashes(Rule):
     """A rule with a bug."""
 
     code = "GF999"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from gradfix.cli import app
 from gradfix.edits import Editor
 from gradfix.proof import accepted, verify_fixes
-from gradfix.rule import AstRule, FixSafety
+from gradfix.rule import FixSafety, Rule
 
 pytest.importorskip("torch")
 
@@ -107,7 +107,7 @@ def test_unverified_when_the_code_cannot_run(tmp_path: Path) -> None:
 def test_rejected_fix_is_never_applied(tmp_path: Path) -> None:
     """A rule whose fix changes the forward result (here: a test rule) is rejected."""
 
-    class DoublesTheLoss(AstRule):
+    class DoublesTheLoss(Rule):
         code = "GF999"
         name = "doubles-the-loss"
         message = "test rule with a wrong fix"

@@ -1,6 +1,6 @@
 """Building fixes: from the ``ast`` nodes a rule decided on to LibCST edits.
 
-Rules decide on Python's ``ast`` (:class:`gradfix.rule.AstRule`); a finding that has a fix
+Rules decide on Python's ``ast`` (:class:`gradfix.rule.Rule`); a finding that has a fix
 carries a :class:`FixPlan`: what the fix does (description, safety) and a function that
 builds its edits. Only when a file has such a finding does the engine parse it with
 LibCST and hand each plan an :class:`Editor`, which finds the LibCST node of each ``ast``

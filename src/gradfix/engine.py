@@ -26,23 +26,20 @@ import libcst as cst
 from libcst._nodes.base import CSTNode
 from libcst.metadata import CodeRange
 
-from gradfix.analysis import FileAnalysis
 from gradfix.edits import Editor
 from gradfix.rule import (
-    AstContext,
-    AstRule,
-    BaseRule,
     Finding,
     Fix,
     FixPlan,
     FixSafety,
     FixSummary,
     Report,
+    Rule,
     RuleContext,
 )
 from gradfix.semantic import Semantic
 from gradfix.suppression import has_suppressions, unsuppressed
-from gradfix.walk import walk_ast_batched, walk_batched
+from gradfix.walk import walk_ast_batched
 
 MAX_PASSES = 10
 
@@ -66,7 +63,7 @@ class RuleCrash:
     traceback: str
 
     @classmethod
-    def of(cls, rule: type[BaseRule], error: Exception) -> RuleCrash:
+    def of(cls, rule: type[Rule], error: Exception) -> RuleCrash:
         lines = str(error).strip().splitlines()
         detail = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
         trace = "".join(traceback.format_exception(error))
@@ -152,16 +149,9 @@ def _syntax_error(source: str, error: cst.ParserSyntaxError) -> SourceError:
     )
 
 
-def should_run(rule: type[BaseRule], source: str) -> bool:
-    return not rule.prefilter or any(
-        token in source if isinstance(token, str) else token.search(source) is not None
-        for token in rule.prefilter
-    )
-
-
 #: A line that may import torch: ``import torch``, ``import numpy as np, torch.nn as nn``,
 #: ``from torch import nn``, ``try: import torch``, also across a backslash continuation.
-#: An over-approximation of :meth:`FileAnalysis.imports_torch` on the text.
+#: An over-approximation of :meth:`Semantic.imports_torch` on the text.
 _MAY_IMPORT_TORCH = re.compile(r"\bimport\b(?:[^\n]|\\\n)*?\btorch\b|\bfrom(?:\s|\\\n)+torch\b")
 
 
@@ -169,13 +159,13 @@ def may_import_torch(source: str) -> bool:
     return "torch" in source and _MAY_IMPORT_TORCH.search(source) is not None
 
 
-def active_rules(rules: Sequence[type[BaseRule]], source: str) -> list[type[BaseRule]]:
+def active_rules(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
     """The rules that may fire on ``source``: none when the text cannot import torch (every
-    rule needs a torch import; such a file is never parsed by LibCST), else those whose
-    text prefilter matches."""
+    rule needs a torch import; such a file is only syntax-checked), else all of them (each
+    rule is only called for the node types it visits)."""
     if not may_import_torch(source):
         return []
-    return [rule for rule in rules if should_run(rule, source)]
+    return list(rules)
 
 
 @dataclass
@@ -187,15 +177,12 @@ class Linted:
     source: str = ""
     torch_alias: str | None = None
     module: cst.Module | None = None
-    context: RuleContext | None = None  # the LibCST rules' context (positions)
     editor: Editor | None = None
     realised: bool = False  # every planned fix built (or dropped)
 
     @property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        if self.context is not None and (self.editor is None or self.editor._positions is None):
-            return self.context.positions
-        assert self.editor is not None
+        assert self.editor is not None  # only asked where fixes were built
         return self.editor.positions
 
     def realise(self) -> None:
@@ -219,48 +206,44 @@ class Linted:
 
 def collect_reports(
     source: str,
-    rules: Sequence[type[BaseRule]],
+    rules: Sequence[type[Rule]],
     path: str,
     crashes: list[RuleCrash] | None = None,
     *,
     realise: bool = True,
 ) -> Linted:
-    """Run ``rules`` over ``source``: the ``ast`` rules in one batched walk of Python's
-    tree, the LibCST rules in one batched walk of LibCST's; then, only when some finding
-    has a planned fix, parse with LibCST and build the fixes (``realise``; else
+    """Run ``rules`` over ``source`` in one batched walk of its ``ast`` (the analysis's
+    pre-order); then, only when some finding has a planned fix, parse with LibCST and
+    build the fixes (``realise``; else
     :meth:`Linted.realise` does it when a fix is wanted: the editor's diagnostics need
     none). A rule that raises is added to ``crashes`` (when given; else the exception
     propagates) and reports nothing; the other rules go on."""
     tree = _check_syntax(source)
-    ast_rules = [rule for rule in rules if issubclass(rule, AstRule)]
-    cst_rules = [rule for rule in rules if not issubclass(rule, AstRule)]
-    crashed: dict[type[BaseRule], RuleCrash] = {}
+    crashed: dict[type[Rule], RuleCrash] = {}
 
     def crash(visitor: object, error: Exception) -> None:
         rule = type(visitor)
-        assert issubclass(rule, BaseRule)
+        assert issubclass(rule, Rule)
         crashed[rule] = RuleCrash.of(rule, error)
 
-    on_error = None if crashes is None else crash
     linted = Linted([], source)
-    if ast_rules:
-        semantic = Semantic(tree, source)
-        if semantic.imports_torch():
-            linted.torch_alias = semantic.torch_alias()
-            context = AstContext(path=path, source=source, semantic=semantic)
-            visitors = [rule(context) for rule in ast_rules]
-            walk_ast_batched(
-                tree, visitors, on_error=on_error, order=semantic.order, last=semantic.last
-            )
-            reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
-            if reports and has_suppressions(source):
-                lines = {id(r.node): _statement_line(semantic, r.node) for r in reports}
-                reports = unsuppressed(reports, source, lambda r: lines.get(id(r.node)))
-            linted.reports = reports
-    if cst_rules:
-        linted.module = parse(source)
-        linted.context, cst_reports = _cst_reports(linted.module, cst_rules, source, path, on_error)
-        linted.reports.extend(r for r in cst_reports if r.rule not in crashed)
+    semantic = Semantic(tree, source)
+    if semantic.imports_torch() and rules:
+        linted.torch_alias = semantic.torch_alias()
+        context = RuleContext(path=path, source=source, semantic=semantic)
+        visitors = [rule(context) for rule in rules]
+        walk_ast_batched(
+            tree,
+            visitors,
+            on_error=None if crashes is None else crash,
+            order=semantic.order,
+            last=semantic.last,
+        )
+        reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
+        if reports and has_suppressions(source):
+            lines = {id(r.node): _statement_line(semantic, r.node) for r in reports}
+            reports = unsuppressed(reports, source, lambda r: lines.get(id(r.node)))
+        linted.reports = reports
     if realise:
         linted.realise()
     if crashes is not None:
@@ -272,41 +255,6 @@ def collect_reports(
 def _statement_line(semantic: Semantic, node: object) -> int | None:
     statement = semantic.enclosing_statement(node)  # type: ignore[arg-type]
     return None if statement is None else statement.lineno
-
-
-def _cst_reports(
-    module: cst.Module,
-    rules: Sequence[type[BaseRule]],
-    source: str,
-    path: str,
-    on_error: Callable[[object, Exception], None] | None,
-) -> tuple[RuleContext, list[Report]]:
-    """The reports of the rules that still decide on LibCST (one batched walk)."""
-    analysis = FileAnalysis(module)
-    context = RuleContext(path=path, source=source, analysis=analysis)
-    if not analysis.imports_torch():
-        return context, []
-    visitors = [rule(context) for rule in rules]  # type: ignore[call-arg]
-    failed: set[type] = set()
-
-    def crash(visitor: object, error: Exception) -> None:
-        failed.add(type(visitor))
-        if on_error is not None:
-            on_error(visitor, error)
-
-    walk_batched(module, visitors, on_error=None if on_error is None else crash)  # type: ignore[arg-type]
-    reports = [r for visitor in visitors if type(visitor) not in failed for r in visitor.reports]
-    if reports and has_suppressions(source):
-        positions = context.positions
-
-        def line(report: Report) -> int | None:
-            statement = analysis.enclosing_statement(report.node)  # type: ignore[arg-type]
-            if statement is None or statement not in positions:
-                return None
-            return positions[statement].start.line
-
-        reports = unsuppressed(reports, source, line)
-    return context, reports
 
 
 def _realised(reports: list[Report], editor: Editor) -> list[Report]:
@@ -356,7 +304,7 @@ class FileLint:
         self,
         source: str,
         *,
-        rules: Sequence[type[BaseRule]],
+        rules: Sequence[type[Rule]],
         path: str = "<stdin>",
         lazy_fixes: bool = False,
     ) -> None:
@@ -424,7 +372,7 @@ class FileLint:
 def lint_source(
     source: str,
     *,
-    rules: Sequence[type[BaseRule]],
+    rules: Sequence[type[Rule]],
     path: str = "<stdin>",
     fix: bool = False,
     unsafe_fixes: bool = False,
@@ -473,7 +421,7 @@ class SingleFix:
 
 
 def single_fixes(
-    source: str, *, rules: Sequence[type[BaseRule]], path: str = "<stdin>"
+    source: str, *, rules: Sequence[type[Rule]], path: str = "<stdin>"
 ) -> list[SingleFix]:
     """Every fix the rules offer on ``source`` (safe and unsafe), each applied alone."""
     return FileLint(source, rules=rules, path=path).singles()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.edits import Editor
-from gradfix.rule import AstContext, AstRule, Edit, FixPlan, FixSafety
+from gradfix.rule import Edit, FixPlan, FixSafety, Rule, RuleContext
 from gradfix.semantic import LeafReason, Semantic
 from gradfix.torch_facts import NON_GRAPH_CALLS, NOT_GRAPH_USES, is_inplace_method
 
@@ -194,10 +194,10 @@ def _body_holding(parent: ast.AST | None, stmt: ast.stmt) -> list[ast.stmt] | No
     return None
 
 
-class NoGradBlockRule(AstRule):
+class NoGradBlockRule(Rule):
     """Base of rules whose fix wraps in-place updates in ``with torch.no_grad():``."""
 
-    def __init__(self, context: AstContext) -> None:
+    def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self.source = SourceText(context.source)
         self._wrapped_blocks: set[int] = set()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
 
 from gradfix.semantic import (
     SAVES_DIVISOR,
@@ -142,34 +141,11 @@ def assigned_value(
     return binding.value, binding.node
 
 
-def names_in(node: Any) -> list[Any]:
+def names_in(node: ast.AST) -> list[ast.Name]:
     """The variables (``ast.Name``) under ``node``, in source order, without those of a
     signature."""
-    if not isinstance(node, ast.AST):
-        return _legacy_names_in(node)
     collector = _NameCollector()
     collector.visit(node)
-    return collector.names
-
-
-def _legacy_names_in(node: Any) -> list[Any]:
-    """TRANSITIONAL: GF404 (codemods/cat_in_loop.py) still passes LibCST nodes until its
-    own port lands; delete this once it no longer imports ``names_in``."""
-    import libcst as cst
-
-    from gradfix.analysis import VariableNames as CstVariableNames
-    from gradfix.walk import walk
-
-    class Collector(CstVariableNames):
-        def visit_Name(self, name: cst.Name) -> None:
-            if name.value != "None":
-                self.names.append(name)
-
-        def visit_Param(self, param: cst.Param) -> bool:
-            return False
-
-    collector = Collector()
-    walk(node, collector)
     return collector.names
 
 

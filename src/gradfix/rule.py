@@ -1,19 +1,22 @@
 """The rule API: what a codemod is and how it reports.
 
-A codemod is a LibCST batchable visitor that only *reports* findings (Fixit, TorchFix).
-It never edits files: a finding may carry a :class:`Fix` made of node replacements,
-and the engine applies them.
+A codemod decides on Python's ``ast`` and only *reports* findings (Fixit, TorchFix). It
+never edits files: a finding may carry a :class:`FixPlan`, whose edits (LibCST node
+replacements, :class:`Fix`) are built only when the file is fixed or previewed, and the
+engine applies them.
 
-    class LeafInplace(Rule):
+    class LeafInplace(NoGradBlockRule):
         code = "GF201"
         name = "leaf-inplace"
         message = "In-place operation on a leaf tensor that requires grad"
         fix_safety = FixSafety.SAFE  # the fixes' safety, unless a fix says otherwise
         fix_availability = FixAvailability.SOMETIMES  # a leaf used in the graph before: no fix
 
-        def visit_Call(self, node: cst.Call) -> None:
+        def visit_Call(self, node: ast.Call) -> None:
             ...
-            self.report(node, fix=self.fix([Edit(stmt, new_stmt)], "Wrap in torch.no_grad()"))
+            self.report(node, fix=self.plan(build, "Wrap in `torch.no_grad()`"))
+
+See CONTRIBUTING.md for a rule end to end.
 """
 
 from __future__ import annotations
@@ -22,20 +25,18 @@ import ast
 import dataclasses
 import enum
 import functools
-import re
 import textwrap
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar, Union
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from gradfix.fileio.text import source_lines
 
 if TYPE_CHECKING:
-    from gradfix.analysis import FileAnalysis
     from gradfix.edits import Editor
     from gradfix.semantic import Semantic
 
@@ -59,10 +60,6 @@ class FixAvailability(str, enum.Enum):
 
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
-
-#: Prefilter of an index assignment ``x[i] = v`` in any layout: ``x[i]  =  v``,
-#: ``(x[i]) = v``, a line continuation before ``=`` (the text ``"] ="`` misses them).
-INDEX_ASSIGNMENT = re.compile(r"\][\s\\)]*=(?!=)")
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,7 @@ Builder = Callable[["Editor"], "Sequence[Edit] | None"]
 
 @dataclass(frozen=True, eq=False)
 class FixPlan:
-    """A fix decided on ``ast`` (:class:`AstRule`), built with LibCST only when the file
+    """A fix decided on ``ast`` (:class:`Rule`), built with LibCST only when the file
     has to be fixed or previewed (:meth:`gradfix.edits.Editor.realise`). Several findings
     may share one plan (consecutive updates wrapped in one block): it is built once."""
 
@@ -111,7 +108,7 @@ class FixPlan:
 class Report:
     """What a rule reports: the engine turns it into a public :class:`Finding`.
 
-    ``node`` is a LibCST node (:class:`Rule`) or an ``ast`` node (:class:`AstRule`, whose
+    ``node`` is a LibCST node (:class:`Rule`) or an ``ast`` node (:class:`Rule`, whose
     ``fix`` is a :class:`FixPlan` until the engine builds it)."""
 
     rule: type[BaseRule]
@@ -200,26 +197,6 @@ class Invalid:
             raise ValueError("a report-only example has no expected fix")
 
 
-@dataclass
-class RuleContext:
-    path: str
-    source: str
-    analysis: FileAnalysis
-    _positions: Mapping[cst.CSTNode, CodeRange] | None = field(default=None, repr=False)
-
-    @property
-    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        """Every node's position, computed on first use (one code generation of the
-        module): a file without findings never pays for it."""
-        if self._positions is None:
-            wrapper = MetadataWrapper(self.analysis.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
-        return self._positions
-
-    def position(self, node: cst.CSTNode) -> CodeRange:
-        return self.positions[node]
-
-
 class BaseRule:
     """What every rule declares (class data) and says about itself (docs, fix label)."""
 
@@ -233,10 +210,6 @@ class BaseRule:
     #: ``(SAFE, UNSAFE)``); empty: all are ``fix_safety``. Checked against ``INVALID``.
     fix_safeties: ClassVar[tuple[FixSafety, ...]] = ()
     default_enabled: ClassVar[bool] = True
-    #: The rule can only fire on sources containing one of these substrings or matching
-    #: one of these patterns (a cheap prefilter; it must never reject code the rule reports,
-    #: whatever its layout: see INDEX_ASSIGNMENT).
-    prefilter: ClassVar[tuple[str | re.Pattern[str], ...]] = ()
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
@@ -289,55 +262,9 @@ class BaseRule:
         return textwrap.dedent(cls.__doc__ or "").strip()
 
 
-class Rule(BaseRule, cst.BatchableCSTVisitor):
-    """A rule that decides on LibCST (the rules not yet ported to :class:`AstRule`).
-
-    Rules are visited with :func:`gradfix.walk.walk_batched`; positions come from
-    ``self.context.position(node)``."""
-
-    def __init__(self, context: RuleContext) -> None:
-        super().__init__()
-        self.context = context
-        self.analysis = context.analysis
-        self.reports: list[Report] = []
-
-    def report(
-        self, node: cst.CSTNode, message: str | None = None, *, fix: Fix | None = None
-    ) -> None:
-        position = self.context.position(node)
-        if fix is not None:
-            fix = keeping_comments(fix)  # never delete a comment; None when it cannot move
-        self.reports.append(Report(type(self), node, position, message or self.message, fix))
-
-    def fix(
-        self,
-        edits: Sequence[Edit],
-        description: str,
-        *,
-        safety: FixSafety | None = None,
-        imports: Sequence[str] = (),
-        joinable: bool = False,
-    ) -> Fix:
-        """Build a fix with this rule's default safety unless ``safety`` overrides it."""
-        safety = safety or self.fix_safety
-        return Fix(tuple(edits), safety, description, tuple(imports), joinable)
-
-    def replace(
-        self,
-        target: cst.CSTNode,
-        replacement: Replacement,
-        description: str,
-        *,
-        safety: FixSafety | None = None,
-    ) -> Fix:
-        """A one-edit fix; adds ``import torch`` when the generated code needs it."""
-        imports = () if self.analysis.torch_alias() else ("torch",)
-        return self.fix([Edit(target, replacement)], description, safety=safety, imports=imports)
-
-
 @dataclass
-class AstContext:
-    """What an :class:`AstRule` sees of one file: its text and the analysis of its ``ast``."""
+class RuleContext:
+    """What an :class:`Rule` sees of one file: its text and the analysis of its ``ast``."""
 
     path: str
     source: str
@@ -349,7 +276,7 @@ class AstContext:
             self.lines = source_lines(self.source)
 
 
-class AstRule(BaseRule):
+class Rule(BaseRule):
     """A rule that decides on Python's ``ast`` and fixes with LibCST only when asked.
 
     Its ``visit_<AstType>`` / ``leave_<AstType>`` methods (``visit_Call(self, node:
@@ -367,7 +294,7 @@ class AstRule(BaseRule):
                 self.report(node, fix=self.plan(build, "Add `requires_grad=True`"))
     """
 
-    def __init__(self, context: AstContext) -> None:
+    def __init__(self, context: RuleContext) -> None:
         self.context = context
         self.analysis = context.semantic
         self.reports: list[Report] = []

@@ -1,16 +1,11 @@
-"""A fast read-only traversal of LibCST trees, in LibCST's own visiting order.
+"""Walking trees without rebuilding them.
 
-``node.visit(visitor)`` rebuilds every node of the tree as it goes (LibCST's visit is
-shared with transformers), which costs several times the parse itself. A visitor that only
-reads the tree does not need that: :func:`walk` and :func:`walk_batched` call the same
-``visit_<Type>`` / ``leave_<Type>`` (or ``on_visit`` / ``on_leave``) methods on the same
-node objects, in the same order, without building anything.
-
-Whitespace, comments, punctuation and operator tokens (:data:`TRIVIA`) are not visited: no
-gradfix visitor looks at them as nodes (a rule reads ``node.operator`` as an attribute).
-
-    walk(module, collector)              # like module.visit(collector)
-    walk_batched(module, rule_visitors)  # like MetadataWrapper.visit_batched(...)
+- :func:`walk_ast_batched`: the rules' one walk over a file's ``ast`` (in source order,
+  read from the analysis's pre-order), calling each rule's ``visit_<Type>`` and
+  ``leave_<Type>``; a rule that raises is dropped and the others go on.
+- :func:`children`: the code children of a LibCST node, in LibCST's order, without
+  whitespace, comments and tokens (:data:`TRIVIA`): what the fix side uses to find a
+  node's parent (``node.visit`` would rebuild every node of the tree).
 """
 
 from __future__ import annotations
@@ -22,9 +17,6 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
-from libcst._typed_visitor import CSTTypedVisitorFunctions
-
-Handler = Callable[[cst.CSTNode], object]
 
 #: Node types that are never visited: layout and tokens, not code.
 TRIVIA: tuple[type[cst.CSTNode], ...] = (
@@ -136,78 +128,6 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
         elif type(value) is tuple or type(value) is list:
             found.extend(item for item in value if type(item) in CODE_TYPES)
     return found
-
-
-def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
-    """Visit ``node``'s tree like ``node.visit(visitor)``; ``visit_X`` returning False
-    skips the children, as in LibCST."""
-    on_visit, on_leave = visitor.on_visit, visitor.on_leave
-
-    def visit(current: cst.CSTNode) -> None:
-        if on_visit(current):
-            for child in children(current):
-                visit(child)
-        on_leave(current)  # type: ignore[call-arg]
-
-    if type(node) in CODE_TYPES:
-        visit(node)
-
-
-def walk_batched(
-    node: cst.CSTNode,
-    visitors: Sequence[cst.CSTVisitor],
-    on_error: Callable[[cst.CSTVisitor, Exception], None] | None = None,
-) -> None:
-    """Visit once for all ``visitors`` (LibCST's batched visit: no visitor can skip
-    children). With ``on_error``, a visitor that raises is handed to it with the
-    exception and visits nothing more, while the others go on: a bug in one rule does
-    not hide the findings of the others."""
-    live = list(visitors)
-    visits: dict[type, list[Handler]] = {}
-    leaves: dict[type, list[Handler]] = {}
-
-    def drop(handler: Handler, error: Exception) -> None:
-        if on_error is None:
-            raise error
-        visitor = handler.__self__  # type: ignore[attr-defined]  # a bound visit_/leave_
-        on_error(visitor, error)
-        live.remove(visitor)
-        visits.clear()  # rebuilt without it
-        leaves.clear()
-
-    def handle(table: dict[type, list[Handler]], prefix: str, current: cst.CSTNode) -> None:
-        kind = type(current)
-        handlers = table.get(kind)
-        if handlers is None:
-            handlers = table[kind] = _handlers(live, prefix + kind.__name__)
-        for handler in handlers:
-            try:
-                handler(current)
-            except Exception as error:
-                drop(handler, error)
-
-    def visit(current: cst.CSTNode) -> None:
-        handle(visits, "visit_", current)
-        for child in children(current):
-            visit(child)
-        handle(leaves, "leave_", current)
-
-    if type(node) in CODE_TYPES:
-        visit(node)
-
-
-def _handlers(visitors: Sequence[cst.CSTVisitor], name: str) -> list[Handler]:
-    """The visitors' own ``name`` methods (LibCST's typed visitor defines a no-op for every
-    node type: calling those for every node of every rule costs more than the rules)."""
-    return [
-        getattr(visitor, name)
-        for visitor in visitors
-        if getattr(type(visitor), name, _NO_OP) is not getattr(_TYPED_DEFAULTS, name, _NO_OP)
-    ]
-
-
-_TYPED_DEFAULTS = CSTTypedVisitorFunctions
-_NO_OP = object()
 
 
 def walk_ast_batched(

@@ -1,6 +1,7 @@
-"""The shared analysis on Python's `ast`: :class:`Semantic` answers what
-:class:`gradfix.analysis.FileAnalysis` answers on LibCST, with the same method names,
-arguments and meanings, on `ast` nodes (``ast.Call`` for ``cst.Call``...).
+"""The shared analysis on Python's `ast`: what every rule asks about a file.
+
+It replaced ``gradfix.analysis.FileAnalysis`` (the same questions on LibCST, removed by
+issue 12), with the same method names, arguments and meanings, on `ast` nodes.
 
     tree = ast.parse(source)
     semantic = Semantic(tree, source)
@@ -21,7 +22,8 @@ attributes, returns and generators. The questions are split by concern:
 - :mod:`.syntax` helpers on one node (``argument``, ``is_true``, ``normalized_code``...)
 - :mod:`.tables` torch names and what backward saves
 
-What changed from ``FileAnalysis`` (everything else is the same name and meaning):
+What changed from ``FileAnalysis`` (for readers of older rules; everything else is the
+same name and meaning):
 
 ========================================  ===============================================
 ``FileAnalysis(module: cst.Module)``      ``Semantic(tree: ast.Module, source: str)``;

@@ -1,7 +1,6 @@
 """Torch facts the semantic analysis reads: names, factories, what backward saves.
 
-The same tables as :mod:`gradfix.analysis` (which goes away once every rule runs on
-:mod:`gradfix.semantic`); issue 12 merges both into :mod:`gradfix.torch_facts`.
+The tables of the old LibCST analysis; issue 12 moves them into :mod:`gradfix.torch_facts`.
 """
 
 from __future__ import annotations
