@@ -21,7 +21,7 @@ from gradfix.semantic import (
 )
 from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, spelled_names
 from gradfix.torch_facts import FACTORIES
-from gradfix.walk import walk
+from gradfix.walk import children
 
 #: ``backward`` entry points -> position of ``create_graph`` (and of ``gradient``).
 TENSOR_BACKWARD = {"create_graph": 2, "gradient": 0}
@@ -577,9 +577,12 @@ def _fresh_name(wanted: str, used: set[str]) -> str:
 
 def _names(node: cst.CSTNode) -> Iterator[cst.Name]:
     """Every identifier of the LibCST tree: the names the fix must not shadow."""
-    collector = _Collect(cst.Name)
-    walk(node, collector)
-    yield from collector.found  # type: ignore[misc]
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            yield current
+        stack.extend(children(current))
 
 
 def _import_head(node: ast.AST, leaf: str) -> bool:
@@ -607,14 +610,3 @@ def _grad_writers(node: ast.AST) -> list[ast.Call]:
         for c in ast.walk(node)
         if type(c) is ast.Call and type(c.func) is ast.Attribute and c.func.attr in GRAD_WRITERS
     ]
-
-
-class _Collect(cst.CSTVisitor):
-    def __init__(self, kind: type[cst.CSTNode]) -> None:
-        self.kind = kind
-        self.found: list[cst.CSTNode] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, self.kind):
-            self.found.append(node)
-        return True
