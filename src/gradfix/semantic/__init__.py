@@ -71,7 +71,8 @@ from gradfix.semantic.syntax import (
     normalized_code,
     source_children,
 )
-from gradfix.semantic.tables import (
+from gradfix.semantic.tensors import TensorQueries
+from gradfix.torch_facts import (
     FACTORIES,
     LAYER_PARAMETERS,
     NO_GRAD_CONTEXTS,
@@ -87,7 +88,6 @@ from gradfix.semantic.tables import (
     VIEW_ATTRIBUTES,
     VIEW_OPS,
 )
-from gradfix.semantic.tensors import TensorQueries
 
 SCOPE_NODES = tuple(SCOPE_TYPES)
 _is_true = is_true
