@@ -19,7 +19,8 @@ attributes, returns and generators. The questions are split by concern:
 - :mod:`.tensors` ``is_tensor``, ``tensor_op``, ``saved_operands``, ``saves_output``,
   ``element_shape``
 - :mod:`.syntax` helpers on one node (``argument``, ``is_true``, ``normalized_code``...)
-- :mod:`.tables` torch names and what backward saves
+- :mod:`.tables` Python operators -> torch ops; every torch fact is read from
+  :mod:`gradfix.torch_facts`
 
 What changed from ``FileAnalysis`` (everything else is the same name and meaning):
 

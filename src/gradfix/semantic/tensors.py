@@ -108,6 +108,8 @@ class TensorQueries(GradQueries):
         whichever of its operands that are not known to require grad do; None when they do
         not tell (an op outside the tables, or one of :data:`SAVED_BY_HAND`, or more tensor
         operands than the generator passed)."""
+        # only the ops of the hand families: elsewhere the generator's first two tensor
+        # arguments need not be the first two operands (``index_select(x, 0, idx)``)
         saves = OPS.get(name, {}).get("saves") if name in TENSOR_OPS else None
         if not saves or name in SAVED_BY_HAND:
             return None
