@@ -3,14 +3,13 @@
     python bench/stages.py                      # the transformers package of the corpus
     python bench/stages.py --sample 300 DIR...  # a seeded sample of the files under DIR
 
-Prints, for the files that can import torch (the others are only syntax-checked):
-reading, Python's ``ast.parse``, ``libcst.parse_module`` as gradfix calls it (no per-node
-validation), the shared analysis, and the rules (one batched walk, and each rule alone).
-Then the share of lines in files that hold a *syntactic* trigger of the in-place rules
-(GF204 inplace-on-saved, GF206 view-alias-mutation: any in-place change of a local
-name): a file-level gate cannot skip a file that has one, so it bounds what gating can
-save. The corpus comes from ``bench/corpus.py`` (``pip download``, cached outside the
-repository).
+Prints, for the files that can import torch (the others are only syntax-checked), the
+stages of gradfix's pipeline: reading, Python's ``ast.parse``, the shared analysis
+(:class:`gradfix.semantic.Semantic`), the rules that decide on ``ast`` (one batched walk,
+and each rule alone), and LibCST's parse with the building of the planned fixes — paid only
+by the files where some rule planned a fix (their number is printed). For comparison, it
+also times ``libcst.parse_module`` on every file (what every file cost before issue 12).
+The corpus comes from ``bench/corpus.py`` (``pip download``, cached outside the repository).
 """
 
 from __future__ import annotations
@@ -22,36 +21,17 @@ import sys
 import time
 from pathlib import Path
 
-from gradfix.analysis import FileAnalysis
+from gradfix.edits import Editor
 from gradfix.engine import may_import_torch, parse
 from gradfix.registry import all_rules
-from gradfix.rule import RuleContext
-from gradfix.walk import walk_batched
+from gradfix.rule import AstContext, AstRule, FixPlan
+from gradfix.semantic import Semantic
+from gradfix.walk import walk_ast_batched
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
 
-
-def mutates_a_local_name(tree: ast.AST) -> bool:
-    """An in-place change of a local name: ``x += y``, ``x[i] = y``, ``x.add_(y)``."""
-
-    def base(node: ast.AST) -> bool:
-        while isinstance(node, ast.Subscript):
-            node = node.value
-        return isinstance(node, ast.Name)
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AugAssign) and base(node.target):
-            return True
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Subscript) and base(t) for t in node.targets
-        ):
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            name = node.func.attr
-            if name.endswith("_") and not name.endswith("__") and base(node.func.value):
-                return True
-    return False
+STAGES = ["read", "ast.parse", "semantic", "rules", "libcst + fixes (files with a plan)"]
 
 
 def main() -> None:
@@ -59,19 +39,26 @@ def main() -> None:
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument("--sample", type=int, default=0, help="files to sample (0: all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-libcst-baseline", action="store_true", help="skip timing LibCST on every file"
+    )
     args = parser.parse_args()
     if not args.paths:
         unpacked = corpus.fetch(["transformers==5.23.0"], corpus.cache_dir())[0]
         args.paths = [unpacked / "transformers"]
-    roots = args.paths
-    files = sorted(p for root in roots for p in root.rglob("*.py"))
+    files = sorted(p for root in args.paths for p in root.rglob("*.py"))
     if args.sample:
         files = sorted(random.Random(args.seed).sample(files, min(args.sample, len(files))))
     rules = [rule for rule in all_rules() if rule.default_enabled]
+    ast_rules = [rule for rule in rules if issubclass(rule, AstRule)]
+    if len(ast_rules) < len(rules):
+        names = ", ".join(r.code for r in rules if r not in ast_rules)
+        print(f"not measured (rules still on LibCST): {names}", file=sys.stderr)
     clock = time.process_time
-    cost = dict.fromkeys(["read", "ast.parse", "libcst parse", "analysis", "rules"], 0.0)
-    alone = {rule.code: 0.0 for rule in rules}
-    lines = torch_lines = mutating_lines = 0
+    cost = dict.fromkeys(STAGES, 0.0)
+    alone = {rule.code: 0.0 for rule in ast_rules}
+    libcst_everywhere = 0.0
+    lines = torch_lines = planned_files = 0
     for path in files:
         start = clock()
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -81,42 +68,55 @@ def main() -> None:
         if not may_import_torch(text):
             continue
         torch_lines += count
-        start = clock()
-        tree = ast.parse(text)
-        cost["ast.parse"] += clock() - start
-        mutating_lines += count if mutates_a_local_name(tree) else 0
-        start = clock()
-        module = parse(text)
-        cost["libcst parse"] += clock() - start
-        start = clock()
-        analysis = FileAnalysis(module)
-        cost["analysis"] += clock() - start
-        context = RuleContext(str(path), text, analysis)
         try:
             start = clock()
-            walk_batched(module, [rule(context) for rule in rules])
-            batched = clock() - start
-            for rule in rules:
+            tree = ast.parse(text)
+            cost["ast.parse"] += clock() - start
+        except (SyntaxError, ValueError):
+            continue
+        start = clock()
+        semantic = Semantic(tree, text)
+        cost["semantic"] += clock() - start
+        context = AstContext(str(path), text, semantic)
+        if not semantic.imports_torch():
+            continue
+        try:
+            start = clock()
+            visitors = [rule(context) for rule in ast_rules]
+            walk_ast_batched(tree, visitors)
+            cost["rules"] += clock() - start
+            for rule in ast_rules:
                 start = clock()
-                walk_batched(module, [rule(context)])
+                walk_ast_batched(tree, [rule(context)])
                 alone[rule.code] += clock() - start
         except Exception as error:  # a bug in a rule: say which file, go on
             print(f"{path}: {type(error).__name__}: {error}", file=sys.stderr)
             continue
-        cost["rules"] += batched
-    print(f"{len(files)} files, {lines:,} lines; {torch_lines:,} lines can import torch\n")
+        plans = [r.fix for v in visitors for r in v.reports if isinstance(r.fix, FixPlan)]
+        if plans:
+            planned_files += 1
+            start = clock()
+            editor = Editor(parse(text), text, semantic.torch_alias())
+            for plan in plans:
+                editor.realise(plan)
+            cost["libcst + fixes (files with a plan)"] += clock() - start
+        if not args.no_libcst_baseline:
+            start = clock()
+            parse(text)
+            libcst_everywhere += clock() - start
+    print(f"{len(files)} files, {lines:,} lines; {torch_lines:,} lines can import torch")
+    print(f"files with a planned fix (parsed by LibCST): {planned_files}\n")
     print("| stage (one core) | CPU s | per 100k lines |\n|---|---:|---:|")
-    for stage, seconds in cost.items():
+    for stage, seconds in [*cost.items(), ("total", sum(cost.values()))]:
         print(f"| {stage} | {seconds:.2f} | {seconds / max(torch_lines, 1) * 1e5:.2f} |")
+    if not args.no_libcst_baseline:
+        print(
+            f"| (before issue 12: `libcst.parse_module` of every file) | {libcst_everywhere:.2f} "
+            f"| {libcst_everywhere / max(torch_lines, 1) * 1e5:.2f} |"
+        )
     print("\n| rule alone (walk included) | CPU s |\n|---|---:|")
     for code, seconds in sorted(alone.items(), key=lambda item: -item[1]):
         print(f"| {code} | {seconds:.2f} |")
-    share = mutating_lines / max(lines, 1) * 100
-    print(
-        f"\nlines in files with an in-place change of a local name (GF204/GF206 trigger): "
-        f"{share:.1f}% of all lines, {mutating_lines / max(torch_lines, 1) * 100:.1f}% of "
-        "the lines that can import torch"
-    )
 
 
 if __name__ == "__main__":

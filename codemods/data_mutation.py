@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
-from gradfix.analysis import LAYER_PARAMETERS, VIEW_ATTRIBUTES, is_number_literal
-from gradfix.inplace import changes_in_place
+from gradfix.edits import Editor
 from gradfix.no_grad_block import (
     NoGradBlockRule,
+    Rewrite,
     Site,
+    changes_in_place,
+    inplace_receiver,
     inplace_target,
     used_in_graph_before,
 )
-from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import LAYER_PARAMETERS, VIEW_ATTRIBUTES, is_number_literal
+from gradfix.semantic.syntax import argument_value, call_arguments
 from gradfix.torch_facts import LIKE_FACTORIES, VIEW_OPS, is_inplace_method
-from gradfix.walk import walk
 
 #: Attributes that hold a tensor on whatever object has them (``layer.weight``).
 TENSOR_ATTRIBUTES = LAYER_PARAMETERS | frozenset({"grad", "running_mean", "running_var"})
@@ -118,7 +123,6 @@ class DataMutation(NoGradBlockRule):
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     default_enabled = False
-    prefilter = (".data",)
 
     VALID = [
         Valid(
@@ -228,14 +232,14 @@ class DataMutation(NoGradBlockRule):
     ]
 
     # -- mutations: wrapped in no_grad by NoGradBlockRule ------------------------------------
-    def site(self, small: cst.BaseSmallStatement) -> Site | None:
+    def site(self, small: ast.stmt) -> Site | None:
         if self.analysis.in_no_grad(small):
             return None
         return self._mutation_site(small)
 
     def site_message(self, site: Site) -> str:
-        owner = _code(site.target)
-        if isinstance(site.statement, cst.Assign) and _is_data_target(site.statement):
+        owner = self.text_of(site.target)
+        if type(site.statement) is ast.Assign and _is_data_target(site.statement):
             if not site.fixable:
                 return (
                     f"`{owner}.data = ...` swaps the storage of `{owner}` behind autograd; "
@@ -254,76 +258,82 @@ class DataMutation(NoGradBlockRule):
             text += f" (unsafe: `{owner}` may be saved by a pending graph)"
         return text
 
-    def _mutation_site(self, small: cst.BaseSmallStatement) -> Site | None:
-        if isinstance(small, cst.Assign) and _is_data_target(small):
+    def _mutation_site(self, small: ast.stmt) -> Site | None:
+        if type(small) is ast.Assign and _is_data_target(small):
             return self._data_assignment_site(small)
-        target = inplace_target(small)
-        while isinstance(target, cst.Subscript):
-            target = target.value
-        if not (isinstance(target, cst.Attribute) and target.attr.value == "data"):
+        target = _strip_subscripts(inplace_target(small))
+        if not (type(target) is ast.Attribute and target.attr == "data"):
             return None
         owner = target.value
         if _is_gradient(owner) or not self._owns_tensor_data(owner, small, mutated=True):
             return None
         safety = self._mutation_safety(owner, small)
-        return Site(small, owner, replacement=self._without_data(small, target), safety=safety)
+        drops = self._without_data([small], target)
+        return Site(small, owner, replacement=_statement_without(drops), safety=safety)
 
-    def _data_assignment_site(self, small: cst.Assign) -> Site | None:
+    def _data_assignment_site(self, small: ast.Assign) -> Site | None:
         """``w.data = expr``: ``w.copy_(expr)`` when ``expr`` keeps the layout of ``w``."""
-        data = small.targets[0].target
-        assert isinstance(data, cst.Attribute)
+        data = small.targets[0]
+        assert type(data) is ast.Attribute
         owner = data.value
         if _is_gradient(owner) or not self._owns_tensor_data(owner, small, mutated=False):
             return None
         site = Site(small, owner, safety=FixSafety.UNSAFE)
         value = small.value
-        changed = _strip_subscripts(inplace_target(cst.Expr(value)))
-        if isinstance(changed, cst.Attribute) and _same(changed, data):
+        changed = _strip_subscripts(inplace_receiver(value))
+        if type(changed) is ast.Attribute and self.text_of(changed) == self.text_of(data):
             # ``w.data = w.data.normal_()``: the in-place call already did it all
-            expr = cst.Expr(value, semicolon=small.semicolon)
-            site.replacement = self._without_data(expr, changed)
+            drop = self._without_data([value], changed)
+            site.replacement = _value_statement(drop)
             site.safety = self._mutation_safety(owner, small)
         elif len(small.targets) == 1 and self._keeps_layout(value, owner, small):
-            copy = cst.Call(cst.Attribute(owner, cst.Name("copy_")), [cst.Arg(value)])
-            site.replacement = self._without_data(cst.Expr(copy, semicolon=small.semicolon), data)
+            site.replacement = _copy_statement(self._without_data([owner, value], data))
         else:
             site.fixable = False
         return site
 
-    def _mutation_safety(self, owner: cst.BaseExpression, small: cst.CSTNode) -> FixSafety:
+    def _mutation_safety(self, owner: ast.expr, small: ast.AST) -> FixSafety:
         function = self.analysis.enclosing_function(small)
-        if function is not None and function.name.value == "forward":
+        if function is not None and function.name == "forward":
             return FixSafety.UNSAFE
-        if used_in_graph_before(self.analysis, owner, small):
+        if used_in_graph_before(self, owner, small):
             return FixSafety.UNSAFE
         return FixSafety.SAFE
 
     # -- mutations inside no_grad: drop .data --------------------------------------------------
-    def visit_Expr(self, node: cst.Expr) -> None:
+    def visit_Expr(self, node: ast.Expr) -> None:
         self._check_mutation_in_no_grad(node)
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def visit_Assign(self, node: ast.Assign) -> None:
         self._check_mutation_in_no_grad(node)
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
         if changes_in_place(node):
             self._check_mutation_in_no_grad(node)
 
-    def _check_mutation_in_no_grad(self, small: cst.BaseSmallStatement) -> None:
+    def _check_mutation_in_no_grad(self, small: ast.stmt) -> None:
         if not self.analysis.in_no_grad(small):
             return
         site = self._mutation_site(small)
         if site is None:
             return
         fix = None
-        if site.fixable and site.replacement is not None:
+        rewrite = site.replacement
+        if site.fixable and rewrite is not None:
+
+            def build(editor: Editor) -> list[Edit] | None:
+                old = editor.node(small)
+                assert isinstance(old, cst.BaseSmallStatement)
+                new = rewrite(editor, old)
+                return None if new is None else [Edit(old, new)]
+
             safety = FixSafety.UNSAFE if site.safety is FixSafety.UNSAFE else None
-            fix = self.fix([Edit(small, site.replacement)], "Drop `.data`", safety=safety)
+            fix = self.plan(build, "Drop `.data`", safety=safety)
         self.report(small, self.site_message(site), fix=fix)
 
     # -- reads -------------------------------------------------------------------------------
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value != "data" or not self._is_load(node):
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr != "data" or not self._is_load(node):
             return
         small = self._small_statement(node)
         if small is not None and self._mutation_site(small) is not None:
@@ -336,7 +346,7 @@ class DataMutation(NoGradBlockRule):
             if self._owns_tensor_data(owner, node, mutated=True):
                 self.report(
                     node,
-                    f"Mutation through `{_code(owner)}.data` inside an "
+                    f"Mutation through `{self.text_of(owner)}.data` inside an "
                     "expression skips autograd's version check",
                 )
             return
@@ -346,123 +356,128 @@ class DataMutation(NoGradBlockRule):
             return
         if not self._owns_tensor_data(owner, node, mutated=False):
             return
-        detached = cst.Call(
-            cst.Attribute(owner, cst.Name("detach")), lpar=node.lpar, rpar=node.rpar
-        )
         safety = FixSafety.SAFE if context == "copy" else FixSafety.UNSAFE
-        message = f"`{_code(owner)}.data` reads `{_code(owner)}` past autograd; use `.detach()`"
+        code = self.text_of(owner)
+        message = f"`{code}.data` reads `{code}` past autograd; use `.detach()`"
         if safety is FixSafety.UNSAFE:
             message += " (unsafe: the result shares storage, and changes through it are checked)"
-        fix = self.fix([Edit(node, detached)], "Use `.detach()`", safety=safety)
+        fix = self.plan_replace(
+            node, _detached_keeping_parentheses, "Use `.detach()`", safety=safety
+        )
         self.report(node, message, fix=fix)
 
-    def _report_mutation_argument(self, data: cst.Attribute, owner: cst.BaseExpression) -> None:
+    def _report_mutation_argument(self, data: ast.Attribute, owner: ast.expr) -> None:
         """``nn.init.zeros_(w.data)``: torch's initialisers run under ``no_grad`` themselves,
         so ``.data`` is dropped; another function gets ``w.detach()``, which it can change
         in place too (unsafe: the change is then version-checked)."""
-        call = next(a for a in self.analysis.ancestors(data) if isinstance(a, cst.Call))
+        call = next(a for a in self.analysis.ancestors(data) if type(a) is ast.Call)
+        assert isinstance(call, ast.Call)
         name = self.analysis.call_name(call) or ""
         message = (
-            f"Mutation through `{_code(owner)}.data` by `{_code(call.func)}()` skips "
-            "autograd's version check"
+            f"Mutation through `{self.text_of(owner)}.data` by `{self.text_of(call.func)}()` "
+            "skips autograd's version check"
         )
+        fix: FixPlan
         if name.startswith("torch.nn.init."):
-            replacement = owner.with_changes(lpar=data.lpar, rpar=data.rpar)
             safety = self._mutation_safety(owner, data)
-            fix = self.fix([Edit(data, replacement)], "Drop `.data`", safety=safety)
+            fix = self.plan_replace(data, _owner_keeping_parentheses, "Drop `.data`", safety=safety)
         else:
-            detached = cst.Call(cst.Attribute(owner, cst.Name("detach")))
-            fix = self.fix([Edit(data, detached)], "Use `.detach()`", safety=FixSafety.UNSAFE)
+            fix = self.plan_replace(data, _detached, "Use `.detach()`", safety=FixSafety.UNSAFE)
         self.report(data, message, fix=fix)
 
-    def _is_load(self, node: cst.Attribute) -> bool:
+    def _is_load(self, node: ast.Attribute) -> bool:
         """Not a target: ``w.data = v``, ``w.data, meta = f()``, ``for w.data in ...``."""
-        child: cst.CSTNode = node
+        child: ast.AST = node
         parent = self.analysis.parent(node)
-        while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
-            child, parent = parent, self.analysis.parent(parent)
-        if isinstance(parent, (cst.For, cst.CompFor)):
-            return parent.target is not child
-        if child is not node and not isinstance(parent, (cst.AssignTarget, cst.Del)):
+        while type(parent) in (ast.Starred, ast.Tuple, ast.List):
+            child, parent = parent, self.analysis.parent(parent)  # type: ignore[arg-type]
+        if type(parent) in (ast.For, ast.AsyncFor, ast.comprehension):
+            return parent.target is not child  # type: ignore[union-attr]
+        is_target = type(parent) is ast.Delete or (
+            type(parent) is ast.Assign and any(t is child for t in parent.targets)
+        )
+        if child is not node and not is_target:
             return True  # ``[w.data, 1]``: a read inside a display
-        return not isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del))
+        return not (is_target or type(parent) is ast.AugAssign)
 
-    def _small_statement(self, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+    def _small_statement(self, node: ast.AST) -> ast.stmt | None:
         for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, cst.BaseSmallStatement):
-                return ancestor
-            if isinstance(ancestor, (cst.Lambda, cst.BaseCompoundStatement)):
+            if type(ancestor) is ast.Lambda:
                 return None
+            if isinstance(ancestor, ast.stmt):
+                return None if _is_compound(ancestor) else ancestor
         return None
 
-    def _read_context(self, data: cst.BaseExpression) -> str:
+    def _read_context(self, data: ast.expr) -> str:
         """'copy' when the value read through ``.data`` flows into a new tensor (or a
         number), 'alias' when a tensor sharing its storage escapes, 'mutation' when it is
         changed in place, 'metadata' when only its shape, dtype or device is asked for."""
-        node: cst.CSTNode = data
+        analysis = self.analysis
+        node: ast.AST = data
         while True:
-            parent = self.analysis.parent(node)
-            if isinstance(parent, cst.Attribute) and parent.value is node:
-                if parent.attr.value in METADATA:
+            parent = analysis.parent(node)
+            if type(parent) is ast.Attribute and parent.value is node:
+                if parent.attr in METADATA:
                     return "metadata"
-                if isinstance(self.analysis.parent(parent), cst.AssignTarget):
+                holder = analysis.parent(parent)
+                if type(holder) is ast.Assign and any(t is parent for t in holder.targets):
                     return "metadata"  # ``w.data[:2].requires_grad = False`` reads no value
-                call = self.analysis.parent(parent)
-                if isinstance(call, cst.Call) and call.func is parent:
-                    method = parent.attr.value
+                if type(holder) is ast.Call and holder.func is parent:
+                    method = parent.attr
                     if is_inplace_method(method):
                         return "mutation"
                     if method in ALIASING:
-                        node = call
+                        node = holder
                         continue
                     return "copy"
-                if parent.attr.value in VIEW_ATTRIBUTES:
+                if parent.attr in VIEW_ATTRIBUTES:
                     node = parent
                     continue
                 return "copy"
-            if isinstance(parent, cst.Subscript) and parent.value is node:
+            if type(parent) is ast.Subscript and parent.value is node:
                 node = parent
                 continue
-            if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
-                return "copy"
-            if isinstance(parent, cst.Element) and self._is_call_argument(parent):
-                node = self.analysis.parent(parent)  # ``torch.cat([w.data, b.data])``
+            if type(parent) in (ast.BinOp, ast.UnaryOp) or (
+                type(parent) is ast.Compare and parent.left is node
+            ):
+                return "copy"  # LibCST's ``Comparison`` holds only the left operand
+            if type(parent) in (ast.List, ast.Tuple) and self._call_of_argument(parent):
+                node = parent  # ``torch.cat([w.data, b.data])``
                 continue
-            if isinstance(parent, cst.Arg):
-                call = self.analysis.parent(parent)
-                if isinstance(call, cst.Call) and self._changes_arguments(call):
+            call = self._call_of_argument(node)
+            if call is not None:
+                if self._changes_arguments(call):
                     return "mutation-argument"  # ``nn.init.zeros_(w.data[0])``
-                return (
-                    "copy"
-                    if isinstance(call, cst.Call) and self._reads_argument(call)
-                    else ("alias")
-                )
+                return "copy" if self._reads_argument(call) else "alias"
             return "alias"
 
-    def _changes_arguments(self, call: cst.Call) -> bool:
+    def _call_of_argument(self, node: ast.AST) -> ast.Call | None:
+        """The call ``node`` is an argument of (``f(node)``, ``f(k=node)``, ``f(*node)``)."""
+        parent = self.analysis.parent(node)
+        if type(parent) is ast.keyword or type(parent) is ast.Starred:
+            node, parent = parent, self.analysis.parent(parent)
+        if type(parent) is ast.Call and parent.func is not node:
+            return parent
+        return None
+
+    def _changes_arguments(self, call: ast.Call) -> bool:
         """An imported function named like an in-place op (``nn.init.normal_``,
         ``init.zeros_``) changes its argument; a method (``ema.copy_(p.data)``) reads it."""
         func = call.func
         name = self.analysis.call_name(call)
-        if name is None and isinstance(func, cst.Name):
-            name = func.value
-        if name is None and isinstance(func, cst.Attribute) and self._is_module(func.value):
-            name = func.attr.value  # ``from ... import initialization as init``
+        if name is None and type(func) is ast.Name:
+            name = func.id
+        if name is None and type(func) is ast.Attribute and self._is_module(func.value):
+            name = func.attr  # ``from ... import initialization as init``
         return name is not None and is_inplace_method(name.rpartition(".")[2])
 
-    def _is_module(self, expr: cst.BaseExpression) -> bool:
+    def _is_module(self, expr: ast.expr) -> bool:
         """A name bound only by imports (relative imports leave no binding at all)."""
-        return isinstance(expr, cst.Name) and all(
+        return type(expr) is ast.Name and all(
             b.kind == "import" for b in self.analysis.bindings(expr)
         )
 
-    def _is_call_argument(self, element: cst.Element) -> bool:
-        container = self.analysis.parent(element)
-        return isinstance(container, (cst.List, cst.Tuple)) and isinstance(
-            self.analysis.parent(container), cst.Arg
-        )
-
-    def _reads_argument(self, call: cst.Call) -> bool:
+    def _reads_argument(self, call: ast.Call) -> bool:
         """``call`` only reads its tensor arguments into a new result."""
         func = call.func
         name = self.analysis.call_name(call)
@@ -478,44 +493,44 @@ class DataMutation(NoGradBlockRule):
                 )
                 and name not in ("torch.save",)
             )
-        if isinstance(func, cst.Name):
-            return func.value in READING_BUILTINS
+        if type(func) is ast.Name:
+            return func.id in READING_BUILTINS
         # ``ema.copy_(p.data)``, ``acc.add(x.data)``: the argument is read, not kept
         return (
-            isinstance(func, cst.Attribute)
-            and func.attr.value not in ALIASING
-            and (is_inplace_method(func.attr.value) or func.attr.value in LAYOUT_KEEPING)
+            type(func) is ast.Attribute
+            and func.attr not in ALIASING
+            and (is_inplace_method(func.attr) or func.attr in LAYOUT_KEEPING)
         )
 
     # -- which ``.data`` belongs to a tensor ---------------------------------------------------
-    def _owns_tensor_data(self, owner: cst.BaseExpression, at: cst.CSTNode, mutated: bool) -> bool:
+    def _owns_tensor_data(self, owner: ast.expr, at: ast.AST, mutated: bool) -> bool:
         """``owner.data`` is ``Tensor.data`` (not a dataset's, a PackedSequence's, a card's)."""
         analysis = self.analysis
-        if isinstance(owner, cst.Name) and owner.value == "self":
+        if type(owner) is ast.Name and owner.id == "self":
             return False
         if analysis.qualified_name(owner) is not None:
             return False  # ``torch.utils.data``
-        if isinstance(owner, cst.Attribute) and owner.attr.value in TENSOR_ATTRIBUTES:
+        if type(owner) is ast.Attribute and owner.attr in TENSOR_ATTRIBUTES:
             return True
-        if isinstance(owner, cst.Name) and self._iterates_tensors(owner, at):
+        if type(owner) is ast.Name and self._iterates_tensors(owner, at):
             return True
         if analysis.is_tensor(owner, at) or analysis.requires_grad(owner, at):
             return True
         # ``obj.data.normal_(...)``: an in-place torch method on it says it is a tensor
-        return mutated and isinstance(owner, (cst.Name, cst.Attribute, cst.Subscript))
+        return mutated and type(owner) in (ast.Name, ast.Attribute, ast.Subscript)
 
-    def _iterates_tensors(self, name: cst.Name, at: cst.CSTNode) -> bool:
+    def _iterates_tensors(self, name: ast.Name, at: ast.AST) -> bool:
         """``name`` is the loop variable of ``for p in model.parameters()`` (or of a
         ``zip`` of such iterators, as EMA code writes)."""
         binding = self.analysis.reaching_binding(name, at)
         if binding is None or binding.kind != "for" or binding.value is None:
             return False
         iterable = binding.value
-        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
-            if iterable.func.value == "zip" and binding.unpack_index is not None:
-                args = iterable.args
+        if type(iterable) is ast.Call and type(iterable.func) is ast.Name:
+            if iterable.func.id == "zip" and binding.unpack_index is not None:
+                args = call_arguments(iterable)
                 return binding.unpack_index < len(args) and _iterates_parameters(
-                    args[binding.unpack_index].value, None
+                    argument_value(args[binding.unpack_index]), None
                 )
         return _iterates_parameters(iterable, binding.unpack_index) or (
             self.analysis.parameter_iterable(iterable) == "parameters"
@@ -523,66 +538,143 @@ class DataMutation(NoGradBlockRule):
         )
 
     # -- rewriting ---------------------------------------------------------------------------
-    def _without_data(
-        self, small: cst.BaseSmallStatement, changed: cst.Attribute
-    ) -> cst.BaseSmallStatement:
-        """``small`` as it runs under ``no_grad``: ``changed`` (the ``x.data`` it modifies)
-        and every other tensor's ``.data`` become plain names (the statement changes a
-        tensor in place; what it reads is consumed, not kept)."""
-        tensors = {
-            id(data)
-            for data in _data_attributes(small)
+    def _without_data(self, roots: list[ast.AST], changed: ast.Attribute) -> set[ast.Attribute]:
+        """The ``x.data`` under ``roots`` that become plain ``x`` under ``no_grad``:
+        ``changed`` (the one the statement modifies) and every other tensor's (the
+        statement changes a tensor in place; what it reads is consumed, not kept)."""
+        return {
+            data
+            for root in roots
+            for data in _data_attributes(root)
             if data is changed or self._owns_tensor_data(data.value, data, mutated=False)
         }
-        result = small.visit(_DropData(tensors))
-        assert isinstance(result, cst.BaseSmallStatement)
-        return result
 
-    def _keeps_layout(
-        self, value: cst.BaseExpression, owner: cst.BaseExpression, at: cst.CSTNode
-    ) -> bool:
+    def _keeps_layout(self, value: ast.expr, owner: ast.expr, at: ast.AST) -> bool:
         """``value`` has the shape and dtype of ``owner`` (a tensor that requires grad, so
         floating point: Python numbers do not change its dtype)."""
         analysis = self.analysis
         floating = (
             analysis.requires_grad(owner, at)
-            or (isinstance(owner, cst.Attribute) and owner.attr.value in LAYER_PARAMETERS)
-            or (isinstance(owner, cst.Name) and self._iterates_tensors(owner, at))
+            or (type(owner) is ast.Attribute and owner.attr in LAYER_PARAMETERS)
+            or (type(owner) is ast.Name and self._iterates_tensors(owner, at))
         )
         return floating and self._layout_of(value, owner)
 
-    def _layout_of(self, value: cst.BaseExpression, owner: cst.BaseExpression) -> bool:
-        if _same(value, owner) or (
-            isinstance(value, cst.Attribute)
-            and value.attr.value == "data"
-            and _same(value.value, owner)
+    def _layout_of(self, value: ast.expr, owner: ast.expr) -> bool:
+        if self._same(value, owner) or (
+            type(value) is ast.Attribute and value.attr == "data" and self._same(value.value, owner)
         ):
             return True
-        if isinstance(value, cst.BinaryOperation):
+        if type(value) is ast.BinOp:
             sides = [value.left, value.right]
             return any(self._layout_of(s, owner) for s in sides) and all(
                 is_number_literal(s) or self._layout_of(s, owner) for s in sides
             )
-        if isinstance(value, cst.UnaryOperation):
-            return self._layout_of(value.expression, owner)
-        if not isinstance(value, cst.Call) or any(
-            a.keyword and a.keyword.value in ("dtype", "device", "out") for a in value.args
+        if type(value) is ast.UnaryOp:
+            return self._layout_of(value.operand, owner)
+        if type(value) is not ast.Call or any(
+            k.arg in ("dtype", "device", "out") for k in value.keywords
         ):
             return False
         name = self.analysis.call_name(value)
         short = name.rpartition(".")[2] if name else None
-        numbers = all(is_number_literal(a.value) for a in value.args[1:])
-        if name is not None and name.startswith("torch.") and value.args:
-            first = value.args[0].value
+        args = [argument_value(a) for a in call_arguments(value)]
+        numbers = all(is_number_literal(a) for a in args[1:])
+        if name is not None and name.startswith("torch.") and args:
             if name in LIKE_FACTORIES or short in LAYOUT_KEEPING:
-                return numbers and self._layout_of(first, owner)
+                return numbers and self._layout_of(args[0], owner)
             return False
         func = value.func
-        if isinstance(func, cst.Attribute) and func.attr.value in LAYOUT_KEEPING:
-            return all(is_number_literal(a.value) for a in value.args) and self._layout_of(
-                func.value, owner
-            )
+        if type(func) is ast.Attribute and func.attr in LAYOUT_KEEPING:
+            return all(is_number_literal(a) for a in args) and self._layout_of(func.value, owner)
         return False
+
+    def _same(self, a: ast.expr, b: ast.expr) -> bool:
+        """The same code, as LibCST's ``deep_equals`` compares it (layout included)."""
+        return self.text_of(a) == self.text_of(b)
+
+
+def _is_compound(stmt: ast.stmt) -> bool:
+    return not isinstance(
+        stmt,
+        (
+            ast.Expr,
+            ast.Assign,
+            ast.AugAssign,
+            ast.AnnAssign,
+            ast.Return,
+            ast.Delete,
+            ast.Pass,
+            ast.Break,
+            ast.Continue,
+            ast.Raise,
+            ast.Assert,
+            ast.Import,
+            ast.ImportFrom,
+            ast.Global,
+            ast.Nonlocal,
+            *((ast.TypeAlias,) if hasattr(ast, "TypeAlias") else ()),
+        ),
+    )
+
+
+# -- fix builders: LibCST --------------------------------------------------------------------
+def _statement_without(drops: set[ast.Attribute]) -> Rewrite:
+    """The statement with ``.data`` dropped: ``w.data.normal_()`` -> ``w.normal_()``."""
+
+    def rewrite(editor: Editor, small: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+        return _drop_data(editor, small, drops)
+
+    return rewrite
+
+
+def _value_statement(drops: set[ast.Attribute]) -> Rewrite:
+    """``w.data = w.data.normal_()`` -> ``w.normal_()``: the value alone, ``.data`` dropped."""
+
+    def rewrite(editor: Editor, small: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+        assert isinstance(small, cst.Assign)
+        expr = cst.Expr(small.value, semicolon=small.semicolon)
+        return _drop_data(editor, expr, drops)
+
+    return rewrite
+
+
+def _copy_statement(drops: set[ast.Attribute]) -> Rewrite:
+    """``w.data = expr`` -> ``w.copy_(expr)``, ``.data`` of tensors dropped."""
+
+    def rewrite(editor: Editor, small: cst.BaseSmallStatement) -> cst.BaseSmallStatement:
+        assert isinstance(small, cst.Assign)
+        data = small.targets[0].target
+        assert isinstance(data, cst.Attribute)
+        copy = cst.Call(cst.Attribute(data.value, cst.Name("copy_")), [cst.Arg(small.value)])
+        return _drop_data(editor, cst.Expr(copy, semicolon=small.semicolon), drops)
+
+    return rewrite
+
+
+def _drop_data(
+    editor: Editor, small: cst.BaseSmallStatement, drops: set[ast.Attribute]
+) -> cst.BaseSmallStatement:
+    tensors = {id(editor.node(data)) for data in drops}
+    result = small.visit(_DropData(tensors))
+    assert isinstance(result, cst.BaseSmallStatement)
+    return result
+
+
+def _detached_keeping_parentheses(editor: Editor, data: cst.CSTNode) -> cst.Call:
+    """``(w.data)`` -> ``(w.detach())``."""
+    assert isinstance(data, cst.Attribute)
+    return cst.Call(cst.Attribute(data.value, cst.Name("detach")), lpar=data.lpar, rpar=data.rpar)
+
+
+def _detached(editor: Editor, data: cst.CSTNode) -> cst.Call:
+    assert isinstance(data, cst.Attribute)
+    return cst.Call(cst.Attribute(data.value, cst.Name("detach")))
+
+
+def _owner_keeping_parentheses(editor: Editor, data: cst.CSTNode) -> cst.BaseExpression:
+    assert isinstance(data, cst.Attribute)
+    return data.value.with_changes(lpar=data.lpar, rpar=data.rpar)
 
 
 class _DropData(cst.CSTTransformer):
@@ -600,45 +692,29 @@ class _DropData(cst.CSTTransformer):
         return updated_node.value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
 
 
-def _data_attributes(node: cst.CSTNode) -> list[cst.Attribute]:
-    found: list[cst.Attribute] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Attribute(self, attr: cst.Attribute) -> None:
-            if attr.attr.value == "data":
-                found.append(attr)
-
-    walk(node, Collect())
-    return found
+def _data_attributes(node: ast.AST) -> list[ast.Attribute]:
+    return [n for n in ast.walk(node) if type(n) is ast.Attribute and n.attr == "data"]
 
 
-def _is_gradient(owner: cst.BaseExpression) -> bool:
-    return isinstance(owner, cst.Attribute) and owner.attr.value == GRADIENT
+def _is_gradient(owner: ast.expr) -> bool:
+    return type(owner) is ast.Attribute and owner.attr == GRADIENT
 
 
-def _is_data_target(small: cst.Assign) -> bool:
-    target = small.targets[0].target
-    return isinstance(target, cst.Attribute) and target.attr.value == "data"
+def _is_data_target(small: ast.Assign) -> bool:
+    target = small.targets[0]
+    return type(target) is ast.Attribute and target.attr == "data"
 
 
-def _iterates_parameters(iterable: cst.BaseExpression, unpack_index: int | None) -> bool:
-    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)):
+def _iterates_parameters(iterable: ast.expr, unpack_index: int | None) -> bool:
+    if not (type(iterable) is ast.Call and type(iterable.func) is ast.Attribute):
         return False
-    method = iterable.func.attr.value
+    method = iterable.func.attr
     if method not in TENSOR_ITERATORS:
         return False
     return unpack_index == 1 if method.startswith("named_") else unpack_index is None
 
 
-def _strip_subscripts(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
-    while isinstance(expr, cst.Subscript):
+def _strip_subscripts(expr: ast.expr | None) -> ast.expr | None:
+    while type(expr) is ast.Subscript:
         expr = expr.value
     return expr
-
-
-def _same(a: cst.BaseExpression | None, b: cst.BaseExpression) -> bool:
-    return a is not None and a.deep_equals(b)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)

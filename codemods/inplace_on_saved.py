@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import (
-    SAVES_OUTPUT,
-    TENSOR_OPS,
-    Binding,
-    argument,
-    is_number_literal,
-)
+from gradfix.edits import Editor, cst_argument
 from gradfix.inplace import (
     NameIndex,
+    call_of_argument,
     changes_in_place,
     classify_read,
+    first_argument,
     in_autograd_function,
     in_eval_only_branch,
-    inplace_flag,
     inplace_function,
     is_constant,
     is_inplace_call,
@@ -27,26 +23,32 @@ from gradfix.inplace import (
     small_statement,
 )
 from gradfix.rule import (
-    INDEX_ASSIGNMENT,
+    AstContext,
+    AstRule,
     Edit,
-    Fix,
     FixAvailability,
+    FixPlan,
     FixSafety,
     Invalid,
-    Rule,
-    RuleContext,
     Valid,
 )
+from gradfix.semantic import (
+    SAVES_OUTPUT,
+    TENSOR_OPS,
+    Binding,
+    argument_node,
+    argument_value,
+    argument_values,
+    is_number_literal,
+    is_true,
+)
 from gradfix.torch_facts import (
-    AUGMENTED_ASSIGNMENTS,
     FACTORIES,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     is_inplace_method,
 )
-from gradfix.walk import walk
 
-#: In-place methods whose out-of-place twin takes the same arguments (``h.mul_(2)`` ->
 #: ``h = h.mul(2)``). Others (``fill_``, ``copy_``, ``zero_``...) get ``h = h.clone()``.
 TWIN_METHODS = frozenset(
     "add sub subtract mul multiply div divide true_divide floor_divide pow clamp clamp_min "
@@ -74,11 +76,11 @@ INPUT_SAVING_MODULES = frozenset(
     "LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d InstanceNorm1d InstanceNorm2d "
     "InstanceNorm3d".split()
 )
-_AUGMENTED: dict[type[cst.BaseAugOp], cst.BaseBinaryOp] = {
-    cst.AddAssign: cst.Add(), cst.SubtractAssign: cst.Subtract(),
-    cst.MultiplyAssign: cst.Multiply(), cst.DivideAssign: cst.Divide(),
-    cst.FloorDivideAssign: cst.FloorDivide(), cst.ModuloAssign: cst.Modulo(),
-    cst.PowerAssign: cst.Power(), cst.MatrixMultiplyAssign: cst.MatrixMultiply(),
+#: The binary operator of each augmented assignment the fix rewrites (``h += v``).
+_AUGMENTED: dict[type[ast.operator], cst.BaseBinaryOp] = {
+    ast.Add: cst.Add(), ast.Sub: cst.Subtract(), ast.Mult: cst.Multiply(),
+    ast.Div: cst.Divide(), ast.FloorDiv: cst.FloorDivide(), ast.Mod: cst.Modulo(),
+    ast.Pow: cst.Power(), ast.MatMult: cst.MatrixMultiply(),
 }  # fmt: skip
 #: Operators binding tighter than each operator (no parentheses needed on the right).
 _TIGHTER: dict[type[cst.BaseBinaryOp], tuple[type[cst.BaseBinaryOp], ...]] = {
@@ -95,24 +97,24 @@ _TIGHTER: dict[type[cst.BaseBinaryOp], tuple[type[cst.BaseBinaryOp], ...]] = {
 class Mutation:
     """One in-place change of the tensor bound to ``name``."""
 
-    statement: cst.BaseSmallStatement
-    node: cst.CSTNode  # reported
-    name: cst.Name
-    form: str  # augassign | method | index | function
-    call: cst.Call | None = None
+    statement: ast.stmt
+    node: ast.AST  # reported
+    name: ast.Name
+    form: str  # augassign | method | index | function | module
+    call: ast.Call | None = None
 
 
 @dataclass
 class Saver:
     """The op that saved the tensor for backward."""
 
-    node: cst.CSTNode
-    statement: cst.CSTNode
+    node: ast.expr
+    statement: ast.AST
     description: str
     output: bool  # it saved its result (else: its operand)
 
 
-class InplaceOnSaved(Rule):
+class InplaceOnSaved(AstRule):
     """
     ## What it does
     Finds in-place changes (`h += 1`, `h.mul_(2)`, `h[0] = v`, `h.clamp_(0, 1)`,
@@ -189,11 +191,10 @@ class InplaceOnSaved(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("_(", *AUGMENTED_ASSIGNMENTS, INDEX_ASSIGNMENT, "inplace")
 
-    def __init__(self, context: RuleContext) -> None:
+    def __init__(self, context: AstContext) -> None:
         super().__init__(context)
-        self.names = NameIndex()
+        self.names = NameIndex(self.analysis)
 
     VALID = [
         Valid(
@@ -399,25 +400,25 @@ class InplaceOnSaved(Rule):
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
         target = node.target
         if not changes_in_place(node):
             return
-        if isinstance(target, cst.Name):
+        if type(target) is ast.Name:
             self._check(Mutation(node, node, target, "augassign"))
-        elif isinstance(target, cst.Subscript):
+        elif type(target) is ast.Subscript:
             base = _base_name(target)
             if base is not None:
                 self._check(Mutation(node, node, base, "index"))
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Subscript):
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) != 1 or type(node.targets[0]) is not ast.Subscript:
             return
-        base = _base_name(node.targets[0].target)
+        base = _base_name(node.targets[0])
         if base is not None:
             self._check(Mutation(node, node, base, "index"))
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         statement = small_statement(self.analysis, node)
         if statement is None:
@@ -426,14 +427,15 @@ class InplaceOnSaved(Rule):
             self._check_sequential(node)
             return
         form = "function" if inplace_function(self.analysis, node) is not None else None
-        if form is None and node.args and self._inplace_module(func):
+        first = first_argument(node)
+        if form is None and first is not None and self._inplace_module(func):
             form = "module"
-        if form is not None:
-            base = _base_name(node.args[0].value)
+        if form is not None and first is not None:
+            base = _base_name(first)
             if base is not None:
                 self._check(Mutation(statement, node, base, form, node))
             return
-        if not isinstance(func, cst.Attribute) or not is_inplace_method(func.attr.value):
+        if type(func) is not ast.Attribute or not is_inplace_method(func.attr):
             return
         if self.analysis.qualified_name(func) is not None:
             return  # a module function (``torch.manual_seed``...), not a tensor method
@@ -462,7 +464,7 @@ class InplaceOnSaved(Rule):
             return
         self.report(mutation.node, self._message(mutation, saver), fix=self._fix(mutation, binding))
 
-    def _saver(self, name: cst.Name, binding: Binding, statement: cst.CSTNode) -> Saver | None:
+    def _saver(self, name: ast.Name, binding: Binding, statement: ast.stmt) -> Saver | None:
         """The recorded op that saved the tensor ``name`` holds at ``statement``."""
         analysis = self.analysis
         value = binding.value
@@ -480,7 +482,7 @@ class InplaceOnSaved(Rule):
                 return saver
         return None
 
-    def _saving_use(self, name: cst.Name) -> Saver | None:
+    def _saving_use(self, name: ast.Name) -> Saver | None:
         """The op at this read of the tensor saves it: an output-saving in-place op
         (``h.sigmoid_()``) or an op that saves this operand (``h @ w``)."""
         analysis = self.analysis
@@ -491,15 +493,15 @@ class InplaceOnSaved(Rule):
         if read.kind == "mutation" and read.method is not None and read.top is name:
             op = read.method[:-1]
             call = analysis.parent(analysis.parent(name) or name)
-            if op in SAVES_OUTPUT and isinstance(call, cst.Call) and self._recorded(call, call):
+            if op in SAVES_OUTPUT and type(call) is ast.Call and self._recorded(call, call):
                 return Saver(call, statement, f"`{read.method}` saved its output", True)
             return None
         if read.kind != "fresh":
             return None
-        op_node = _operation(analysis, read.top)
+        op_node = self._operation(read.top)
         if op_node is None or not self._recorded(op_node, op_node):
             return None
-        layer = self._module_class(op_node.func) if isinstance(op_node, cst.Call) else None
+        layer = self._module_class(op_node.func) if type(op_node) is ast.Call else None
         if layer in INPUT_SAVING_MODULES:
             return Saver(op_node, statement, f"`nn.{layer}` saved it", False)
         saved = analysis.saved_operands(op_node, op_node) or []
@@ -509,11 +511,24 @@ class InplaceOnSaved(Rule):
             return Saver(op_node, statement, f"`{label}` saved it", False)
         return None
 
-    def _recorded(self, op: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    def _operation(self, top: ast.expr) -> ast.expr | None:
+        """The op expression taking ``top`` as an operand."""
+        parent = self.analysis.parent(top)
+        if type(parent) is ast.BinOp:
+            return parent
+        argument = call_of_argument(self.analysis, top)
+        if argument is not None:
+            return argument[0]
+        if type(parent) is ast.Attribute:
+            call = self.analysis.parent(parent)
+            return call if type(call) is ast.Call and call.func is parent else None
+        return None
+
+    def _recorded(self, op: ast.expr, at: ast.AST) -> bool:
         analysis = self.analysis
         return not analysis.in_no_grad(at) and analysis.requires_grad(op, at)
 
-    def _output_saving_op(self, value: cst.BaseExpression, at: cst.CSTNode) -> str | None:
+    def _output_saving_op(self, value: ast.expr, at: ast.AST) -> str | None:
         """The name of the op ``value`` applies when that op saves its result."""
         analysis = self.analysis
         op = analysis.tensor_op(value, at)
@@ -521,13 +536,13 @@ class InplaceOnSaved(Rule):
             name, operands = op
             if name in SAVES_OUTPUT or (name == "pow" and _tensor_exponent(self, operands, at)):
                 return name
-        if isinstance(value, cst.Call):
+        if type(value) is ast.Call:
             layer = self._module_class(value.func)
             if layer in OUTPUT_SAVING_MODULES:
                 return f"nn.{layer}"
         return None
 
-    def _module_class(self, func: cst.BaseExpression) -> str | None:
+    def _module_class(self, func: ast.expr) -> str | None:
         """``nn.Linear`` for ``self.fc`` / ``fc`` / ``nn.Linear(3, 4)`` called as a function."""
         constructor = self._constructor(func)
         name = self.analysis.call_name(constructor) if constructor is not None else None
@@ -535,62 +550,69 @@ class InplaceOnSaved(Rule):
             return None
         return name.rpartition(".")[2]
 
-    def _constructor(self, func: cst.BaseExpression) -> cst.Call | None:
+    def _constructor(self, func: ast.expr) -> ast.Call | None:
         analysis = self.analysis
-        if isinstance(func, cst.Call):
+        if type(func) is ast.Call:
             return func
-        values: list[cst.BaseExpression] = []
-        if isinstance(func, cst.Name):
+        values: list[ast.expr] = []
+        if type(func) is ast.Name:
             binding = analysis.reaching_binding(func, func)
             if binding is not None and binding.kind == "assign" and binding.value is not None:
                 values = [binding.value]
-        elif isinstance(func, cst.Attribute):
+        elif type(func) is ast.Attribute:
             values = [v for v, _ in analysis.self_attribute_values(func, func)]
-        calls = [v for v in values if isinstance(v, cst.Call)]
+        calls = [v for v in values if isinstance(v, ast.Call)]
         return calls[0] if len(calls) == 1 and len(values) == 1 else None
 
-    def _inplace_module(self, func: cst.BaseExpression) -> bool:
+    def _inplace_module(self, func: ast.expr) -> bool:
         """``func`` is an ``nn`` activation module built with ``inplace=True``."""
-        return self._inplace_module_flag(func) is not None
+        return self._inplace_flag_position(func) is not None
 
-    def _inplace_module_flag(self, func: cst.BaseExpression) -> cst.Arg | None:
+    def _inplace_flag_position(self, func: ast.expr) -> int | None:
+        """The position of the ``inplace`` flag of the module ``func`` names, when its
+        constructor passes ``inplace=True`` (by keyword or at that position)."""
         constructor = self._constructor(func)
         layer = self._module_class(func)
         position = INPLACE_MODULES.get(layer or "")
         if constructor is None or position is None:
             return None
-        flag = argument(constructor, "inplace", position)
-        is_true = flag is not None and isinstance(flag.value, cst.Name)
-        return flag if is_true and flag.value.value == "True" else None  # type: ignore[union-attr]
+        flag = argument_node(constructor, "inplace", position)
+        return position if flag is not None and is_true(argument_value(flag)) else None
 
-    def _check_sequential(self, call: cst.Call) -> None:
+    def _check_sequential(self, call: ast.Call) -> None:
         """``nn.Sequential(nn.Linear(...), nn.Sigmoid(), nn.ReLU(inplace=True))``."""
         if self.analysis.in_no_grad(call):
             return
-        layers = [a.value for a in call.args if a.keyword is None and not a.star]
+        layers = [a for a in call.args if type(a) is not ast.Starred]
         recorded = False
         for previous, layer in zip(layers, layers[1:]):
             recorded = recorded or self.analysis.is_nn_layer(previous, call)
             saver = self._module_class(previous)
-            flag = self._inplace_module_flag(layer)
-            if not recorded or saver not in OUTPUT_SAVING_MODULES or flag is None:
+            position = self._inplace_flag_position(layer)
+            if not recorded or saver not in OUTPUT_SAVING_MODULES or position is None:
                 continue
-            assert isinstance(layer, cst.Call)
+            assert isinstance(layer, ast.Call)
             message = (
                 f"`nn.{self._module_class(layer)}(inplace=True)` changes the output of "
                 f"`nn.{saver}` in place, but `{OUTPUT_SAVING_MODULES[saver]}` saved it for "
                 "backward: backward fails with 'modified by an inplace operation'; drop "
                 "`inplace=True`"
             )
-            self.report(layer, message, fix=self._drop_flag(layer, flag))
+            self.report(layer, message, fix=self._drop_flag(layer, position))
 
-    def _drop_flag(self, constructor: cst.Call, flag: cst.Arg) -> Fix:
-        args = [a for a in constructor.args if a is not flag]
-        if args:
-            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return self.fix(
-            [Edit(constructor, constructor.with_changes(args=args))], "Drop `inplace=True`"
-        )
+    def _drop_flag(self, constructor: ast.Call, position: int) -> FixPlan:
+        def build(editor: Editor) -> list[Edit] | None:
+            call = editor.node(constructor)
+            assert isinstance(call, cst.Call)
+            flag = cst_argument(call, "inplace", position)
+            if flag is None:
+                return None
+            args = [a for a in call.args if a is not flag]
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return [Edit(call, call.with_changes(args=args))]
+
+        return self.plan(build, "Drop `inplace=True`")
 
     def _graph_needed(self, saver: Saver, mutation: Mutation) -> bool:
         """A backward may still run through the saving op after the change: a name that
@@ -604,26 +626,26 @@ class InplaceOnSaved(Rule):
             return False
         holders = set(_bound_names(saver.statement))
         if saver.output:
-            holders.add(mutation.name.value)
+            holders.add(mutation.name.id)
         for name in self.names.all(scope):
-            if name.value in holders and start < analysis.index(name) < end:
+            if name.id in holders and start < analysis.index(name) < end:
                 derived = self._derived_holders(name)
                 if derived is None:
                     return True  # stored somewhere we cannot follow
                 holders |= derived
-        if mutation.call is not None and not isinstance(mutation.statement, cst.Expr):
-            if isinstance(mutation.statement, (cst.Return, cst.AugAssign)):
+        if mutation.call is not None and type(mutation.statement) is not ast.Expr:
+            if type(mutation.statement) in (ast.Return, ast.AugAssign):
                 return True
             holders |= set(_bound_names(mutation.statement))
         after = analysis.end_index(mutation.statement)
         return any(
-            name.value in holders
+            name.id in holders
             and analysis.index(name) > after
             and classify_read(analysis, name).kind != "nongraph"
             for name in self.names.all(scope)
         )
 
-    def _derived_holders(self, name: cst.Name) -> set[str] | None:
+    def _derived_holders(self, name: ast.Name) -> set[str] | None:
         """Names that hold what the statement around this read computes from it;
         None when the result goes somewhere else (an attribute, a container, a return)."""
         analysis = self.analysis
@@ -631,34 +653,41 @@ class InplaceOnSaved(Rule):
         if read.kind == "nongraph":
             return set()
         statement = small_statement(self.analysis, name)
-        if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            bound = _bound_names(statement)
-            targets = statement.targets if isinstance(statement, cst.Assign) else []
-            if any(not isinstance(t.target, (cst.Name, cst.Tuple)) for t in targets):
+        if type(statement) in (ast.Assign, ast.AugAssign, ast.AnnAssign):
+            bound = _bound_names(statement)  # type: ignore[arg-type]
+            targets = statement.targets if type(statement) is ast.Assign else []
+            if any(type(t) is not ast.Name and type(t) is not ast.Tuple for t in targets):
                 return None
             return set(bound)
-        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+        if type(statement) is ast.Expr and type(statement.value) is ast.Call:
             func = statement.value.func
             if read.kind == "mutation":
                 return set()
-            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-                return {func.value.value}  # ``losses.append(loss)``
+            if type(func) is ast.Attribute and type(func.value) is ast.Name:
+                return {func.value.id}  # ``losses.append(loss)``
             return set()
         return None
 
     def _message(self, mutation: Mutation, saver: Saver) -> str:
-        line = self.context.position(saver.node).start.line
-        code = " ".join(cst.Module([]).code_for_node(mutation.statement).split())
+        line = saver.node.lineno
+        code = " ".join(self._statement_code(mutation.statement).split())
         if len(code) > 40:
             code = code[:37] + "..."
         return (
-            f"`{code}` changes `{mutation.name.value}` in place, but {saver.description} "
+            f"`{code}` changes `{mutation.name.id}` in place, but {saver.description} "
             f"for backward (line {line}): backward fails with 'modified by an inplace "
             "operation'; use the out-of-place form"
         )
 
+    def _statement_code(self, statement: ast.stmt) -> str:
+        """The text of ``statement`` as LibCST printed it: with the ``;`` that ends it."""
+        code = ast.get_source_segment(self.context.source, statement) or ""
+        rest = _rest_of_line(self.context.lines, statement)
+        after = rest.lstrip(" \t")
+        return code + rest[: len(rest) - len(after)] + ";" if after.startswith(";") else code
+
     # -- fixing ------------------------------------------------------------------------------
-    def _fix(self, mutation: Mutation, binding: Binding) -> Fix | None:
+    def _fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
         if self.analysis.in_no_grad(mutation.statement):
             return None  # out of place under no_grad would cut the graph
         if not self._rebindable(mutation, binding):
@@ -673,7 +702,7 @@ class InplaceOnSaved(Rule):
             twin = self._twin_fix(mutation)
             if twin is not None:
                 return twin
-        if isinstance(mutation.statement, (cst.Assign, cst.AugAssign, cst.Expr)):
+        if type(mutation.statement) in (ast.Assign, ast.AugAssign, ast.Expr):
             return self._clone_fix(mutation)
         return None
 
@@ -688,7 +717,7 @@ class InplaceOnSaved(Rule):
         scope = analysis.scope_of(mutation.statement).node
         end = analysis.index(mutation.statement)
         after = analysis.end_index(mutation.statement)
-        loop = _loop_without(analysis, mutation.statement, binding.node)
+        loop = _loop_without(self, mutation.statement, binding.node)
         if loop is not None:  # the next iteration comes after the change too
             end, after = analysis.end_index(loop), analysis.index(loop)
         aliases: set[str] = set()
@@ -697,191 +726,200 @@ class InplaceOnSaved(Rule):
             if use.kind == "escape":
                 return False
             if use.kind == "alias":
-                aliases |= {a.value for a in use.aliases if a.value != binding.name}
+                aliases |= {a.id for a in use.aliases if a.id != binding.name}
         return not any(
             analysis.index(n) > after for alias in aliases for n in self.names.named(scope, alias)
         )
 
-    def _is_fresh(self, value: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    def _is_fresh(self, value: ast.expr, at: ast.AST) -> bool:
         """``value`` makes a new tensor, not a view or an alias of another one."""
         analysis = self.analysis
-        if isinstance(value, cst.Call) and (
+        if type(value) is ast.Call and (
             analysis.call_name(value) in FACTORIES or analysis.is_nn_layer(value.func, at)
         ):
             return True
-        if isinstance(value, cst.Call) and self._module_class(value.func) in OUTPUT_SAVING_MODULES:
+        if type(value) is ast.Call and self._module_class(value.func) in OUTPUT_SAVING_MODULES:
             return not self._inplace_module(value.func)
         op = analysis.tensor_op(value, at)
         if op is None or op[0] not in TENSOR_OPS or op[0] in MAY_ALIAS_OPS:
             return False
-        return not (isinstance(value, cst.Call) and inplace_function(analysis, value))
+        return not (type(value) is ast.Call and inplace_function(analysis, value))
 
-    def _augassign_fix(self, mutation: Mutation) -> Fix | None:
+    def _augassign_fix(self, mutation: Mutation) -> FixPlan | None:
         statement = mutation.statement
-        assert isinstance(statement, cst.AugAssign)
-        operator = _AUGMENTED.get(type(statement.operator))
+        assert isinstance(statement, ast.AugAssign)
+        operator = _AUGMENTED.get(type(statement.op))
         if operator is None:
             return None
-        value = _operand(statement.value, operator)
-        target = mutation.name
-        new = cst.Assign(
-            targets=[cst.AssignTarget(cst.Name(target.value))],
-            value=cst.BinaryOperation(cst.Name(target.value), operator, value),
-            semicolon=statement.semicolon,
-        )
-        safety = None if is_constant(self.analysis, statement.value) else FixSafety.UNSAFE
-        description = f"Write `{target.value} = {target.value} {_symbol(operator)} ...`"
-        return self.fix([Edit(statement, new)], description, safety=safety)
+        name = mutation.name.id
 
-    def _twin_fix(self, mutation: Mutation) -> Fix | None:
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(statement)
+            assert isinstance(old, cst.AugAssign)
+            new = cst.Assign(
+                targets=[cst.AssignTarget(cst.Name(name))],
+                value=cst.BinaryOperation(cst.Name(name), operator, _operand(old.value, operator)),
+                semicolon=old.semicolon,
+            )
+            return [Edit(old, new)]
+
+        safety = None if is_constant(self.analysis, statement.value) else FixSafety.UNSAFE
+        description = f"Write `{name} = {name} {_symbol(operator)} ...`"
+        return self.plan(build, description, safety=safety)
+
+    def _twin_fix(self, mutation: Mutation) -> FixPlan | None:
         """``h.mul_(2).add_(1)`` as a statement -> ``h = h.mul(2).add(1)``."""
         statement = mutation.statement
-        if not isinstance(statement, cst.Expr):
+        if type(statement) is not ast.Expr:
             return None
-        chain: list[cst.Call] = []
+        chain: list[ast.Call] = []
         expr = statement.value
-        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            if not is_inplace_method(expr.func.attr.value):
+        while type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+            if not is_inplace_method(expr.func.attr):
                 return None
             chain.append(expr)
             expr = expr.func.value
         if expr is not mutation.name or not chain:
             return None
-        if any(c.func.attr.value[:-1] not in TWIN_METHODS for c in chain):  # type: ignore[attr-defined]
+        methods = [c.func.attr[:-1] for c in chain]  # type: ignore[attr-defined]
+        if any(method not in TWIN_METHODS for method in methods):
             return None
-        new_value = statement.value.visit(_StripUnderscores(chain))
-        assert isinstance(new_value, cst.BaseExpression)
-        new = cst.Assign(
-            targets=[cst.AssignTarget(cst.Name(mutation.name.value))],
-            value=new_value,
-            semicolon=statement.semicolon,
-        )
+        name = mutation.name.id
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(statement)
+            assert isinstance(old, cst.Expr)
+            new_value = old.value.visit(_StripUnderscores(_cst_chain(old.value)))
+            assert isinstance(new_value, cst.BaseExpression)
+            new = cst.Assign(
+                targets=[cst.AssignTarget(cst.Name(name))],
+                value=new_value,
+                semicolon=old.semicolon,
+            )
+            return [Edit(old, new)]
+
         keeps_dtype = all(self._keeps_dtype(c) for c in chain)
-        methods = ", ".join(f"`{c.func.attr.value[:-1]}`" for c in chain)  # type: ignore[attr-defined]
-        return self.fix(
-            [Edit(statement, new)],
-            f"Use the out-of-place {methods} and rebind `{mutation.name.value}`",
+        listed = ", ".join(f"`{method}`" for method in methods)
+        return self.plan(
+            build,
+            f"Use the out-of-place {listed} and rebind `{name}`",
             safety=None if keeps_dtype else FixSafety.UNSAFE,
         )
 
-    def _keeps_dtype(self, call: cst.Call) -> bool:
-        method = call.func.attr.value[:-1]  # type: ignore[attr-defined]
+    def _keeps_dtype(self, call: ast.Call) -> bool:
+        method = call.func.attr[:-1]  # type: ignore[attr-defined]
         if method in DTYPE_KEEPING_METHODS:
             return True
-        return all(is_constant(self.analysis, arg.value) for arg in call.args)
+        return all(is_constant(self.analysis, value) for value in argument_values(call))
 
-    def _function_fix(self, mutation: Mutation) -> Fix | None:
+    def _function_fix(self, mutation: Mutation) -> FixPlan | None:
         """``F.relu_(h)`` -> ``h = F.relu(h)``; ``F.relu(h, inplace=True)`` -> ``F.relu(h)``."""
         call, statement = mutation.call, mutation.statement
         assert call is not None
-        if call.args[0].value is not mutation.name:
+        if first_argument(call) is not mutation.name or not _has_out_of_place(call):
             return None
-        new_call = _out_of_place_call(self.analysis, call)
-        if new_call is None:
-            return None
-        name = mutation.name.value
-        if isinstance(statement, cst.Expr) and statement.value is call:
-            new: cst.BaseSmallStatement = cst.Assign(
-                targets=[cst.AssignTarget(cst.Name(name))],
-                value=new_call,
-                semicolon=statement.semicolon,
-            )
-            return self.fix([Edit(statement, new)], f"Call it out of place and rebind `{name}`")
-        if not isinstance(statement, (cst.Assign, cst.Return)) or statement.value is not call:
+        name = mutation.name.id
+        if type(statement) is ast.Expr and statement.value is call:
+
+            def rebind(editor: Editor) -> list[Edit] | None:
+                old = editor.node(statement)
+                new_call = _out_of_place_call(editor.node(call))
+                if new_call is None or not isinstance(old, cst.Expr):
+                    return None
+                new = cst.Assign(
+                    targets=[cst.AssignTarget(cst.Name(name))],
+                    value=new_call,
+                    semicolon=old.semicolon,
+                )
+                return [Edit(old, new)]
+
+            return self.plan(rebind, f"Call it out of place and rebind `{name}`")
+        if type(statement) not in (ast.Assign, ast.Return) or statement.value is not call:  # type: ignore[attr-defined]
             return None
         targets = _bound_names(statement)
         if name not in targets and self._read_after(mutation):
             return None  # the caller relies on ``h`` being changed too
-        return self.fix([Edit(call, new_call)], "Call it out of place")
 
-    def _module_fix(self, mutation: Mutation) -> Fix | None:
+        def out_of_place(editor: Editor) -> list[Edit] | None:
+            old = editor.node(call)
+            new_call = _out_of_place_call(old)
+            return None if new_call is None else [Edit(old, new_call)]
+
+        return self.plan(out_of_place, "Call it out of place")
+
+    def _module_fix(self, mutation: Mutation) -> FixPlan | None:
         """``self.act = nn.ReLU(inplace=True)`` used once, on this tensor: drop the flag."""
         call, statement = mutation.call, mutation.statement
         assert call is not None
-        flag = self._inplace_module_flag(call.func)
+        position = self._inplace_flag_position(call.func)
         constructor = self._constructor(call.func)
-        if flag is None or constructor is None or self._module_uses(call.func) != 1:
+        if position is None or constructor is None or self._module_uses(call.func) != 1:
             return None
-        if call.args[0].value is not mutation.name:
+        if first_argument(call) is not mutation.name:
             return None
-        if not isinstance(statement, (cst.Assign, cst.Return)) or statement.value is not call:
+        if type(statement) not in (ast.Assign, ast.Return) or statement.value is not call:  # type: ignore[attr-defined]
             return None
-        if mutation.name.value not in _bound_names(statement) and self._read_after(mutation):
+        if mutation.name.id not in _bound_names(statement) and self._read_after(mutation):
             return None
-        return self._drop_flag(constructor, flag)
+        return self._drop_flag(constructor, position)
 
-    def _module_uses(self, func: cst.BaseExpression) -> int:
+    def _module_uses(self, func: ast.expr) -> int:
         """How often the module object ``func`` names is used (``self.act`` in its class,
         a local name in its scope)."""
         analysis = self.analysis
-        if isinstance(func, cst.Name):
+        if type(func) is ast.Name:
             scope = analysis.scope_of(func).node
-            return sum(
-                1 for n in self.names.named(scope, func.value) if not _is_assigned(analysis, n)
-            )
+            return sum(1 for n in self.names.named(scope, func.id) if not _is_assigned(self, n))
         cls = analysis.enclosing_class(func)
-        if not isinstance(func, cst.Attribute) or cls is None:
+        if type(func) is not ast.Attribute or cls is None:
             return 0
-        finder = _AttributeUses(func.attr.value)
-        walk(cls, finder)
+        finder = _AttributeUses(func.attr)
+        finder.visit(cls)
         return finder.count
 
     def _read_after(self, mutation: Mutation) -> bool:
         analysis = self.analysis
         scope = analysis.scope_of(mutation.statement).node
         after = analysis.end_index(mutation.statement)
-        return any(analysis.index(n) > after for n in self.names.named(scope, mutation.name.value))
+        return any(analysis.index(n) > after for n in self.names.named(scope, mutation.name.id))
 
-    def _clone_fix(self, mutation: Mutation) -> Fix | None:
+    def _clone_fix(self, mutation: Mutation) -> FixPlan | None:
         """``h = h.clone()`` on its own line before the change."""
-        line = self.analysis.parent(mutation.statement)
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
-            return None
-        if not isinstance(self.analysis.parent(line), (cst.IndentedBlock, cst.Module)):
-            return None
-        name = mutation.name.value
-        clone = cst.SimpleStatementLine(
-            [
-                cst.Assign(
-                    targets=[cst.AssignTarget(cst.Name(name))],
-                    value=cst.Call(cst.Attribute(cst.Name(name), cst.Name("clone"))),
-                )
-            ],
-            leading_lines=line.leading_lines,
-        )
-        replacement = cst.FlattenSentinel([clone, line.with_changes(leading_lines=())])
-        return self.fix(
-            [Edit(line, replacement)], f"Change a copy: `{name} = {name}.clone()` before it"
-        )
+        statement = mutation.statement
+        if not _alone_on_its_lines(self.context.lines, statement):
+            return None  # ``a = 1; h[0] = 2``, ``if c: h[0] = 2``
+        name = mutation.name.id
+
+        def build(editor: Editor) -> list[Edit] | None:
+            line = editor.statement(statement)
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                return None
+            if not isinstance(editor.parent(line), (cst.IndentedBlock, cst.Module)):
+                return None
+            clone = cst.SimpleStatementLine(
+                [
+                    cst.Assign(
+                        targets=[cst.AssignTarget(cst.Name(name))],
+                        value=cst.Call(cst.Attribute(cst.Name(name), cst.Name("clone"))),
+                    )
+                ],
+                leading_lines=line.leading_lines,
+            )
+            replacement = cst.FlattenSentinel([clone, line.with_changes(leading_lines=())])
+            return [Edit(line, replacement)]
+
+        return self.plan(build, f"Change a copy: `{name} = {name}.clone()` before it")
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _base_name(expr: cst.BaseExpression) -> cst.Name | None:
+def _base_name(expr: ast.expr) -> ast.Name | None:
     """``h`` for ``h``, ``h[0]``, ``h[:, 1:]``, ``h.T`` (views changing ``h``)."""
-    while isinstance(expr, cst.Subscript) or (
-        isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT")
-    ):
-        expr = expr.value
-    return expr if isinstance(expr, cst.Name) else None
+    while type(expr) is ast.Subscript or (type(expr) is ast.Attribute and expr.attr in ("T", "mT")):
+        expr = expr.value  # type: ignore[attr-defined]
+    return expr if type(expr) is ast.Name else None
 
 
-def _operation(analysis: object, top: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The op expression taking ``top`` as an operand."""
-    parent = analysis.parent(top)  # type: ignore[attr-defined]
-    if isinstance(parent, cst.BinaryOperation):
-        return parent
-    if isinstance(parent, cst.Arg):
-        call = analysis.parent(parent)  # type: ignore[attr-defined]
-        return call if isinstance(call, cst.Call) else None
-    if isinstance(parent, cst.Attribute):
-        call = analysis.parent(parent)  # type: ignore[attr-defined]
-        return call if isinstance(call, cst.Call) and call.func is parent else None
-    return None
-
-
-def _tensor_exponent(
-    rule: InplaceOnSaved, operands: list[cst.BaseExpression], at: cst.CSTNode
-) -> bool:
+def _tensor_exponent(rule: InplaceOnSaved, operands: list[ast.expr], at: ast.AST) -> bool:
     """``x ** y`` with a tensor exponent (or ``2 ** x``) also saves its result."""
     if len(operands) < 2:
         return False
@@ -889,69 +927,110 @@ def _tensor_exponent(
     return is_number_literal(base) or rule.analysis.is_tensor(exponent, at)
 
 
-def _bound_names(statement: cst.CSTNode) -> list[str]:
-    """Names an assignment statement binds (``a = b = ...``, ``a, b = ...``, ``a += ...``)."""
-    targets: list[cst.BaseExpression] = []
-    if isinstance(statement, cst.Assign):
-        targets = [t.target for t in statement.targets]
-    elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)):
+def _bound_names(statement: ast.AST) -> list[str]:
+    """Names an assignment statement binds (``a = b = ...``, ``a, *b = ...``, ``a += ...``)."""
+    targets: list[ast.expr] = []
+    if type(statement) is ast.Assign:
+        targets = statement.targets
+    elif type(statement) is ast.AugAssign or type(statement) is ast.AnnAssign:
         targets = [statement.target]
     names: list[str] = []
     for target in targets:
-        if isinstance(target, cst.Name):
-            names.append(target.value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            names += [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
+        if type(target) is ast.Name:
+            names.append(target.id)
+        elif type(target) is ast.Tuple or type(target) is ast.List:
+            elements = [e.value if type(e) is ast.Starred else e for e in target.elts]
+            names += [e.id for e in elements if type(e) is ast.Name]
     return names
 
 
-def _is_assigned(analysis: object, name: cst.Name) -> bool:
-    parent = analysis.parent(name)  # type: ignore[attr-defined]
-    return isinstance(parent, cst.AssignTarget)
+def _is_assigned(rule: InplaceOnSaved, name: ast.Name) -> bool:
+    """``name`` is a whole target of an assignment (``act = ...``)."""
+    parent = rule.analysis.parent(name)
+    return type(parent) is ast.Assign and any(t is name for t in parent.targets)
 
 
-class _AttributeUses(cst.CSTVisitor):
+class _AttributeUses(ast.NodeVisitor):
     """Reads of ``self.<attr>`` (not assignments to it) in a class."""
 
     def __init__(self, attr: str) -> None:
         self.attr = attr
         self.count = 0
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-        return not isinstance(node.target, cst.Attribute)
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            if type(target) is not ast.Attribute:
+                self.visit(target)
+        self.visit(node.value)
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == self.attr and isinstance(node.value, cst.Name):
-            self.count += node.value.value == "self"
-
-
-class _Backwards(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("backward", "grad"):
-            self.calls.append(node)
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr == self.attr and type(node.value) is ast.Name:
+            self.count += node.value.id == "self"
+        self.generic_visit(node)
 
 
-def _backward_calls(scope: cst.CSTNode) -> list[cst.Call]:
-    finder = _Backwards()
-    walk(scope, finder)
-    return finder.calls
+def _backward_calls(scope: ast.AST) -> list[ast.Call]:
+    """``x.backward()`` and ``x.grad(...)`` calls anywhere under ``scope``."""
+    return [
+        node
+        for node in ast.walk(scope)
+        if type(node) is ast.Call
+        and type(node.func) is ast.Attribute
+        and node.func.attr in ("backward", "grad")
+    ]
 
 
-def _loop_without(analysis: object, node: cst.CSTNode, binding: cst.CSTNode) -> cst.CSTNode | None:
+def _loop_without(rule: InplaceOnSaved, node: ast.AST, binding: ast.AST) -> ast.AST | None:
     """The outermost loop around ``node`` that does not contain ``binding``."""
+    analysis = rule.analysis
     found = None
-    for ancestor in analysis.ancestors(node):  # type: ignore[attr-defined]
-        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             break
-        if isinstance(ancestor, (cst.For, cst.While)) and not analysis.contains(  # type: ignore[attr-defined]
-            ancestor, binding
-        ):
+        is_loop = isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While))
+        if is_loop and not analysis.contains(ancestor, binding):
             found = ancestor
     return found
+
+
+def _rest_of_line(lines: list[str], node: ast.AST) -> str:
+    """The text after ``node`` on its last line."""
+    text = lines[node.end_lineno - 1]  # type: ignore[attr-defined]
+    return text.encode("utf-8")[node.end_col_offset :].decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+
+
+def _alone_on_its_lines(lines: list[str], statement: ast.stmt) -> bool:
+    """No other statement nor a compound header shares the lines of ``statement`` (an
+    ending ``;`` and a comment may follow it)."""
+    first = lines[statement.lineno - 1].encode("utf-8")[: statement.col_offset]
+    if first.strip():
+        return False
+    rest = _rest_of_line(lines, statement).strip()
+    if rest.startswith(";"):
+        rest = rest[1:].strip()
+    return not rest or rest.startswith("#")
+
+
+def _has_out_of_place(call: ast.Call) -> bool:
+    """:func:`_out_of_place_call` can rewrite ``call``: ``F.relu_(h)``, or
+    ``F.relu(h, inplace=True)`` with the flag passed by keyword."""
+    func = call.func
+    if type(func) is ast.Attribute and func.attr.endswith("_"):
+        return True
+    short = func.attr if type(func) is ast.Attribute else ""
+    position = INPLACE_FLAG_POSITIONS.get(short)
+    if position is None:
+        return False
+    return type(argument_node(call, "inplace", position)) is ast.keyword
+
+
+def _cst_chain(expr: cst.BaseExpression) -> list[cst.Call]:
+    """The calls of ``h.mul_(2).add_(1)``, outermost first."""
+    chain: list[cst.Call] = []
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        chain.append(expr)
+        expr = expr.func.value
+    return chain
 
 
 def _operand(value: cst.BaseExpression, operator: cst.BaseBinaryOp) -> cst.BaseExpression:
@@ -974,8 +1053,10 @@ def _symbol(operator: cst.BaseBinaryOp) -> str:
     return cst.Module([]).code_for_node(operator).strip()
 
 
-def _out_of_place_call(analysis: object, call: cst.Call) -> cst.Call | None:
+def _out_of_place_call(call: cst.CSTNode) -> cst.Call | None:
     """``F.relu_(h)`` -> ``F.relu(h)``; ``F.relu(h, inplace=True)`` -> ``F.relu(h)``."""
+    if not isinstance(call, cst.Call):
+        return None
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value.endswith("_"):
         return call.with_changes(func=func.with_changes(attr=cst.Name(func.attr.value[:-1])))
@@ -983,7 +1064,7 @@ def _out_of_place_call(analysis: object, call: cst.Call) -> cst.Call | None:
     position = INPLACE_FLAG_POSITIONS.get(short)
     if position is None:
         return None
-    flag = inplace_flag(call, position)
+    flag = cst_argument(call, "inplace", position)
     if flag is None or flag.keyword is None:
         return None  # a positional flag: the arguments before it would shift
     args = [a for a in call.args if a is not flag]

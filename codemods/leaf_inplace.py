@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
 from gradfix.no_grad_block import NoGradBlockRule, Site, inplace_target, used_in_graph_before
 from gradfix.rule import FixAvailability, FixSafety, Invalid, Valid
@@ -67,7 +67,6 @@ class LeafInplace(NoGradBlockRule):
     message = "In-place operation on a leaf tensor that requires grad"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
-    prefilter = ("_(", "=", "[")
 
     VALID = [
         Valid(
@@ -213,10 +212,10 @@ class LeafInplace(NoGradBlockRule):
     ]
 
     def site_message(self, site: Site) -> str:
-        code = " ".join(cst.Module([]).code_for_node(site.statement).split())
+        code = " ".join(self.source.statement_code(site.statement).split())
         if len(code) > 40:
             code = code[:37] + "..."
-        target = cst.Module([]).code_for_node(site.target)
+        target = self.text_of(site.target)
         reason = site.reason.description if site.reason else "a leaf"
         text = f"In-place `{code}` on leaf `{target}` that requires grad ({reason})"
         if not site.fixable:
@@ -224,14 +223,14 @@ class LeafInplace(NoGradBlockRule):
         return text
 
     # -- one statement ---------------------------------------------------------------------
-    def site(self, small: cst.BaseSmallStatement) -> Site | None:
+    def site(self, small: ast.stmt) -> Site | None:
         target = inplace_target(small)
         if target is None:
             return None
-        base = target.value if isinstance(target, cst.Subscript) else target
+        base = target.value if type(target) is ast.Subscript else target
         reason = self.analysis.leaf_reason(base, small)
         if reason is None or self.analysis.in_no_grad(small):
             return None
         site = Site(small, base, reason)
-        site.fixable = not used_in_graph_before(self.analysis, base, small)
+        site.fixable = not used_in_graph_before(self, base, small)
         return site

@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import libcst as cst
 
-from gradfix.analysis import FileAnalysis
-from gradfix.rule import Edit, Fix, FixAvailability, FixSafety, Invalid, Rule, RuleContext, Valid
+from gradfix.edits import Editor
+from gradfix.rule import (
+    AstRule,
+    Edit,
+    FixAvailability,
+    FixPlan,
+    FixSafety,
+    Invalid,
+    RuleContext,
+    Valid,
+)
 from gradfix.unsafe_branch import (
     Mask,
     UnsafeUse,
+    branch_without,
     complement_of,
+    expression_node,
     factors,
     guard,
     is_pure,
     literal_number,
-    replace_nodes,
     resolve_mask,
+    selector_expression,
+    selector_node,
     singular_indirect,
     singular_uses,
     strip_parens,
@@ -24,7 +40,7 @@ from gradfix.unsafe_branch import (
 )
 
 
-class MaskedUnsafeBranch(Rule):
+class MaskedUnsafeBranch(AstRule):
     """
     ## What it does
     Finds mask-weighted blends `mask * a + (1 - mask) * b` (also `~mask * b`, masks on
@@ -90,7 +106,6 @@ class MaskedUnsafeBranch(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("sqrt", "**", "log", "/", "reciprocal", "acos", "asin", "atanh", "pow", "div")
 
     VALID = [
         Valid(
@@ -269,24 +284,25 @@ class MaskedUnsafeBranch(Rule):
         super().__init__(context)
         self._in_blend: set[int] = set()  # products already reported as a blend's terms
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Add):
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        op = type(node.op)
+        if op is ast.Add:
             if not self.analysis.in_no_grad(node):
                 self._check_blend(node)
-        elif isinstance(node.operator, (cst.Multiply, cst.Divide)) and self._is_product_top(node):
+        elif (op is ast.Mult or op is ast.Div) and self._is_product_top(node):
             if id(node) not in self._in_blend and not self.analysis.in_no_grad(node):
                 self._check_product(node)
 
-    def _is_product_top(self, node: cst.BinaryOperation) -> bool:
+    def _is_product_top(self, node: ast.BinOp) -> bool:
         parent = self.analysis.parent(node)
-        if not isinstance(parent, cst.BinaryOperation):
+        if type(parent) is not ast.BinOp:
             return True
-        if isinstance(parent.operator, cst.Multiply):
+        if type(parent.op) is ast.Mult:
             return False
-        return not (isinstance(parent.operator, cst.Divide) and parent.left is node)
+        return not (type(parent.op) is ast.Div and parent.left is node)
 
     # -- mask * a + (1 - mask) * b ------------------------------------------------------------
-    def _check_blend(self, node: cst.BinaryOperation) -> None:
+    def _check_blend(self, node: ast.BinOp) -> None:
         for kept, dropped in ((node.left, node.right), (node.right, node.left)):
             for mask_factor in factors(kept):
                 mask = resolve_mask(mask_factor, node, self.analysis)
@@ -294,14 +310,13 @@ class MaskedUnsafeBranch(Rule):
                     continue
                 for complement in factors(dropped):
                     if complement_of(complement, mask_factor, node, self.analysis):
-                        branch_a = strip_parens(without_factor(kept, mask_factor))
-                        branch_b = strip_parens(without_factor(dropped, complement))
-                        if self._report(node, mask, branch_a, branch_b):
+                        blend = _Weighted(node, mask, kept, mask_factor, dropped, complement)
+                        if self._report(blend):
                             self._in_blend.update((id(node.left), id(node.right)))
                             return
 
     # -- mask * b, 0 * b --------------------------------------------------------------------
-    def _check_product(self, node: cst.BinaryOperation) -> None:
+    def _check_product(self, node: ast.BinOp) -> None:
         parts = factors(node)
         if any(literal_number(f) == 0.0 for f in parts):
             constant = not self.analysis.requires_grad(node, node)
@@ -311,34 +326,28 @@ class MaskedUnsafeBranch(Rule):
         for mask_factor in parts:
             mask = resolve_mask(mask_factor, node, self.analysis)
             if mask is not None:
-                branch = strip_parens(without_factor(node, mask_factor))
-                if self._report(node, mask, branch, None):
+                if self._report(_Weighted(node, mask, node, mask_factor)):
                     return
 
-    def _report(
-        self,
-        node: cst.BinaryOperation,
-        mask: Mask,
-        branch_a: cst.BaseExpression,
-        branch_b: cst.BaseExpression | None,
-    ) -> bool:
-        """Report ``node`` if a branch is singular where the mask discards it."""
-        uses_a = singular_uses(branch_a, True, mask.condition, node, self.analysis)
+    def _report(self, blend: _Weighted) -> bool:
+        """Report the blend if a branch is singular where the mask discards it."""
+        node, condition = blend.node, blend.mask.condition
+        branch_a = branch_without(blend.kept, blend.mask_factor)
+        branch_b = None
+        if blend.dropped is not None and blend.complement is not None:
+            branch_b = branch_without(blend.dropped, blend.complement)
+        uses_a = singular_uses(branch_a, True, condition, node, self.analysis)
         uses_b = (
-            singular_uses(branch_b, False, mask.condition, node, self.analysis)
+            singular_uses(branch_b, False, condition, node, self.analysis)
             if branch_b is not None
             else []
         )
         if uses_a or uses_b:
-            new_a = _guarded(branch_a, uses_a, mask, True, self.analysis)
-            new_b: cst.BaseExpression = cst.Integer("0")
-            if branch_b is not None:
-                new_b = _guarded(branch_b, uses_b, mask, False, self.analysis)
-            self.report(node, fix=self._fix(node, mask, new_a, new_b))
+            self.report(node, fix=self._fix(blend, uses_a, uses_b))
             return True
         branches = [(branch_a, True), (branch_b, False)]
         if any(
-            singular_indirect(b, k, mask.condition, node, self.analysis)
+            singular_indirect(b, k, condition, node, self.analysis)
             for b, k in branches
             if b is not None
         ):
@@ -346,37 +355,71 @@ class MaskedUnsafeBranch(Rule):
             return True
         return False
 
-    def _fix(
-        self,
-        node: cst.BinaryOperation,
-        mask: Mask,
-        branch_a: cst.BaseExpression,
-        branch_b: cst.BaseExpression,
-    ) -> Fix:
-        between = _comma_whitespace(node) if isinstance(node.operator, cst.Add) else None
-        comma = cst.Comma(whitespace_after=between or cst.SimpleWhitespace(" "))
-        arguments = [cst.Arg(mask.selector), cst.Arg(branch_a, comma=comma), cst.Arg(branch_b)]
-        where = self.analysis.torch_attr("where")
-        call = cst.Call(where, arguments, lpar=node.lpar, rpar=node.rpar)
-        safe = mask.is_bool and is_pure(mask.selector, self.analysis)
+    def _fix(self, blend: _Weighted, uses_a: list[UnsafeUse], uses_b: list[UnsafeUse]) -> FixPlan:
+        mask = blend.mask
+        safe = mask.is_bool and is_pure(selector_expression(mask.selector), self.analysis)
         imports = () if self.analysis.torch_alias() else ("torch",)
-        return self.fix(
-            [Edit(node, call)],
+        return self.plan(
+            _where_builder(blend, uses_a, uses_b),
             "Use `torch.where` and guard the singular input with an inner `torch.where`",
             safety=None if safe else FixSafety.UNSAFE,
             imports=imports,
         )
 
 
-def _guarded(
-    branch: cst.BaseExpression,
-    uses: list[UnsafeUse],
-    mask: Mask,
-    kept_when: bool,
-    analysis: FileAnalysis,
-) -> cst.BaseExpression:
-    replacements = {id(u.argument): guard(u, mask.selector, kept_when, analysis) for u in uses}
-    return replace_nodes(branch, replacements)
+@dataclass(frozen=True)
+class _Weighted:
+    """``node`` weights ``kept`` by ``mask_factor`` (one of its factors) and, in a blend,
+    ``dropped`` by ``complement`` (the mask's complement); a lone product has no
+    ``dropped`` (its other branch is 0)."""
+
+    node: ast.BinOp
+    mask: Mask
+    kept: ast.expr
+    mask_factor: ast.expr
+    dropped: ast.expr | None = None
+    complement: ast.expr | None = None
+
+
+def _where_builder(
+    blend: _Weighted, uses_a: list[UnsafeUse], uses_b: list[UnsafeUse]
+) -> Callable[[Editor], list[Edit]]:
+    """The fix: `torch.where(selector, a, b)` in place of the blend, each singular input
+    guarded by an inner `torch.where`."""
+
+    def branch(editor: Editor, product: ast.expr, factor: ast.expr) -> cst.BaseExpression:
+        return strip_parens(
+            without_factor(expression_node(editor, product), expression_node(editor, factor))
+        )
+
+    def guarded(
+        editor: Editor, branch: cst.BaseExpression, uses: list[UnsafeUse], kept_when: bool
+    ) -> cst.BaseExpression:
+        selector = selector_node(blend.mask.selector, editor)
+        replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+        for use in uses:
+            argument = expression_node(editor, use.argument)
+            replacements[argument] = guard(argument, use.function, selector, kept_when, editor)
+        replaced = editor.replace_nodes(branch, replacements)
+        assert isinstance(replaced, cst.BaseExpression)
+        return replaced
+
+    def build(editor: Editor) -> list[Edit]:
+        node = editor.node(blend.node)
+        assert isinstance(node, cst.BinaryOperation)
+        branch_a = guarded(editor, branch(editor, blend.kept, blend.mask_factor), uses_a, True)
+        branch_b: cst.BaseExpression = cst.Integer("0")
+        if blend.dropped is not None and blend.complement is not None:
+            dropped = branch(editor, blend.dropped, blend.complement)
+            branch_b = guarded(editor, dropped, uses_b, False)
+        between = _comma_whitespace(node) if isinstance(node.operator, cst.Add) else None
+        comma = cst.Comma(whitespace_after=between or cst.SimpleWhitespace(" "))
+        selector = selector_node(blend.mask.selector, editor)
+        arguments = [cst.Arg(selector), cst.Arg(branch_a, comma=comma), cst.Arg(branch_b)]
+        where = editor.torch_attr("where")
+        return [Edit(node, cst.Call(where, arguments, lpar=node.lpar, rpar=node.rpar))]
+
+    return build
 
 
 def _comma_whitespace(node: cst.BinaryOperation) -> cst.BaseParenthesizableWhitespace | None:

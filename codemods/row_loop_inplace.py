@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import (
-    REDUCTIONS,
-    Binding,
-    FileAnalysis,
-    is_number_literal,
-    normalized_code,
-)
+from gradfix.edits import Editor
 from gradfix.rebuild import (
     POINTWISE_OPS,
     SelfReads,
     assigned_value,
+    index_elements,
     integer_index,
     may_alias,
     names_in,
     rebindable,
 )
-from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import REDUCTIONS, Binding, Semantic
+from gradfix.semantic.syntax import (
+    argument_value,
+    call_arguments,
+    is_number_literal,
+    normalized_code,
+)
 from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
 
 #: Longest line the rewrite writes on one line before wrapping (the usual 100 columns).
@@ -35,15 +38,15 @@ Size = int | tuple[str, int]
 class RowWrite:
     """``x[i] = value`` in the body of ``for i in range(...)``."""
 
-    loop: cst.For
-    assign: cst.Assign
+    loop: ast.For | ast.AsyncFor
+    assign: ast.Assign
     index: str  # the loop variable
-    base: cst.Name  # ``x``
+    base: ast.Name  # ``x``
     binding: Binding  # the binding of ``x`` the write sees
     integers: frozenset[str]  # variables of the range loops around the write
 
 
-class RowLoopInplace(Rule):
+class RowLoopInplace(AstRule):
     """
     ## What it does
     Finds loops that rewrite a tensor that requires grad row by row from its own rows,
@@ -103,7 +106,6 @@ class RowLoopInplace(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = (INDEX_ASSIGNMENT,)
 
     VALID = [
         Valid(
@@ -239,7 +241,7 @@ class RowLoopInplace(Rule):
         ),
     ]
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def visit_Assign(self, node: ast.Assign) -> None:
         write = self._row_write(node)
         if write is None:
             return
@@ -249,46 +251,53 @@ class RowLoopInplace(Rule):
             return  # leaves raise at the assignment: GF201 leaf-inplace
         if not analysis.is_tensor(base, node) or not analysis.requires_grad(base, node):
             return
-        reads = SelfReads(analysis, base.value, binding, write.integers)
+        reads = SelfReads(analysis, base.id, binding, write.integers)
         if not reads.saved_in(node.value):
             return
         message = (
-            f"`{base.value}[{write.index}] = ...` in a loop reads rows of `{base.value}` "
+            f"`{base.id}[{write.index}] = ...` in a loop reads rows of `{base.id}` "
             "through an op that saves them for backward: backward fails with 'modified by "
-            f"an inplace operation'; rebuild `{base.value}` with `torch.stack`"
+            f"an inplace operation'; rebuild `{base.id}` with `torch.stack`"
         )
-        self.report(node, message, fix=_RowLoopFix(self, write, reads).build())
+        self.report(node, message, fix=_RowLoopFix(self, write, reads).plan())
 
-    def _row_write(self, node: cst.Assign) -> RowWrite | None:
+    def _row_write(self, node: ast.Assign) -> RowWrite | None:
         """``x[... i ...] = value`` inside ``for i in range(...)`` (the innermost such loop)."""
         if len(node.targets) != 1:
             return None
-        target = node.targets[0].target
-        if not isinstance(target, cst.Subscript) or not isinstance(target.value, cst.Name):
+        target = node.targets[0]
+        if type(target) is not ast.Subscript or type(target.value) is not ast.Name:
             return None
-        indexed = {n.value for e in target.slice for n in names_in(e)}
+        indexed = {n.id for n in names_in(target.slice)}
         for ancestor in self.analysis.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if type(ancestor) in _DEFINITIONS:
                 return None
-            if isinstance(ancestor, cst.For) and isinstance(ancestor.target, cst.Name):
-                if ancestor.target.value in indexed:
+            if isinstance(ancestor, _LOOPS) and type(ancestor.target) is ast.Name:
+                if ancestor.target.id in indexed:
                     return self._range_write(ancestor, node, target.value)
         return None
 
-    def _range_write(self, loop: cst.For, node: cst.Assign, base: cst.Name) -> RowWrite | None:
+    def _range_write(self, loop: Loop, node: ast.Assign, base: ast.Name) -> RowWrite | None:
         if _range_args(self.analysis, loop) is None:
             return None
         binding = self.analysis.reaching_binding(base, node)
-        if binding is None or not isinstance(loop.target, cst.Name):
+        if binding is None or type(loop.target) is not ast.Name:
             return None
         integers = frozenset(
-            a.target.value
+            a.target.id
             for a in self.analysis.ancestors(node)
-            if isinstance(a, cst.For)
-            and isinstance(a.target, cst.Name)
+            if isinstance(a, _LOOPS)
+            and isinstance(a.target, ast.Name)
             and _range_args(self.analysis, a) is not None
         )
-        return RowWrite(loop, node, loop.target.value, base, binding, integers)
+        return RowWrite(loop, node, loop.target.id, base, binding, integers)
+
+
+#: A ``for`` loop (LibCST's ``For`` is also ``async for``).
+Loop = ast.For | ast.AsyncFor
+_LOOPS = (ast.For, ast.AsyncFor)
+#: Scopes the search for the loop of a write stops at.
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 class _RowLoopFix:
@@ -300,7 +309,7 @@ class _RowLoopFix:
         self.write = write
         self.reads = reads
 
-    def build(self) -> Fix | None:
+    def plan(self) -> FixPlan | None:
         write, analysis = self.write, self.analysis
         bounds = _range_bounds(analysis, write.loop)
         if bounds is None or not self._movable():
@@ -309,7 +318,7 @@ class _RowLoopFix:
         if rebinding is None or not self._reads_only_its_row(write.assign.value):
             return None
         start, stop = bounds
-        if start is not None and not isinstance(start, cst.Integer):
+        if start is not None and not _is_int(start):
             return None  # ``x[:start]`` keeps the rows before it only for a start >= 0
         covers = self._covers_rows(stop)
         partial = _nonzero(start) or not covers
@@ -319,12 +328,10 @@ class _RowLoopFix:
             or not self._nonempty(stop)
             or self._row_shape(write.assign.value) != "row"
         )
-        value = self._rebuilt(start, stop, covers)
-        return self.rule.replace(
+        return self.rule.plan_replace(
             write.loop,
-            self._statement(value),
-            f"Rebuild `{write.base.value}` out of place with "
-            f"`torch.{'cat' if partial else 'stack'}`",
+            _Rewrite(write, start is not None and _nonzero(start), covers).statement,
+            f"Rebuild `{write.base.id}` out of place with `torch.{'cat' if partial else 'stack'}`",
             safety=FixSafety.UNSAFE if unsafe else None,
         )
 
@@ -333,14 +340,16 @@ class _RowLoopFix:
         """The loop is ``for i in range(...): x[i] = value`` and nothing else, with ``x[i]``
         a whole row, and ``i`` is not read after the loop."""
         loop, assign = self.write.loop, self.write.assign
-        if loop.orelse is not None or loop.asynchronous is not None:
+        if loop.orelse or type(loop) is ast.AsyncFor:
             return False
         if self.analysis.scope_of(loop).is_class:
             return False  # a comprehension in a class body cannot see the class's names
-        target = assign.targets[0].target
-        if not isinstance(target, cst.Subscript) or not _is_row_index(target, self.write.index):
+        target = assign.targets[0]
+        if type(target) is not ast.Subscript:
             return False
-        if _only_statement(loop) is not assign:
+        if not _is_row_index(index_elements(self.analysis, target), self.write.index):
+            return False
+        if len(loop.body) != 1 or loop.body[0] is not assign:
             return False
         return not self._index_read_after()
 
@@ -349,7 +358,7 @@ class _RowLoopFix:
         scope = self.analysis.scope_of(loop).node
         for read in names_in(scope):
             after = self.analysis.index(read) > self.analysis.end_index(loop)
-            if read.value != self.write.index or not after:
+            if read.id != self.write.index or not after:
                 continue
             binding = self.analysis.reaching_binding(read)
             if binding is not None and binding.node is loop:
@@ -365,46 +374,47 @@ class _RowLoopFix:
             return FixSafety.UNSAFE if same_scope else None
         if not rebindable(self.analysis, loop, binding):
             return None
-        if may_alias(self.analysis, loop, base.value, binding):
+        if may_alias(self.analysis, loop, base.id, binding):
             return FixSafety.UNSAFE
         return FixSafety.SAFE
 
-    def _reads_only_its_row(self, value: cst.BaseExpression) -> bool:
+    def _reads_only_its_row(self, value: ast.expr) -> bool:
         """Every read of ``x`` in ``value`` is the row being written: no recurrence, no
         whole-tensor read that would see rows already updated, no alias of ``x``."""
-        row = normalized_code(self.write.assign.targets[0].target)
+        row = normalized_code(self.write.assign.targets[0])
         for name in names_in(value):
             parent = self.analysis.parent(name)
-            if name.value == self.write.base.value:
-                if not isinstance(parent, cst.Subscript) or normalized_code(parent) != row:
+            if name.id == self.write.base.id:
+                is_indexed = isinstance(parent, ast.Subscript) and parent.value is name
+                if not is_indexed or normalized_code(parent) != row:
                     return False
-            elif name.value != self.write.index and self.reads.is_view(name):
+            elif name.id != self.write.index and self.reads.is_view(name):
                 return False
         return True
 
     # -- the range ---------------------------------------------------------------------------
-    def _covers_rows(self, stop: cst.BaseExpression) -> bool:
+    def _covers_rows(self, stop: ast.expr) -> bool:
         if self._is_length_of_base(stop, self.write.assign):
             return True
         size = _size(self.analysis, stop, self.write.loop)
         rows = _first_size(self.analysis, self.write.base, self.write.assign)
         return size is not None and size == rows
 
-    def _is_length_of_base(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> bool:
+    def _is_length_of_base(self, expr: ast.expr, at: ast.AST, depth: int = 0) -> bool:
         """``len(x)``, ``x.shape[0]``, ``x.size(0)``, ``x.size()[0]``, or a name bound to one."""
-        measured = _measured_tensor(expr)
+        measured = _measured_tensor(self.analysis, expr)
         if measured is not None:
             return (
-                measured.value == self.write.base.value
+                measured.id == self.write.base.id
                 and self.analysis.reaching_binding(measured, at) is self.write.binding
             )
-        if isinstance(expr, cst.Name) and depth < 2:
+        if type(expr) is ast.Name and depth < 2:
             binding = self.analysis.reaching_binding(expr, at)
             if binding is not None and binding.kind == "assign" and binding.value is not None:
                 return self._is_length_of_base(binding.value, binding.node, depth + 1)
         return False
 
-    def _nonempty(self, stop: cst.BaseExpression) -> bool:
+    def _nonempty(self, stop: ast.expr) -> bool:
         size = _size(self.analysis, stop, self.write.loop)
         if isinstance(size, int):
             return size >= 1
@@ -412,13 +422,13 @@ class _RowLoopFix:
         return isinstance(rows, int) and rows >= 1 and self._covers_rows(stop)
 
     # -- the shape of the right-hand side ----------------------------------------------------
-    def _row_shape(self, expr: cst.BaseExpression) -> str | None:
+    def _row_shape(self, expr: ast.expr) -> str | None:
         """'row' when ``expr`` has the shape and dtype of ``x[i]``, 'scalar' for numbers and
         whole-row reductions, None when it involves anything else."""
         if is_number_literal(expr):
             return "scalar"
-        row = normalized_code(self.write.assign.targets[0].target)
-        if isinstance(expr, cst.Subscript) and normalized_code(expr) == row:
+        row = normalized_code(self.write.assign.targets[0])
+        if type(expr) is ast.Subscript and normalized_code(expr) == row:
             return "row"
         if self._is_full_reduction(expr):
             return "scalar"
@@ -430,58 +440,40 @@ class _RowLoopFix:
             return None
         return "row" if "row" in shapes else "scalar"
 
-    def _is_full_reduction(self, expr: cst.BaseExpression) -> bool:
+    def _is_full_reduction(self, expr: ast.expr) -> bool:
         """``row.sum()``, ``torch.sum(row)``: a 0-d tensor of the row's dtype."""
-        if not isinstance(expr, cst.Call):
+        if type(expr) is not ast.Call:
             return False
         op = self.analysis.tensor_op(expr, expr)
         if op is None or op[0] not in REDUCTIONS or len(op[1]) != 1:
             return False
         return self._row_shape(op[1][0]) is not None
 
-    # -- building the replacement -------------------------------------------------------------
-    def _rebuilt(
-        self, start: cst.BaseExpression | None, stop: cst.BaseExpression, covers: bool
-    ) -> list[str]:
-        """Layouts of ``x = torch.stack([...])`` (or the ``torch.cat`` form), flat first."""
-        write = self.write
-        torch = self.analysis.torch_alias() or "torch"
-        name, index = write.base.value, write.index
-        element, iterable = _code(write.assign.value), _code(write.loop.iter)
-        indent = self.analysis.module.default_indent
-        flat = f"[{element} for {index} in {iterable}]"
-        exploded = f"[\n{indent * 2}{element}\n{indent * 2}for {index} in {iterable}\n{indent}]"
-        if not _nonzero(start) and covers:
-            return [
-                f"{name} = {torch}.stack({flat})",
-                f"{name} = {torch}.stack(\n{indent}{flat}\n)",
-                f"{name} = {torch}.stack(\n{indent}{exploded}\n)",
-            ]
-        pieces = [f"{torch}.stack({flat})"]
-        if start is not None and _nonzero(start):
-            pieces.insert(0, f"{name}[:{_code(start)}]")
-        if not covers:
-            pieces.append(f"{name}[{_code(stop)}:]")
-        one_line = ", ".join(pieces)
-        each = "".join(f"{indent * 2}{piece},\n" for piece in pieces)
-        return [
-            f"{name} = {torch}.cat([{one_line}])",
-            f"{name} = {torch}.cat(\n{indent}[{one_line}]\n)",
-            f"{name} = {torch}.cat(\n{indent}[\n{each}{indent}]\n)",
-        ]
 
-    def _statement(self, layouts: list[str]) -> cst.SimpleStatementLine:
+@dataclass(frozen=True)
+class _Rewrite:
+    """Builds ``x = torch.stack([...])`` (or the ``torch.cat`` form) from the LibCST loop."""
+
+    write: RowWrite
+    keeps_head: bool  # ``range(k, n)`` with k != 0: the rows before ``k`` stay
+    covers: bool  # the loop runs up to the last row
+
+    def statement(self, editor: Editor, loop: cst.CSTNode) -> cst.SimpleStatementLine:
         """The first layout that fits the line (a multi-line right-hand side keeps its own
         layout), with the loop's comments: the header's above, the body's kept."""
-        loop, assign = self.write.loop, self.write.assign
-        depth = sum(isinstance(a, cst.IndentedBlock) for a in self.analysis.ancestors(loop))
-        margin = MAX_LINE - depth * len(self.analysis.module.default_indent)
+        assert isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call)
+        assign = editor.node(self.write.assign)
+        assert isinstance(assign, cst.Assign)
+        module = editor.module
+        layouts = self._layouts(editor, loop, assign)
+        depth = sum(isinstance(a, cst.IndentedBlock) for a in _cst_ancestors(editor, loop))
+        margin = MAX_LINE - depth * len(module.default_indent)
         fitting = [t for t in layouts if max(len(line) for line in t.split("\n")) <= margin]
         multiline_value = "\n" in _code(assign.value)
         text = layouts[0] if multiline_value or not fitting else fitting[0]
-        config = self.analysis.module.config_for_parsing
-        statement = cst.ensure_type(cst.parse_statement(text, config), cst.SimpleStatementLine)
-        line = self.analysis.parent(assign)
+        parsed = cst.parse_statement(text, module.config_for_parsing)
+        statement = cst.ensure_type(parsed, cst.SimpleStatementLine)
+        line = editor.parent(assign)
         inner = line if isinstance(line, cst.SimpleStatementLine) else None
         header = _header_whitespace(loop)
         leading = [*loop.leading_lines]
@@ -495,23 +487,60 @@ class _RowLoopFix:
         trailing = inner.trailing_whitespace if inner is not None else cst.TrailingWhitespace()
         return statement.with_changes(leading_lines=leading, trailing_whitespace=trailing)
 
+    def _layouts(self, editor: Editor, loop: cst.For, assign: cst.Assign) -> list[str]:
+        """Layouts of ``x = torch.stack([...])`` (or the ``torch.cat`` form), flat first."""
+        torch = editor.alias or "torch"
+        name, index = self.write.base.id, self.write.index
+        element, iterable = _code(assign.value), _code(loop.iter)
+        indent = editor.module.default_indent
+        flat = f"[{element} for {index} in {iterable}]"
+        exploded = f"[\n{indent * 2}{element}\n{indent * 2}for {index} in {iterable}\n{indent}]"
+        if not self.keeps_head and self.covers:
+            return [
+                f"{name} = {torch}.stack({flat})",
+                f"{name} = {torch}.stack(\n{indent}{flat}\n)",
+                f"{name} = {torch}.stack(\n{indent}{exploded}\n)",
+            ]
+        bounds = [a.value for a in cst.ensure_type(loop.iter, cst.Call).args]
+        pieces = [f"{torch}.stack({flat})"]
+        if self.keeps_head:
+            pieces.insert(0, f"{name}[:{_code(bounds[0])}]")
+        if not self.covers:
+            pieces.append(f"{name}[{_code(bounds[-1])}:]")
+        one_line = ", ".join(pieces)
+        each = "".join(f"{indent * 2}{piece},\n" for piece in pieces)
+        return [
+            f"{name} = {torch}.cat([{one_line}])",
+            f"{name} = {torch}.cat(\n{indent}[{one_line}]\n)",
+            f"{name} = {torch}.cat(\n{indent}[\n{each}{indent}]\n)",
+        ]
+
+
+def _cst_ancestors(editor: Editor, node: cst.CSTNode) -> list[cst.CSTNode]:
+    found = []
+    parent = editor.parent(node)
+    while parent is not None:
+        found.append(parent)
+        parent = editor.parent(parent)
+    return found
+
 
 # -- loops over range -------------------------------------------------------------------------
-def _range_args(analysis: FileAnalysis, loop: cst.For) -> list[cst.BaseExpression] | None:
+def _range_args(analysis: Semantic, loop: Loop) -> list[ast.expr] | None:
     """The arguments of ``for i in range(...)`` (the builtin); None for other loops."""
     call = loop.iter
-    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+    if type(call) is not ast.Call or type(call.func) is not ast.Name:
         return None
-    if call.func.value != "range" or analysis.bindings(call.func):
+    if call.func.id != "range" or analysis.bindings(call.func):
         return None  # not the builtin
-    if any(a.keyword is not None or a.star for a in call.args) or not 1 <= len(call.args) <= 3:
+    if call.keywords or any(type(a) is ast.Starred for a in call.args):
         return None
-    return [a.value for a in call.args]
+    if not 1 <= len(call.args) <= 3:
+        return None
+    return list(call.args)
 
 
-def _range_bounds(
-    analysis: FileAnalysis, loop: cst.For
-) -> tuple[cst.BaseExpression | None, cst.BaseExpression] | None:
+def _range_bounds(analysis: Semantic, loop: Loop) -> tuple[ast.expr | None, ast.expr] | None:
     """``(start, stop)`` of ``range([start,] stop)``; None with a step (it skips rows)."""
     args = _range_args(analysis, loop)
     if args is None or len(args) == 3:
@@ -519,101 +548,107 @@ def _range_bounds(
     return (None, args[0]) if len(args) == 1 else (args[0], args[1])
 
 
-def _only_statement(loop: cst.For) -> cst.BaseSmallStatement | None:
-    body = loop.body
-    if isinstance(body, cst.SimpleStatementSuite):
-        return body.body[0] if len(body.body) == 1 else None
-    if len(body.body) != 1 or not isinstance(body.body[0], cst.SimpleStatementLine):
-        return None
-    line = body.body[0]
-    return line.body[0] if len(line.body) == 1 else None
-
-
-def _is_row_index(target: cst.Subscript, index: str) -> bool:
+def _is_row_index(elements: list[ast.expr], index: str) -> bool:
     """``x[i]``, ``x[i, :]``, ``x[i, ...]``: the whole row ``i``."""
-    first, *rest = target.slice
-    item = first.slice
-    if not isinstance(item, cst.Index) or not isinstance(item.value, cst.Name):
+    first, *rest = elements
+    if type(first) is not ast.Name or first.id != index:
         return False
-    if item.value.value != index:
-        return False
-    return all(_is_whole(e.slice) for e in rest)
+    return all(_is_whole(e) for e in rest)
 
 
-def _is_whole(item: cst.BaseSlice) -> bool:
-    if isinstance(item, cst.Slice):
-        return item.lower is None and item.upper is None and item.step is None
-    return isinstance(item, cst.Index) and isinstance(item.value, cst.Ellipsis)
+def _is_whole(element: ast.expr) -> bool:
+    if type(element) is ast.Slice:
+        return element.lower is None and element.upper is None and element.step is None
+    return type(element) is ast.Constant and element.value is Ellipsis
 
 
-def _nonzero(start: cst.BaseExpression | None) -> bool:
-    return start is not None and not (isinstance(start, cst.Integer) and start.value == "0")
+def _is_int(expr: ast.expr) -> bool:
+    return _int_value(expr) is not None
+
+
+def _int_value(expr: ast.expr) -> int | None:
+    """The value of an integer literal (LibCST's ``Integer``: not ``True``, not ``-1``)."""
+    if isinstance(expr, ast.Constant) and type(expr.value) is int:
+        return expr.value
+    return None
+
+
+def _nonzero(start: ast.expr | None) -> bool:
+    return start is not None and not _is_zero(start)
 
 
 # -- static sizes ---------------------------------------------------------------------------
-def _measured_tensor(expr: cst.BaseExpression) -> cst.Name | None:
+def _measured_tensor(analysis: Semantic, expr: ast.expr) -> ast.Name | None:
     """The ``x`` of ``len(x)``, ``x.shape[0]``, ``x.size(0)``, ``x.size()[0]``."""
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
-        if expr.func.value == "len" and len(expr.args) == 1:
-            value = expr.args[0].value
-            return value if isinstance(value, cst.Name) else None
+    if type(expr) is ast.Call and type(expr.func) is ast.Name:
+        arguments = call_arguments(expr)
+        if expr.func.id == "len" and len(arguments) == 1:
+            value = argument_value(arguments[0])
+            return value if type(value) is ast.Name else None
         return None
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        if expr.func.attr.value == "size" and len(expr.args) == 1:
-            if _is_zero(expr.args[0].value) and isinstance(expr.func.value, cst.Name):
+    if type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        arguments = call_arguments(expr)
+        if expr.func.attr == "size" and len(arguments) == 1:
+            if _is_zero(argument_value(arguments[0])) and type(expr.func.value) is ast.Name:
                 return expr.func.value
         return None
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
-        if integer_index(expr.slice[0].slice) != 0:
+    if type(expr) is ast.Subscript:
+        elements = index_elements(analysis, expr)
+        if len(elements) != 1 or integer_index(elements[0]) != 0:
             return None
         shape = expr.value
-        if isinstance(shape, cst.Attribute) and shape.attr.value == "shape":
-            return shape.value if isinstance(shape.value, cst.Name) else None
-        if isinstance(shape, cst.Call) and isinstance(shape.func, cst.Attribute):
+        if type(shape) is ast.Attribute and shape.attr == "shape":
+            return shape.value if type(shape.value) is ast.Name else None
+        if type(shape) is ast.Call and type(shape.func) is ast.Attribute:
             owner = shape.func.value
-            if shape.func.attr.value == "size" and not shape.args and isinstance(owner, cst.Name):
+            no_arguments = not shape.args and not shape.keywords
+            if shape.func.attr == "size" and no_arguments and type(owner) is ast.Name:
                 return owner
     return None
 
 
-def _is_zero(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Integer) and expr.value == "0"
+def _is_zero(expr: ast.expr) -> bool:
+    """The literal ``0`` as written (not ``0x0``, ``False`` or ``0_0``)."""
+    if _int_value(expr) != 0:
+        return False
+    return expr.end_lineno == expr.lineno and expr.end_col_offset == expr.col_offset + 1
 
 
-def _size(analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode) -> Size | None:
+def _size(analysis: Semantic, expr: ast.expr, at: ast.AST) -> Size | None:
     """``4`` -> 4; a name bound to ``4`` -> 4; another name -> its binding's identity."""
-    if isinstance(expr, cst.Integer):
-        return int(expr.evaluated_value)
-    if not isinstance(expr, cst.Name):
+    value = _int_value(expr)
+    if value is not None:
+        return value
+    if type(expr) is not ast.Name:
         return None
     binding = analysis.reaching_binding(expr, at)
     if binding is None:
         return None
-    if binding.kind == "assign" and isinstance(binding.value, cst.Integer):
-        return int(binding.value.evaluated_value)
-    return (expr.value, binding.start)
+    if binding.kind == "assign" and binding.value is not None:
+        bound = _int_value(binding.value)
+        if bound is not None:
+            return bound
+    return (expr.id, binding.start)
 
 
-def _first_size(
-    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
-) -> Size | None:
+def _first_size(analysis: Semantic, expr: ast.expr, at: ast.AST, depth: int = 0) -> Size | None:
     """The number of rows of tensor ``expr`` when it follows from how it was created:
     ``torch.randn(batch_size, 5)``, ``nn.Parameter(...)``, elementwise ops of those."""
     if depth > 10:
         return None
-    if isinstance(expr, cst.Name):
+    if type(expr) is ast.Name:
         assigned = assigned_value(analysis, expr, at)
         if assigned is None:
             return None
         value, statement = assigned
         return _first_size(analysis, value, statement, depth + 1)
-    if isinstance(expr, cst.Call):
+    if type(expr) is ast.Call:
         name = analysis.call_name(expr)
-        positional = [a.value for a in expr.args if a.keyword is None and not a.star]
+        positional = [a for a in expr.args if type(a) is not ast.Starred]
         if name in SIZED_FACTORIES | {"torch.full"} and positional:
             size = positional[0]
-            if isinstance(size, (cst.List, cst.Tuple)):
-                return _size(analysis, size.elements[0].value, at) if size.elements else None
+            if type(size) is ast.List or type(size) is ast.Tuple:
+                return _size(analysis, argument_value(size.elts[0]), at) if size.elts else None
             return _size(analysis, size, at)
         if (name in LIKE_FACTORIES or name == "torch.nn.Parameter") and positional:
             return _first_size(analysis, positional[0], at, depth + 1)
@@ -628,9 +663,9 @@ def _first_size(
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def _is_whole_reduction(analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+def _is_whole_reduction(analysis: Semantic, expr: ast.expr, at: ast.AST) -> bool:
     """``x.max()``, ``torch.sum(x)``: a 0-d tensor that broadcasts against anything."""
-    if not isinstance(expr, cst.Call):
+    if type(expr) is not ast.Call:
         return False
     op = analysis.tensor_op(expr, at)
     return op is not None and op[0] in REDUCTIONS and len(op[1]) == 1
@@ -639,14 +674,6 @@ def _is_whole_reduction(analysis: FileAnalysis, expr: cst.BaseExpression, at: cs
 # -- code helpers -------------------------------------------------------------------------------
 def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
-
-
-def _slice(
-    name: str, lower: cst.BaseExpression | None, upper: cst.BaseExpression | None
-) -> cst.Subscript:
-    return cst.Subscript(
-        cst.Name(name), [cst.SubscriptElement(cst.Slice(lower=lower, upper=upper))]
-    )
 
 
 def _header_whitespace(loop: cst.For) -> cst.TrailingWhitespace:

@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
 import libcst as cst
 
-from gradfix.analysis import Binding, FileAnalysis, is_number_literal
+from gradfix.edits import Editor
 from gradfix.rebuild import (
     POINTWISE_OPS,
     SelfReads,
     assigned_value,
+    index_elements,
     integer_index,
     is_basic_index,
     may_alias,
     names_in,
     rebindable,
 )
-from gradfix.rule import INDEX_ASSIGNMENT, Fix, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import AstRule, FixAvailability, FixPlan, FixSafety, Invalid, Valid
+from gradfix.semantic import Binding, Semantic
+from gradfix.semantic.syntax import argument_value, is_number_literal, literal_items
 from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8
 
 
-class SelfReferencingIndexAssign(Rule):
+class SelfReferencingIndexAssign(AstRule):
     """
     ## What it does
     Finds index assignments `p[k] = f(p)` into a tensor that requires grad whose right-hand
@@ -77,7 +81,6 @@ class SelfReferencingIndexAssign(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = (INDEX_ASSIGNMENT,)
 
     VALID = [
         Valid(
@@ -238,34 +241,34 @@ class SelfReferencingIndexAssign(Rule):
         ),
     ]
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def visit_Assign(self, node: ast.Assign) -> None:
         if len(node.targets) != 1:
             return
-        target = node.targets[0].target
-        if not isinstance(target, cst.Subscript) or not isinstance(target.value, cst.Name):
+        target = node.targets[0]
+        if type(target) is not ast.Subscript or type(target.value) is not ast.Name:
             return
-        index = _literal_index(target)
+        analysis = self.analysis
+        index = _literal_index(analysis, target)
         if index is None:  # a loop variable (GF203) or an index we cannot read
             return
         base = target.value
-        analysis = self.analysis
         if analysis.in_no_grad(node) or analysis.leaf_reason(base, node) is not None:
             return  # leaves raise at once: GF201 leaf-inplace
         if not analysis.is_tensor(base, node) or not analysis.requires_grad(base, node):
             return
         binding = analysis.reaching_binding(base, node)
-        if binding is None or not _SelfReads(analysis, base.value, binding).saved_in(node.value):
+        if binding is None or not _SelfReads(analysis, base.id, binding).saved_in(node.value):
             return
         message = (
-            f"`{base.value}[...] = ...` reads `{base.value}` through an op that saves it for "
+            f"`{base.id}[...] = ...` reads `{base.id}` through an op that saves it for "
             "backward: backward fails with 'modified by an inplace operation'; rebuild "
-            f"`{base.value}` out of place"
+            f"`{base.id}` out of place"
         )
         self.report(node, message, fix=self._fix(node, base, binding, index))
 
     def _fix(
-        self, node: cst.Assign, base: cst.Name, binding: Binding, index: int | str
-    ) -> Fix | None:
+        self, node: ast.Assign, base: ast.Name, binding: Binding, index: int | str
+    ) -> FixPlan | None:
         if not isinstance(index, int) or not rebindable(self.analysis, node, binding):
             return None
         length = _vector_length(self.analysis, base, node)
@@ -273,53 +276,65 @@ class SelfReferencingIndexAssign(Rule):
             index = index + length if index < 0 else index
             if not 0 <= index < length:
                 return None  # the original raises IndexError
-        reads = _SelfReads(self.analysis, base.value, binding)
+        reads = _SelfReads(self.analysis, base.id, binding)
         if length is not None and length <= MAX_STACK_ELEMENTS:
-            combine, value = "stack", self._stacked(base.value, node.value, index, length)
+            combine = "stack"
         elif index >= 0:  # (a known length has made the index non-negative)
-            combine, value = "cat", self._concatenated(base.value, node.value, index, length)
+            combine = "cat"
         else:
             return None  # a negative index into a tensor of unknown length
         safe = (
             length is not None
             and reads.element_only(node.value)
-            and not may_alias(self.analysis, node, base.value, binding)
+            and not may_alias(self.analysis, node, base.id, binding)
         )
-        new = node.with_changes(
-            targets=[node.targets[0].with_changes(target=cst.Name(base.value))], value=value
-        )
-        return self.replace(
+        name, at = base.id, index
+
+        def rebuilt(editor: Editor, assign: cst.CSTNode) -> cst.Assign:
+            assert isinstance(assign, cst.Assign)
+            if combine == "stack":
+                assert length is not None
+                value = _stacked(editor, name, assign.value, at, length)
+            else:
+                value = _concatenated(editor, name, assign.value, at, length)
+            return assign.with_changes(
+                targets=[assign.targets[0].with_changes(target=cst.Name(name))], value=value
+            )
+
+        return self.plan_replace(
             node,
-            new,
-            f"Rebuild `{base.value}` out of place with `torch.{combine}`",
+            rebuilt,
+            f"Rebuild `{name}` out of place with `torch.{combine}`",
             safety=None if safe else FixSafety.UNSAFE,
         )
 
-    def _stacked(
-        self, name: str, value: cst.BaseExpression, index: int, length: int
-    ) -> cst.BaseExpression:
-        elements = [value if i == index else _element(name, i) for i in range(length)]
-        return _call(self.analysis.torch_attr("stack"), elements)
 
-    def _concatenated(
-        self, name: str, value: cst.BaseExpression, index: int, length: int | None
-    ) -> cst.BaseExpression:
-        reshaped = cst.Call(
-            cst.Attribute(_atomic(value), cst.Name("reshape")), [cst.Arg(cst.Integer("1"))]
-        )
-        pieces: list[cst.BaseExpression] = []
-        if index != 0:
-            pieces.append(_slice(name, None, index))
-        pieces.append(reshaped)
-        if length is None or index + 1 < length:
-            pieces.append(_slice(name, index + 1, None))
-        return _call(self.analysis.torch_attr("cat"), pieces)
+def _stacked(
+    editor: Editor, name: str, value: cst.BaseExpression, index: int, length: int
+) -> cst.BaseExpression:
+    elements = [value if i == index else _element(name, i) for i in range(length)]
+    return _call(editor.torch_attr("stack"), elements)
+
+
+def _concatenated(
+    editor: Editor, name: str, value: cst.BaseExpression, index: int, length: int | None
+) -> cst.BaseExpression:
+    reshaped = cst.Call(
+        cst.Attribute(_atomic(value), cst.Name("reshape")), [cst.Arg(cst.Integer("1"))]
+    )
+    pieces: list[cst.BaseExpression] = []
+    if index != 0:
+        pieces.append(_slice(name, None, index))
+    pieces.append(reshaped)
+    if length is None or index + 1 < length:
+        pieces.append(_slice(name, index + 1, None))
+    return _call(editor.torch_attr("cat"), pieces)
 
 
 class _SelfReads(SelfReads):
     """Reads of the tensor, and whether a right-hand side is made of its single elements."""
 
-    def element_only(self, expr: cst.BaseExpression) -> bool:
+    def element_only(self, expr: ast.expr) -> bool:
         """``expr`` is computed elementwise from single elements ``p[i]`` and numbers."""
         if is_number_literal(expr):
             return True
@@ -330,8 +345,8 @@ class _SelfReads(SelfReads):
             op is not None and op[0] in POINTWISE_OPS and all(self.element_only(o) for o in op[1])
         )
 
-    def _is_element(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, cst.Name) and expr.value != self.name:
+    def _is_element(self, expr: ast.expr) -> bool:
+        if type(expr) is ast.Name and expr.id != self.name:
             binding = self.analysis.reaching_binding(expr, expr)
             return (
                 binding is not None
@@ -339,43 +354,47 @@ class _SelfReads(SelfReads):
                 and (self._is_element(binding.value))
             )
         return (
-            isinstance(expr, cst.Subscript)
-            and len(expr.slice) == 1
-            and integer_index(expr.slice[0].slice) is not None
-            and isinstance(expr.value, cst.Name)
-            and expr.value.value == self.name
+            type(expr) is ast.Subscript
+            and _single_integer_index(self.analysis, expr)
+            and type(expr.value) is ast.Name
+            and expr.value.id == self.name
         )
 
 
 # -- the index ---------------------------------------------------------------------------
-def _literal_index(target: cst.Subscript) -> int | str | None:
+def _literal_index(analysis: Semantic, target: ast.Subscript) -> int | str | None:
     """``p[2]`` -> 2, ``p[-1]`` -> -1; other literal indexing (``p[1:]``, ``p[0, 2]``) ->
     "other"; an index with names in it -> None."""
-    if not all(is_basic_index(e) and not names_in(e) for e in target.slice):
+    elements = index_elements(analysis, target)
+    if not all(is_basic_index(e) and not names_in(e) for e in elements):
         return None
-    if len(target.slice) == 1:
-        k = integer_index(target.slice[0].slice)
+    if len(elements) == 1:
+        k = integer_index(elements[0])
         if k is not None:
             return k
     return "other"
 
 
+def _single_integer_index(analysis: Semantic, subscript: ast.Subscript) -> bool:
+    """``v[2]``, ``v[-1]``: one element of a 1-D ``v``."""
+    elements = index_elements(analysis, subscript)
+    return len(elements) == 1 and integer_index(elements[0]) is not None
+
+
 # -- static length of a 1-D tensor ------------------------------------------------------------
-def _vector_length(
-    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0
-) -> int | None:
+def _vector_length(analysis: Semantic, expr: ast.expr, at: ast.AST, depth: int = 0) -> int | None:
     """The length of ``expr`` when it is provably a 1-D tensor of known length."""
     if depth > 10:
         return None
-    if isinstance(expr, cst.Name):
+    if type(expr) is ast.Name:
         assigned = assigned_value(analysis, expr, at)
         if assigned is None:
             return None
         value, statement = assigned
         return _vector_length(analysis, value, statement, depth + 1)
-    if isinstance(expr, cst.Attribute):
+    if type(expr) is ast.Attribute:
         return _attribute_length(analysis, expr, at, depth)
-    if isinstance(expr, cst.Call):
+    if type(expr) is ast.Call:
         return _call_length(analysis, expr, at, depth)
     op = analysis.tensor_op(expr, at)
     if op is not None and op[0] in POINTWISE_OPS:
@@ -384,7 +403,7 @@ def _vector_length(
 
 
 def _attribute_length(
-    analysis: FileAnalysis, attr: cst.Attribute, at: cst.CSTNode, depth: int
+    analysis: Semantic, attr: ast.Attribute, at: ast.AST, depth: int
 ) -> int | None:
     """``self.w`` assigned in the class: the length all its assignments agree on."""
     assigned = analysis.self_attribute_values(attr, at)
@@ -392,24 +411,24 @@ def _attribute_length(
     return lengths.pop() if len(lengths) == 1 else None
 
 
-def _call_length(analysis: FileAnalysis, call: cst.Call, at: cst.CSTNode, depth: int) -> int | None:
+def _call_length(analysis: Semantic, call: ast.Call, at: ast.AST, depth: int) -> int | None:
     name = analysis.call_name(call)
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    positional = [a for a in call.args if type(a) is not ast.Starred]
     if name in SIZED_FACTORIES and len(positional) == 1:
         return _size_length(positional[0])
     if name == "torch.full" and positional:
         return _size_length(positional[0])
     if name in ("torch.tensor", "torch.as_tensor") and positional:
         data = positional[0]
-        if isinstance(data, (cst.List, cst.Tuple)) and all(
-            is_number_literal(e.value) for e in data.elements
-        ):
-            return len(data.elements)
+        if type(data) is ast.List or type(data) is ast.Tuple:
+            elements = data.elts
+            if all(is_number_literal(argument_value(e)) for e in elements):
+                return len(elements)
         return None
     if (name in LIKE_FACTORIES or name == "torch.nn.Parameter") and positional:
         return _vector_length(analysis, positional[0], at, depth + 1)
     op = analysis.tensor_op(call, at)
-    if op is None or any(a.keyword is not None and a.keyword.value == "dim" for a in call.args):
+    if op is None or any(k.arg == "dim" for k in call.keywords):
         return None
     if op[0] in ("stack", "cat") and len(positional) == 1:
         return _joined_length(analysis, op[0], positional[0], at, depth)
@@ -418,24 +437,24 @@ def _call_length(analysis: FileAnalysis, call: cst.Call, at: cst.CSTNode, depth:
     return None
 
 
-def _size_length(size: cst.BaseExpression) -> int | None:
+def _size_length(size: ast.expr) -> int | None:
     """``3``, ``[3]``, ``(3,)`` -> 3."""
-    if isinstance(size, (cst.List, cst.Tuple)):
-        if len(size.elements) != 1:
+    if type(size) is ast.List or type(size) is ast.Tuple:
+        if len(size.elts) != 1:
             return None
-        size = size.elements[0].value
-    return int(size.evaluated_value) if isinstance(size, cst.Integer) else None
+        size = argument_value(size.elts[0])
+    if type(size) is ast.Constant and type(size.value) is int:
+        return size.value
+    return None
 
 
 def _joined_length(
-    analysis: FileAnalysis, combine: str, data: cst.BaseExpression, at: cst.CSTNode, depth: int
+    analysis: Semantic, combine: str, data: ast.expr, at: ast.AST, depth: int
 ) -> int | None:
     """``torch.stack([a, b, c])`` of 0-d tensors -> 3; ``torch.cat([x, y])`` of 1-D -> sum."""
-    if not isinstance(data, (cst.List, cst.Tuple)) or not data.elements:
-        return None
-    values = [e.value for e in data.elements]
-    if any(isinstance(e, cst.StarredElement) for e in data.elements):
-        return None
+    values = literal_items(data)
+    if not values:
+        return None  # not a literal, empty, or with ``*unpacking``
     if combine == "stack":
         scalar = all(_is_scalar(analysis, v, at, depth + 1) for v in values)
         return len(values) if scalar else None
@@ -443,14 +462,11 @@ def _joined_length(
     return None if None in lengths else sum(n for n in lengths if n is not None)
 
 
-def _is_scalar(
-    analysis: FileAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int
-) -> bool:
+def _is_scalar(analysis: Semantic, expr: ast.expr, at: ast.AST, depth: int) -> bool:
     """``expr`` is a 0-d tensor: ``v[i]`` of a 1-D ``v``, or elementwise ops of such."""
-    if isinstance(expr, cst.Subscript):
+    if type(expr) is ast.Subscript:
         return (
-            len(expr.slice) == 1
-            and integer_index(expr.slice[0].slice) is not None
+            _single_integer_index(analysis, expr)
             and _vector_length(analysis, expr.value, at, depth + 1) is not None
         )
     op = analysis.tensor_op(expr, at)
@@ -461,7 +477,7 @@ def _is_scalar(
 
 
 def _broadcast_length(
-    analysis: FileAnalysis, operands: Sequence[cst.BaseExpression], at: cst.CSTNode, depth: int
+    analysis: Semantic, operands: Sequence[ast.expr], at: ast.AST, depth: int
 ) -> int | None:
     """The length of an elementwise op over 1-D operands, numbers and 0-d tensors."""
     lengths: set[int] = set()

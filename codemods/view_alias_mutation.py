@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import VIEW_ATTRIBUTES, Binding, LeafReason
+from gradfix.edits import Editor
 from gradfix.inplace import (
     NameIndex,
     changes_in_place,
+    code_with_parentheses,
+    first_argument,
     inplace_function,
     is_inplace_call,
     small_statement,
 )
 from gradfix.rule import (
-    INDEX_ASSIGNMENT,
+    AstContext,
+    AstRule,
     Edit,
-    Fix,
     FixAvailability,
+    FixPlan,
     FixSafety,
     Invalid,
-    Rule,
-    RuleContext,
     Valid,
 )
-from gradfix.torch_facts import AUGMENTED_ASSIGNMENTS, VIEW_METHODS, is_inplace_method
+from gradfix.semantic import VIEW_ATTRIBUTES, Binding, LeafReason
+from gradfix.torch_facts import VIEW_METHODS, is_inplace_method
 
 
 @dataclass
@@ -33,8 +36,8 @@ class ViewBinding:
     """``name = <view of base>``: the base expression and the view expression."""
 
     binding: Binding
-    value: cst.BaseExpression
-    base: cst.BaseExpression  # a Name or ``self.attr``
+    value: ast.expr
+    base: ast.expr  # a Name or ``self.attr``
     reason: LeafReason
 
 
@@ -42,13 +45,13 @@ class ViewBinding:
 class Change:
     """One in-place change of the view: through ``.data`` or not."""
 
-    node: cst.CSTNode
-    statement: cst.BaseSmallStatement
-    view: cst.Name
+    node: ast.AST
+    statement: ast.stmt
+    view: ast.Name
     through_data: bool
 
 
-class ViewAliasMutation(Rule):
+class ViewAliasMutation(AstRule):
     """
     ## What it does
     Finds a view of a leaf tensor that requires grad (a parameter, a `requires_grad=True`
@@ -100,7 +103,6 @@ class ViewAliasMutation(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("_(", *AUGMENTED_ASSIGNMENTS, INDEX_ASSIGNMENT)
 
     VALID = [
         Valid(
@@ -188,32 +190,33 @@ class ViewAliasMutation(Rule):
         ),
     ]
 
-    def __init__(self, context: RuleContext) -> None:
+    def __init__(self, context: AstContext) -> None:
         super().__init__(context)
-        self.names = NameIndex()
+        self.names = NameIndex(self.analysis)
 
     # -- collecting changes --------------------------------------------------------------------
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
         if changes_in_place(node):
             self._target(node, node.target)
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript):
-            self._target(node, node.targets[0].target)
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and type(node.targets[0]) is ast.Subscript:
+            self._target(node, node.targets[0])
 
-    def _target(self, statement: cst.BaseSmallStatement, target: cst.BaseExpression) -> None:
+    def _target(self, statement: ast.stmt, target: ast.expr) -> None:
         view, through_data = _changed_name(target)
         if view is not None:
             self._check(Change(statement, statement, view, through_data))
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         statement = small_statement(self.analysis, node)
         if statement is None:
             return
-        if inplace_function(self.analysis, node) is not None:
-            changed: cst.BaseExpression = node.args[0].value
-        elif isinstance(func, cst.Attribute) and is_inplace_method(func.attr.value):
+        first = first_argument(node)
+        if inplace_function(self.analysis, node) is not None and first is not None:
+            changed: ast.expr = first
+        elif type(func) is ast.Attribute and is_inplace_method(func.attr):
             if self.analysis.qualified_name(func) is not None or is_inplace_call(func.value):
                 return
             changed = func.value
@@ -231,11 +234,11 @@ class ViewAliasMutation(Rule):
         if self.analysis.in_no_grad(change.statement):
             return  # how parameters are initialised or updated on purpose
         silent = change.through_data
-        base_is_name = isinstance(view.base, cst.Name)
+        base_is_name = type(view.base) is ast.Name
         if silent and not self._assigned_local(view.base):
             return  # writing into a parameter attribute or a loop's parameter on purpose
         base_read = not base_is_name or self._base_read_after(view, change)
-        fix: Fix | None = None
+        fix: FixPlan | None = None
         if not base_read:
             fix = self._clone_fix(view)
         elif not silent:
@@ -247,24 +250,24 @@ class ViewAliasMutation(Rule):
         binding = analysis.reaching_binding(change.view, change.statement)
         if binding is None or binding.kind != "assign" or binding.value is None:
             return None
-        if binding.unpack_index is not None or not isinstance(binding.node, cst.Assign):
+        if binding.unpack_index is not None or type(binding.node) is not ast.Assign:
             return None
         if analysis.scope_of(binding.node).node is not analysis.scope_of(change.statement).node:
             return None
         base = _view_base(binding.value)
         if base is None:
             return None
-        if isinstance(base, cst.Name) and base.value == binding.name:
+        if type(base) is ast.Name and base.id == binding.name:
             return None  # ``x = x[:4]``: the old tensor has no name left
         reason = analysis.leaf_reason(base, binding.node)
         if reason is None:
             return None
         return ViewBinding(binding, binding.value, base, reason)
 
-    def _assigned_local(self, base: cst.BaseExpression) -> bool:
+    def _assigned_local(self, base: ast.expr) -> bool:
         """``base`` is a name bound by an assignment (``v1 = nn.Parameter(...)``), not an
         attribute, a function argument or a ``for p in model.parameters()`` variable."""
-        if not isinstance(base, cst.Name):
+        if type(base) is not ast.Name:
             return False
         binding = self.analysis.reaching_binding(base, base)
         return binding is not None and binding.kind == "assign"
@@ -275,24 +278,24 @@ class ViewAliasMutation(Rule):
         (or anywhere in a loop around it)."""
         analysis = self.analysis
         base = view.base
-        if not isinstance(base, cst.Name):
+        if type(base) is not ast.Name:
             return True
         binding = analysis.reaching_binding(base, view.binding.node)
         scope = analysis.scope_of(change.statement).node
-        if binding is None or binding.kind != "assign" or not isinstance(scope, cst.FunctionDef):
+        is_function = isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if binding is None or binding.kind != "assign" or not is_function:
             return True
         after = analysis.end_index(change.statement)
         for loop in analysis.ancestors(change.statement):
-            if isinstance(loop, (cst.For, cst.While)) and not analysis.contains(
-                loop, view.binding.node
-            ):
+            is_loop = isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
+            if is_loop and not analysis.contains(loop, view.binding.node):
                 after = min(after, analysis.index(loop))
-        return any(analysis.index(n) > after for n in self.names.named(scope, base.value))
+        return any(analysis.index(n) > after for n in self.names.named(scope, base.id))
 
     def _message(self, view: ViewBinding, change: Change, silent: bool, base_read: bool) -> str:
         name = view.binding.name
-        base = cst.Module([]).code_for_node(view.base)
-        value = cst.Module([]).code_for_node(view.value)
+        base = code_with_parentheses(self.context.source, view.base)
+        value = code_with_parentheses(self.context.source, view.value)
         if silent:
             text = (
                 f"`{name}` is a view of `{base}` ({view.reason.description}): changing it "
@@ -309,45 +312,48 @@ class ViewAliasMutation(Rule):
             advice += f"; to change `{base}` itself, do it under `torch.no_grad()`"
         return text + advice
 
-    def _clone_fix(self, view: ViewBinding, safety: FixSafety | None = None) -> Fix:
-        value = view.value
-        cloned = cst.Call(cst.Attribute(value, cst.Name("clone")))
-        return self.fix(
-            [Edit(value, cloned)],
-            f"Clone the view: `{view.binding.name} = ....clone()`",
-            safety=safety,
+    def _clone_fix(self, view: ViewBinding, safety: FixSafety | None = None) -> FixPlan:
+        target = view.value
+
+        def build(editor: Editor) -> list[Edit]:
+            value = editor.node(target)
+            assert isinstance(value, cst.BaseExpression)
+            return [Edit(value, cst.Call(cst.Attribute(value, cst.Name("clone"))))]
+
+        return self.plan(
+            build, f"Clone the view: `{view.binding.name} = ....clone()`", safety=safety
         )
 
 
-def _changed_name(target: cst.BaseExpression) -> tuple[cst.Name | None, bool]:
+def _changed_name(target: ast.expr) -> tuple[ast.Name | None, bool]:
     """The name whose tensor ``target`` changes, and whether it goes through ``.data``:
     ``a`` -> (a, False), ``a[0]`` -> (a, False), ``a.data`` -> (a, True)."""
     through_data = False
     while True:
-        if isinstance(target, cst.Subscript):
+        if type(target) is ast.Subscript:
             target = target.value
-        elif isinstance(target, cst.Attribute) and target.attr.value == "data":
+        elif type(target) is ast.Attribute and target.attr == "data":
             through_data = True
             target = target.value
         else:
             break
-    return (target if isinstance(target, cst.Name) else None), through_data
+    return (target if type(target) is ast.Name else None), through_data
 
 
-def _view_base(value: cst.BaseExpression) -> cst.BaseExpression | None:
+def _view_base(value: ast.expr) -> ast.expr | None:
     """The tensor ``value`` is a view of: ``w[:4]``, ``w.view(-1)``, ``w.t()``, ``w.T``,
     ``self.w[0].unsqueeze(0)`` -> ``w`` / ``self.w``; None for anything else."""
     expr = value
     steps = 0
     while True:
-        if isinstance(expr, cst.Subscript) and all(_is_view_index(e) for e in expr.slice):
+        if type(expr) is ast.Subscript and all(_is_view_index(e) for e in _indices(expr)):
             expr = expr.value
-        elif isinstance(expr, cst.Attribute) and expr.attr.value in VIEW_ATTRIBUTES:
+        elif type(expr) is ast.Attribute and expr.attr in VIEW_ATTRIBUTES:
             expr = expr.value
         elif (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
-            and expr.func.attr.value in VIEW_METHODS
+            type(expr) is ast.Call
+            and type(expr.func) is ast.Attribute
+            and expr.func.attr in VIEW_METHODS
         ):
             expr = expr.func.value
         else:
@@ -355,21 +361,31 @@ def _view_base(value: cst.BaseExpression) -> cst.BaseExpression | None:
         steps += 1
     if steps == 0:
         return None
-    if isinstance(expr, cst.Name):
+    if type(expr) is ast.Name:
         return expr
-    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
-        return expr if expr.value.value == "self" else None
+    if type(expr) is ast.Attribute and type(expr.value) is ast.Name:
+        return expr if expr.value.id == "self" else None
     return None
 
 
-def _is_view_index(element: cst.SubscriptElement) -> bool:
+def _indices(subscript: ast.Subscript) -> list[ast.expr]:
+    """The comma-separated elements of the brackets (LibCST's ``Subscript.slice``):
+    ``x[a, b]`` has two, ``x[(a, b)]`` one (a parenthesized tuple)."""
+    index = subscript.slice
+    if type(index) is not ast.Tuple or not index.elts:
+        return [index]
+    first = index.elts[0]
+    bare = (index.lineno, index.col_offset) == (first.lineno, first.col_offset)
+    return list(index.elts) if bare else [index]
+
+
+def _is_view_index(item: ast.expr) -> bool:
     """A slice, an integer literal, ``None`` or ``...``: basic indexing gives a view."""
-    item = element.slice
-    if not isinstance(item, cst.Index):
-        return isinstance(item, cst.Slice)
-    value = item.value
-    if isinstance(value, cst.Integer) or isinstance(value, cst.Ellipsis):
+    if type(item) is ast.Slice:
         return True
-    if isinstance(value, cst.UnaryOperation) and isinstance(value.expression, cst.Integer):
-        return True
-    return isinstance(value, cst.Name) and value.value == "None"
+    if type(item) is ast.UnaryOp:
+        item = item.operand
+        return type(item) is ast.Constant and type(item.value) is int
+    if type(item) is not ast.Constant:
+        return False
+    return type(item.value) is int or item.value is Ellipsis or item.value is None

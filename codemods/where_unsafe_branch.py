@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from gradfix.analysis import argument
-from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
+from gradfix.edits import Editor
+from gradfix.rule import AstRule, Edit, FixAvailability, FixSafety, Invalid, Valid
+from gradfix.semantic.syntax import argument
 from gradfix.unsafe_branch import (
     UnsafeUse,
+    expression_node,
     guard,
     is_pure,
     parse_condition,
@@ -17,7 +19,7 @@ from gradfix.unsafe_branch import (
 )
 
 
-class WhereUnsafeBranch(Rule):
+class WhereUnsafeBranch(AstRule):
     """
     ## What it does
     Finds `torch.where(cond, a, b)` whose branch applies a function that is singular
@@ -84,7 +86,6 @@ class WhereUnsafeBranch(Rule):
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
-    prefilter = ("where",)
 
     VALID = [
         Valid(
@@ -319,7 +320,7 @@ class WhereUnsafeBranch(Rule):
         ),
     ]
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
         if self.analysis.call_name(node) != "torch.where":
             return
         condition_arg = argument(node, "condition", 0)
@@ -329,48 +330,44 @@ class WhereUnsafeBranch(Rule):
             return
         if self.analysis.in_no_grad(node):
             return
-        condition = parse_condition(condition_arg.value, node, self.analysis)
-        branches = ((kept.value, True), (other.value, False))
+        condition = parse_condition(condition_arg, node, self.analysis)
+        branches = ((kept, True), (other, False))
         found = [
             (use, kept_when)
             for branch, kept_when in branches
             for use in singular_uses(branch, kept_when, condition, node, self.analysis)
         ]
         if found:
-            self._report_fix(node, condition_arg.value, found)
+            self._report_fix(node, condition_arg, found)
         elif any(singular_indirect(b, k, condition, node, self.analysis) for b, k in branches):
             self.report(node)
 
     def _report_fix(
-        self,
-        node: cst.Call,
-        condition: cst.BaseExpression,
-        found: list[tuple[UnsafeUse, bool]],
+        self, node: ast.Call, condition: ast.expr, found: list[tuple[UnsafeUse, bool]]
     ) -> None:
-        selector = strip_parens(condition)
         # An input that contains another unsafe call is guarded as a whole.
         outer = [
             (use, kept_when)
             for use, kept_when in found
             if not any(_inside(use.node, other.argument) for other, _ in found if other is not use)
         ]
-        edits = [
-            Edit(use.argument, guard(use, selector, kept_when, self.analysis))
-            for use, kept_when in outer
-        ]
-        safety = None if is_pure(selector, self.analysis) else FixSafety.UNSAFE
+
+        def build(editor: Editor) -> list[Edit]:
+            selector = strip_parens(expression_node(editor, condition))
+            edits = []
+            for use, kept_when in outer:
+                argument = expression_node(editor, use.argument)
+                guarded = guard(argument, use.function, selector, kept_when, editor)
+                edits.append(Edit(argument, guarded))
+            return edits
+
+        safety = None if is_pure(condition, self.analysis) else FixSafety.UNSAFE
         imports = () if self.analysis.torch_alias() else ("torch",)
         names = ", ".join(sorted({use.function.name for use, _ in outer}))
-        fix = self.fix(
-            edits,
-            f"Guard the input of {names} with an inner `torch.where`",
-            safety=safety,
-            imports=imports,
-        )
+        description = f"Guard the input of {names} with an inner `torch.where`"
+        fix = self.plan(build, description, safety=safety, imports=imports)
         self.report(node, fix=fix)
 
 
-def _inside(node: cst.CSTNode, tree: cst.CSTNode) -> bool:
-    if node is tree:
-        return True
-    return any(_inside(node, child) for child in tree.children)
+def _inside(node: ast.AST, tree: ast.AST) -> bool:
+    return any(child is node for child in ast.walk(tree))

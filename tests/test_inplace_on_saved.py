@@ -175,3 +175,57 @@ def test_matrix_multiply_assignment_rebinds() -> None:
         """
     )
     assert result.findings == []
+
+
+def test_message_quotes_the_semicolon_that_ends_the_statement() -> None:
+    """LibCST printed a small statement with its ``;``: the ast port keeps that text."""
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        h = torch.sigmoid(w)
+        h += 1 ; print(h)
+        h.sum().backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF204"]
+    assert result.findings[0].message.startswith("`h += 1 ;` changes `h` in place")
+    assert "h = h + 1 ; print(h)" in result.source
+
+
+def test_clone_fix_only_for_a_statement_alone_on_its_line() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        g = torch.tanh(w)
+        g[0] = 1;
+        k = torch.exp(w)
+        if True: k[0] = 2
+        (g + k).sum().backward()
+        """
+    )
+    fixes = {f.message.split("`")[1]: f.fix for f in result.findings}
+    assert fixes["k[0] = 2"] is None  # ``h = h.clone()`` has no line of its own there
+    assert fixes["g[0] = 1;"] is not None
+    assert "g = g.clone()\ng[0] = 1;\n" in result.source
+
+
+def test_operand_keeps_or_gets_parentheses() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        a = torch.sigmoid(w)
+        a *= w if True else w
+        b = torch.sigmoid(w)
+        b -= (w + 1)
+        c = torch.sigmoid(w)
+        c -= w - 1
+        (a + b + c).sum().backward()
+        """
+    )
+    assert len(result.findings) == 3
+    assert "a = a * (w if True else w)\n" in result.source
+    assert "b = b - (w + 1)\n" in result.source
+    assert "c = c - (w - 1)\n" in result.source

@@ -289,3 +289,63 @@ def test_matrix_multiply_assignment_is_no_inplace_change() -> None:
         """
     )
     assert result.findings == []
+
+
+def test_message_shows_the_statement_with_its_semicolon_and_the_target_parentheses() -> None:
+    # LibCST printed a small statement with its ``;`` and a target with its parentheses:
+    # the ast port reads the same text from the source.
+    result = run(
+        """
+        import torch
+        w = torch.zeros(2, requires_grad=True)
+        (w).fill_(1.0) ;  x = 1
+        """
+    )
+    assert len(result.findings) == 1 and result.findings[0].fix is None
+    assert result.findings[0].message.startswith("In-place `(w).fill_(1.0) ;` on leaf `(w)`")
+
+
+def test_if_elif_else_of_updates_is_wrapped_whole() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.zeros(2, requires_grad=True)
+        if flag:
+            w.zero_()
+        elif other:
+            w.fill_(1.0)
+        else:
+            w.normal_()
+        """
+    )
+    assert len(result.findings) == 3
+    assert result.source.count("with torch.no_grad():\n    if flag:\n") == 1
+
+
+def test_one_line_suite_of_several_updates_is_wrapped_whole() -> None:
+    result = run(
+        """
+        import torch
+        net = torch.nn.Linear(2, 2)
+        for p in net.parameters(): p.zero_(); p.add_(1)
+        """
+    )
+    assert len(result.findings) == 2
+    assert result.source.endswith(
+        "with torch.no_grad():\n    for p in net.parameters(): p.zero_(); p.add_(1)\n"
+    )
+
+
+def test_augmented_assignment_with_a_line_continuation_is_reported() -> None:
+    # The LibCST rule read the operator's text with its whitespace: ``+= \`` was not ``+=``.
+    result = run(
+        """
+        import torch
+        w = torch.zeros(2, requires_grad=True)
+        w += \\
+            1
+        """
+    )
+    assert len(result.findings) == 1
+    # (a continuation line keeps its own indentation: valid inside the new block)
+    assert result.source.endswith("with torch.no_grad():\n    w += \\\n    1\n")

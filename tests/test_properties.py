@@ -49,9 +49,9 @@ from variants import (
     variants,
 )
 
-from gradfix.engine import LintResult, collect_reports, lint_source, parse
+from gradfix.engine import LintResult, collect_reports, lint_source
 from gradfix.registry import all_rules
-from gradfix.rule import Finding, Rule
+from gradfix.rule import Finding, FixPlan, Rule
 
 RULES = all_rules()
 EXAMPLES = int(os.environ.get("GRADFIX_PROPERTY_EXAMPLES", "5"))
@@ -155,11 +155,14 @@ def test_fix_keeps_comments_and_formatting(rule: type[Rule], data: st.DataObject
 def fix_spans(source: str, rule: type[Rule]) -> list[tuple[int, int]]:
     """The line ranges (1-based, inclusive) of the nodes the rule's fixes replace, with
     everything those nodes own (their leading comment lines, a block's header comment)."""
-    reports, context = collect_reports(parse(source), [rule], source, "<variant>")
-    wrapper = MetadataWrapper(context.analysis.module, unsafe_skip_copy=True)
+    linted = collect_reports(source, [rule], "<variant>")
+    if linted.module is None:  # no fix planned: nothing replaced
+        return []
+    wrapper = MetadataWrapper(linted.module, unsafe_skip_copy=True)
     positions = wrapper.resolve(WhitespaceInclusivePositionProvider)
     spans = []
-    for report in reports:
+    for report in linted.reports:
+        assert not isinstance(report.fix, FixPlan)  # collect_reports builds the plans
         for edit in report.fix.edits if report.fix else ():
             where = positions[edit.target]
             spans.append((where.start.line, where.end.line))

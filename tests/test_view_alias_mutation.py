@@ -105,3 +105,33 @@ def test_every_augmented_assignment_changes_the_view() -> None:
         """
     )
     assert [f.code for f in result.findings] == ["GF206"]
+
+
+def test_message_quotes_the_parentheses_of_the_view() -> None:
+    """LibCST printed a parenthesized value with its parentheses: the ast port too."""
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 4, requires_grad=True)
+        a = (w[:2])
+        a.zero_()
+        """
+    )
+    assert len(result.findings) == 1
+    assert "use `a = (w[:2]).clone()`" in result.findings[0].message
+    assert "a = (w[:2]).clone()\n" in result.source
+
+
+def test_parenthesized_tuple_index_is_not_a_view() -> None:
+    """``w[(0, 1)]`` is one index (advanced indexing copies); ``w[0, 1]`` two (a view)."""
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 4, requires_grad=True)
+        c = w[(0, 1)]
+        c.add_(1)
+        d = w[0, 1]
+        d.add_(1)
+        """
+    )
+    assert [f.message.split("`")[1] for f in result.findings] == ["d"]

@@ -184,9 +184,12 @@ class Linted:
     (a rule not yet on ``ast``, or a finding with a fix to build)."""
 
     reports: list[Report]
+    source: str = ""
+    torch_alias: str | None = None
     module: cst.Module | None = None
     context: RuleContext | None = None  # the LibCST rules' context (positions)
     editor: Editor | None = None
+    realised: bool = False  # every planned fix built (or dropped)
 
     @property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
@@ -195,18 +198,39 @@ class Linted:
         assert self.editor is not None
         return self.editor.positions
 
+    def realise(self) -> None:
+        """Build every planned fix with LibCST (parsing the source once, only when some
+        finding has a plan); a source LibCST cannot parse keeps its findings, without
+        fixes."""
+        if self.realised:
+            return
+        self.realised = True
+        if not any(isinstance(r.fix, FixPlan) for r in self.reports):
+            return
+        if self.module is None:
+            try:
+                self.module = parse(self.source)
+            except SourceError:
+                self.reports = [dataclasses.replace(r, fix=None) for r in self.reports]
+                return
+        self.editor = Editor(self.module, self.source, self.torch_alias)
+        self.reports = _realised(self.reports, self.editor)
+
 
 def collect_reports(
     source: str,
     rules: Sequence[type[BaseRule]],
     path: str,
     crashes: list[RuleCrash] | None = None,
+    *,
+    realise: bool = True,
 ) -> Linted:
     """Run ``rules`` over ``source``: the ``ast`` rules in one batched walk of Python's
     tree, the LibCST rules in one batched walk of LibCST's; then, only when some finding
-    has a planned fix, parse with LibCST and build the fixes. A rule that raises is added
-    to ``crashes`` (when given; else the exception propagates) and reports nothing; the
-    other rules go on."""
+    has a planned fix, parse with LibCST and build the fixes (``realise``; else
+    :meth:`Linted.realise` does it when a fix is wanted: the editor's diagnostics need
+    none). A rule that raises is added to ``crashes`` (when given; else the exception
+    propagates) and reports nothing; the other rules go on."""
     tree = _check_syntax(source)
     ast_rules = [rule for rule in rules if issubclass(rule, AstRule)]
     cst_rules = [rule for rule in rules if not issubclass(rule, AstRule)]
@@ -218,34 +242,27 @@ def collect_reports(
         crashed[rule] = RuleCrash.of(rule, error)
 
     on_error = None if crashes is None else crash
-    reports: list[Report] = []
-    semantic = None
+    linted = Linted([], source)
     if ast_rules:
         semantic = Semantic(tree, source)
         if semantic.imports_torch():
+            linted.torch_alias = semantic.torch_alias()
             context = AstContext(path=path, source=source, semantic=semantic)
             visitors = [rule(context) for rule in ast_rules]
-            walk_ast_batched(tree, visitors, on_error=on_error)
+            walk_ast_batched(
+                tree, visitors, on_error=on_error, order=semantic.order, last=semantic.last
+            )
             reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
             if reports and has_suppressions(source):
                 lines = {id(r.node): _statement_line(semantic, r.node) for r in reports}
                 reports = unsuppressed(reports, source, lambda r: lines.get(id(r.node)))
-    linted = Linted(reports)
-    plans = any(isinstance(r.fix, FixPlan) for r in reports)
-    if cst_rules or plans:
-        try:
-            linted.module = parse(source)
-        except SourceError:
-            if cst_rules:
-                raise
-            linted.reports = [dataclasses.replace(r, fix=None) for r in reports]
-    if linted.module is not None and cst_rules:
+            linted.reports = reports
+    if cst_rules:
+        linted.module = parse(source)
         linted.context, cst_reports = _cst_reports(linted.module, cst_rules, source, path, on_error)
         linted.reports.extend(r for r in cst_reports if r.rule not in crashed)
-    if linted.module is not None and plans:
-        assert semantic is not None
-        linted.editor = Editor(linted.module, source, semantic.torch_alias())
-        linted.reports = _realised(linted.reports, linted.editor)
+    if realise:
+        linted.realise()
     if crashes is not None:
         crashes.extend(c for c in crashed.values() if c.code not in {k.code for k in crashes})
     linted.reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
@@ -336,15 +353,25 @@ class FileLint:
     """
 
     def __init__(
-        self, source: str, *, rules: Sequence[type[BaseRule]], path: str = "<stdin>"
+        self,
+        source: str,
+        *,
+        rules: Sequence[type[BaseRule]],
+        path: str = "<stdin>",
+        lazy_fixes: bool = False,
     ) -> None:
+        """``lazy_fixes``: build the fixes only when :meth:`singles` or :meth:`fixed` asks
+        (the editor's diagnostics); a finding then says it has a fix when a rule planned
+        one, even if building it fails later (it would delete a comment)."""
         self.source = source
         self.rules = rules
         self.path = path
         self.crashes: list[RuleCrash] = []
         active = active_rules(rules, source)
         if active:
-            self._linted = collect_reports(source, active, path, self.crashes)
+            self._linted = collect_reports(
+                source, active, path, self.crashes, realise=not lazy_fixes
+            )
         else:
             _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
             self._linted = Linted([])
@@ -359,6 +386,7 @@ class FileLint:
     def singles(self) -> list[SingleFix]:
         """Every fix the rules offer (safe and unsafe), each applied alone."""
         if self._singles is None:
+            self._linted.realise()
             self._singles = _singles(self._linted)
         return self._singles
 
@@ -377,6 +405,7 @@ class FileLint:
         if keep is not None:
             max_passes = 1
         linted = self._linted
+        linted.realise()
         for _ in range(max_passes):
             fixes = _applicable(linted.reports, unsafe_fixes, keep)
             if not fixes:

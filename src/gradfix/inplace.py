@@ -5,24 +5,32 @@ changes the tensor every alias of ``h`` sees: views (``h[0]``, ``h.view(...)``, 
 ``h.detach()``), other names bound to it, containers holding it. Rewriting the change
 out of place (``h = h + 1``) rebinds only ``h``, so it keeps forward results only when no
 alias is read afterwards. :func:`classify_read` tells how one read of a name uses the
-tensor, which is what both rules build on.
+tensor, which is what both rules build on. Everything here is on Python's ``ast`` (the
+rules decide on it); :func:`changes_in_place` also answers for a LibCST ``AugAssign``,
+for the rules that still decide on LibCST.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from gradfix.analysis import (
+from gradfix.semantic import (
     TENSOR_OPS,
     VIEW_ATTRIBUTES,
     Binding,
-    FileAnalysis,
+    Semantic,
     VariableNames,
+    argument_node,
+    argument_value,
     is_number_literal,
+    is_true,
 )
+from gradfix.semantic.syntax import parameter_defaults, source_children
 from gradfix.torch_facts import (
     AUGMENTED_ASSIGNMENTS,
     INPLACE_FLAG_POSITIONS,
@@ -31,30 +39,72 @@ from gradfix.torch_facts import (
     NON_GRAPH_CALLS,
     is_inplace_method,
 )
-from gradfix.walk import walk
+
+#: The symbol of each augmented assignment operator (``ast.Add`` -> ``+=``).
+AUGMENTED_SYMBOLS: dict[type[ast.operator], str] = {
+    ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=",
+    ast.Mod: "%=", ast.Pow: "**=", ast.BitAnd: "&=", ast.BitOr: "|=", ast.BitXor: "^=",
+    ast.LShift: "<<=", ast.RShift: ">>=", ast.MatMult: "@=",
+}  # fmt: skip
+#: Line ends as ``ast`` counts lines.
+_NEWLINE = re.compile(rb"\r\n|\r|\n")
+#: Statements that hold a block of statements (LibCST's ``BaseCompoundStatement``).
+_COMPOUND = (
+    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Match,
+    *((ast.TryStar,) if hasattr(ast, "TryStar") else ()),
+)  # fmt: skip
 
 
-def changes_in_place(node: cst.AugAssign) -> bool:
+def changes_in_place(node: ast.AugAssign | cst.AugAssign) -> bool:
     """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``."""
+    if isinstance(node, ast.AugAssign):
+        return AUGMENTED_SYMBOLS.get(type(node.op)) in AUGMENTED_ASSIGNMENTS
     return cst.Module([]).code_for_node(node.operator).strip() in AUGMENTED_ASSIGNMENTS
 
 
-def small_statement(analysis: FileAnalysis, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+def small_statement(analysis: Semantic, node: ast.AST) -> ast.stmt | None:
     """The simple statement ``node`` belongs to (None inside a compound header or lambda)."""
     for ancestor in analysis.ancestors(node):
-        if isinstance(ancestor, cst.BaseSmallStatement):
-            return ancestor
-        if isinstance(ancestor, (cst.BaseCompoundStatement, cst.Lambda)):
+        if isinstance(ancestor, (*_COMPOUND, ast.Lambda)):
             return None
+        if isinstance(ancestor, ast.stmt):
+            return ancestor
     return None
 
 
-def is_inplace_call(expr: cst.BaseExpression) -> bool:
+def source_arguments(call: ast.Call) -> list[ast.AST]:
+    """The arguments of ``call`` in the order of the source (LibCST's ``call.args``)."""
+    return source_children(call)[1:]
+
+
+def first_argument(call: ast.Call) -> ast.expr | None:
+    """What the first argument in the source passes (``h`` of ``f(h, ...)``, ``f(x=h)``)."""
+    arguments = source_arguments(call)
+    return argument_value(arguments[0]) if arguments else None  # type: ignore[arg-type]
+
+
+def code_with_parentheses(source: str, node: ast.AST) -> str:
+    """The text of ``node`` with the parentheses around it, as LibCST prints the node
+    (its ``lpar``/``rpar`` are part of it): ``(w[:4])`` for the value of ``a = (w[:4])``.
+    Only for a node that starts its expression (a statement's value, the base of a chain)."""
+    data = source.encode("utf-8")
+    starts = [0, *(match.end() for match in _NEWLINE.finditer(data))]
+    start = starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
+    end = starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+    while True:
+        before, after = data[:start].rstrip(), data[end:].lstrip()
+        if not (before.endswith(b"(") and after.startswith(b")")):
+            return data[start:end].decode("utf-8", errors="replace")
+        start, end = len(before) - 1, len(data) - len(after) + 1
+
+
+def is_inplace_call(expr: ast.expr) -> bool:
     """``h.mul_(2)``: a call of an in-place tensor method."""
     return (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and is_inplace_method(expr.func.attr.value)
+        type(expr) is ast.Call
+        and type(expr.func) is ast.Attribute
+        and is_inplace_method(expr.func.attr)
     )
 
 
@@ -71,16 +121,16 @@ class Read:
     sees.
     """
 
-    name: cst.Name
+    name: ast.Name
     kind: str
-    top: cst.BaseExpression
-    aliases: list[cst.Name] = field(default_factory=list)
+    top: ast.expr
+    aliases: list[ast.Name] = field(default_factory=list)
     method: str | None = None  # the in-place method of a mutation
 
 
-def classify_read(analysis: FileAnalysis, name: cst.Name) -> Read:
+def classify_read(analysis: Semantic, name: ast.Name) -> Read:
     """How the expression around ``name`` uses the tensor it holds."""
-    node: cst.BaseExpression = name
+    node: ast.expr = name
     while True:
         parent = analysis.parent(node)
         step = _view_step(analysis, node, parent)
@@ -93,69 +143,81 @@ def classify_read(analysis: FileAnalysis, name: cst.Name) -> Read:
 
 
 def _view_step(
-    analysis: FileAnalysis, node: cst.BaseExpression, parent: cst.CSTNode | None
-) -> cst.BaseExpression | tuple[str, str | None] | None:
+    analysis: Semantic, node: ast.expr, parent: ast.AST | None
+) -> ast.expr | tuple[str, str | None] | None:
     """The view of ``node`` that ``parent`` makes (climb on), a final ``(kind, method)``,
     or None when ``parent`` is not an attribute or subscript of ``node``."""
-    if isinstance(parent, cst.Subscript) and parent.value is node:
+    if type(parent) is ast.Subscript and parent.value is node:
         return parent
-    if not isinstance(parent, cst.Attribute) or parent.value is not node:
+    if type(parent) is not ast.Attribute or parent.value is not node:
         return None
-    attr = parent.attr.value
+    attr = parent.attr
     if attr in VIEW_ATTRIBUTES:
         return parent
     if attr == "data":
         return ("nongraph", None)  # not version-checked: see GF205
     call = analysis.parent(parent)
-    is_call = isinstance(call, cst.Call) and call.func is parent
+    is_call = type(call) is ast.Call and call.func is parent
     if attr in NON_GRAPH_ATTRIBUTES:
         return ("nongraph", None)
     if is_call and is_inplace_method(attr):
         return ("mutation", attr)
     if is_call and attr in MAY_ALIAS_OPS:
-        assert isinstance(call, cst.Call)
+        assert isinstance(call, ast.Call)
         return call
     if is_call and attr in TENSOR_OPS:
         return ("fresh", None)
     return ("escape", None)
 
 
-def _use(
-    analysis: FileAnalysis, name: cst.Name, top: cst.BaseExpression, parent: cst.CSTNode | None
-) -> Read:
+def call_of_argument(analysis: Semantic, top: ast.expr) -> tuple[ast.Call, ast.AST] | None:
+    """The call ``top`` is passed to, with its argument (LibCST's ``Arg``: ``top`` itself,
+    its ``ast.keyword`` or its ``ast.Starred``); None when ``top`` is not an argument."""
+    parent = analysis.parent(top)
+    if type(parent) is ast.keyword or type(parent) is ast.Starred:
+        call = analysis.parent(parent)
+        if type(call) is ast.Call and call.func is not parent:
+            return call, parent
+        return None
+    if type(parent) is ast.Call and parent.func is not top:
+        return parent, top
+    return None
+
+
+def _use(analysis: Semantic, name: ast.Name, top: ast.expr, parent: ast.AST | None) -> Read:
     """Classify the use of ``top`` (the outermost view of ``name``) by ``parent``."""
-    if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)):
+    kind = type(parent)
+    if kind is ast.BinOp or kind is ast.UnaryOp:
         return Read(name, "fresh", top)
-    if isinstance(parent, (cst.Comparison, cst.ComparisonTarget)):
+    if kind is ast.Compare:
         return Read(name, "nongraph", top)  # a bool tensor: no gradient flows
-    if isinstance(parent, cst.AugAssign) and parent.target is top:
-        return Read(name, "mutation" if changes_in_place(parent) else "fresh", top)
-    if isinstance(parent, cst.AssignTarget):
+    if kind is ast.AugAssign and parent.target is top:  # type: ignore[union-attr]
+        in_place = changes_in_place(parent)  # type: ignore[arg-type]
+        return Read(name, "mutation" if in_place else "fresh", top)
+    if kind is ast.Assign and any(t is top for t in parent.targets):  # type: ignore[union-attr]
         return Read(name, "mutation" if top is not name else "nongraph", top)
-    if isinstance(parent, cst.Assign) and parent.value is top:
-        targets = [t.target for t in parent.targets]
-        if all(isinstance(t, cst.Name) for t in targets):
-            return Read(name, "alias", top, [t for t in targets if isinstance(t, cst.Name)])
+    if kind is ast.Assign and parent.value is top:  # type: ignore[union-attr]
+        targets = parent.targets  # type: ignore[union-attr]
+        if all(type(t) is ast.Name for t in targets):
+            return Read(name, "alias", top, [t for t in targets if isinstance(t, ast.Name)])
         return Read(name, "escape", top)
-    if isinstance(parent, cst.Arg):
-        return _argument_use(analysis, name, top, parent)
-    if isinstance(parent, (cst.If, cst.While, cst.Assert, cst.IfExp)) and parent.test is top:
+    argument = call_of_argument(analysis, top)
+    if argument is not None:
+        return _argument_use(analysis, name, top, *argument)
+    if kind in (ast.If, ast.While, ast.Assert, ast.IfExp) and parent.test is top:  # type: ignore[union-attr]
         return Read(name, "nongraph", top)
-    if isinstance(parent, cst.Expr):
+    if kind is ast.Expr:
         return Read(name, "nongraph", top)
     return Read(name, "escape", top)
 
 
 def _argument_use(
-    analysis: FileAnalysis, name: cst.Name, top: cst.BaseExpression, arg: cst.Arg
+    analysis: Semantic, name: ast.Name, top: ast.expr, call: ast.Call, arg: ast.AST
 ) -> Read:
-    call = analysis.parent(arg)
-    if not isinstance(call, cst.Call):
-        return Read(name, "escape", top)
     func = call.func
-    if isinstance(func, cst.Name) and func.value in NON_GRAPH_CALLS:
+    if type(func) is ast.Name and func.id in NON_GRAPH_CALLS:
         return Read(name, "nongraph", top)
-    if inplace_function(analysis, call) is not None and call.args and call.args[0] is arg:
+    if inplace_function(analysis, call) is not None and source_arguments(call)[0] is arg:
         return Read(name, "mutation", top, method="inplace function")
     if analysis.is_nn_layer(func, call):
         return Read(name, "fresh", top)
@@ -167,86 +229,51 @@ def _argument_use(
     return Read(name, "escape", top)
 
 
-def inplace_function(analysis: FileAnalysis, call: cst.Call) -> str | None:
+def inplace_function(analysis: Semantic, call: ast.Call) -> str | None:
     """The out-of-place name of a torch function call that changes its first argument:
     ``F.relu_(x)`` / ``torch.sigmoid_(x)`` -> ``"relu"`` / ``"sigmoid"``,
     ``F.relu(x, inplace=True)`` -> ``"relu"``; None otherwise."""
     qualified = analysis.call_name(call) or ""
     namespace, _, short = qualified.rpartition(".")
-    if namespace not in ("torch", "torch.nn.functional") or not call.args:
+    if namespace not in ("torch", "torch.nn.functional") or not (call.args or call.keywords):
         return None
     if is_inplace_method(short):
         return short[:-1]
     position = INPLACE_FLAG_POSITIONS.get(short)
     if position is None or namespace != "torch.nn.functional":
         return None
-    flag = inplace_flag(call, position)
-    return short if flag is not None and _is_true(flag.value) else None
-
-
-def inplace_flag(call: cst.Call, position: int) -> cst.Arg | None:
-    """The ``inplace=`` argument of ``call`` (by keyword or at ``position``)."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "inplace":
-            return arg
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[position] if len(positional) > position else None
-
-
-def _is_true(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "True"
+    flag = argument_node(call, "inplace", position)
+    return short if flag is not None and is_true(argument_value(flag)) else None
 
 
 # -- names -------------------------------------------------------------------------------------
-class _VariableNames(VariableNames):
-    """Every ``Name`` used as a variable (not ``.attr`` or ``keyword=``)."""
-
-    def visit_Param(self, node: cst.Param) -> bool:
-        if node.default is not None:
-            walk(node.default, self)
-        return False
-
-    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
-        return False
-
-
-def variable_names(node: cst.CSTNode) -> list[cst.Name]:
-    collector = _VariableNames()
-    walk(node, collector)
-    return collector.names
-
-
 class NameIndex:
     """The variable names of each scope, collected once: ``all(scope)`` in source order,
-    ``named(scope, "h")`` only those spelled ``h``."""
+    ``named(scope, "h")`` only those spelled ``h`` (from the analysis' index)."""
 
-    def __init__(self) -> None:
-        self._all: dict[int, list[cst.Name]] = {}
-        self._by_spelling: dict[int, dict[str, list[cst.Name]]] = {}
+    def __init__(self, analysis: Semantic) -> None:
+        self.analysis = analysis
+        self._all: dict[ast.AST, list[ast.Name]] = {}
 
-    def all(self, scope: cst.CSTNode) -> list[cst.Name]:
-        key = id(scope)
-        if key not in self._all:
-            self._all[key] = variable_names(scope)
-            table: dict[str, list[cst.Name]] = {}
-            for name in self._all[key]:
-                table.setdefault(name.value, []).append(name)
-            self._by_spelling[key] = table
-        return self._all[key]
+    def all(self, scope: ast.AST) -> list[ast.Name]:
+        if scope not in self._all:
+            collector = VariableNames()
+            collector.visit(scope)
+            self._all[scope] = collector.names
+        return self._all[scope]
 
-    def named(self, scope: cst.CSTNode, spelling: str) -> list[cst.Name]:
-        self.all(scope)
-        return self._by_spelling[id(scope)].get(spelling, [])
+    def named(self, scope: ast.AST, spelling: str) -> list[ast.Name]:
+        return self.analysis.name_nodes_in(scope, spelling)
 
 
 def reads_of(
-    analysis: FileAnalysis,
+    analysis: Semantic,
     names: NameIndex,
     binding: Binding,
-    scope: cst.CSTNode,
+    scope: ast.AST,
     start: int,
     end: int,
-) -> Iterator[cst.Name]:
+) -> Iterator[ast.Name]:
     """Reads of ``binding``'s name in ``scope`` between pre-order indices ``start`` and
     ``end`` (exclusive) that see ``binding``."""
     for name in names.named(scope, binding.name):
@@ -257,71 +284,96 @@ def reads_of(
             yield name
 
 
-def _is_store(analysis: FileAnalysis, name: cst.Name) -> bool:
+def _is_target(analysis: Semantic, node: ast.AST) -> bool:
+    """``node`` is a whole target of an assignment or a ``for`` (LibCST's ``AssignTarget``,
+    ``For.target``, ``CompFor.target``)."""
+    parent = analysis.parent(node)
+    if type(parent) is ast.Assign:
+        return any(t is node for t in parent.targets)
+    loops = (ast.For, ast.AsyncFor, ast.comprehension)
+    return isinstance(parent, loops) and parent.target is node  # type: ignore[union-attr]
+
+
+def _is_store(analysis: Semantic, name: ast.Name) -> bool:
+    """``name`` is bound here: a target, an element of a target tuple/list (not deeper),
+    the target of an annotated assignment or of ``:=`` (``h += 1`` is a read)."""
+    if _is_target(analysis, name):
+        return True
     parent = analysis.parent(name)
-    if isinstance(parent, cst.AssignTarget) and parent.target is name:
-        return True
-    if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is name:
-        return True
-    if isinstance(parent, (cst.Element, cst.StarredElement)):
-        grand = analysis.parent(parent)
-        return isinstance(grand, (cst.Tuple, cst.List)) and isinstance(
-            analysis.parent(grand), (cst.AssignTarget, cst.For, cst.CompFor)
-        )
-    return isinstance(parent, (cst.AnnAssign, cst.NamedExpr)) and parent.target is name
+    if type(parent) is ast.Starred:
+        parent = analysis.parent(parent)
+    if type(parent) is ast.Tuple or type(parent) is ast.List:
+        return _is_target(analysis, parent)
+    kind = type(parent)
+    return (kind is ast.AnnAssign or kind is ast.NamedExpr) and parent.target is name  # type: ignore[union-attr]
 
 
-def is_constant(analysis: FileAnalysis, expr: cst.BaseExpression) -> bool:
+def _is_constant_literal(expr: ast.expr) -> bool:
+    """A number, string or bytes literal, ``True``, ``False`` or ``None`` (not ``...``)."""
+    if is_number_literal(expr):
+        return True
+    if type(expr) is not ast.Constant:
+        return False
+    value = expr.value
+    return type(value) in (str, bytes) or value is True or value is False or value is None
+
+
+def is_constant(analysis: Semantic, expr: ast.expr) -> bool:
     """A Python number, bool, None or string literal, arithmetic of those, or a name
     bound only to a number (``eps = 1e-6``, ``def f(x, eps=1e-6)``)."""
-    if is_number_literal(expr) or isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+    if _is_constant_literal(expr):
         return True
-    if isinstance(expr, cst.BinaryOperation):
+    if type(expr) is ast.BinOp:
         return is_constant(analysis, expr.left) and is_constant(analysis, expr.right)
-    if isinstance(expr, cst.Name):
-        if expr.value in ("True", "False", "None"):
-            return True
+    if type(expr) is ast.Name:
         binding = analysis.reaching_binding(expr, expr)
         if binding is None or binding.unpack_index is not None:
             return False
         if binding.kind == "assign" and binding.value is not None:
             return is_number_literal(binding.value)
-        if binding.kind == "param" and isinstance(binding.node, cst.Param):
-            default = binding.node.default
+        if binding.kind == "param" and type(binding.node) is ast.arg:
+            default = _default(analysis, binding.node)
             annotation = binding.annotation
             numeric = annotation is None or (
-                isinstance(annotation, cst.Name) and annotation.value in ("float", "int")
+                type(annotation) is ast.Name and annotation.id in ("float", "int")
             )
             return default is not None and is_number_literal(default) and numeric
     return False
 
 
-def in_eval_only_branch(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
+def _default(analysis: Semantic, param: ast.arg) -> ast.expr | None:
+    signature = analysis.parent(param)
+    if type(signature) is not ast.arguments:
+        return None
+    return next((d for a, d in parameter_defaults(signature) if a is param), None)
+
+
+def in_eval_only_branch(analysis: Semantic, node: ast.AST) -> bool:
     """``node`` runs only when a module is not training: the body of
     ``if not self.training:`` or the ``else`` of ``if self.training:``."""
-    child: cst.CSTNode = node
+    child: ast.AST = node
     for ancestor in analysis.ancestors(node):
-        if isinstance(ancestor, cst.If):
+        if type(ancestor) is ast.If:
             test = ancestor.test
-            negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-            inner = test.expression if isinstance(test, cst.UnaryOperation) else test
-            is_training = isinstance(inner, cst.Attribute) and inner.attr.value == "training"
-            in_body = child is ancestor.body
+            negated = type(test) is ast.UnaryOp and type(test.op) is ast.Not
+            inner = test.operand if type(test) is ast.UnaryOp else test
+            is_training = type(inner) is ast.Attribute and inner.attr == "training"
+            in_body = any(statement is child for statement in ancestor.body)
             if is_training and negated == in_body:
                 return True
         child = ancestor
     return False
 
 
-def in_autograd_function(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
+def in_autograd_function(analysis: Semantic, node: ast.AST) -> bool:
     """``node`` is inside ``forward``/``backward`` of a ``torch.autograd.Function``
     subclass, where autograd records nothing."""
     func = analysis.enclosing_function(node)
     cls = analysis.method_class(func) if func is not None else None
-    if func is None or cls is None or func.name.value not in ("forward", "backward"):
+    if func is None or cls is None or func.name not in ("forward", "backward"):
         return False
     return any(
-        analysis.qualified_name(base.value)
+        analysis.qualified_name(base)
         in ("torch.autograd.Function", "torch.autograd.function.Function")
         for base in cls.bases
     )

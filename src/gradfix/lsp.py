@@ -375,7 +375,7 @@ class BufferLint(DocumentLint):
     def of(cls, uri: str, text: ClientText, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
         lint = cls(uri, text, path, rules)
         try:
-            lint._lint = FileLint(text.source, rules=rules, path=path)
+            lint._lint = FileLint(text.source, rules=rules, path=path, lazy_fixes=True)
         except SourceError as error:
             lint.error = error
         except Exception:  # a bug in the engine: no findings, the server goes on
@@ -460,7 +460,7 @@ class NotebookCheck:
             return check
         source = check.program.source
         try:
-            check._lint = FileLint(source, rules=rules, path=path)
+            check._lint = FileLint(source, rules=rules, path=path, lazy_fixes=True)
             found = check._lint.findings
         except SourceError as error:  # Python accepts it, LibCST does not
             why = f"the cells as one program: {error}"  # its line is the program's

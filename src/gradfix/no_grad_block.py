@@ -13,68 +13,233 @@ next to each other end up in one block whichever rule or pass fixed them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis import FileAnalysis, LeafReason
-from gradfix.inplace import changes_in_place
-from gradfix.rule import Edit, Fix, FixSafety, Rule, RuleContext
+from gradfix.edits import Editor
+from gradfix.rule import AstContext, AstRule, Edit, FixPlan, FixSafety
+from gradfix.semantic import LeafReason, Semantic
 from gradfix.torch_facts import NON_GRAPH_CALLS, NOT_GRAPH_USES, is_inplace_method
-from gradfix.walk import walk
+
+#: Builds, on the LibCST tree, what a site's small statement becomes inside the block
+#: (None: no fix). It gets the statement's LibCST node.
+Rewrite = Callable[[Editor, cst.BaseSmallStatement], "cst.BaseSmallStatement | None"]
+#: One statement of a block as LibCST sees it: the simple statements of one line
+#: (``a; b``), or a compound statement alone.
+Line = list[ast.stmt]
+
+_COMPOUND = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.If,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Match,
+    *((ast.TryStar,) if hasattr(ast, "TryStar") else ()),
+)
+#: Nothing but layout between two tokens (``\\`` continues a line).
+_BLANK = b" \t\x0c\r\n\\"
 
 
 @dataclass
 class Site:
-    """One in-place update: the small statement, the tensor it changes, why it is reported.
+    """One in-place update: the simple statement, the tensor it changes, why it is reported.
 
-    ``replacement`` is what the statement becomes inside the ``no_grad`` block (None: kept
-    as is); ``fixable`` False reports it without a fix and ends the run of updates.
+    ``replacement`` rewrites the statement inside the ``no_grad`` block (None: kept as
+    is); ``fixable`` False reports it without a fix and ends the run of updates.
     """
 
-    statement: cst.BaseSmallStatement
-    target: cst.BaseExpression
+    statement: ast.stmt
+    target: ast.expr
     reason: LeafReason | None = None
     fixable: bool = True
-    replacement: cst.BaseSmallStatement | None = None
+    replacement: Rewrite | None = None
     safety: FixSafety = FixSafety.SAFE
 
 
-class NoGradBlockRule(Rule):
+class SourceText:
+    """The text of ``ast`` nodes as LibCST prints them (``ast`` counts UTF-8 bytes)."""
+
+    def __init__(self, source: str) -> None:
+        self.data = source.encode("utf-8")
+        starts = [0]
+        for line in self.data.splitlines(keepends=True):
+            starts.append(starts[-1] + len(line))
+        self.starts = starts
+
+    def start(self, node: ast.AST) -> int:
+        return self.starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
+
+    def end(self, node: ast.AST) -> int:
+        return self.starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+
+    def text(self, start: int, end: int) -> str:
+        return self.data[start:end].decode("utf-8", errors="replace")
+
+    def code(self, node: ast.expr, parent: ast.AST | None) -> str:
+        """``node`` with its own parentheses (``(w)`` in ``(w).normal_()``), as
+        ``code_for_node`` printed it; a call's parentheses around its lone argument are
+        the call's."""
+        start, end = self.start(node), self.end(node)
+        owned = self._enclosing_parentheses(start, end)
+        if owned and _is_lone_argument(node, parent):
+            owned -= 1
+        for _ in range(owned):
+            start = self.data.rindex(b"(", 0, start)
+            end = self.data.index(b")", end) + 1
+        return self.text(start, end)
+
+    def _enclosing_parentheses(self, start: int, end: int) -> int:
+        count = 0
+        while True:
+            before, after = self._skip_back(start), self._skip_forward(end)
+            if not (
+                self.data[before - 1 : before] == b"(" and self.data[after : after + 1] == b")"
+            ):
+                return count
+            start, end = before - 1, after + 1
+            count += 1
+
+    def _skip_back(self, position: int) -> int:
+        """The offset after the last token before ``position`` (layout skipped)."""
+        while position > 0 and self.data[position - 1] in _BLANK:
+            position -= 1
+        return position
+
+    def _skip_forward(self, position: int) -> int:
+        """The offset of the first token from ``position`` on (layout skipped)."""
+        while position < len(self.data) and self.data[position] in _BLANK:
+            position += 1
+        return position
+
+    def statement_code(self, stmt: ast.stmt) -> str:
+        """A simple statement with the ``;`` that ends it (LibCST's small statement)."""
+        start, end = self.start(stmt), self.end(stmt)
+        token = self._skip_forward(end)
+        gap = self.data[end:token].replace(b"\\\r\n", b"").replace(b"\\\n", b"")
+        if self.data[token : token + 1] == b";" and b"\n" not in gap and b"\r" not in gap:
+            end = token + 1
+            # the whitespace after ``;`` is the semicolon's, a line continuation too
+            while self.data[end : end + 1] in (b" ", b"\t", b"\x0c", b"\\"):
+                end += 2 if self.data[end : end + 1] == b"\\" else 1
+        return self.text(start, end)
+
+    def same_line(self, first: ast.stmt, second: ast.stmt) -> bool:
+        """``first; second``: two simple statements of one LibCST statement line."""
+        between = self.text(self.end(first), self.start(second))
+        between = between.replace("\\\r\n", "").replace("\\\n", "")
+        return ";" in between and "\n" not in between and "\r" not in between and "#" not in between
+
+    def starts_line(self, stmt: ast.stmt) -> bool:
+        """``stmt`` begins its line: a block's first statement there is an indented block
+        (after ``if x: a`` the statements are a one-line suite)."""
+        line_start = self.starts[stmt.lineno - 1]
+        return not self.data[line_start : self.start(stmt)].strip()
+
+
+def _is_lone_argument(node: ast.expr, parent: ast.AST | None) -> bool:
+    if type(parent) is ast.Call:
+        return parent.func is not node and len(parent.args) + len(parent.keywords) == 1
+    if type(parent) is ast.ClassDef:
+        return len(parent.bases) + len(parent.keywords) == 1
+    return False
+
+
+def lines_of(body: Sequence[ast.stmt], source: SourceText) -> list[Line]:
+    """The statements of a block as LibCST lists them: ``a; b`` is one line."""
+    lines: list[Line] = []
+    for stmt in body:
+        previous = lines[-1][-1] if lines else None
+        if (
+            previous is not None
+            and not isinstance(stmt, _COMPOUND)
+            and not isinstance(previous, _COMPOUND)
+            and source.same_line(previous, stmt)
+        ):
+            lines[-1].append(stmt)
+        else:
+            lines.append([stmt])
+    return lines
+
+
+def line_start(analysis: Semantic, stmt: ast.stmt, source: SourceText) -> ast.stmt:
+    """The first statement of the line holding ``stmt`` (``a`` of ``a; stmt``); in a
+    one-line suite (``if x: a; stmt``) the compound statement, as LibCST sees it."""
+    parent = analysis.parent(stmt)
+    body = _body_holding(parent, stmt)
+    if body is None:
+        return stmt
+    if not source.starts_line(body[0]):
+        return analysis.enclosing_statement(parent) or stmt  # type: ignore[arg-type]
+    for line in lines_of(body, source):
+        if any(s is stmt for s in line):
+            return line[0]
+    return stmt
+
+
+def _body_holding(parent: ast.AST | None, stmt: ast.stmt) -> list[ast.stmt] | None:
+    if parent is None:
+        return None
+    for _, value in ast.iter_fields(parent):
+        if type(value) is list and any(item is stmt for item in value):
+            return value
+    return None
+
+
+class NoGradBlockRule(AstRule):
     """Base of rules whose fix wraps in-place updates in ``with torch.no_grad():``."""
 
-    def __init__(self, context: RuleContext) -> None:
+    def __init__(self, context: AstContext) -> None:
         super().__init__(context)
+        self.source = SourceText(context.source)
         self._wrapped_blocks: set[int] = set()
 
-    def site(self, small: cst.BaseSmallStatement) -> Site | None:
-        """The update ``small`` performs, if it is one this rule reports."""
+    def site(self, small: ast.stmt) -> Site | None:
+        """The update the simple statement ``small`` performs, if this rule reports it."""
         raise NotImplementedError
 
     def site_message(self, site: Site) -> str:
         raise NotImplementedError
 
-    def visit_Module(self, node: cst.Module) -> None:
+    def visit_Module(self, node: ast.Module) -> None:
         self._check_block(node.body)
 
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._check_block(node.body)
+    def _visit_compound(self, node: ast.stmt) -> None:
+        for block in _blocks(node, self.source):
+            if block and self.source.starts_line(block[0]):
+                self._check_block(block)
+
+    visit_For = visit_AsyncFor = visit_While = visit_If = _visit_compound
+    visit_With = visit_AsyncWith = visit_Try = visit_TryStar = _visit_compound
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _visit_compound
+    visit_Match = _visit_compound
+
+    def text_of(self, node: ast.expr) -> str:
+        """The text of ``node`` with its own parentheses (what LibCST printed)."""
+        return self.source.code(node, self.analysis.parent(node))
 
     # -- blocks and runs -----------------------------------------------------------------
-    def _check_block(self, body: Sequence[cst.BaseStatement]) -> None:
+    def _check_block(self, body: list[ast.stmt]) -> None:
         if id(body) in self._wrapped_blocks:
             return
-        run: list[tuple[cst.BaseStatement, list[Site]]] = []
-        pending: list[tuple[cst.BaseStatement, list[Site]]] = []
-        for stmt in body:
-            sites = self._statement_sites(stmt)
+        run: list[tuple[Line, list[Site]]] = []
+        pending: list[tuple[Line, list[Site]]] = []
+        for line in lines_of(body, self.source):
+            sites = self._statement_sites(line)
             if sites and all(s.fixable for s in sites):
                 run.extend(pending)
                 pending = []
-                run.append((stmt, sites))
-            elif sites is None and run and is_grad_housekeeping(stmt):
-                pending.append((stmt, []))
+                run.append((line, sites))
+            elif sites is None and run and is_grad_housekeeping(line):
+                pending.append((line, []))
             else:
                 self._report_run(run)
                 run, pending = [], []
@@ -82,47 +247,49 @@ class NoGradBlockRule(Rule):
                     self.report(site.statement, self.site_message(site))
         self._report_run(run)
 
-    def _statement_sites(self, stmt: cst.BaseStatement) -> list[Site] | None:
-        """The in-place updates ``stmt`` consists of (None if it is something else).
+    def _statement_sites(self, line: Line) -> list[Site] | None:
+        """The in-place updates ``line`` consists of (None if it is something else).
 
         A loop or ``if`` whose blocks only hold updates counts as a whole, so that
         ``for p in model.parameters(): p.normal_()`` is wrapped in one block.
         """
-        if isinstance(stmt, cst.SimpleStatementLine):
-            sites = [self.site(small) for small in stmt.body]
+        stmt = line[0]
+        if not isinstance(stmt, _COMPOUND):
+            sites = [self.site(small) for small in line]
             found = [s for s in sites if s is not None]
-            if found and len(found) < len(stmt.body):
+            if found and len(found) < len(line):
                 for site in found:
                     site.fixable = False  # mixed with other statements on the line
             return found or None
-        if isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is None:
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)) and not stmt.orelse:
             return self._blocks_sites([stmt.body])
-        if isinstance(stmt, cst.If):
-            blocks: list[cst.BaseSuite] = [stmt.body]
+        if isinstance(stmt, ast.If):
+            blocks = [stmt.body]
             orelse = stmt.orelse
-            while isinstance(orelse, cst.If):
-                blocks.append(orelse.body)
-                orelse = orelse.orelse
-            if isinstance(orelse, cst.Else):
-                blocks.append(orelse.body)
+            while _is_elif(orelse, self.source):
+                elif_ = orelse[0]
+                assert isinstance(elif_, ast.If)
+                blocks.append(elif_.body)
+                orelse = elif_.orelse
+            if orelse:
+                blocks.append(orelse)
             return self._blocks_sites(blocks)
         return None
 
-    def _blocks_sites(self, blocks: Sequence[cst.BaseSuite]) -> list[Site] | None:
+    def _blocks_sites(self, blocks: Sequence[list[ast.stmt]]) -> list[Site] | None:
         """All sites of ``blocks`` if they hold nothing but fixable in-place updates."""
         collected: list[Site] = []
         for block in blocks:
-            if isinstance(block, cst.SimpleStatementSuite):
-                line_sites = [self.site(small) for small in block.body]
+            if not self.source.starts_line(block[0]):  # ``if x: a; b``: one line
+                line_sites = [self.site(small) for small in block]
                 found = [s for s in line_sites if s is not None and s.fixable]
                 if len(found) < len(line_sites):
                     return None
                 collected.extend(found)
                 continue
-            assert isinstance(block, cst.IndentedBlock)
-            for stmt in block.body:
-                sites = self._statement_sites(stmt)
-                if sites is None and is_grad_housekeeping(stmt):
+            for line in lines_of(block, self.source):
+                sites = self._statement_sites(line)
+                if sites is None and is_grad_housekeeping(line):
                     continue
                 if not sites or not all(s.fixable for s in sites):
                     return None
@@ -130,87 +297,119 @@ class NoGradBlockRule(Rule):
         if not collected:
             return None
         for block in blocks:
-            if isinstance(block, cst.IndentedBlock):
-                self._wrapped_blocks.add(id(block.body))
+            if self.source.starts_line(block[0]):
+                self._wrapped_blocks.add(id(block))
         return collected
 
-    def _report_run(self, run: list[tuple[cst.BaseStatement, list[Site]]]) -> None:
+    def _report_run(self, run: list[tuple[Line, list[Site]]]) -> None:
         if not run:
             return
-        statements = [stmt for stmt, _ in run]
-        sites = [site for _, stmt_sites in run for site in stmt_sites]
-        fix = self.wrap_in_no_grad(statements, sites)
+        statements = [line[0] for line, _ in run]
+        sites = [site for _, line_sites in run for site in line_sites]
+        fix = self._wrap_plan(statements, sites)
         for site in sites:
             self.report(site.statement, self.site_message(site), fix=fix)
 
     # -- the fix -------------------------------------------------------------------------
-    def wrap_in_no_grad(self, statements: list[cst.BaseStatement], sites: list[Site]) -> Fix:
-        """One fix wrapping ``statements`` (the sites rewritten) in ``with torch.no_grad():``."""
-        replacements = {id(s.statement): s.replacement for s in sites if s.replacement}
-        rewritten = [_replace_nodes(stmt, replacements) for stmt in statements]
-        first = rewritten[0]
-        assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-        inner = [first.with_changes(leading_lines=()), *rewritten[1:]]
-        block = cst.With(
-            items=[cst.WithItem(cst.Call(self.analysis.torch_attr("no_grad")))],
-            body=cst.IndentedBlock(body=inner),
-            leading_lines=first.leading_lines,
-        )
-        edits = [Edit(statements[0], block)]
-        edits += [Edit(stmt, cst.RemovalSentinel.REMOVE) for stmt in statements[1:]]
+    def _wrap_plan(self, statements: list[ast.stmt], sites: list[Site]) -> FixPlan:
+        """One fix wrapping the lines of ``statements`` (the sites rewritten) in
+        ``with torch.no_grad():``."""
+
+        def build(editor: Editor) -> list[Edit] | None:
+            replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+            for site in sites:
+                if site.replacement is None:
+                    continue
+                small = editor.node(site.statement)
+                assert isinstance(small, cst.BaseSmallStatement)
+                new = site.replacement(editor, small)
+                if new is None:
+                    return None
+                replacements[small] = new
+            lines = [editor.statement(stmt) for stmt in statements]
+            return editor.wrap_in_no_grad(lines, replacements)
+
         imports = () if self.analysis.torch_alias() else ("torch",)
         unsafe = any(site.safety is FixSafety.UNSAFE for site in sites)
         safety = FixSafety.UNSAFE if unsafe else None
         description = "Wrap in `torch.no_grad()`"
-        return self.fix(edits, description, safety=safety, imports=imports, joinable=True)
+        return self.plan(build, description, safety=safety, imports=imports, joinable=True)
 
 
-def inplace_target(small: cst.BaseSmallStatement) -> cst.BaseExpression | None:
+def _blocks(node: ast.stmt, source: SourceText) -> list[list[ast.stmt]]:
+    """The blocks of a compound statement (an ``elif`` is visited as its own ``if``)."""
+    if isinstance(node, ast.If):
+        return [node.body] + ([] if _is_elif(node.orelse, source) else [node.orelse])
+    if isinstance(node, ast.Match):
+        return [case.body for case in node.cases]
+    blocks = [node.body]  # type: ignore[attr-defined]
+    blocks += [handler.body for handler in getattr(node, "handlers", ())]
+    blocks += [getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+    return blocks
+
+
+def _is_elif(orelse: list[ast.stmt], source: SourceText) -> bool:
+    if len(orelse) != 1 or not isinstance(orelse[0], ast.If):
+        return False
+    start = source.start(orelse[0])
+    return source.data.startswith(b"elif", start)
+
+
+def inplace_target(small: ast.stmt) -> ast.expr | None:
     """The tensor a statement modifies in place (``w.normal_()``, ``w -= g``, ``w[:] = 0``)."""
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        call: cst.BaseExpression = small.value
-        modified = None
-        # ``w.normal_().mul_(0.1)``: the innermost receiver is modified.
-        while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
-            if not is_inplace_method(call.func.attr.value):
-                break
-            call = modified = call.func.value
-        return modified
-    if isinstance(small, cst.AugAssign):
+    if type(small) is ast.Expr:
+        return inplace_receiver(small.value)
+    if type(small) is ast.AugAssign:
         return small.target if changes_in_place(small) else None
-    if isinstance(small, cst.Assign) and isinstance(small.targets[0].target, cst.Subscript):
-        return small.targets[0].target
+    if type(small) is ast.Assign and type(small.targets[0]) is ast.Subscript:
+        return small.targets[0]
     return None
 
 
-def is_grad_housekeeping(stmt: cst.BaseStatement) -> bool:
+def inplace_receiver(expr: ast.expr) -> ast.expr | None:
+    """The tensor a call of in-place methods changes: ``w`` of ``w.normal_().mul_(0.1)``
+    (the innermost receiver)."""
+    modified = None
+    while type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        if not is_inplace_method(expr.func.attr):
+            break
+        expr = modified = expr.func.value
+    return modified
+
+
+def changes_in_place(node: ast.AugAssign) -> bool:
+    """``h += 1`` changes the tensor ``h`` in place; ``h @= m`` rebinds ``h``."""
+    return type(node.op) is not ast.MatMult
+
+
+def is_grad_housekeeping(line: Line) -> bool:
     """``w.grad.zero_()`` / ``w.grad = None``: harmless inside or outside ``no_grad``."""
-    if not isinstance(stmt, cst.SimpleStatementLine):
+    if isinstance(line[0], _COMPOUND):
         return False
-    for small in stmt.body:
-        target: cst.BaseExpression | None = None
-        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+    for small in line:
+        target: ast.expr | None = None
+        if type(small) is ast.Expr and type(small.value) is ast.Call:
             func = small.value.func
-            target = func.value if isinstance(func, cst.Attribute) else None
-        elif isinstance(small, cst.Assign):
-            target = small.targets[0].target
-        if not (isinstance(target, cst.Attribute) and target.attr.value == "grad"):
+            target = func.value if type(func) is ast.Attribute else None
+        elif type(small) is ast.Assign:
+            target = small.targets[0]
+        if not (type(target) is ast.Attribute and target.attr == "grad"):
             return False
     return True
 
 
-def used_in_graph_before(
-    analysis: FileAnalysis, tensor: cst.BaseExpression, at: cst.CSTNode
-) -> bool:
+def used_in_graph_before(rule: NoGradBlockRule, tensor: ast.expr, at: ast.AST) -> bool:
     """A graph use of ``tensor`` precedes ``at`` in its scope with no backward between."""
+    analysis = rule.analysis
     scope = analysis.scope_of(at)
     start = analysis.index(scope.node)
-    binding = analysis.reaching_binding(tensor, at) if isinstance(tensor, cst.Name) else None
+    binding = analysis.reaching_binding(tensor, at) if type(tensor) is ast.Name else None
     if binding is not None:
         start = binding.end
-    end = analysis.index(analysis.enclosing_statement(at) or at)
-    finder = _ReadsAndBackwards(tensor, analysis)
-    walk(scope.node, finder)
+    statement = analysis.enclosing_statement(at)
+    end = analysis.index(line_start(analysis, statement, rule.source) if statement else at)
+    finder = _ReadsAndBackwards(rule, rule.text_of(tensor))
+    finder.search(scope.node)
     uses = [u for u in finder.uses if start < analysis.index(u) < end]
     if not uses:
         return False
@@ -218,75 +417,87 @@ def used_in_graph_before(
     return not any(last_use < analysis.index(b) < end for b in finder.backwards)
 
 
-def _replace_nodes(
-    stmt: cst.BaseStatement, replacements: dict[int, cst.BaseSmallStatement]
-) -> cst.BaseStatement:
-    if not replacements:
-        return stmt
-    result = stmt.visit(_NodeReplacer(replacements))
-    assert isinstance(result, cst.BaseStatement)
-    return result
+class _ReadsAndBackwards:
+    """Graph uses of one tensor expression, and backward calls, inside a scope.
 
+    It matches what LibCST calls names: besides variables, an attribute's name, a
+    keyword and a parameter spelled like the tensor (``self.w`` for ``w``)."""
 
-class _NodeReplacer(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, cst.BaseSmallStatement]) -> None:
-        super().__init__()
-        self.replacements = replacements
+    def __init__(self, rule: NoGradBlockRule, key: str) -> None:
+        self.rule = rule
+        self.analysis = rule.analysis
+        self.key = key
+        self.dotted = "." in key
+        self.last_attr = key.rpartition(".")[2]
+        self.uses: list[ast.AST] = []
+        self.backwards: list[ast.AST] = []
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
-        return self.replacements.get(id(original_node), updated_node)
+    def search(self, root: ast.AST) -> None:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if self._visit(node):
+                stack.extend(ast.iter_child_nodes(node))
 
-
-class _ReadsAndBackwards(cst.CSTVisitor):
-    """Graph uses of one tensor expression, and backward calls, inside a scope."""
-
-    def __init__(self, tensor: cst.BaseExpression, analysis: FileAnalysis) -> None:
-        self.key = cst.Module([]).code_for_node(tensor)
-        self.analysis = analysis
-        self.uses: list[cst.CSTNode] = []
-        self.backwards: list[cst.CSTNode] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("backward", "step"):
-            self.backwards.append(node)
-        elif isinstance(func, cst.Attribute) and func.attr.value == "grad":
-            self.backwards.append(node)  # torch.autograd.grad(...)
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        super().on_visit(node)
-        if isinstance(node, (cst.Name, cst.Attribute)) and self._matches(node):
-            if self._is_graph_use(node):
+    def _visit(self, node: ast.AST) -> bool:
+        """Records ``node``; False when its children are not to be searched."""
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in ("backward", "step", "grad"):
+                self.backwards.append(node)  # ``grad``: torch.autograd.grad(...)
+        elif isinstance(node, ast.Name):
+            if node.id == self.key and self._is_graph_use(node):
                 self.uses.append(node)
-            return False
+        elif isinstance(node, ast.Attribute):
+            if not self.dotted:
+                if node.attr == self.key and self._is_name_graph_use(node):
+                    self.uses.append(node)
+            elif node.attr == self.last_attr and self.rule.text_of(node) == self.key:
+                if self._is_graph_use(node):
+                    self.uses.append(node)
+                return False
+        elif isinstance(node, (ast.keyword, ast.arg)):
+            if node.arg == self.key and self._is_name_graph_use(node):
+                self.uses.append(node)
         return True
 
-    def _matches(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.Name):
-            return node.value == self.key
-        return "." in self.key and cst.Module([]).code_for_node(node) == self.key
-
-    def _is_graph_use(self, node: cst.CSTNode) -> bool:
-        analysis = self.analysis
-        parent = analysis.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.value is node:
-            attribute = parent.attr.value
+    def _is_graph_use(self, node: ast.expr) -> bool:
+        parent = self.analysis.parent(node)
+        if type(parent) is ast.Attribute and parent.value is node:
+            attribute = parent.attr
             return attribute not in NOT_GRAPH_USES and not is_inplace_method(attribute)
-        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)):
+        if type(parent) is ast.Assign and any(t is node for t in parent.targets):
             return False
-        if analysis.in_no_grad(node):
+        if type(parent) is ast.AugAssign:
             return False
-        for ancestor in analysis.ancestors(node):
-            if isinstance(ancestor, cst.Call):
-                callee = ancestor.func
-                name = analysis.call_name(ancestor) or ""
+        return self._is_name_graph_use(node, holds_name=False)
+
+    def _is_name_graph_use(self, holder: ast.AST, holds_name: bool = True) -> bool:
+        """A name inside ``holder`` (itself, or its attribute's, keyword's, parameter's
+        name) is read by the graph: it flows into a call or an operation."""
+        analysis = self.analysis
+        if analysis.in_no_grad(holder):
+            return False
+        for ancestor in _ancestors(analysis, holder, holds_name):
+            kind = type(ancestor)
+            if kind is ast.Call:
+                callee = ancestor.func  # type: ignore[attr-defined]
+                name = analysis.call_name(ancestor) or ""  # type: ignore[arg-type]
                 if name.startswith(("torch.optim", "torch.nn.init", "torch.nn.Parameter")):
                     return False
-                if isinstance(callee, cst.Name) and callee.value in NON_GRAPH_CALLS:
+                if type(callee) is ast.Name and callee.id in NON_GRAPH_CALLS:
                     return False
                 return True
-            if isinstance(ancestor, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript)):
+            if kind is ast.BinOp or kind is ast.UnaryOp or kind is ast.Subscript:
                 return True
-            if isinstance(ancestor, cst.BaseSmallStatement):
+            if isinstance(ancestor, ast.stmt) and not isinstance(ancestor, _COMPOUND):
                 return False
         return False
+
+
+def _ancestors(analysis: Semantic, node: ast.AST, holds_name: bool) -> Iterator[ast.AST]:
+    """The ancestors of ``node``; of the name it holds (an attribute's, keyword's or
+    parameter's name, a LibCST ``Name``) when ``holds_name``: ``node`` comes first."""
+    if holds_name:
+        yield node
+    yield from analysis.ancestors(node)

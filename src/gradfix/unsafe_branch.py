@@ -20,7 +20,8 @@ This module answers three questions for both rules:
   the singular set (literal bounds are checked exactly; a bound that is not a literal is
   assumed to sit at the singular point). A mask about something else (padding,
   attention, labels) proves nothing about the input and is not reported.
-- **What is the fix?** :func:`guard` builds the "double where": the unsafe input is
+- **What is the fix?** (decided on `ast`, built with LibCST by the rules' fix builders)
+  :func:`guard` builds the "double where": the unsafe input is
   replaced by `torch.where(cond, x, torch.ones_like(x))` so that the discarded positions
   see a harmless value (1 for sqrt/log/reciprocal/pow, 0 for acos/asin/atanh) and the
   kept positions are untouched: forward values do not change.
@@ -28,14 +29,17 @@ This module answers three questions for both rules:
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeGuard, Union
 
 import libcst as cst
 
-from gradfix.analysis import FileAnalysis, argument, normalized_code
+from gradfix.edits import Editor
+from gradfix.semantic import Semantic
+from gradfix.semantic.syntax import argument, argument_values, normalized_code, source_children
 
 INF = math.inf
 
@@ -120,12 +124,12 @@ def singular_function_names() -> frozenset[str]:
 class UnsafeUse:
     """An unsafe call in the source: ``node`` applies ``function`` to ``argument``."""
 
-    node: cst.BaseExpression
-    argument: cst.BaseExpression
+    node: ast.expr
+    argument: ast.expr
     function: UnsafeFunction
 
 
-def power_function(exponent: cst.BaseExpression) -> UnsafeFunction | None:
+def power_function(exponent: ast.expr) -> UnsafeFunction | None:
     """What `x ** exponent` is unsafe at: None for 0, 1, 2, 3...; a tensor or unknown
     exponent counts as fractional (its gradient also needs `log(x)`)."""
     value = literal_number(exponent)
@@ -138,25 +142,26 @@ def power_function(exponent: cst.BaseExpression) -> UnsafeFunction | None:
     return UnsafeFunction("pow", _NONPOSITIVE if value < 1 else _NEGATIVE, 1)
 
 
-def unsafe_use(node: cst.CSTNode, analysis: FileAnalysis) -> UnsafeUse | None:
+def unsafe_use(node: ast.AST, analysis: Semantic) -> UnsafeUse | None:
     """The unsafe function ``node`` applies, if it is one (see the module docstring)."""
-    if isinstance(node, cst.BinaryOperation):
-        if isinstance(node.operator, cst.Power) and literal_number(node.left) is None:
-            function = power_function(node.right)
-            return UnsafeUse(node, node.left, function) if function else None
-        if isinstance(node.operator, cst.Divide) and literal_number(node.right) is None:
-            return UnsafeUse(node, node.right, DIVISION)
+    if type(node) is ast.BinOp:
+        op, left, right = type(node.op), node.left, node.right
+        if op is ast.Pow and literal_number(left) is None:
+            function = power_function(right)
+            return UnsafeUse(node, left, function) if function else None
+        if op is ast.Div and literal_number(right) is None:
+            return UnsafeUse(node, right, DIVISION)
         return None
-    if isinstance(node, cst.Call):
+    if type(node) is ast.Call:
         name = analysis.call_name(node)
         if name is not None:
             return _torch_function_use(node, name)
-        if isinstance(node.func, cst.Attribute):
+        if type(node.func) is ast.Attribute:
             return _method_use(node, node.func)
     return None
 
 
-def _torch_function_use(call: cst.Call, name: str) -> UnsafeUse | None:
+def _torch_function_use(call: ast.Call, name: str) -> UnsafeUse | None:
     head, _, short = name.rpartition(".")
     if head != "torch":
         return None
@@ -164,34 +169,38 @@ def _torch_function_use(call: cst.Call, name: str) -> UnsafeUse | None:
     if first is None:
         return None
     if short in ELEMENTWISE:
-        return UnsafeUse(call, first.value, ELEMENTWISE[short])
+        return UnsafeUse(call, first, ELEMENTWISE[short])
     second = argument(call, "exponent" if short in _POWER_NAMES else "other", 1)
     if second is None:
         return None
-    if short in _POWER_NAMES and literal_number(first.value) is None:
-        function = power_function(second.value)
-        return UnsafeUse(call, first.value, function) if function else None
-    if short in _DIVISION_NAMES and literal_number(second.value) is None:
+    if short in _POWER_NAMES and literal_number(first) is None:
+        function = power_function(second)
+        return UnsafeUse(call, first, function) if function else None
+    if short in _DIVISION_NAMES and literal_number(second) is None:
         if argument(call, "rounding_mode", None) is None:
-            return UnsafeUse(call, second.value, DIVISION)
+            return UnsafeUse(call, second, DIVISION)
     return None
 
 
-def _method_use(call: cst.Call, func: cst.Attribute) -> UnsafeUse | None:
-    method = func.attr.value
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    if method in ELEMENTWISE and not call.args:
+def _method_use(call: ast.Call, func: ast.Attribute) -> UnsafeUse | None:
+    method = func.attr
+    count = len(call.args) + len(call.keywords)
+    # the only argument, passed by position and not unpacked
+    single = call.args[0] if count == 1 and call.args else None
+    if single is not None and type(single) is ast.Starred:
+        single = None
+    if method in ELEMENTWISE and count == 0:
         return UnsafeUse(call, func.value, ELEMENTWISE[method])
-    if method in _POWER_NAMES and len(call.args) == 1 and positional:
-        function = power_function(positional[0].value)
+    if method in _POWER_NAMES and single is not None:
+        function = power_function(single)
         return UnsafeUse(call, func.value, function) if function else None
-    if method in _DIVISION_NAMES and len(call.args) == 1 and positional:
-        if literal_number(positional[0].value) is None:
-            return UnsafeUse(call, positional[0].value, DIVISION)
+    if method in _DIVISION_NAMES and single is not None:
+        if literal_number(single) is None:
+            return UnsafeUse(call, single, DIVISION)
     return None
 
 
-def unsafe_uses(expr: cst.CSTNode, analysis: FileAnalysis) -> list[UnsafeUse]:
+def unsafe_uses(expr: ast.AST, analysis: Semantic) -> list[UnsafeUse]:
     """The unsafe calls inside ``expr``, in source order (not inside lambdas or
     comprehensions, which run elsewhere)."""
     found: list[UnsafeUse] = []
@@ -202,44 +211,61 @@ def unsafe_uses(expr: cst.CSTNode, analysis: FileAnalysis) -> list[UnsafeUse]:
     return found
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        if not isinstance(child, (cst.Lambda, cst.BaseComp, cst.FunctionDef)):
-            yield from _walk(child)
+_ELSEWHERE = (
+    ast.Lambda,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+)
+
+
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and its descendants in source order, not entering code that runs
+    elsewhere (lambdas, comprehensions)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        children = source_children(current)
+        stack.extend(c for c in reversed(children) if not isinstance(c, _ELSEWHERE))
 
 
 # -- numbers ---------------------------------------------------------------------------------
 
 
-def literal_number(expr: cst.BaseExpression) -> float | None:
+def literal_number(expr: ast.AST) -> float | None:
     """The value of a numeric literal expression (`0.5`, `-1`, `1 / 3`, `(1/2.4)`)."""
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return float(expr.evaluated_value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        inner = literal_number(expr.expression)
+    if type(expr) is ast.Constant:
+        value = expr.value
+        return float(value) if type(value) is int or type(value) is float else None
+    if type(expr) is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
+        inner = literal_number(expr.operand)
         if inner is None:
             return None
-        return -inner if isinstance(expr.operator, cst.Minus) else inner
-    if isinstance(expr, cst.BinaryOperation):
+        return -inner if type(expr.op) is ast.USub else inner
+    if type(expr) is ast.BinOp:
         left, right = literal_number(expr.left), literal_number(expr.right)
         if left is None or right is None:
             return None
-        return _arithmetic(expr.operator, left, right)
+        return _arithmetic(expr.op, left, right)
     return None
 
 
-def _arithmetic(operator: cst.BaseBinaryOp, left: float, right: float) -> float | None:
+def _arithmetic(operator: ast.operator, left: float, right: float) -> float | None:
+    op = type(operator)
     try:
-        if isinstance(operator, cst.Add):
+        if op is ast.Add:
             return left + right
-        if isinstance(operator, cst.Subtract):
+        if op is ast.Sub:
             return left - right
-        if isinstance(operator, cst.Multiply):
+        if op is ast.Mult:
             return left * right
-        if isinstance(operator, cst.Divide):
+        if op is ast.Div:
             return left / right
-        if isinstance(operator, cst.Power):
+        if op is ast.Pow:
             value = left**right
             return value if isinstance(value, float) else None
     except (ZeroDivisionError, OverflowError):
@@ -249,13 +275,13 @@ def _arithmetic(operator: cst.BaseBinaryOp, left: float, right: float) -> float 
 
 # -- conditions ------------------------------------------------------------------------------
 
-_COMPARISONS = {
-    cst.LessThan: "<",
-    cst.LessThanEqual: "<=",
-    cst.GreaterThan: ">",
-    cst.GreaterThanEqual: ">=",
-    cst.Equal: "==",
-    cst.NotEqual: "!=",
+_COMPARISONS: dict[type[ast.cmpop], str] = {
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
 }
 _COMPARISON_FUNCTIONS = {
     "lt": "<", "less": "<", "le": "<=", "less_equal": "<=", "gt": ">", "greater": ">",
@@ -273,10 +299,10 @@ class ValueTest:
     """``left op right`` evaluated at ``at``; a side that is not a number may be tied to
     the unsafe input."""
 
-    left: cst.BaseExpression
+    left: ast.expr
     op: str
-    right: cst.BaseExpression
-    at: cst.CSTNode
+    right: ast.expr
+    at: ast.AST
 
 
 @dataclass(frozen=True)
@@ -302,28 +328,40 @@ class Opaque:
 Condition = Union[ValueTest, Not, All, AnyOf, Opaque]
 
 
-def parse_condition(
-    expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis, depth: int = 0
-) -> Condition:
+def _is_invert(expr: ast.AST) -> TypeGuard[ast.UnaryOp]:
+    return type(expr) is ast.UnaryOp and type(expr.op) is ast.Invert
+
+
+def _binary(expr: ast.AST, *ops: type[ast.operator]) -> TypeGuard[ast.BinOp]:
+    return type(expr) is ast.BinOp and type(expr.op) in ops
+
+
+def _positional(call: ast.Call) -> list[ast.expr]:
+    """The values passed by position, without ``*unpacking``."""
+    return [a for a in call.args if type(a) is not ast.Starred]
+
+
+def parse_condition(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int = 0) -> Condition:
     """Read a bool (or 0/1) tensor expression, following names to their bindings."""
     if depth > 8:
         return Opaque()
     recurse = lambda e, where=at: parse_condition(e, where, analysis, depth + 1)  # noqa: E731
-    if isinstance(expr, cst.Comparison):
+    if type(expr) is ast.Compare:
         return _parse_comparison(expr, at, analysis, depth)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
-        return Not(recurse(expr.expression))
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, cst.BitAnd):
+    if _is_invert(expr):
+        return Not(recurse(expr.operand))
+    if type(expr) is ast.BinOp:
+        op = type(expr.op)
+        if op is ast.BitAnd:
             return All((recurse(expr.left), recurse(expr.right)))
-        if isinstance(expr.operator, cst.BitOr):
+        if op is ast.BitOr:
             return AnyOf((recurse(expr.left), recurse(expr.right)))
-        if isinstance(expr.operator, cst.Subtract) and literal_number(expr.left) == 1.0:
+        if op is ast.Sub and literal_number(expr.left) == 1.0:
             return Not(recurse(expr.right))  # 1 - mask
         return Opaque()
-    if isinstance(expr, cst.Call):
+    if type(expr) is ast.Call:
         return _parse_condition_call(expr, at, analysis, depth)
-    if isinstance(expr, cst.Name):
+    if type(expr) is ast.Name:
         binding = analysis.reaching_binding(expr, at)
         if binding and binding.kind == "assign" and binding.value is not None:
             if binding.unpack_index is None:
@@ -331,13 +369,11 @@ def parse_condition(
     return Opaque()
 
 
-def _parse_comparison(
-    expr: cst.Comparison, at: cst.CSTNode, analysis: FileAnalysis, depth: int
-) -> Condition:
-    operands = [expr.left] + [target.comparator for target in expr.comparisons]
+def _parse_comparison(expr: ast.Compare, at: ast.AST, analysis: Semantic, depth: int) -> Condition:
+    operands = [expr.left, *expr.comparators]
     parts: list[Condition] = []
-    for index, target in enumerate(expr.comparisons):
-        op = _COMPARISONS.get(type(target.operator))
+    for index, operator in enumerate(expr.ops):
+        op = _COMPARISONS.get(type(operator))
         if op is None:
             return Opaque()
         parts.append(_comparison(operands[index], op, operands[index + 1], at, analysis, depth))
@@ -345,12 +381,7 @@ def _parse_comparison(
 
 
 def _comparison(
-    left: cst.BaseExpression,
-    op: str,
-    right: cst.BaseExpression,
-    at: cst.CSTNode,
-    analysis: FileAnalysis,
-    depth: int,
+    left: ast.expr, op: str, right: ast.expr, at: ast.AST, analysis: Semantic, depth: int
 ) -> Condition:
     """``left op right``; `mask > 0` on a 0/1 mask reads as the mask's own condition."""
     if literal_number(left) is not None:
@@ -376,12 +407,10 @@ def _mask_comparison(op: str, bound: float) -> bool | None:
     return None
 
 
-def _parse_condition_call(
-    call: cst.Call, at: cst.CSTNode, analysis: FileAnalysis, depth: int
-) -> Condition:
+def _parse_condition_call(call: ast.Call, at: ast.AST, analysis: Semantic, depth: int) -> Condition:
     name = analysis.call_name(call)
     func = call.func
-    args = [a.value for a in call.args if a.keyword is None and not a.star]
+    args = _positional(call)
     if name is not None and name.startswith("torch."):
         short = name[len("torch.") :]
         if short in _COMPARISON_FUNCTIONS and len(args) == 2:
@@ -392,8 +421,8 @@ def _parse_condition_call(
             parts = tuple(parse_condition(a, at, analysis, depth + 1) for a in args)
             return All(parts) if short == "logical_and" else AnyOf(parts)
         return Opaque()
-    if name is None and isinstance(func, cst.Attribute):
-        method, receiver = func.attr.value, func.value
+    if name is None and type(func) is ast.Attribute:
+        method, receiver = func.attr, func.value
         if method in _COMPARISON_FUNCTIONS and len(args) == 1:
             op = _COMPARISON_FUNCTIONS[method]
             return _comparison(receiver, op, args[0], at, analysis, depth)
@@ -447,20 +476,21 @@ class _Tie:
     op: str
 
 
-def _peel(expr: cst.BaseExpression, analysis: FileAnalysis) -> tuple[cst.BaseExpression, str]:
+def _peel(expr: ast.expr, analysis: Semantic) -> tuple[ast.expr, str]:
     """``x.abs()`` / ``torch.abs(x)`` / ``abs(x)`` -> (x, "abs"); ``-x`` -> (x, "neg")."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        return expr.expression, "neg"
-    if isinstance(expr, cst.Call):
+    if type(expr) is ast.UnaryOp and type(expr.op) is ast.USub:
+        return expr.operand, "neg"
+    if type(expr) is ast.Call:
         func = expr.func
         name = analysis.call_name(expr)
-        if name in ("torch.abs", "torch.absolute") and len(expr.args) == 1:
-            return expr.args[0].value, "abs"
-        if isinstance(func, cst.Name) and func.value == "abs" and not analysis.bindings(func):
-            if len(expr.args) == 1:
-                return expr.args[0].value, "abs"
-        if name is None and isinstance(func, cst.Attribute) and not expr.args:
-            if func.attr.value in ("abs", "absolute"):
+        values = argument_values(expr)
+        if name in ("torch.abs", "torch.absolute") and len(values) == 1:
+            return values[0], "abs"
+        if type(func) is ast.Name and func.id == "abs" and not analysis.bindings(func):
+            if len(values) == 1:
+                return values[0], "abs"
+        if name is None and type(func) is ast.Attribute and not values:
+            if func.attr in ("abs", "absolute"):
                 return func.value, "abs"
     return expr, "id"
 
@@ -474,11 +504,7 @@ def _apply(transform: str, value: float) -> float:
 
 
 def same_value(
-    first: cst.BaseExpression,
-    first_at: cst.CSTNode,
-    second: cst.BaseExpression,
-    second_at: cst.CSTNode,
-    analysis: FileAnalysis,
+    first: ast.expr, first_at: ast.AST, second: ast.expr, second_at: ast.AST, analysis: Semantic
 ) -> bool:
     """The two expressions are spelled alike and each name in them is the same binding."""
     if normalized_code(first) != normalized_code(second):
@@ -491,20 +517,12 @@ def same_value(
     return True
 
 
-def _names(expr: cst.CSTNode) -> list[cst.Name]:
+def _names(expr: ast.AST) -> list[ast.Name]:
     """The names an expression reads (not attribute names or keywords)."""
-    found: list[cst.Name] = []
-    for node in _walk(expr):
-        if isinstance(node, cst.Name):
-            found.append(node)
-    attribute_names = {id(n.attr) for n in _walk(expr) if isinstance(n, cst.Attribute)}
-    keywords = {id(a.keyword) for a in _walk(expr) if isinstance(a, cst.Arg) and a.keyword}
-    return [n for n in found if id(n) not in attribute_names and id(n) not in keywords]
+    return [node for node in _walk(expr) if type(node) is ast.Name]
 
 
-def _tie(
-    test: ValueTest, use: UnsafeUse, use_at: cst.CSTNode, analysis: FileAnalysis
-) -> _Tie | None:
+def _tie(test: ValueTest, use: UnsafeUse, use_at: ast.AST, analysis: Semantic) -> _Tie | None:
     """The tested side is the left one (`x > eps`; literals were moved to the right): with
     two tensors, `x.abs() < eps` tests `x`, not the threshold `eps`."""
     base, used = _peel(use.argument, analysis)
@@ -518,8 +536,8 @@ def discards_singular_inputs(
     condition: Condition,
     kept_when: bool,
     use: UnsafeUse,
-    use_at: cst.CSTNode,
-    analysis: FileAnalysis,
+    use_at: ast.AST,
+    analysis: Semantic,
 ) -> bool:
     """Some position the condition discards (where it is ``not kept_when``) can feed
     ``use`` a singular input. Needs a test tied to the input (the precision rule)."""
@@ -574,49 +592,84 @@ def _evaluate(
 
 
 @dataclass(frozen=True)
+class Spelled:
+    """The condition as written at ``expr``, its parentheses stripped when ``strip``."""
+
+    expr: ast.expr
+    strip: bool = True
+
+
+@dataclass(frozen=True)
+class Negated:
+    """``~inner``."""
+
+    inner: Selector
+
+
+@dataclass(frozen=True)
+class Positive:
+    """``name > 0``: a float mask selected by its own values."""
+
+    name: ast.Name
+
+
+#: How a fix spells the bool expression that selects where a mask is 1; decided on `ast`,
+#: spelled in LibCST by :func:`selector_node`.
+Selector = Union[Spelled, Negated, Positive]
+
+
+def selector_expression(selector: Selector) -> ast.expr:
+    """The source expression a selector reads (its names and calls)."""
+    while isinstance(selector, Negated):
+        selector = selector.inner
+    return selector.expr if isinstance(selector, Spelled) else selector.name
+
+
+def selector_node(selector: Selector, editor: Editor) -> cst.BaseExpression:
+    """The LibCST expression of ``selector`` in the file ``editor`` fixes."""
+    if isinstance(selector, Spelled):
+        node = expression_node(editor, selector.expr)
+        return strip_parens(node) if selector.strip else node
+    if isinstance(selector, Negated):
+        return negated(selector_node(selector.inner, editor))
+    name = expression_node(editor, selector.name)
+    return cst.Comparison(name, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])
+
+
+@dataclass(frozen=True)
 class Mask:
     """A 0/1 mask tensor and a bool expression that selects where it is 1."""
 
     condition: Condition
-    selector: cst.BaseExpression  # valid at the use site, for `torch.where(selector, ...)`
+    selector: Selector  # valid at the use site, for `torch.where(selector, ...)`
     is_bool: bool
 
 
-def resolve_mask(
-    expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis, depth: int = 0
-) -> Mask | None:
+def resolve_mask(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int = 0) -> Mask | None:
     """``expr`` provably holds 0/1 values: a comparison (bool), a conversion of one
     (`(x < 0.003).float()`), or a name bound to one of these."""
     if depth > 8:
         return None
     if _is_bool_expression(expr, analysis):
         condition = parse_condition(expr, at, analysis, depth + 1)
-        return Mask(condition, strip_parens(expr), is_bool=True)
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        if analysis.call_name(expr) is None and expr.func.attr.value in _MASK_CONVERSIONS:
+        return Mask(condition, Spelled(expr), is_bool=True)
+    if type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        method = expr.func.attr
+        if analysis.call_name(expr) is None and method in _MASK_CONVERSIONS:
             inner = resolve_mask(expr.func.value, at, analysis, depth + 1)
             if inner is None:
                 return None
-            return Mask(inner.condition, inner.selector, expr.func.attr.value == "bool")
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+            return Mask(inner.condition, inner.selector, method == "bool")
+    if _binary(expr, ast.Sub):
         inner = resolve_mask(expr.right, at, analysis, depth + 1)
         if literal_number(expr.left) == 1.0 and inner is not None:
-            return Mask(Not(inner.condition), negated(inner.selector), is_bool=False)
-    if isinstance(expr, cst.Name):
+            return Mask(Not(inner.condition), Negated(inner.selector), is_bool=False)
+    if type(expr) is ast.Name:
         return _resolve_mask_name(expr, at, analysis, depth)
     return None
 
 
-def negated(selector: cst.BaseExpression) -> cst.BaseExpression:
-    """``~selector``, parenthesised when it is an operation (`~(x < 0.003)`)."""
-    if not isinstance(selector, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-        selector = selector.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.UnaryOperation(cst.BitInvert(), selector)
-
-
-def _resolve_mask_name(
-    name: cst.Name, at: cst.CSTNode, analysis: FileAnalysis, depth: int
-) -> Mask | None:
+def _resolve_mask_name(name: ast.Name, at: ast.AST, analysis: Semantic, depth: int) -> Mask | None:
     binding = analysis.reaching_binding(name, at)
     if binding is None or binding.kind != "assign" or binding.value is None:
         return None
@@ -626,16 +679,16 @@ def _resolve_mask_name(
     if inner is None:
         return None
     if inner.is_bool:
-        return Mask(inner.condition, name, is_bool=True)
+        return Mask(inner.condition, Spelled(name, strip=False), is_bool=True)
     # A float mask: select with the comparison it was built from, when its names still
     # mean the same here; otherwise compare the mask itself.
     selector = inner.selector
-    if not _means_the_same_at(selector, at, analysis):
-        selector = cst.Comparison(name, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])
+    if not _means_the_same_at(selector_expression(selector), at, analysis):
+        selector = Positive(name)
     return Mask(inner.condition, selector, is_bool=False)
 
 
-def _means_the_same_at(expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis) -> bool:
+def _means_the_same_at(expr: ast.expr, at: ast.AST, analysis: Semantic) -> bool:
     scope = analysis.scope_of(at)
     for name in _names(expr):
         if analysis.scope_of(name) is not scope:
@@ -645,60 +698,53 @@ def _means_the_same_at(expr: cst.BaseExpression, at: cst.CSTNode, analysis: File
     return True
 
 
-def _is_bool_expression(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
+def _is_bool_expression(expr: ast.expr, analysis: Semantic) -> bool:
     """A comparison or a logical combination of comparisons (always a bool tensor)."""
-    if isinstance(expr, cst.Comparison):
+    if type(expr) is ast.Compare:
         return True
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
-        return _is_bool_expression(expr.expression, analysis)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.BitAnd, cst.BitOr)):
-        return _is_bool_expression(expr.left, analysis) and _is_bool_expression(
-            expr.right, analysis
-        )
-    if isinstance(expr, cst.Call):
+    if _is_invert(expr):
+        return _is_bool_expression(expr.operand, analysis)
+    if _binary(expr, ast.BitAnd, ast.BitOr):
+        left, right = expr.left, expr.right
+        return _is_bool_expression(left, analysis) and _is_bool_expression(right, analysis)
+    if type(expr) is ast.Call:
         name = analysis.call_name(expr)
         short = name[len("torch.") :] if name and name.startswith("torch.") else None
-        if name is None and isinstance(expr.func, cst.Attribute):
-            short = expr.func.attr.value
+        if name is None and type(expr.func) is ast.Attribute:
+            short = expr.func.attr
         return short in _COMPARISON_FUNCTIONS or short in (
             "logical_not", "logical_and", "logical_or", "isfinite", "isnan", "isinf"
         )  # fmt: skip
     return False
 
 
-def complement_of(
-    expr: cst.BaseExpression, mask_expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis
-) -> bool:
+def complement_of(expr: ast.expr, mask_expr: ast.expr, at: ast.AST, analysis: Semantic) -> bool:
     """``expr`` is `1 - mask`, `~mask`, `mask.logical_not()`, `torch.logical_not(mask)`
     (possibly converted: `(~mask).float()`)."""
-    expr = strip_parens(expr)
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        method = expr.func.attr.value
+    if type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        method, receiver = expr.func.attr, expr.func.value
         if analysis.call_name(expr) is None and method in _MASK_CONVERSIONS:
-            return complement_of(expr.func.value, mask_expr, at, analysis)
-        if method == "logical_not" and not expr.args:
-            return same_value(expr.func.value, at, mask_expr, at, analysis)
+            return complement_of(receiver, mask_expr, at, analysis)
+        if method == "logical_not" and not argument_values(expr):
+            return same_value(receiver, at, mask_expr, at, analysis)
     if _negates(expr, mask_expr, at, analysis):
         return True
-    inner: cst.BaseExpression | None = None
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+    inner: ast.expr | None = None
+    if _binary(expr, ast.Sub):
         if literal_number(expr.left) == 1.0:
             inner = expr.right
-    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
-        inner = expr.expression
-    elif isinstance(expr, cst.Call) and analysis.call_name(expr) == "torch.logical_not":
-        inner = expr.args[0].value if len(expr.args) == 1 else None
-    return inner is not None and same_value(
-        strip_parens(inner), at, strip_parens(mask_expr), at, analysis
-    )
+    elif _is_invert(expr):
+        inner = expr.operand
+    elif type(expr) is ast.Call and analysis.call_name(expr) == "torch.logical_not":
+        values = argument_values(expr)
+        inner = values[0] if len(values) == 1 else None
+    return inner is not None and same_value(inner, at, mask_expr, at, analysis)
 
 
 _COMPLEMENTARY = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
 
 
-def _negates(
-    expr: cst.BaseExpression, mask_expr: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis
-) -> bool:
+def _negates(expr: ast.expr, mask_expr: ast.expr, at: ast.AST, analysis: Semantic) -> bool:
     """Two masks built from complementary comparisons (`x < c` and `x >= c`)."""
     mask, other = resolve_mask(mask_expr, at, analysis), resolve_mask(expr, at, analysis)
     if mask is None or other is None:
@@ -714,12 +760,12 @@ def _negates(
 
 
 def indirect_unsafe_uses(
-    branch: cst.BaseExpression, at: cst.CSTNode, analysis: FileAnalysis
-) -> Iterator[tuple[UnsafeUse, cst.CSTNode]]:
+    branch: ast.expr, at: ast.AST, analysis: Semantic
+) -> Iterator[tuple[UnsafeUse, ast.AST]]:
     """Unsafe uses bound to a name that the branch multiplies (`s` in
     `torch.where(d > 0, s, 0)` after `s = torch.sqrt(d)`), with the binding statement."""
-    for factor in factors(strip_parens(branch)):
-        if not isinstance(factor, cst.Name):
+    for factor in factors(branch):
+        if type(factor) is not ast.Name:
             continue
         binding = analysis.reaching_binding(factor, at)
         if binding is None or binding.kind != "assign" or binding.value is None:
@@ -732,18 +778,38 @@ def indirect_unsafe_uses(
 # -- products --------------------------------------------------------------------------------
 
 
-def factors(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+def factors(expr: ast.expr) -> list[ast.expr]:
     """The multiplicative factors of a product (`a * b / c` -> a, b; not the divisor)."""
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, cst.Multiply):
-            return factors(expr.left) + factors(expr.right)
-        if isinstance(expr.operator, cst.Divide):
-            return factors(expr.left)
+    if _binary(expr, ast.Mult):
+        return factors(expr.left) + factors(expr.right)
+    if _binary(expr, ast.Div):
+        return factors(expr.left)
     return [expr]
 
 
+def branch_without(product: ast.expr, factor: ast.expr) -> ast.expr:
+    """``product`` with the factor ``factor`` (a node inside it) taken out: the branch a
+    mask weights, for the analysis (:func:`without_factor` builds it for the fix)."""
+    if product is factor or type(product) is not ast.BinOp:
+        return ast.Constant(1)
+    left, right = product.left, product.right
+    if type(product.op) is ast.Mult:
+        if left is factor:
+            return right
+        if right is factor:
+            return left
+    if _contains(left, factor):
+        return ast.BinOp(branch_without(left, factor), product.op, right)
+    return ast.BinOp(left, product.op, branch_without(right, factor))
+
+
+def _contains(tree: ast.AST, node: ast.AST) -> bool:
+    return any(n is node for n in _walk(tree))
+
+
 def without_factor(product: cst.BaseExpression, factor: cst.BaseExpression) -> cst.BaseExpression:
-    """``product`` with the factor ``factor`` (a node inside it) taken out."""
+    """``product`` with the factor ``factor`` (a node inside it) taken out, its layout
+    kept (:func:`branch_without` on LibCST)."""
     if product is factor or not isinstance(product, cst.BinaryOperation):
         return cst.Integer("1")
     left, right = product.left, product.right
@@ -752,16 +818,24 @@ def without_factor(product: cst.BaseExpression, factor: cst.BaseExpression) -> c
             return right
         if right is factor:
             return left
-    if _contains(left, factor):
+    if _cst_contains(left, factor):
         return product.with_changes(left=without_factor(left, factor))
     return product.with_changes(right=without_factor(right, factor))
 
 
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(n is node for n in _walk(tree))
+def _cst_contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return tree is node or any(_cst_contains(child, node) for child in tree.children)
 
 
 # -- fixing ----------------------------------------------------------------------------------
+
+
+def expression_node(editor: Editor, node: ast.expr) -> cst.BaseExpression:
+    """The LibCST expression at ``node``'s range (LookupError: none, so no fix)."""
+    found = editor.node(node)
+    if not isinstance(found, cst.BaseExpression):
+        raise LookupError(f"{type(found).__name__} is not an expression")
+    return found
 
 
 def strip_parens(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -774,38 +848,29 @@ def strip_parens(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr.with_changes(lpar=[], rpar=[])
 
 
+def negated(selector: cst.BaseExpression) -> cst.BaseExpression:
+    """``~selector``, parenthesised when it is an operation (`~(x < 0.003)`)."""
+    if not isinstance(selector, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        selector = selector.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(cst.BitInvert(), selector)
+
+
 def guard(
-    use: UnsafeUse, selector: cst.BaseExpression, kept_when: bool, analysis: FileAnalysis
+    argument: cst.BaseExpression,
+    function: UnsafeFunction,
+    selector: cst.BaseExpression,
+    kept_when: bool,
+    editor: Editor,
 ) -> cst.Call:
-    """The unsafe input with a harmless value where the branch is discarded:
+    """The unsafe input ``argument`` with a harmless value where the branch is discarded:
     `torch.where(cond, x, torch.ones_like(x))` (kept where cond) or
     `torch.where(cond, torch.ones_like(x), x)` (kept where not cond)."""
-    value = strip_parens(use.argument)
-    like = "ones_like" if use.function.safe_value == 1 else "zeros_like"
-    harmless = cst.Call(analysis.torch_attr(like), [cst.Arg(value)])
+    value = strip_parens(argument)
+    like = "ones_like" if function.safe_value == 1 else "zeros_like"
+    harmless = cst.Call(editor.torch_attr(like), [cst.Arg(value)])
     kept, discarded = (value, harmless) if kept_when else (harmless, value)
     arguments = [cst.Arg(strip_parens(selector)), cst.Arg(kept), cst.Arg(discarded)]
-    return cst.Call(analysis.torch_attr("where"), arguments)
-
-
-class _ReplaceNodes(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.replacements = replacements
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        return self.replacements.get(id(original_node), updated_node)
-
-
-def replace_nodes(
-    tree: cst.BaseExpression, replacements: dict[int, cst.BaseExpression]
-) -> cst.BaseExpression:
-    """``tree`` with the nodes whose ``id`` is a key replaced (original nodes of ``tree``)."""
-    if id(tree) in replacements:
-        return replacements[id(tree)]
-    result = tree.visit(_ReplaceNodes(replacements))
-    assert isinstance(result, cst.BaseExpression)
-    return result
+    return cst.Call(editor.torch_attr("where"), arguments)
 
 
 #: Random or stateful torch functions: a condition calling them cannot be evaluated twice.
@@ -820,10 +885,10 @@ _PURE_METHODS = frozenset(
 ) | frozenset(_COMPARISON_FUNCTIONS)
 
 
-def is_pure(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
+def is_pure(expr: ast.expr, analysis: Semantic) -> bool:
     """Evaluating ``expr`` twice gives the same value (no random or unknown calls)."""
     for node in _walk(expr):
-        if not isinstance(node, cst.Call):
+        if type(node) is not ast.Call:
             continue
         name = analysis.call_name(node)
         if name is not None:
@@ -831,9 +896,9 @@ def is_pure(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
                 return False
             continue
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _PURE_METHODS:
+        if type(func) is ast.Attribute and func.attr in _PURE_METHODS:
             continue
-        if isinstance(func, cst.Name) and func.value == "abs" and not analysis.bindings(func):
+        if type(func) is ast.Name and func.id == "abs" and not analysis.bindings(func):
             continue
         return False
     return True
@@ -843,11 +908,11 @@ def is_pure(expr: cst.BaseExpression, analysis: FileAnalysis) -> bool:
 
 
 def singular_uses(
-    branch: cst.BaseExpression,
+    branch: ast.expr,
     kept_when: bool,
     condition: Condition,
-    node: cst.CSTNode,
-    analysis: FileAnalysis,
+    node: ast.AST,
+    analysis: Semantic,
 ) -> list[UnsafeUse]:
     """Unsafe uses in ``branch`` (kept where ``condition`` is ``kept_when``) that see a
     singular input where the branch is discarded; none unless the branch requires grad."""
@@ -861,11 +926,11 @@ def singular_uses(
 
 
 def singular_indirect(
-    branch: cst.BaseExpression,
+    branch: ast.expr,
     kept_when: bool,
     condition: Condition,
-    node: cst.CSTNode,
-    analysis: FileAnalysis,
+    node: ast.AST,
+    analysis: Semantic,
 ) -> bool:
     """Like :func:`singular_uses`, through names bound earlier (reported without a fix)."""
     if not analysis.requires_grad(branch, node):

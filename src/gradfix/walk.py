@@ -19,7 +19,7 @@ import ast
 import functools
 import inspect
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 from libcst._typed_visitor import CSTTypedVisitorFunctions
@@ -214,48 +214,84 @@ def walk_ast_batched(
     tree: ast.AST,
     visitors: Sequence[object],
     on_error: Callable[[object, Exception], None] | None = None,
+    *,
+    order: Mapping[ast.AST, int] | None = None,
+    last: Mapping[ast.AST, int] | None = None,
 ) -> None:
     """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
     calling each visitor's own ``visit_<Type>`` before a node's children and
     ``leave_<Type>`` after them. A visitor that raises is handed to ``on_error`` (when
-    given) and visits nothing more; the others go on."""
-    live = list(visitors)
-    visits: dict[type, list[Callable[[ast.AST], object]]] = {}
-    leaves: dict[type, list[Callable[[ast.AST], object]]] = {}
+    given) and visits nothing more; the others go on.
 
-    def handlers(table: dict[type, list[Callable[[ast.AST], object]]], prefix: str, kind: type):
-        found = table.get(kind)
-        if found is None:
-            name = prefix + kind.__name__
-            found = table[kind] = [
-                getattr(visitor, name) for visitor in live if hasattr(type(visitor), name)
-            ]
+    ``order`` (every node of ``tree`` -> its pre-order index, in pre-order) and ``last``
+    (node -> the index of the last node of its subtree) come from the analysis's one
+    traversal (:class:`gradfix.semantic.Semantic`): the walk then only reads that list
+    instead of traversing the tree again. Without them the tree is traversed."""
+    if order is None or last is None:
+        order, last = _pre_order(tree)
+    live = list(visitors)
+    visits: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
+    leaves: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
+
+    def handlers(
+        table: dict[type, tuple[Callable[[ast.AST], object], ...]], prefix: str, kind: type
+    ):  # type: ignore[no-untyped-def]
+        name = prefix + kind.__name__
+        found = table[kind] = tuple(
+            getattr(visitor, name) for visitor in live if hasattr(type(visitor), name)
+        )
         return found
 
-    def call(
-        table: dict[type, list[Callable[[ast.AST], object]]], prefix: str, node: ast.AST
-    ) -> None:
-        for handler in handlers(table, prefix, type(node)):
+    def call(found: tuple[Callable[[ast.AST], object], ...], node: ast.AST) -> None:
+        for handler in found:
+            visitor = handler.__self__  # type: ignore[attr-defined]
+            if visitor not in live:
+                continue  # raised earlier in this very dispatch
             try:
                 handler(node)
             except Exception as error:
                 if on_error is None:
                     raise
-                visitor = handler.__self__  # type: ignore[attr-defined]
-                if visitor in live:
-                    on_error(visitor, error)
-                    live.remove(visitor)
+                on_error(visitor, error)
+                live.remove(visitor)
                 visits.clear()  # rebuilt without it
                 leaves.clear()
 
-    # An explicit stack: deep expression nests must not hit the recursion limit.
+    open_nodes: list[ast.AST] = []  # nodes whose ``leave_`` is due after their subtree
+    for index, node in enumerate(order):
+        while open_nodes and last[open_nodes[-1]] < index:
+            done = open_nodes.pop()
+            kind = type(done)
+            call(leaves[kind] if kind in leaves else handlers(leaves, "leave_", kind), done)
+        kind = type(node)
+        found = visits[kind] if kind in visits else handlers(visits, "visit_", kind)
+        if found:
+            call(found, node)
+        ending = leaves[kind] if kind in leaves else handlers(leaves, "leave_", kind)
+        if ending:
+            open_nodes.append(node)
+    while open_nodes:
+        done = open_nodes.pop()
+        call(
+            leaves[type(done)] if type(done) in leaves else handlers(leaves, "leave_", type(done)),
+            done,
+        )
+
+
+def _pre_order(tree: ast.AST) -> tuple[dict[ast.AST, int], dict[ast.AST, int]]:
+    """Every node -> its pre-order index (in source order), and -> the last index of its
+    subtree: what :func:`walk_ast_batched` walks when no analysis gives it."""
+    from gradfix.semantic.syntax import source_children
+
+    order: dict[ast.AST, int] = {}
+    last: dict[ast.AST, int] = {}
     stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    iter_children = ast.iter_child_nodes
     while stack:
         node, leaving = stack.pop()
         if leaving:
-            call(leaves, "leave_", node)
+            last[node] = len(order) - 1
             continue
-        call(visits, "visit_", node)
+        order[node] = len(order)
         stack.append((node, True))
-        stack.extend((child, False) for child in reversed(list(iter_children(node))))
+        stack.extend((child, False) for child in reversed(source_children(node)))
+    return order, last

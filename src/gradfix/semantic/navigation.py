@@ -50,6 +50,17 @@ class Navigation:
         self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
         self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node
 
+    @property
+    def order(self) -> dict[ast.AST, int]:
+        """Every node -> its pre-order index in source order; iterates in pre-order (the
+        rules' walk reads it instead of traversing the tree again)."""
+        return self._order
+
+    @property
+    def last(self) -> dict[ast.AST, int]:
+        """Every node -> the pre-order index of the last node of its subtree."""
+        return self._last
+
     if TYPE_CHECKING:  # answered by the other mixins of ``Semantic``
 
         def qualified_name(self, expr: ast.AST) -> str | None: ...

@@ -1,0 +1,116 @@
+"""GF301 masked-unsafe-branch and GF302 where-unsafe-branch: cases beyond the embedded
+examples and fixtures."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
+from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
+from gradfix.engine import lint_source
+
+
+def run(code: str, rule: type) -> tuple[list[str], str]:
+    source = textwrap.dedent(code).lstrip("\n")
+    result = lint_source(source, rules=[rule], fix=True, unsafe_fixes=True)
+    assert not result.crashes
+    return [f.code for f in result.findings], result.source
+
+
+def test_parenthesized_mask_name_is_the_mask() -> None:
+    # The LibCST version analysed a copy of `(m)` without its parentheses; the copy was
+    # outside the tree, so `m` was looked up at module level and the blend was missed.
+    codes, fixed = run(
+        """
+        import torch
+
+        def signed_sqrt(x, eps):
+            m = x.abs() < eps
+            return (m) * x + (~m) * x.abs() ** 0.5
+
+
+        signed_sqrt(torch.rand(4, requires_grad=True), 0.1)
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert (
+        "return torch.where((m), x, torch.where(m, torch.ones_like(x.abs()), x.abs()) ** 0.5)"
+        in fixed
+    )
+
+
+def test_parenthesized_branch_name_is_followed_to_its_binding() -> None:
+    # Same copy: `(s)` was looked up at module level, and `s = torch.sqrt(d)` was missed.
+    codes, fixed = run(
+        """
+        import torch
+
+        def root(d):
+            s = torch.sqrt(d)
+            return torch.where(d > 0, (s), 0)
+
+
+        root(torch.rand(4, requires_grad=True))
+        """,
+        WhereUnsafeBranch,
+    )
+    assert codes == ["GF302"]
+    assert "torch.where(d > 0, (s), 0)" in fixed  # reported without a fix
+
+
+def test_module_level_name_of_the_same_spelling_is_not_the_local_mask() -> None:
+    codes, _ = run(
+        """
+        import torch
+
+        m = torch.rand(4) > 2
+
+        def signed_sqrt(x, eps):
+            return (m) * x + (~m) * x.abs() ** 0.5
+
+
+        signed_sqrt(torch.rand(4, requires_grad=True), 0.1)
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == []  # `m` tests something else than `x`
+
+
+def test_float_mask_whose_comparison_was_rebound_selects_with_its_values() -> None:
+    codes, fixed = run(
+        """
+        import torch
+
+        def blend(x, t):
+            m = (x < t).float()
+            t = t * 2
+            return m * x + (1 - m) * x ** 0.5
+
+
+        blend(torch.rand(4, requires_grad=True), 0.5)
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert "return torch.where(m > 0, x, torch.where(m > 0, torch.ones_like(x), x) ** 0.5)" in fixed
+
+
+def test_complement_mask_name_selects_with_the_negated_comparison() -> None:
+    codes, fixed = run(
+        """
+        import torch
+
+        def blend(x):
+            m = (x < 0.5).float()
+            n = 1 - m
+            return n * torch.sqrt(x) + (1 - n) * x
+
+
+        blend(torch.rand(4, requires_grad=True))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    guarded = "torch.sqrt(torch.where(~(x < 0.5), x, torch.ones_like(x)))"
+    assert f"return torch.where(~(x < 0.5), {guarded}, x)" in fixed
