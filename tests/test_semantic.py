@@ -589,3 +589,52 @@ def test_statements_methods_and_async_definitions() -> None:
     assert analysis.in_no_grad(attribute)
     binding = analysis.reaching_binding(find(tree, ast.Name, lambda n: n.id == "x")[-1])
     assert binding is not None and binding.kind == "param" and isinstance(binding.node, ast.arg)
+
+
+# -- what backward saves, from the generated torch facts (issue 12) ---------------------------
+SAVED_PRELUDE = "import torch\nw = torch.randn(3, 3, requires_grad=True)\nc = torch.randn(3, 3)\n"
+
+
+def saved_by(expression: str) -> tuple[list[str] | None, bool]:
+    """What ``expression`` (with ``w`` requiring grad, ``c`` a constant) saves: the
+    operands, and whether its result."""
+    analysis, tree = analyse(f"{SAVED_PRELUDE}y = {expression}\n")
+    statement = tree.body[-1]
+    assert isinstance(statement, ast.Assign)
+    saved = analysis.saved_operands(statement.value)
+    names = None if saved is None else [ast.unparse(o) for o in saved]
+    return names, analysis.saves_output(statement.value)
+
+
+@pytest.mark.parametrize(
+    ("expression", "operands", "result"),
+    [
+        # each checked on torch 2.13: an in-place change to what is listed fails at backward,
+        # one to anything else does not
+        ("torch.kron(w, c)", [], False),  # kron saves reshaped copies
+        ("torch.hypot(w, c)", ["w"], True),  # c is saved only when it requires grad
+        ("torch.dist(w, c)", ["w", "c"], True),
+        ("torch.pow(w, c)", ["w", "c"], True),  # pow.Tensor_Tensor saves its result
+        ("w.nansum()", ["w"], False),  # the backward masks the nans of w
+        ("2 / w", [], False),  # w.reciprocal() * 2: the saved reciprocal is a copy
+        ("c / w", ["c", "w"], False),
+        ("w / 2", [], False),
+        ("2 ** w", ["w"], True),  # pow.Scalar saves the exponent and the result
+        ("w ** 2", ["w"], False),  # pow.Tensor_Scalar saves only w
+        ("w * 2", [], False),  # a Python number is no saved tensor
+        ("w * c", ["c"], False),
+        ("torch.nn.functional.linear(c, w)", ["c"], False),
+        ("torch.exp(w)", [], True),
+        ("torch.mv(w, c[0])", ["c[0]"], False),  # 1-D operand: the hand families answer
+    ],
+)
+def test_saved_for_backward_follows_torch(
+    expression: str, operands: list[str], result: bool
+) -> None:
+    assert saved_by(expression) == (operands, result)
+
+
+@pytest.mark.parametrize("factory", ["torch.range(0, 3)", "torch.scalar_tensor(1.0)"])
+def test_every_torch_factory_makes_a_tensor(factory: str) -> None:
+    analysis, tree = analyse(f"import torch\ny = {factory}\ny\n")
+    assert analysis.is_tensor(last_use(tree, "y"))

@@ -132,3 +132,37 @@ def test_singular_inputs_of_the_unsafe_functions_cover_the_probed_points() -> No
     for name, function in sorted(ELEMENTWISE.items()):
         missed = [x for x in facts.nonfinite_grad_points(name) if not function.is_singular(x)]
         assert missed == [], name
+
+
+def test_saved_by_hand_are_the_ops_the_generator_cannot_call() -> None:
+    """The hand families answer only where the generated facts are silent: an op the
+    generator learns to call leaves ``SAVED_BY_HAND``."""
+    for name in facts.SAVED_BY_HAND:
+        assert not facts.OPS.get(name, {}).get("saves"), name
+    for name in facts.TENSOR_OPS - facts.SAVED_BY_HAND:
+        assert facts.OPS.get(name, {}).get("saves") is not None, name
+
+
+def test_a_saved_view_of_an_input_counts_as_the_input() -> None:
+    """``linear`` saves ``weight.t()``, ``tensordot`` a reshaped view: an in-place change
+    to the input fails at backward all the same."""
+    assert facts.saved_for_backward("linear", ("self",)) == {"other"}
+    assert facts.saved_for_backward("tensordot", ("other",)) == {"self"}
+    assert facts.saved_for_backward("kron", ("self",)) == set()  # copies: nothing to break
+
+
+def test_hand_families_disagree_with_torch_only_where_documented(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``bench/saved_facts_compare.py``: the hand ``SAVES_*`` families say what the
+    generated facts say, but for the three ops ``curated.py`` names (the semantic analysis
+    answers for them from the generated facts)."""
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    compare = importlib.import_module("saved_facts_compare")
+    disagreeing = {
+        line.split()[0] for line in compare.disagreements() if "no generated" not in line
+    }
+    assert disagreeing == {"hypot", "kron", "pow"}

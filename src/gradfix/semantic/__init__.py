@@ -20,7 +20,8 @@ attributes, returns and generators. The questions are split by concern:
 - :mod:`.tensors` ``is_tensor``, ``tensor_op``, ``saved_operands``, ``saves_output``,
   ``element_shape``
 - :mod:`.syntax` helpers on one node (``argument``, ``is_true``, ``normalized_code``...)
-- :mod:`.tables` torch names and what backward saves
+- :mod:`.tables` Python operators -> torch ops; every torch fact is read from
+  :mod:`gradfix.torch_facts`
 
 What changed from ``FileAnalysis`` (for readers of older rules; everything else is the
 same name and meaning):
@@ -73,7 +74,8 @@ from gradfix.semantic.syntax import (
     normalized_code,
     source_children,
 )
-from gradfix.semantic.tables import (
+from gradfix.semantic.tensors import TensorQueries
+from gradfix.torch_facts import (
     FACTORIES,
     LAYER_PARAMETERS,
     NO_GRAD_CONTEXTS,
@@ -89,7 +91,6 @@ from gradfix.semantic.tables import (
     VIEW_ATTRIBUTES,
     VIEW_OPS,
 )
-from gradfix.semantic.tensors import TensorQueries
 
 SCOPE_NODES = tuple(SCOPE_TYPES)
 _is_true = is_true

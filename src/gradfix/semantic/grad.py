@@ -15,7 +15,7 @@ from gradfix.semantic.syntax import (
     is_true,
     iterated_source,
 )
-from gradfix.semantic.tables import (
+from gradfix.torch_facts import (
     FACTORIES,
     GRAD_CUTTING_METHODS,
     NO_GRAD_CONTEXTS,

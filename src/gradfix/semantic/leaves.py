@@ -7,7 +7,7 @@ import ast
 from gradfix.semantic.modules import ModuleQueries
 from gradfix.semantic.scopes import Binding, LeafReason, Scope
 from gradfix.semantic.syntax import argument, dotted, is_false, is_true, target_name
-from gradfix.semantic.tables import FACTORIES, LAYER_PARAMETERS
+from gradfix.torch_facts import FACTORIES, LAYER_PARAMETERS
 
 
 class LeafQueries(ModuleQueries):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 
 from gradfix.semantic.syntax import argument_values, subscript_key
-from gradfix.semantic.tables import NN_CONTAINERS, NN_NON_LAYERS
 from gradfix.semantic.values import ValueQueries
+from gradfix.torch_facts import NN_CONTAINERS, NN_NON_LAYERS
 
 
 class ModuleQueries(ValueQueries):

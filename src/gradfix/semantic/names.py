@@ -6,7 +6,7 @@ import ast
 
 from gradfix.semantic.navigation import Navigation
 from gradfix.semantic.scopes import is_none_assign
-from gradfix.semantic.tables import CANONICAL
+from gradfix.torch_facts import CANONICAL
 
 
 class NameQueries(Navigation):

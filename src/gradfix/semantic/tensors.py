@@ -12,22 +12,28 @@ from gradfix.semantic.syntax import (
     is_int_literal,
     subscript_indices,
 )
-from gradfix.semantic.tables import (
-    BINARY_OPS,
+from gradfix.semantic.tables import BINARY_OPS, UNARY_OPS
+from gradfix.torch_facts import (
     ELEMENTWISE,
     FACTORIES,
     OP_NAMESPACES,
+    OPS,
     REDUCTIONS,
+    SAVED_BY_HAND,
+    SAVED_WITH_A_NUMBER,
     SAVES_DIVISOR,
     SAVES_INPUTS,
     SAVES_NOTHING,
     SAVES_OTHER_OPERANDS,
     SAVES_OUTPUT,
     TENSOR_OPS,
-    UNARY_OPS,
     VIEW_ATTRIBUTES,
     VIEW_OPS,
+    saved_for_backward,
 )
+
+#: How the generated facts name an op's first two tensor operands.
+OPERAND_LABELS = ("self", "other")
 
 
 class TensorQueries(GradQueries):
@@ -66,16 +72,71 @@ class TensorQueries(GradQueries):
         return None
 
     def saved_operands(self, expr: ast.AST, at: ast.AST | None = None) -> list[ast.expr] | None:
-        """The operands of ``expr`` that autograd saves for backward (see ``SAVES_*``),
-        assuming the op is recorded (grad mode on, some operand requires grad).
+        """The operands of ``expr`` that autograd saves for backward, assuming the op is
+        recorded (grad mode on, some operand requires grad).
 
-        ``p[0] / p[1]`` -> both; ``p[0] / 2`` -> ``[2]``; ``p[0] + p[1]`` -> ``[]``. None when
-        ``expr`` is not an op of the tables: callers must then assume nothing.
+        ``p[0] / p[1]`` -> both; ``p[0] / 2`` and ``p[0] + p[1]`` -> ``[]``; a Python number
+        is never in the answer (no tensor of it is saved). None when ``expr`` is not an op of
+        the tables: callers must then assume nothing.
         """
         op = self.tensor_op(expr, at)
         if op is None:
             return None
         name, operands = op
+        at = at if at is not None else expr
+        labels = self._saved_labels(name, operands, at)
+        saved = (
+            self._saved_by_hand(name, operands, at)
+            if labels is None
+            else [o for label, o in zip(OPERAND_LABELS, operands) if label in labels]
+        )
+        return None if saved is None else [o for o in saved if not self._is_number(o, at)]
+
+    def saves_output(self, expr: ast.AST, at: ast.AST | None = None) -> bool:
+        """``expr`` is an op that saves its result (``torch.sigmoid(x)``, ``h.exp()``...)."""
+        op = self.tensor_op(expr, at)
+        if op is None:
+            return False
+        name, operands = op
+        labels = self._saved_labels(name, operands, at if at is not None else expr)
+        return "result" in labels if labels is not None else name in SAVES_OUTPUT
+
+    def _saved_labels(
+        self, name: str, operands: list[ast.expr], at: ast.AST
+    ) -> frozenset[str] | None:
+        """What the generated facts say ``name`` saves (``self``, ``other``, ``result``),
+        whichever of its operands that are not known to require grad do; None when they do
+        not tell (an op outside the tables, or one of :data:`SAVED_BY_HAND`, or more tensor
+        operands than the generator passed)."""
+        # only the ops of the hand families: elsewhere the generator's first two tensor
+        # arguments need not be the first two operands (``index_select(x, 0, idx)``)
+        saves = OPS.get(name, {}).get("saves") if name in TENSOR_OPS else None
+        if not saves or name in SAVED_BY_HAND:
+            return None
+        arity = 2 if any("other" in key for key in saves) else 1
+        if len(operands) > arity and any(not self._is_number(o, at) for o in operands[arity:]):
+            return None  # ``clamp(x, lo, hi)`` with tensor bounds: the generator passed none
+        numbers = [label for label, o in zip(OPERAND_LABELS, operands) if self._is_number(o, at)]
+        if len(numbers) == 1 and (name, numbers[0]) in SAVED_WITH_A_NUMBER:
+            return SAVED_WITH_A_NUMBER[name, numbers[0]]
+        requiring = {
+            label for label, o in zip(OPERAND_LABELS, operands[:arity]) if self.requires_grad(o, at)
+        }
+        # what is saved whichever of the others require grad: a rule reports only what is
+        # saved for sure (``x * c`` saves ``x`` only when ``c`` requires grad)
+        possible = [key.split(",") for key in saves]
+        keys = [k for k in possible if requiring <= set(k) and not set(numbers) & set(k)]
+        if not keys:
+            return frozenset()
+        return frozenset.intersection(*(saved_for_backward(name, k) for k in keys))
+
+    def _is_number(self, expr: ast.expr, at: ast.AST) -> bool:
+        return self.element_shape(expr, at) == "number"
+
+    def _saved_by_hand(
+        self, name: str, operands: list[ast.expr], at: ast.AST
+    ) -> list[ast.expr] | None:
+        """The hand families' answer, for the ops the generated facts do not tell."""
         if name in SAVES_INPUTS:
             return operands
         if name in SAVES_OTHER_OPERANDS:
@@ -87,11 +148,6 @@ class TensorQueries(GradQueries):
         if name in SAVES_OUTPUT or name in SAVES_NOTHING or name in VIEW_OPS:
             return []
         return None
-
-    def saves_output(self, expr: ast.AST, at: ast.AST | None = None) -> bool:
-        """``expr`` is an op that saves its result (``torch.sigmoid(x)``, ``h.exp()``...)."""
-        op = self.tensor_op(expr, at)
-        return op is not None and op[0] in SAVES_OUTPUT
 
     # -- tensors -----------------------------------------------------------------------------
     def is_tensor(self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0) -> bool:

@@ -112,3 +112,130 @@ GRAPH_CUTS = {
     "__float__": "GF101",
     "__int__": "GF101",
 }
+
+# -- names, grad mode, layers ---------------------------------------------------------------
+
+#: Canonical spellings of torch names that have several import paths.
+CANONICAL = {
+    "torch.nn.parameter.Parameter": "torch.nn.Parameter",
+    "torch.nn.modules.module.Module": "torch.nn.Module",
+    "torch.autograd.grad_mode.no_grad": "torch.no_grad",
+    "torch.autograd.no_grad": "torch.no_grad",
+    "torch.autograd.grad_mode.enable_grad": "torch.enable_grad",
+    "torch.autograd.grad_mode.inference_mode": "torch.inference_mode",
+    "torch.autograd.grad_mode.set_grad_enabled": "torch.set_grad_enabled",
+    "torch.functional.F": "torch.nn.functional",
+}
+#: Where the torch functions named by their short name live (see :mod:`gradfix.torch_facts`).
+OP_NAMESPACES = ("torch.", "torch.nn.functional.", "torch.linalg.")
+#: torch functions whose result is not a tensor (flags, dtypes, modules, contexts).
+NON_TENSOR_TORCH = frozenset(
+    "torch." + name
+    for name in (
+        "is_tensor is_storage is_floating_point is_complex numel get_default_dtype "
+        "is_grad_enabled is_inference_mode_enabled manual_seed seed initial_seed "
+        "set_default_dtype set_grad_enabled no_grad enable_grad inference_mode "
+        "device dtype Size finfo iinfo compile jit save load cuda backends "
+        "set_printoptions use_deterministic_algorithms equal"
+    ).split()
+)
+#: Calls whose ``with`` block runs with gradients off.
+NO_GRAD_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
+#: Attribute names of ``nn`` layers that are parameters.
+LAYER_PARAMETERS = frozenset(
+    "weight bias weight_ih_l0 weight_hh_l0 bias_ih_l0 bias_hh_l0 in_proj_weight "
+    "in_proj_bias".split()
+)
+#: ``nn`` containers: calling one runs the layers it holds.
+NN_CONTAINERS = frozenset("torch.nn." + name for name in "Sequential ModuleList ModuleDict".split())
+#: ``nn`` classes that are no layer with parameters of its own.
+NN_NON_LAYERS = frozenset(
+    "Module ModuleList ModuleDict Sequential ParameterList ParameterDict Parameter "
+    "Identity Flatten Unflatten Dropout ReLU GELU Tanh Sigmoid Softmax".split()
+)
+
+# -- shapes and graph flow of ops -----------------------------------------------------------
+
+#: Reductions that give a 0-d tensor when called without ``dim``.
+REDUCTIONS = frozenset("sum mean prod norm max min std var amax amin logsumexp median".split())
+#: Elementwise functions and methods: the result has the shape of the first operand.
+ELEMENTWISE = frozenset(
+    "exp log log1p log2 log10 sqrt rsqrt sin cos tan tanh sigmoid relu softplus abs neg "
+    "square pow clamp clip float double half to sign erf gelu silu elu leaky_relu "
+    "reciprocal atan asin acos sinh cosh".split()
+)
+#: Tensor methods whose result never requires grad.
+GRAD_CUTTING_METHODS = frozenset("detach detach_ item tolist numpy argmax argmin".split())
+#: Tensor methods that combine the receiver with tensor arguments.
+TENSOR_METHODS = frozenset(
+    "add sub mul div matmul mm bmm pow where masked_fill expand_as view_as type_as".split()
+)
+#: Attributes of a tensor that are views of it.
+VIEW_ATTRIBUTES = frozenset("T mT H mH real imag".split())
+
+# -- what autograd saves for backward, as op families ---------------------------------------
+# What an op saves is generated (``saved_for_backward``), and the semantic analysis answers
+# from it; these hand families stay for the ops the generator cannot call on its 3x3 inputs
+# (see ``SAVED_BY_HAND``), for the op names the rules read as families (ops that make a
+# fresh tensor, ops that build a graph) and for ``TENSOR_OPS``. Where they disagree with
+# the generated facts (``python bench/saved_facts_compare.py``: ``pow`` of two tensors
+# also saves its result, ``hypot`` an operand only when it requires grad, ``kron`` saves
+# copies), torch 2.13 agrees with the generated ones; ``kron`` stays a product here for the
+# rules that read the families as "makes a fresh tensor".
+
+#: Ops that save every tensor operand (``log(x)``, ``x ** 2``, ``2 ** x``, ``atan2(a, b)``).
+SAVES_INPUTS = frozenset(
+    "log log2 log10 log1p sin cos asin acos atan arcsin arccos arctan sinh cosh asinh acosh "
+    "atanh abs absolute pow square erf erfc erfinv lgamma digamma sinc i0 logit atan2 arctan2 "
+    "hypot xlogy maximum minimum fmax fmin clamp clip clamp_min clamp_max amax amin prod "
+    "cumprod norm vector_norm dist var std logsumexp softplus gelu silu mish elu selu celu "
+    "leaky_relu hardtanh relu6 hardswish hardsigmoid logsigmoid softsign normalize layer_norm "
+    "group_norm batch_norm nansum".split()
+)
+#: Ops that save their result (an in-place change to the *result* breaks backward, one to the
+#: input does not); ``prod``, ``norm``, ``std``, ``amax``... save both.
+SAVES_OUTPUT = frozenset(
+    "exp exp2 expm1 tanh sigmoid sqrt rsqrt reciprocal relu tan softmax log_softmax softmin "
+    "prod cumprod norm vector_norm std logsumexp amax amin dist hypot".split()
+)
+#: Products: an operand is saved when *another* operand requires grad (``x * c`` with a
+#: constant ``c`` saves only ``c``; ``x * w`` with ``w`` requiring grad saves both).
+SAVES_OTHER_OPERANDS = frozenset(
+    "mul multiply matmul mm bmm mv dot vdot inner outer ger cross einsum linear tensordot "
+    "kron".split()
+)
+#: Quotients: the divisor is always saved, the dividend when the divisor requires grad
+#: (``x / 2`` saves nothing of ``x``; ``c / x`` saves ``x``).
+SAVES_DIVISOR = frozenset("div divide true_divide".split())
+#: Differentiable ops that keep only shapes: nothing of theirs can be invalidated.
+SAVES_NOTHING = frozenset(
+    "add sub subtract neg negative positive sum mean cumsum clone contiguous to float "
+    "double half cpu cuda cat concat concatenate stack hstack vstack where flip roll repeat "
+    "tile reshape flatten squeeze unsqueeze view view_as expand expand_as t transpose permute "
+    "narrow select diagonal movedim moveaxis swapaxes swapdims unfold tril triu floor ceil "
+    "round trunc sign".split()
+)
+#: Every op name known to return one tensor.
+TENSOR_OPS = (
+    SAVES_INPUTS | SAVES_OUTPUT | SAVES_OTHER_OPERANDS | SAVES_DIVISOR | SAVES_NOTHING | VIEW_OPS
+)
+#: Ops of the families above whose savings the generator cannot observe, so the families
+#: answer for them: it calls each op on 3x3 inputs, and these need 1-D or 3-D operands
+#: (``dot vdot outer ger mv bmm``), an equation string (``einsum``) or running statistics
+#: (``batch_norm``); and on a 3x3 leaf these return the leaf itself, with no ``grad_fn``
+#: to read (``to contiguous cpu cuda double positive``) or no graph (``detach``).
+SAVED_BY_HAND = frozenset(
+    "dot vdot outer ger mv bmm einsum batch_norm to contiguous cpu cuda double positive "
+    "detach".split()
+)
+#: What an op saves when one operand is a Python number (op, that operand's label ->
+#: what is saved): another overload runs than the tensor-tensor one the generator calls.
+#: ``x ** 2`` (``pow.Tensor_Scalar``) saves only ``x``; ``2 ** x`` saves ``x`` and the
+#: result; ``2 / x`` runs ``x.reciprocal() * 2``, which saves a fresh reciprocal, not
+#: ``x``; ``x / 2`` saves nothing. Checked on torch 2.13 by changing each in place.
+SAVED_WITH_A_NUMBER: dict[tuple[str, str], frozenset[str]] = {
+    ("pow", "other"): frozenset({"self"}),
+    ("pow", "self"): frozenset({"other", "result"}),
+    ("div", "self"): frozenset(),
+    ("div", "other"): frozenset(),
+}

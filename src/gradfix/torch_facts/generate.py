@@ -246,14 +246,20 @@ def _record_saved(
     results = [r for r in _flatten(result) if isinstance(r, torch.Tensor)]
     if not any(r.grad_fn is not None for r in results):
         return None
-    names = []
-    for tensor in saved:
-        given = [tensor is t for t in tensors]
-        if any(given):
-            names.append(("self", "other")[given.index(True)])
-        elif any(tensor is r for r in results):
-            names.append("result")
-    return sorted(set(names))
+    labelled = [*zip(("self", "other"), tensors), *(("result", r) for r in results)]
+    names = {label for tensor in saved for label, t in labelled if tensor is t}
+    unnamed = [t for t in saved if not any(t is known for _, known in labelled)]
+    names.update(label for label, t in labelled if _shares_version(t, unnamed))
+    return sorted(names)
+
+
+def _shares_version(tensor: torch.Tensor, saved: list[torch.Tensor]) -> bool:
+    """Whether one of ``saved`` shares the version counter of ``tensor`` (a view of it,
+    as ``linear`` saves ``weight.t()``): an in-place change to ``tensor`` then fails at
+    backward as if ``tensor`` itself were saved. A copy (``kron``, ``2 / x``) shares none."""
+    before = [s._version for s in saved]
+    torch.autograd.graph.increment_version(tensor)
+    return any(s._version > b for s, b in zip(saved, before, strict=True))
 
 
 def _flatten(value: Any) -> list[Any]:
