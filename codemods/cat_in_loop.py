@@ -588,7 +588,7 @@ def _integer_value(analysis: Semantic, expr: ast.expr, at: ast.AST) -> int | Non
 
 def _is_literal(analysis: Semantic, expr: ast.AST, text: str) -> bool:
     """An integer literal written exactly ``text`` (``0``, not ``00`` nor ``0x0``)."""
-    return is_int_literal(expr) and ast.get_source_segment(analysis.source, expr) == text
+    return is_int_literal(expr) and analysis.segment(expr) == text
 
 
 def _only_statement(block: list[ast.stmt]) -> ast.stmt | None:

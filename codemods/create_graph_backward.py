@@ -528,7 +528,7 @@ class CreateGraphBackward(Rule):
         subscript = self.analysis.parent(node)
         if not isinstance(subscript, ast.Subscript) or subscript.slice is not node:
             return False
-        return not (ast.get_source_segment(self.context.source, node) or "").startswith("(")
+        return not (self.analysis.segment(node) or "").startswith("(")
 
     def _in_assign_target(self, node: ast.AST) -> bool:
         child = node

@@ -681,7 +681,7 @@ class InplaceOnSaved(Rule):
 
     def _statement_code(self, statement: ast.stmt) -> str:
         """The text of ``statement`` as LibCST printed it: with the ``;`` that ends it."""
-        code = ast.get_source_segment(self.context.source, statement) or ""
+        code = self.analysis.segment(statement) or ""
         rest = _rest_of_line(self.context.lines, statement)
         after = rest.lstrip(" \t")
         return code + rest[: len(rest) - len(after)] + ";" if after.startswith(";") else code

@@ -199,7 +199,7 @@ class IntegerRequiresGrad(Rule):
         if type(expr) is ast.UnaryOp and type(expr.op) in (ast.USub, ast.UAdd):
             return self._all_integer_literals(expr.operand)
         if type(expr) is ast.Constant and type(expr.value) is int:
-            text = ast.get_source_segment(self.context.source, expr) or ""
+            text = self.analysis.segment(expr) or ""
             return _DECIMAL.fullmatch(text) is not None
         if type(expr) in (ast.List, ast.Tuple):
             elements = expr.elts  # type: ignore[attr-defined]

@@ -438,7 +438,7 @@ class NonleafParameter(Rule):
         """One string or bytes literal (LibCST's ``SimpleString``: not ``"a" "b"``)."""
         if type(value) is not ast.Constant or type(value.value) not in (str, bytes):
             return False
-        text = ast.get_source_segment(self.context.source, value) or ""
+        text = self.analysis.segment(value) or ""
         try:
             tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
         except (tokenize.TokenError, SyntaxError):

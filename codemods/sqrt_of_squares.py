@@ -242,7 +242,7 @@ class SqrtOfSquares(Rule):
         return None
 
     def _text(self, expr: ast.expr) -> str | None:
-        return ast.get_source_segment(self.context.source, expr)
+        return self.analysis.segment(expr)
 
     def _fix(self, node: ast.expr, base: ast.expr, sum_dims: tuple[ast.Call, Dims]) -> FixPlan:
         summed, dims = sum_dims

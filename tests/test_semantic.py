@@ -638,3 +638,19 @@ def test_saved_for_backward_follows_torch(
 def test_every_torch_factory_makes_a_tensor(factory: str) -> None:
     analysis, tree = analyse(f"import torch\ny = {factory}\ny\n")
     assert analysis.is_tensor(last_use(tree, "y"))
+
+
+def test_segment_is_the_source_segment_of_every_node() -> None:
+    """``Semantic.segment`` answers like ``ast.get_source_segment`` (which splits the whole
+    file at every call), multi-line nodes, non-ASCII text and ``\\r`` line ends included."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sources = [p.read_text(encoding="utf-8") for p in sorted(root.glob("fixtures/*/*.py"))[:60]]
+    sources.append("x = 1\ny = (a,\n  'hé', b)\r\nz\rq = f(é)\n")
+    for source in sources:
+        tree = ast.parse(source)
+        semantic = Semantic(tree, source)
+        for node in ast.walk(tree):
+            if hasattr(node, "lineno"):
+                assert semantic.segment(node) == ast.get_source_segment(source, node)

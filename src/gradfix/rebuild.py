@@ -163,7 +163,7 @@ def _parenthesized(analysis: Semantic, tuple_: ast.Tuple) -> bool:
     """``(a, b)``, ``()``: the tuple has its own parentheses (``(a), b`` has not)."""
     if not tuple_.elts:
         return True
-    text = ast.get_source_segment(analysis.source, tuple_) or ""
+    text = analysis.segment(tuple_) or ""
     if not (text.startswith("(") and text.endswith(")")):
         return False
     try:  # ``(a), (b)`` is no longer an expression without its outer characters

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,10 @@ _BLOCKS_THAT_MAY_NOT_RUN = (
     ast.AsyncFunctionDef,
     ast.Lambda,
 )
+
+
+#: a line as Python counts them, with its end (``\\r\\n``, ``\\r`` or ``\\n``)
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 class Navigation:
@@ -49,12 +54,32 @@ class Navigation:
         #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
         self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
         self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node
+        self._lines: list[str] | None = None  # the source's lines with their ends
 
     @property
     def order(self) -> dict[ast.AST, int]:
         """Every node -> its pre-order index in source order; iterates in pre-order (the
         rules' walk reads it instead of traversing the tree again)."""
         return self._order
+
+    def segment(self, node: ast.AST) -> str | None:
+        """``ast.get_source_segment(source, node)`` without splitting the whole source at
+        each call (it does: a rule asking it in a loop is quadratic in the file)."""
+        if self._lines is None:
+            self._lines = _LINE_WITH_END.findall(self.source)
+        try:
+            line, end_line = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+            col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return None
+        if end_line is None or end_col is None:
+            return None
+        lines = self._lines
+        if line == end_line:
+            return lines[line].encode()[col:end_col].decode()
+        first = lines[line].encode()[col:].decode()
+        last = lines[end_line].encode()[:end_col].decode()
+        return "".join([first, *lines[line + 1 : end_line], last])
 
     @property
     def last(self) -> dict[ast.AST, int]:
