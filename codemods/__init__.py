@@ -14,6 +14,7 @@ from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
 from gradfix.codemods.nonleaf_parameter import NonleafParameter
+from gradfix.codemods.plain_module_container import PlainModuleContainer
 from gradfix.codemods.row_loop_inplace import RowLoopInplace
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
@@ -35,6 +36,7 @@ ALL_RULES = sorted(
         MaskedUnsafeBranch,
         NonleafGradRead,
         NonleafParameter,
+        PlainModuleContainer,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         RowLoopInplace,
