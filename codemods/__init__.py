@@ -12,6 +12,7 @@ from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.leaf_rebinding import LeafRebinding
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
+from gradfix.codemods.missing_zero_grad import MissingZeroGrad
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
 from gradfix.codemods.nonleaf_parameter import NonleafParameter
 from gradfix.codemods.plain_module_container import PlainModuleContainer
@@ -44,6 +45,7 @@ ALL_RULES = sorted(
         CreateGraphBackward,
         LossAccumulation,
         CatInLoop,
+        MissingZeroGrad,
         SqrtOfSquares,
     ],
     key=lambda rule: rule.code,

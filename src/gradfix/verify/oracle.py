@@ -157,6 +157,7 @@ RESTORES_GRADIENT = {
     "GF402": False,  # create_graph backward: the same gradients, no graph kept
     "GF403": False,  # loss accumulation: the running total is detached on purpose
     "GF404": False,  # cat in loop: the same values, built once
+    "GF405": False,  # missing zero_grad: report-only, no fix to check
 }
 
 
