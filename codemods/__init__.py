@@ -12,8 +12,10 @@ from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.leaf_rebinding import LeafRebinding
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
+from gradfix.codemods.missing_zero_grad import MissingZeroGrad
 from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
 from gradfix.codemods.nonleaf_parameter import NonleafParameter
+from gradfix.codemods.plain_module_container import PlainModuleContainer
 from gradfix.codemods.row_loop_inplace import RowLoopInplace
 from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
 from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
@@ -35,6 +37,7 @@ ALL_RULES = sorted(
         MaskedUnsafeBranch,
         NonleafGradRead,
         NonleafParameter,
+        PlainModuleContainer,
         WhereUnsafeBranch,
         SelfReferencingIndexAssign,
         RowLoopInplace,
@@ -42,6 +45,7 @@ ALL_RULES = sorted(
         CreateGraphBackward,
         LossAccumulation,
         CatInLoop,
+        MissingZeroGrad,
         SqrtOfSquares,
     ],
     key=lambda rule: rule.code,

@@ -63,13 +63,15 @@ class Seed:
 
 
 def seeds_for(rule: type[Rule]) -> list[Seed]:
-    """The rule's embedded INVALID examples and its fixtures' ``*.before.py`` files."""
+    """The rule's embedded INVALID examples and its fixtures' ``*.before.py`` files (and
+    ``*.report.py`` files: a report-only rule has no ``before`` file)."""
     seeds = [
         Seed(rule, f"{rule.code} INVALID[{index}]", textwrap.dedent(example.code).lstrip("\n"))
         for index, example in enumerate(rule.INVALID)
     ]
     module = rule.__module__.rsplit(".", 1)[-1]
-    for path in sorted((FIXTURES / module).glob("*.before.py")):
+    paths = [*(FIXTURES / module).glob("*.before.py"), *(FIXTURES / module).glob("*.report.py")]
+    for path in sorted(paths):
         seeds.append(Seed(rule, f"{module}/{path.name}", path.read_bytes().decode("utf-8")))
     return seeds
 

@@ -143,6 +143,7 @@ RESTORES_GRADIENT = {
     "GF104": False,  # torch.tensor(t) -> t.detach().clone(): the copy stays detached
     "GF105": True,  # integer leaf made float so that it can receive a gradient
     "GF106": False,  # retain_grad() on a non-leaf: parameters' gradients unchanged
+    "GF107": False,  # plain module container: the same gradients, now seen by parameters()
     "GF201": False,  # in-place on a leaf: before raises
     "GF202": False,  # self-referencing index assignment: before raises
     "GF203": False,  # row loop in-place: before raises
@@ -156,6 +157,7 @@ RESTORES_GRADIENT = {
     "GF402": False,  # create_graph backward: the same gradients, no graph kept
     "GF403": False,  # loss accumulation: the running total is detached on purpose
     "GF404": False,  # cat in loop: the same values, built once
+    "GF405": False,  # missing zero_grad: report-only, no fix to check
 }
 
 
