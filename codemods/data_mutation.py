@@ -117,6 +117,7 @@ class DataMutation(NoGradBlockRule):
     """
 
     code = "GF205"
+    fix_restores_gradient = True
     name = "data-mutation"
     message = "`.data` bypasses autograd's version check; use `torch.no_grad()` or `.detach()`"
     fix_safety = FixSafety.SAFE

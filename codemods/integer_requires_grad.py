@@ -56,6 +56,7 @@ class IntegerRequiresGrad(Rule):
     """
 
     code = "GF105"
+    fix_restores_gradient = True
     name = "integer-requires-grad"
     message = "Integer tensor cannot require gradients; use a floating point dtype"
     fix_safety = FixSafety.SAFE

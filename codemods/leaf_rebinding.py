@@ -93,6 +93,7 @@ class LeafRebinding(Rule):
     """
 
     code = "GF102"
+    fix_restores_gradient = True
     name = "leaf-rebinding"
     message = "Rebinding a leaf's name to an op on it loses the leaf: its `.grad` stays `None`"
     fix_safety = FixSafety.SAFE

@@ -100,6 +100,7 @@ class NonleafParameter(Rule):
     """
 
     code = "GF103"
+    fix_restores_gradient = True
     name = "nonleaf-parameter"
     message = "An op after creating a leaf makes the bound value a non-leaf: `.grad` stays `None`"
     fix_safety = FixSafety.SAFE

@@ -68,6 +68,7 @@ class TensorFromTensors(Rule):
     """
 
     code = "GF101"
+    fix_restores_gradient = True
     name = "tensor-from-tensors"
     message = "`torch.tensor()` of tensors cuts the autograd graph; use `torch.stack()`"
     fix_safety = FixSafety.SAFE

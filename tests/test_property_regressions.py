@@ -152,5 +152,3 @@ def test_layout_never_hides_a_finding(rule_code: str, code: str) -> None:
     source = "import torch\ns = torch.exp(torch.randn(3, 4, requires_grad=True))\n" + code
     result = lint_source(source, rules=[find_rule(rule_code)])
     assert [f.code for f in result.findings] == [rule_code]
-
-

@@ -210,6 +210,11 @@ class BaseRule:
     #: ``(SAFE, UNSAFE)``); empty: all are ``fix_safety``. Checked against ``INVALID``.
     fix_safeties: ClassVar[tuple[FixSafety, ...]] = ()
     default_enabled: ClassVar[bool] = True
+    #: the fix must give a gradient back to a leaf or weight the original cut off (GF101's
+    #: ``torch.stack``): the verifier then checks torch-made weights left without gradient
+    #: by finite differences too. False: the fix keeps the gradients as they were (a
+    #: frozen teacher stays frozen), or the original raised.
+    fix_restores_gradient: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 

@@ -74,7 +74,7 @@ def verify_sources(
     ``patched``: files of ``source_dir`` (relative path -> text) that AFTER sees fixed
     too (the project's other fixes; BEFORE sees the files as they are).
     ``rules``: the codes of the rules whose fix AFTER is; a fix of a rule that must restore
-    a gradient (:data:`~gradfix.verify.oracle.RESTORES_GRADIENT`) has the weights torch
+    a gradient (:attr:`~gradfix.rule.BaseRule.fix_restores_gradient`) has the weights torch
     made checked for a lost gradient too.
     """
     early = _check_syntax(before_src, after_src, filename)

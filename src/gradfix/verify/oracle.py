@@ -48,7 +48,7 @@ differences of AFTER's forward at a few of its elements must then be zero, or th
 rejected ("gradient lost: leaf 0 'model.lin.weight' ..."). This holds for every leaf the
 program declared (``requires_grad=True``, its own ``nn.Parameter``), and for the weights
 torch makes (``nn.Linear``'s) only when the fix is one of a rule whose fix must restore a
-gradient (:data:`RESTORES_GRADIENT`, by the rule codes passed as ``rules``): other fixes
+gradient (each rule's ``fix_restores_gradient``, by the codes passed as ``rules``): other fixes
 keep a frozen weight frozen on purpose (a distillation's teacher detached by GF104's
 ``.detach().clone()``). A leaf that no longer requires grad at the call
 (``requires_grad_(False)``) is frozen and never checked. AFTER's ``None`` counts as zero
@@ -130,40 +130,15 @@ MAKE_FASTER = (
     '--cmd "python train.py --epochs 1" or --entry MODULE:FUNCTION'
 )
 
-#: Whether the fix of each rule must give a gradient to a parameter the original cut off,
-#: so that a weight torch made (``nn.Linear``'s) left without gradient by both versions is
-#: checked against finite differences of the fix's forward. False: the fix keeps what
-#: has no gradient without one, on purpose (a frozen teacher), or the original raised
-#: (then before's finite differences are the reference anyway). Moves to a class
-#: attribute of each rule (``fix_restores_gradient: ClassVar[bool]``) with issue 12.
-RESTORES_GRADIENT = {
-    "GF101": True,  # torch.tensor([...]) of tensors -> torch.stack: reconnects the graph
-    "GF102": True,  # leaf rebinding: the leaf the user holds gets its gradient back
-    "GF103": True,  # non-leaf parameter: the registered leaf gets a gradient
-    "GF104": False,  # torch.tensor(t) -> t.detach().clone(): the copy stays detached
-    "GF105": True,  # integer leaf made float so that it can receive a gradient
-    "GF106": False,  # retain_grad() on a non-leaf: parameters' gradients unchanged
-    "GF107": False,  # plain module container: the same gradients, now seen by parameters()
-    "GF201": False,  # in-place on a leaf: before raises
-    "GF202": False,  # self-referencing index assignment: before raises
-    "GF203": False,  # row loop in-place: before raises
-    "GF204": False,  # in-place on a saved tensor: before raises
-    "GF205": True,  # `.data`: a read in forward rewritten to .detach() must not stay cut
-    "GF206": False,  # view alias mutation: .clone(), no gradient path changes
-    "GF301": False,  # masked unsafe branch: gradients made finite, none restored
-    "GF302": False,  # where unsafe branch: likewise
-    "GF303": False,  # sqrt of squares: likewise
-    "GF401": False,  # backward twice: before raises
-    "GF402": False,  # create_graph backward: the same gradients, no graph kept
-    "GF403": False,  # loss accumulation: the running total is detached on purpose
-    "GF404": False,  # cat in loop: the same values, built once
-    "GF405": False,  # missing zero_grad: report-only, no fix to check
-}
-
 
 def fix_restores_gradient(rules: Iterable[str]) -> bool:
-    """Whether a fix of these rules (codes) must restore a cut-off gradient."""
-    return any(RESTORES_GRADIENT.get(code.upper(), False) for code in rules)
+    """Whether a fix of these rules (codes) must restore a cut-off gradient: what each
+    rule declares (:attr:`gradfix.rule.BaseRule.fix_restores_gradient`); an unknown code
+    (a rule of a test) does not."""
+    from gradfix.registry import all_rules
+
+    restoring = {rule.code for rule in all_rules() if rule.fix_restores_gradient}
+    return any(code.upper() in restoring for code in rules)
 
 
 @dataclass
@@ -225,7 +200,7 @@ def compare_traces(
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
     ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers;
-    ``rules``: the codes of the rules whose fix AFTER is (see :data:`RESTORES_GRADIENT`).
+    ``rules``: the codes of the rules whose fix AFTER is (see ``Rule.fix_restores_gradient``).
     """
     return _Comparison(before, after, fd, rules=rules).run()
 
