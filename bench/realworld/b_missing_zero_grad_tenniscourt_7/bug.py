@@ -2,7 +2,7 @@
 
 source: https://github.com/yastrebksv/TennisCourtDetector/issues/7
 symptom: wrong-value
-rule: none
+rule: GF405
 shape: train(model, train_loader, optimizer, criterion, device, epoch) loop over batches of heatmaps
 """
 import torch

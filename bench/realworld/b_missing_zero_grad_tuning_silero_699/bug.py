@@ -2,7 +2,7 @@
 
 source: https://github.com/snakers4/silero-vad/pull/699
 symptom: wrong-value
-rule: none
+rule: GF405
 shape: tuning/utils.py-style train(config, loader, model, criterion, optimizer, device) with masked BCE over frames
 """
 import torch

@@ -2,7 +2,7 @@
 
 source: https://runebook.dev/zh/docs/pytorch/generated/torch.nn.parameterlist/torch.nn.ParameterList
 symptom: no-training
-rule: none
+rule: GF107
 shape: nn.Module (CustomModel) whose __init__ builds a list comprehension of nn.Parameter; Adam over model.parameters()
 """
 import torch

@@ -2,7 +2,7 @@
 
 source: https://github.com/xiaxin1998/COTREC/issues/15
 symptom: no-training
-rule: none
+rule: GF107
 shape: nn.Module (ItemConv) with per-layer nn.Linear weights stored in a dict built in __init__
 """
 import torch
