@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from gradfix.edits import Editor, cst_argument
+from gradfix.edits import Editor, cst_argument, with_argument
 from gradfix.rule import FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument, is_false, is_true
 from gradfix.torch_facts import INTEGER_DTYPES
@@ -210,28 +210,16 @@ class IntegerRequiresGrad(Rule):
         return False
 
 
-def _float32_dtype(editor: Editor, call: cst.CSTNode) -> cst.Call | None:
+def _float32_dtype(editor: Editor, call: cst.CSTNode) -> cst.Call:
     """``dtype=torch.long`` -> ``dtype=torch.float32``."""
     assert isinstance(call, cst.Call)
-    dtype = cst_argument(call, "dtype", None)
-    if dtype is None:
-        return None
-    new_dtype = dtype.with_changes(value=editor.torch_attr("float32"))
-    return call.with_changes(args=[new_dtype if a is dtype else a for a in call.args])
+    return with_argument(call, "dtype", editor.torch_attr("float32"))
 
 
 def _arange_float32(editor: Editor, call: cst.CSTNode) -> cst.Call:
     """``arange(1, 6, ...)`` -> ``arange(1, 6, ..., dtype=torch.float32)``."""
     assert isinstance(call, cst.Call)
-    last = call.args[-1]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    dtype = cst.Arg(
-        editor.torch_attr("float32"),
-        keyword=cst.Name("dtype"),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        comma=last.comma,
-    )
-    return call.with_changes(args=[*call.args[:-1], last.with_changes(comma=comma), dtype])
+    return with_argument(call, "dtype", editor.torch_attr("float32"))
 
 
 class _FloatLiterals(cst.CSTTransformer):

@@ -19,12 +19,11 @@ import tokenize
 from collections.abc import Iterable, Sequence
 
 from gradfix.fileio.files import FileError, read_source, write_source
+from gradfix.fileio.text import LINE, LINE_BREAK
 from gradfix.rule import Finding
 from gradfix.suppression import IGNORE, NOQA
 
 #: line breaks as LSP and LibCST count them (not form feeds, unlike ``str.splitlines``)
-LINE_BREAK = re.compile(r"\r\n|\r|\n")
-LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # a line with its line break
 CODE_SEPARATOR = re.compile(r"[\s,]+")
 
 

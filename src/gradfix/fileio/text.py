@@ -15,11 +15,14 @@ def split_lines(text: str) -> list[str]:
     return result
 
 
+#: a line break as Python, LSP and LibCST count them (not a form feed, not U+2028)
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+#: a line with its line break (the last one may have none)
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
 def source_lines(text: str) -> list[str]:
     """The lines of ``text`` as Python's tokenizer (and ``ast`` positions) count them:
     broken at ``\\r\\n``, ``\\r`` and ``\\n`` only (``str.splitlines`` also breaks at a form
     feed or U+2028, which would shift every line number after it); without their ends."""
-    return _LINE_BREAK.split(text)
-
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+    return LINE_BREAK.split(text)

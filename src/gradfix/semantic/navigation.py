@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import ast
 import bisect
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from gradfix.fileio.text import LINE
 from gradfix.semantic.collect import Collector
 from gradfix.semantic.scopes import Binding, LeafReason, Scope
 from gradfix.semantic.syntax import iterates_at_least_once
@@ -21,10 +21,6 @@ _BLOCKS_THAT_MAY_NOT_RUN = (
     ast.AsyncFunctionDef,
     ast.Lambda,
 )
-
-
-#: a line as Python counts them, with its end (``\\r\\n``, ``\\r`` or ``\\n``)
-_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 class Navigation:
@@ -66,7 +62,7 @@ class Navigation:
         """``ast.get_source_segment(source, node)`` without splitting the whole source at
         each call (it does: a rule asking it in a loop is quadratic in the file)."""
         if self._lines is None:
-            self._lines = _LINE_WITH_END.findall(self.source)
+            self._lines = LINE.findall(self.source)
         try:
             line, end_line = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
             col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
