@@ -83,11 +83,11 @@ def main() -> None:
         try:
             start = clock()
             visitors = [rule(context) for rule in ast_rules]
-            walk_ast_batched(tree, visitors)
+            walk_ast_batched(tree, visitors, **_walked(semantic))
             cost["rules"] += clock() - start
             for rule in ast_rules:
                 start = clock()
-                walk_ast_batched(tree, [rule(context)])
+                walk_ast_batched(tree, [rule(context)], **_walked(semantic))
                 alone[rule.code] += clock() - start
         except Exception as error:  # a bug in a rule: say which file, go on
             print(f"{path}: {type(error).__name__}: {error}", file=sys.stderr)
@@ -117,6 +117,11 @@ def main() -> None:
     print("\n| rule alone (walk included) | CPU s |\n|---|---:|")
     for code, seconds in sorted(alone.items(), key=lambda item: -item[1]):
         print(f"| {code} | {seconds:.2f} |")
+
+
+def _walked(semantic: Semantic) -> dict[str, object]:
+    """What the engine hands the walk: the analysis's pre-order and nodes by type."""
+    return {"order": semantic.order, "last": semantic.last, "by_type": semantic.by_type}
 
 
 if __name__ == "__main__":

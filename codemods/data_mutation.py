@@ -233,6 +233,9 @@ class DataMutation(NoGradBlockRule):
     ]
 
     # -- mutations: wrapped in no_grad by NoGradBlockRule ------------------------------------
+    def may_be_site(self, small: ast.stmt) -> bool:
+        return (type(small) is ast.Assign and _is_data_target(small)) or super().may_be_site(small)
+
     def site(self, small: ast.stmt) -> Site | None:
         if self.analysis.in_no_grad(small):
             return None

@@ -420,11 +420,9 @@ class InplaceOnSaved(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        statement = small_statement(self.analysis, node)
-        if statement is None:
-            return
         if self.analysis.call_name(node) == "torch.nn.Sequential":
-            self._check_sequential(node)
+            if small_statement(self.analysis, node) is not None:
+                self._check_sequential(node)
             return
         form = "function" if inplace_function(self.analysis, node) is not None else None
         first = first_argument(node)
@@ -432,7 +430,8 @@ class InplaceOnSaved(Rule):
             form = "module"
         if form is not None and first is not None:
             base = _base_name(first)
-            if base is not None:
+            statement = small_statement(self.analysis, node)
+            if base is not None and statement is not None:
                 self._check(Mutation(statement, node, base, form, node))
             return
         if type(func) is not ast.Attribute or not is_inplace_method(func.attr):
@@ -443,7 +442,8 @@ class InplaceOnSaved(Rule):
         if is_inplace_call(receiver):
             return  # ``h.mul_(2).add_(1)``: reported at the innermost call
         base = _base_name(receiver)
-        if base is not None:
+        statement = small_statement(self.analysis, node)
+        if base is not None and statement is not None:
             self._check(Mutation(statement, node, base, "method", node))
 
     # -- deciding ----------------------------------------------------------------------------
@@ -572,9 +572,13 @@ class InplaceOnSaved(Rule):
         """The position of the ``inplace`` flag of the module ``func`` names, when its
         constructor passes ``inplace=True`` (by keyword or at that position)."""
         constructor = self._constructor(func)
-        layer = self._module_class(func)
-        position = INPLACE_MODULES.get(layer or "")
-        if constructor is None or position is None:
+        if constructor is None:
+            return None
+        name = self.analysis.call_name(constructor) or ""
+        position = (
+            INPLACE_MODULES.get(name.rpartition(".")[2]) if name.startswith("torch.nn.") else None
+        )
+        if position is None:
             return None
         flag = argument_node(constructor, "inplace", position)
         return position if flag is not None and is_true(argument_value(flag)) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 
 from gradfix.rule import FixAvailability, FixSafety, Invalid, Rule, Valid
@@ -69,8 +70,6 @@ class MissingZeroGrad(Rule):
     )
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.NEVER
-    #: names of the functions of the file that clear gradients (set per file)
-    _zeroing_functions: frozenset[str] = frozenset()
 
     VALID = [
         Valid(
@@ -172,13 +171,6 @@ class MissingZeroGrad(Rule):
         ),
     ]
 
-    def visit_Module(self, node: ast.Module) -> None:
-        self._zeroing_functions = frozenset(
-            func.name
-            for func in ast.walk(node)
-            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) and _zeroes(func)
-        )
-
     def visit_Call(self, node: ast.Call) -> None:
         if not self._is_backward(node):
             return
@@ -187,6 +179,17 @@ class MissingZeroGrad(Rule):
             return
         if any(self._steps_every_iteration(call, loop) for call in _calls_in_scope(loop)):
             self.report(node)
+
+    @functools.cached_property
+    def _zeroing_functions(self) -> frozenset[str]:
+        """The functions of this file that clear gradients (asked only where a backward
+        call sits in a loop: most files have none)."""
+        return frozenset(
+            func.name
+            for kind in (ast.FunctionDef, ast.AsyncFunctionDef)
+            for func in self.analysis.by_type.get(kind, ())
+            if _zeroes(func)  # type: ignore[arg-type]
+        )
 
     def _is_backward(self, call: ast.Call) -> bool:
         if type(call.func) is ast.Attribute and call.func.attr == "backward":

@@ -212,10 +212,13 @@ class PlainModuleContainer(Rule):
         cls = self.analysis.method_class(node)
         if node.name != "__init__" or cls is None or not self._is_module_class(cls, 0):
             return
-        if self._registers_by_hand(cls):
-            return
-        for statement in ast.walk(node):
-            if type(statement) is ast.Assign and len(statement.targets) == 1:
+        candidates = [
+            statement
+            for statement in self.analysis.descendants(node, ast.Assign)
+            if len(statement.targets) == 1 and _container_shape(statement.value) is not None
+        ]
+        if candidates and not self._registers_by_hand(cls):
+            for statement in candidates:
                 self._check_assignment(statement, cls)
 
     def _check_assignment(self, statement: ast.Assign, cls: ast.ClassDef) -> None:
@@ -318,14 +321,14 @@ class PlainModuleContainer(Rule):
         return False
 
     def _uses(self, cls: ast.ClassDef, attr: str) -> Iterator[ast.Attribute]:
-        for node in ast.walk(cls):
-            if type(node) is ast.Attribute and node.attr == attr:
+        for node in self.analysis.descendants(cls, ast.Attribute):
+            if node.attr == attr:
                 if self.analysis.is_self(node.value, node):
                     yield node
 
     def _registers_by_hand(self, cls: ast.ClassDef) -> bool:
         return any(
-            type(node) is ast.Call and _callee_name(node) in _REGISTERING for node in ast.walk(cls)
+            _callee_name(node) in _REGISTERING for node in self.analysis.descendants(cls, ast.Call)
         )
 
     def _wrap(self, cls: ast.ClassDef, wrapper: str) -> Callable[[Editor, cst.CSTNode], cst.Call]:

@@ -210,9 +210,6 @@ class ViewAliasMutation(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        statement = small_statement(self.analysis, node)
-        if statement is None:
-            return
         first = first_argument(node)
         if inplace_function(self.analysis, node) is not None and first is not None:
             changed: ast.expr = first
@@ -223,7 +220,8 @@ class ViewAliasMutation(Rule):
         else:
             return
         view, through_data = _changed_name(changed)
-        if view is not None:
+        statement = small_statement(self.analysis, node)
+        if view is not None and statement is not None:
             self._check(Change(node, statement, view, through_data))
 
     # -- deciding --------------------------------------------------------------------------------

@@ -51,3 +51,66 @@ def test_ast_walk_drops_a_visitor_that_raises_and_goes_on() -> None:
     walk_ast_batched(ast.parse(AST_SOURCE), [bad, good], lambda v, e: failures.append((v, str(e))))
     assert failures == [(bad, "deco")]
     assert good.events[-1] == "last" and bad.events == ["visit outer"]  # nothing after
+
+
+class _Calls:
+    """Handles calls and the leaving of functions and loops only (most nodes: no handler)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.events.append(f"call {ast.unparse(node.func)}")
+
+    def leave_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.events.append(f"leave {node.name}")
+
+    def leave_For(self, node: ast.For) -> None:
+        self.events.append("leave for")
+
+    def visit_Integer(self, node: object) -> None:
+        raise AssertionError("not an ast node type: never called")
+
+
+NESTED_SOURCE = (
+    "@deco(a())\ndef f(x=g()):\n    for i in h():\n        def inner():\n            k()\n"
+    "        m(n(i))\n    p()\nq()\ndef last(): pass\n"
+)
+
+
+def test_ast_walk_by_type_visits_only_handled_types_in_the_same_order() -> None:
+    """With the analysis's nodes by type, the walk skips the nodes no visitor handles and
+    calls the others (leaves included) exactly as the full walk does."""
+    from gradfix.semantic import Semantic
+    from gradfix.walk import handled_types, walk_ast_batched
+
+    tree = ast.parse(NESTED_SOURCE)
+    semantic = Semantic(tree, NESTED_SOURCE)
+    full, filtered, mixed = _Calls(), _Calls(), _Calls()
+    walk_ast_batched(tree, [full])
+    walk_ast_batched(
+        tree, [filtered], order=semantic.order, last=semantic.last, by_type=semantic.by_type
+    )
+    expected = ["call deco", "call a", "call g", "call h", "call k", "leave inner"]
+    expected += ["call m", "call n", "leave for", "call p", "leave f", "call q", "leave last"]
+    assert full.events == filtered.events == expected
+    events = _Events()  # visits names: a second visitor's types join the walk
+    walk_ast_batched(
+        tree, [mixed, events], order=semantic.order, last=semantic.last, by_type=semantic.by_type
+    )
+    assert mixed.events == expected and "i" in events.events
+    assert handled_types(_Calls) == {ast.Call, ast.FunctionDef, ast.For}
+
+
+def test_descendants_of_one_type_in_source_order() -> None:
+    from gradfix.semantic import Semantic
+
+    tree = ast.parse(NESTED_SOURCE)
+    semantic = Semantic(tree, NESTED_SOURCE)
+    function = tree.body[0]
+    loop = function.body[0]  # type: ignore[attr-defined]
+    calls = [ast.unparse(c.func) for c in semantic.descendants(loop, ast.Call)]
+    assert calls == ["h", "k", "m", "n"]
+    names = [f.name for f in semantic.descendants(tree, ast.FunctionDef)]
+    assert names == ["f", "inner", "last"]
+    assert semantic.descendants(loop.body[0], ast.For) == []  # type: ignore[attr-defined]

@@ -80,8 +80,15 @@ def source_arguments(call: ast.Call) -> list[ast.AST]:
 
 def first_argument(call: ast.Call) -> ast.expr | None:
     """What the first argument in the source passes (``h`` of ``f(h, ...)``, ``f(x=h)``)."""
-    arguments = source_arguments(call)
-    return argument_value(arguments[0]) if arguments else None  # type: ignore[arg-type]
+    args, keywords = call.args, call.keywords
+    if not keywords:
+        return argument_value(args[0]) if args else None
+    if not args:
+        return keywords[0].value
+    first_keyword, first_arg = keywords[0], args[0]  # ``f(a=1, *b)``: a keyword may come first
+    if (first_keyword.lineno, first_keyword.col_offset) < (first_arg.lineno, first_arg.col_offset):
+        return first_keyword.value
+    return argument_value(first_arg)
 
 
 def code_with_parentheses(source: str, node: ast.AST) -> str:

@@ -209,10 +209,32 @@ class NoGradBlockRule(Rule):
     def site_message(self, site: Site) -> str:
         raise NotImplementedError
 
+    def may_be_site(self, small: ast.stmt) -> bool:
+        """A cheap necessary condition of ``site(small)``: blocks without such a statement
+        at any depth are not checked (most blocks of a file)."""
+        return inplace_target(small) is not None
+
     def visit_Module(self, node: ast.Module) -> None:
-        self._check_block(node.body)
+        self._holding_sites = self._holders_of_possible_sites()
+        if node in self._holding_sites:
+            self._check_block(node.body)
+
+    def _holders_of_possible_sites(self) -> set[ast.AST]:
+        """The module and compound statements around a statement that may be a site."""
+        analysis = self.analysis
+        holders: set[ast.AST] = set()
+        for kind in (ast.Expr, ast.AugAssign, ast.Assign):
+            for small in analysis.by_type.get(kind, ()):
+                if self.may_be_site(small):  # type: ignore[arg-type]
+                    for ancestor in analysis.ancestors(small):
+                        if ancestor in holders:
+                            break  # and so are its own ancestors
+                        holders.add(ancestor)
+        return holders
 
     def _visit_compound(self, node: ast.stmt) -> None:
+        if node not in self._holding_sites:
+            return
         for block in _blocks(node, self.source):
             if block and self.source.starts_line(block[0]):
                 self._check_block(block)

@@ -13,7 +13,7 @@ the other files are processed as usual.
 from __future__ import annotations
 
 import functools
-import itertools
+import gc
 import os
 import pickle
 import re
@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gradfix.config import Config
-from gradfix.engine import FileLint, RuleCrash, SingleFix, SourceError, lint_source
+from gradfix.engine import (
+    FileLint,
+    RuleCrash,
+    SingleFix,
+    SourceError,
+    cyclic_gc_paused,
+    lint_source,
+)
 from gradfix.fileio.files import (
     MAX_FILE_BYTES,
     Candidate,
@@ -335,9 +342,12 @@ def _in_workers(
     while len(results) < len(paths):
         rest = paths[len(results) :]
         try:
-            with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts) as pool:
+            with ProcessPoolExecutor(
+                max_workers=workers, initializer=_start_worker, initargs=(options,)
+            ) as pool:
                 try:
-                    for result in pool.map(process_file, rest, itertools.repeat(options)):
+                    chunk = max(1, min(CHUNK_FILES, len(rest) // (workers * 8)))
+                    for result in pool.map(_process_in_worker, rest, chunksize=chunk):
                         results.append(result)
                         tick()
                 except KeyboardInterrupt:
@@ -351,6 +361,24 @@ def _in_workers(
             results.append(_isolated(rest[len(results) - (len(paths) - len(rest))], options))
             tick()
     return results
+
+
+#: files a worker is handed at once (fewer round trips); small enough that the largest
+#: files, handed out first, do not leave one worker busy alone at the end
+CHUNK_FILES = 4
+_worker_options: RunOptions | None = None  # a worker's options, sent once when it starts
+
+
+def _start_worker(options: RunOptions) -> None:
+    global _worker_options
+    _worker_options = options
+    _ignore_interrupts()
+    gc.freeze()  # what the worker inherited is never garbage: no collection walks it again
+
+
+def _process_in_worker(path: str) -> FileResult:
+    assert _worker_options is not None
+    return process_file(path, _worker_options)
 
 
 def _ignore_interrupts() -> None:
@@ -371,7 +399,8 @@ def _isolated(path: str, options: RunOptions) -> FileResult:
 def process_file(path: str, options: RunOptions) -> FileResult:
     """Read, lint, fix and (with ``options.write``) write back one file."""
     try:
-        return _process_file(path, options)
+        with cyclic_gc_paused():  # reading, linting, building fixes: see the function
+            return _process_file(path, options)
     except Exception as error:  # whatever happens to one file, the run goes on
         return _internal_error(FileResult(path), error)
 

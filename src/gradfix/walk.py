@@ -13,8 +13,9 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import itertools
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import libcst as cst
 
@@ -137,6 +138,7 @@ def walk_ast_batched(
     *,
     order: Mapping[ast.AST, int] | None = None,
     last: Mapping[ast.AST, int] | None = None,
+    by_type: Mapping[type, list[ast.AST]] | None = None,
 ) -> None:
     """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
     calling each visitor's own ``visit_<Type>`` before a node's children and
@@ -146,10 +148,16 @@ def walk_ast_batched(
     ``order`` (every node of ``tree`` -> its pre-order index, in pre-order) and ``last``
     (node -> the index of the last node of its subtree) come from the analysis's one
     traversal (:class:`gradfix.semantic.Semantic`): the walk then only reads that list
-    instead of traversing the tree again. Without them the tree is traversed."""
+    instead of traversing the tree again. With ``by_type`` too (node type -> its nodes in
+    pre-order), only the nodes of the types some visitor handles are walked (most nodes
+    are names and constants no rule visits). Without them the tree is traversed."""
     if order is None or last is None:
         order, last = _pre_order(tree)
+    nodes: Iterable[ast.AST] = order
+    if by_type is not None:
+        nodes = _handled_nodes(visitors, order, by_type)
     live = list(visitors)
+    dead: set[int] = set()  # ids of the visitors that raised
     visits: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
     leaves: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
 
@@ -165,7 +173,7 @@ def walk_ast_batched(
     def call(found: tuple[Callable[[ast.AST], object], ...], node: ast.AST) -> None:
         for handler in found:
             visitor = handler.__self__  # type: ignore[attr-defined]
-            if visitor not in live:
+            if dead and id(visitor) in dead:
                 continue  # raised earlier in this very dispatch
             try:
                 handler(node)
@@ -173,12 +181,14 @@ def walk_ast_batched(
                 if on_error is None:
                     raise
                 on_error(visitor, error)
+                dead.add(id(visitor))
                 live.remove(visitor)
                 visits.clear()  # rebuilt without it
                 leaves.clear()
 
     open_nodes: list[ast.AST] = []  # nodes whose ``leave_`` is due after their subtree
-    for index, node in enumerate(order):
+    for node in nodes:
+        index = order[node]
         while open_nodes and last[open_nodes[-1]] < index:
             done = open_nodes.pop()
             kind = type(done)
@@ -196,6 +206,41 @@ def walk_ast_batched(
             leaves[type(done)] if type(done) in leaves else handlers(leaves, "leave_", type(done)),
             done,
         )
+
+
+def _handled_nodes(
+    visitors: Sequence[object],
+    order: Mapping[ast.AST, int],
+    by_type: Mapping[type, list[ast.AST]],
+) -> list[ast.AST]:
+    """The nodes of the types the visitors handle, in pre-order."""
+    kinds: set[type] = set()
+    for visitor in visitors:
+        kinds |= handled_types(type(visitor))
+    groups = [by_type[kind] for kind in kinds if kind in by_type]
+    if len(groups) == 1:
+        return groups[0]
+    return sorted(itertools.chain.from_iterable(groups), key=order.__getitem__)
+
+
+_HANDLED: dict[type, frozenset[type]] = {}
+
+
+def handled_types(visitor_type: type) -> frozenset[type]:
+    """The ``ast`` node types ``visitor_type`` has a ``visit_<Type>`` or ``leave_<Type>``
+    for (a name that is no ``ast`` node type is never called)."""
+    known = _HANDLED.get(visitor_type)
+    if known is not None:
+        return known
+    found: set[type] = set()
+    for name in dir(visitor_type):
+        prefix, _, kind_name = name.partition("_")
+        if prefix in ("visit", "leave") and kind_name:
+            kind = vars(ast).get(kind_name)
+            if isinstance(kind, type) and issubclass(kind, ast.AST):
+                found.add(kind)
+    known = _HANDLED[visitor_type] = frozenset(found)
+    return known
 
 
 def _pre_order(tree: ast.AST) -> tuple[dict[ast.AST, int], dict[ast.AST, int]]:

@@ -25,6 +25,7 @@ class Collector:
     def __init__(self) -> None:
         self.parents: dict[ast.AST, ast.AST] = {}
         self.order: dict[ast.AST, int] = {}
+        self.by_type: dict[type, list[ast.AST]] = {}  # the nodes of each type, in pre-order
         self.last: dict[ast.AST, int] = {}
         self.scopes: dict[ast.AST, Scope] = {}
         self.node_scopes: dict[ast.AST, Scope] = {}  # the scope each node is evaluated in
@@ -63,7 +64,7 @@ class Collector:
     def collect(self, module: ast.Module) -> None:
         counter = 0
         parents, order, last, node_scopes = self.parents, self.order, self.last, self.node_scopes
-        recorders = self._recorders
+        recorders, by_type = self._recorders, self.by_type
         stack: list[tuple[ast.AST, bool]] = [(module, False)]
         while stack:
             node, leaving = stack.pop()
@@ -75,11 +76,21 @@ class Collector:
                 continue
             order[node] = counter
             counter += 1
+            of_kind = by_type.get(kind)
+            if of_kind is None:
+                by_type[kind] = [node]
+            else:
+                of_kind.append(node)
             if self._scope_stack:
                 node_scopes[node] = self._scope_stack[-1]
             if kind is ast.Name:
                 self._record_name(node, counter - 1)  # type: ignore[arg-type]
-            elif kind is ast.Attribute:
+                last[node] = counter - 1  # a leaf (its ``ctx`` is a shared singleton)
+                continue
+            if kind is ast.Constant:
+                last[node] = counter - 1  # most nodes are names and constants: no children
+                continue
+            if kind is ast.Attribute:
                 self.attributes.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined, arg-type]
             if kind in SCOPE_TYPES:
                 self._enter_scope(node)

@@ -8,6 +8,8 @@ from gradfix.semantic.navigation import Navigation
 from gradfix.semantic.scopes import is_none_assign
 from gradfix.torch_facts import CANONICAL
 
+_UNKNOWN = object()  # not asked yet (``None`` is an answer: not an imported name)
+
 
 class NameQueries(Navigation):
     #: the answer of ``torch_alias`` once asked (False: not yet)
@@ -15,11 +17,13 @@ class NameQueries(Navigation):
 
     def qualified_name(self, expr: ast.AST) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
+        known = self._qualified.get(expr, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
         if expr not in self._order:  # a node built by a rule
             return self._qualify(expr)
-        if expr not in self._qualified:
-            self._qualified[expr] = self._qualify(expr)
-        return self._qualified[expr]
+        qualified = self._qualified[expr] = self._qualify(expr)
+        return qualified
 
     def _qualify(self, expr: ast.AST) -> str | None:
         if type(expr) is ast.Name:
@@ -38,7 +42,8 @@ class NameQueries(Navigation):
         return None
 
     def call_name(self, call: ast.Call) -> str | None:
-        return self.qualified_name(call.func)
+        known = self._qualified.get(call.func, _UNKNOWN)  # asked by most rules: kept short
+        return self.qualified_name(call.func) if known is _UNKNOWN else known  # type: ignore[return-value]
 
     def is_torch_name(self, expr: ast.AST, *names: str) -> bool:
         qualified = self.qualified_name(expr)

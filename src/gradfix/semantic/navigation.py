@@ -6,12 +6,14 @@ from __future__ import annotations
 import ast
 import bisect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from gradfix.fileio.text import LINE
 from gradfix.semantic.collect import Collector
 from gradfix.semantic.scopes import Binding, LeafReason, Scope
 from gradfix.semantic.syntax import iterates_at_least_once
+
+_Node = TypeVar("_Node", bound=ast.AST)
 
 _BLOCKS_THAT_MAY_NOT_RUN = (
     ast.If,
@@ -34,6 +36,7 @@ class Navigation:
         self._parents = collector.parents
         self._order = collector.order
         self._last = collector.last
+        self._by_type = collector.by_type
         self._scopes = collector.scopes
         self._calls_by_name = collector.calls_by_name
         self._node_scopes = collector.node_scopes
@@ -81,6 +84,12 @@ class Navigation:
     def last(self) -> dict[ast.AST, int]:
         """Every node -> the pre-order index of the last node of its subtree."""
         return self._last
+
+    @property
+    def by_type(self) -> dict[type, list[ast.AST]]:
+        """Node type -> its nodes in pre-order (the rules' walk visits only the types some
+        rule handles)."""
+        return self._by_type
 
     if TYPE_CHECKING:  # answered by the other mixins of ``Semantic``
 
@@ -134,6 +143,16 @@ class Navigation:
 
     def contains(self, outer: ast.AST, inner: ast.AST) -> bool:
         return self._order[outer] <= self._order[inner] <= self._last[outer]
+
+    def descendants(self, root: ast.AST, kind: type[_Node]) -> list[_Node]:
+        """The nodes of exactly type ``kind`` in ``root``'s subtree (``root`` included), in
+        pre-order: ``[n for n in ast.walk(root) if type(n) is kind]`` in source order,
+        without walking (two bisections in the analysis's nodes of that type)."""
+        nodes = self._by_type.get(kind, [])
+        index = self._order.__getitem__
+        low = bisect.bisect_left(nodes, self._order[root], key=index)
+        high = bisect.bisect_right(nodes, self._last[root], lo=low, key=index)
+        return nodes[low:high]  # type: ignore[return-value]
 
     def block_contains(self, block: list[ast.stmt], inner: ast.AST) -> bool:
         """``inner`` sits in one of the statements of ``block`` (a body, an ``orelse``)."""
