@@ -835,3 +835,35 @@ def test_project_configuration_applies_under_the_editor_settings(
     server.open(current, BUGGY + "a.normal_()\n")
     assert [d["code"] for d in server.diagnostics(current)] == ["GF101"]  # GF201 ignored
     assert server.stop() == 0
+
+
+def test_a_change_is_linted_at_once_and_changes_meanwhile_together() -> None:
+    """No fixed delay after a change: the lint starts at once; changes that arrive while
+    it runs are checked by one more lint right after it (not one per keystroke)."""
+    import asyncio
+
+    from gradfix.lsp import create_server
+
+    server = create_server()
+    linted: list[str] = []
+
+    async def lint(uri: str, *, verify: bool) -> None:
+        linted.append(uri)
+        if len(linted) == 1:
+            for _ in range(3):
+                server.lint_soon(uri)  # typing goes on while the first lint runs
+        await asyncio.sleep(0)
+
+    server.lint = lint  # type: ignore[method-assign]
+
+    async def typing() -> None:
+        server.lint_soon("file:///a.py")
+        server.lint_soon("file:///b.py")
+        await asyncio.sleep(0)  # the lints start without waiting for a pause in typing
+        assert linted == ["file:///a.py", "file:///b.py"]
+        while server.tasks:
+            await asyncio.gather(*list(server.tasks))
+
+    asyncio.run(typing())
+    assert linted.count("file:///a.py") == 2 and linted.count("file:///b.py") == 1
+    assert not server.linting and not server.changed_again

@@ -74,7 +74,6 @@ SECTION = "gradfix"
 SETTINGS = ("the editor setting gradfix.select", "the editor setting gradfix.ignore")
 FIX_ALL_KIND = "source.fixAll.gradfix"
 MAX_REASON = 80  # characters of a verdict's reason in a quick fix title
-CHANGE_DELAY = 0.25  # seconds without a change before a changed buffer is checked
 #: the notebooks whose cells the client sends: any notebook, its Python cells
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[
@@ -625,7 +624,8 @@ class GradfixServer(LanguageServer):
         self.last_good: dict[str, tuple[str, list[Finding]]] = {}
         self.broken: set[str] = set()  # the buffers and cells that do not parse now
         self.verification: dict[str, VerificationState] = {}
-        self.pending_changes: dict[str, asyncio.TimerHandle] = {}
+        self.linting: set[str] = set()  # the buffers and notebooks being linted after a change
+        self.changed_again: set[str] = set()  # ... and changed again meanwhile
         self.tasks: set[asyncio.Future[None]] = set()
         self.engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradfix-engine")
         self.verify_lock = threading.Lock()
@@ -751,14 +751,24 @@ class GradfixServer(LanguageServer):
         return None if document is None else await self.buffer(document)
 
     def lint_soon(self, uri: str) -> None:
-        """Lint a changed buffer or notebook when typing pauses (a big file takes a while
-        to check)."""
-        pending = self.pending_changes.pop(uri, None)
-        if pending is not None:
-            pending.cancel()
-        self.pending_changes[uri] = asyncio.get_running_loop().call_later(
-            CHANGE_DELAY, lambda: self.spawn(self.lint(uri, verify=False))
-        )
+        """Lint a changed buffer or notebook now, or, when a lint of it is running, once
+        more right after it: one lint at a time per document, the changes that arrive
+        meanwhile checked together, and no fixed delay before the diagnostics."""
+        if uri in self.linting:
+            self.changed_again.add(uri)
+            return
+        self.linting.add(uri)
+        self.spawn(self.lint_until_current(uri))
+
+    async def lint_until_current(self, uri: str) -> None:
+        try:
+            while True:
+                self.changed_again.discard(uri)
+                await self.lint(uri, verify=False)  # publishes only if still current
+                if uri not in self.changed_again:
+                    return
+        finally:
+            self.linting.discard(uri)
 
     async def lint(self, uri: str, *, verify: bool) -> None:
         """Publish the buffer's (or notebook's) diagnostics; with ``verify``, start
@@ -831,9 +841,7 @@ class GradfixServer(LanguageServer):
 
     def forget(self, uri: str) -> None:
         """A closed buffer, cell or notebook: no pending lint, no cache, no diagnostics."""
-        pending = self.pending_changes.pop(uri, None)
-        if pending is not None:
-            pending.cancel()
+        self.changed_again.discard(uri)  # a lint running ends without publishing
         for cache in (self.buffers, self.notebooks, self.verification, self.last_good):
             cache.pop(uri, None)
         self.broken.discard(uri)
