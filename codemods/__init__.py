@@ -1,54 +1,34 @@
-"""gradfix's codemods, one per file; :data:`ALL_RULES` lists them in code order."""
+"""gradfix's codemods, one rule per file; :data:`ALL_RULES` lists them in code order.
+
+A rule is found by being here: every module of this package is imported and each
+:class:`~gradfix.rule.Rule` subclass it defines with its own ``code`` is registered (a
+new rule file needs no line anywhere else). Two rules with one code are an error.
+"""
 
 from __future__ import annotations
 
-from gradfix.codemods.backward_twice import BackwardTwice
-from gradfix.codemods.cat_in_loop import CatInLoop
-from gradfix.codemods.create_graph_backward import CreateGraphBackward
-from gradfix.codemods.data_mutation import DataMutation
-from gradfix.codemods.inplace_on_saved import InplaceOnSaved
-from gradfix.codemods.integer_requires_grad import IntegerRequiresGrad
-from gradfix.codemods.leaf_inplace import LeafInplace
-from gradfix.codemods.leaf_rebinding import LeafRebinding
-from gradfix.codemods.loss_accumulation import LossAccumulation
-from gradfix.codemods.masked_unsafe_branch import MaskedUnsafeBranch
-from gradfix.codemods.missing_zero_grad import MissingZeroGrad
-from gradfix.codemods.nonleaf_grad_read import NonleafGradRead
-from gradfix.codemods.nonleaf_parameter import NonleafParameter
-from gradfix.codemods.plain_module_container import PlainModuleContainer
-from gradfix.codemods.row_loop_inplace import RowLoopInplace
-from gradfix.codemods.self_referencing_index_assign import SelfReferencingIndexAssign
-from gradfix.codemods.sqrt_of_squares import SqrtOfSquares
-from gradfix.codemods.tensor_copy_construct import TensorCopyConstruct
-from gradfix.codemods.tensor_from_tensors import TensorFromTensors
-from gradfix.codemods.view_alias_mutation import ViewAliasMutation
-from gradfix.codemods.where_unsafe_branch import WhereUnsafeBranch
+import importlib
+import pkgutil
 
-ALL_RULES = sorted(
-    [
-        TensorFromTensors,
-        TensorCopyConstruct,
-        IntegerRequiresGrad,
-        LeafInplace,
-        InplaceOnSaved,
-        ViewAliasMutation,
-        DataMutation,
-        LeafRebinding,
-        MaskedUnsafeBranch,
-        NonleafGradRead,
-        NonleafParameter,
-        PlainModuleContainer,
-        WhereUnsafeBranch,
-        SelfReferencingIndexAssign,
-        RowLoopInplace,
-        BackwardTwice,
-        CreateGraphBackward,
-        LossAccumulation,
-        CatInLoop,
-        MissingZeroGrad,
-        SqrtOfSquares,
-    ],
-    key=lambda rule: rule.code,
-)
+from gradfix.rule import Rule
+
+
+def _discovered() -> list[type[Rule]]:
+    found: dict[str, type[Rule]] = {}
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for value in vars(module).values():
+            is_rule = isinstance(value, type) and issubclass(value, Rule)
+            if is_rule and value.__module__ == module.__name__ and "code" in vars(value):
+                if value.code in found:
+                    raise ImportError(
+                        f"two rules with code {value.code}: "
+                        f"{found[value.code].__qualname__} and {value.__qualname__}"
+                    )
+                found[value.code] = value
+    return [found[code] for code in sorted(found)]
+
+
+ALL_RULES = _discovered()
 
 __all__ = ["ALL_RULES"]

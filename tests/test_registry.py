@@ -97,6 +97,17 @@ def test_find_rule_by_code_or_name() -> None:
         find_rule("GF999", RULES)
 
 
+def test_each_rule_file_registers_its_rule_by_being_there() -> None:
+    """Every module of ``codemods/`` holds one rule and ``ALL_RULES`` has it, with no line
+    to add anywhere else."""
+    import pkgutil
+
+    import gradfix.codemods as package
+
+    modules = {f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)}
+    assert sorted(rule.__module__ for rule in package.ALL_RULES) == sorted(modules)
+
+
 def test_the_real_rules() -> None:
     known = all_rules()
     assert [rule.code for rule in known] == sorted(rule.code for rule in known)
