@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from gradfix.edits import Editor
-from gradfix.engine import cyclic_gc_paused, may_import_torch, parse
+from gradfix.engine import may_import_torch, parse
 from gradfix.registry import all_rules
 from gradfix.rule import FixPlan, Rule, RuleContext
 from gradfix.semantic import Semantic

@@ -7,6 +7,7 @@ import ast
 import libcst as cst
 
 from gradfix.edits import Editor
+from gradfix.lazy import lazy_class
 from gradfix.no_grad_block import (
     NoGradBlockRule,
     Rewrite,
@@ -681,19 +682,23 @@ def _owner_keeping_parentheses(editor: Editor, data: cst.CSTNode) -> cst.BaseExp
     return data.value.with_changes(lpar=data.lpar, rpar=data.rpar)
 
 
-class _DropData(cst.CSTTransformer):
-    """``x.data`` -> ``x`` for the attribute nodes given by id."""
+@lazy_class
+def _DropData() -> type:
+    class DropData(cst.CSTTransformer):
+        """``x.data`` -> ``x`` for the attribute nodes given by id."""
 
-    def __init__(self, tensors: set[int]) -> None:
-        super().__init__()
-        self.tensors = tensors
+        def __init__(self, tensors: set[int]) -> None:
+            super().__init__()
+            self.tensors = tensors
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
-        if id(original_node) not in self.tensors:
-            return updated_node
-        return updated_node.value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        def leave_Attribute(
+            self, original_node: cst.Attribute, updated_node: cst.Attribute
+        ) -> cst.BaseExpression:
+            if id(original_node) not in self.tensors:
+                return updated_node
+            return updated_node.value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+    return DropData
 
 
 def _data_attributes(node: ast.AST) -> list[ast.Attribute]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 import libcst as cst
@@ -22,6 +23,7 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
+from gradfix.lazy import lazy_class
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -76,21 +78,29 @@ INPUT_SAVING_MODULES = frozenset(
     "LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d InstanceNorm1d InstanceNorm2d "
     "InstanceNorm3d".split()
 )
-#: The binary operator of each augmented assignment the fix rewrites (``h += v``).
-_AUGMENTED: dict[type[ast.operator], cst.BaseBinaryOp] = {
-    ast.Add: cst.Add(), ast.Sub: cst.Subtract(), ast.Mult: cst.Multiply(),
-    ast.Div: cst.Divide(), ast.FloorDiv: cst.FloorDivide(), ast.Mod: cst.Modulo(),
-    ast.Pow: cst.Power(), ast.MatMult: cst.MatrixMultiply(),
-}  # fmt: skip
-#: Operators binding tighter than each operator (no parentheses needed on the right).
-_TIGHTER: dict[type[cst.BaseBinaryOp], tuple[type[cst.BaseBinaryOp], ...]] = {
-    cst.Add: (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.MatrixMultiply,
-              cst.Power),
-    cst.Subtract: (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.MatrixMultiply,
-                   cst.Power),
-    cst.Multiply: (cst.Power,), cst.Divide: (cst.Power,), cst.FloorDivide: (cst.Power,),
-    cst.Modulo: (cst.Power,), cst.MatrixMultiply: (cst.Power,), cst.Power: (),
-}  # fmt: skip
+
+
+@functools.cache
+def _augmented() -> dict[type[ast.operator], cst.BaseBinaryOp]:
+    """The binary operator of each augmented assignment the fix rewrites (``h += v``)."""
+    return {
+        ast.Add: cst.Add(), ast.Sub: cst.Subtract(), ast.Mult: cst.Multiply(),
+        ast.Div: cst.Divide(), ast.FloorDiv: cst.FloorDivide(), ast.Mod: cst.Modulo(),
+        ast.Pow: cst.Power(), ast.MatMult: cst.MatrixMultiply(),
+    }  # fmt: skip
+
+
+@functools.cache
+def _tighter() -> dict[type[cst.BaseBinaryOp], tuple[type[cst.BaseBinaryOp], ...]]:
+    """Operators binding tighter than each operator (no parentheses needed on the right)."""
+    return {
+        cst.Add: (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.MatrixMultiply,
+                  cst.Power),
+        cst.Subtract: (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo,
+                       cst.MatrixMultiply, cst.Power),
+        cst.Multiply: (cst.Power,), cst.Divide: (cst.Power,), cst.FloorDivide: (cst.Power,),
+        cst.Modulo: (cst.Power,), cst.MatrixMultiply: (cst.Power,), cst.Power: (),
+    }  # fmt: skip
 
 
 @dataclass
@@ -752,7 +762,7 @@ class InplaceOnSaved(Rule):
     def _augassign_fix(self, mutation: Mutation) -> FixPlan | None:
         statement = mutation.statement
         assert isinstance(statement, ast.AugAssign)
-        operator = _AUGMENTED.get(type(statement.op))
+        operator = _augmented().get(type(statement.op))
         if operator is None:
             return None
         name = mutation.name.id
@@ -1045,7 +1055,7 @@ def _operand(value: cst.BaseExpression, operator: cst.BaseBinaryOp) -> cst.BaseE
         value, (cst.BooleanOperation, cst.Comparison, cst.IfExp, cst.Lambda, cst.NamedExpr)
     )
     if isinstance(value, cst.BinaryOperation):
-        needs = not isinstance(value.operator, _TIGHTER[type(operator)])
+        needs = not isinstance(value.operator, _tighter()[type(operator)])
     if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Not):
         needs = True
     if not needs:
@@ -1077,16 +1087,20 @@ def _out_of_place_call(call: cst.CSTNode) -> cst.Call | None:
     return call.with_changes(args=args)
 
 
-class _StripUnderscores(cst.CSTTransformer):
-    """Rename ``m_`` to ``m`` in the given chain of method calls."""
+@lazy_class
+def _StripUnderscores() -> type:
+    class StripUnderscores(cst.CSTTransformer):
+        """Rename ``m_`` to ``m`` in the given chain of method calls."""
 
-    def __init__(self, calls: list[cst.Call]) -> None:
-        super().__init__()
-        self.funcs = {id(c.func) for c in calls}
+        def __init__(self, calls: list[cst.Call]) -> None:
+            super().__init__()
+            self.funcs = {id(c.func) for c in calls}
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.Attribute:
-        if id(original_node) in self.funcs:
-            return updated_node.with_changes(attr=cst.Name(original_node.attr.value[:-1]))
-        return updated_node
+        def leave_Attribute(
+            self, original_node: cst.Attribute, updated_node: cst.Attribute
+        ) -> cst.Attribute:
+            if id(original_node) in self.funcs:
+                return updated_node.with_changes(attr=cst.Name(original_node.attr.value[:-1]))
+            return updated_node
+
+    return StripUnderscores

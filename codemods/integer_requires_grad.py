@@ -8,6 +8,7 @@ import re
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.lazy import lazy_class
 from gradfix.rule import FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument, is_false, is_true
 from gradfix.torch_facts import INTEGER_DTYPES
@@ -222,10 +223,14 @@ def _arange_float32(editor: Editor, call: cst.CSTNode) -> cst.Call:
     return with_argument(call, "dtype", editor.torch_attr("float32"))
 
 
-class _FloatLiterals(cst.CSTTransformer):
-    """``1`` -> ``1.0``: the literal's own text, so its spelling (``1_000``) is kept."""
+@lazy_class
+def _FloatLiterals() -> type:
+    class FloatLiterals(cst.CSTTransformer):
+        """``1`` -> ``1.0``: the literal's own text, so its spelling (``1_000``) is kept."""
 
-    def leave_Integer(self, original_node: cst.Integer, updated_node: cst.Integer) -> cst.Float:
-        return cst.Float(
-            value=updated_node.value + ".0", lpar=updated_node.lpar, rpar=updated_node.rpar
-        )
+        def leave_Integer(self, original_node: cst.Integer, updated_node: cst.Integer) -> cst.Float:
+            return cst.Float(
+                value=updated_node.value + ".0", lpar=updated_node.lpar, rpar=updated_node.rpar
+            )
+
+    return FloatLiterals

@@ -449,7 +449,7 @@ class NonleafParameter(Rule):
 
 #: A value of a folded factory argument: the ``ast`` expression the user wrote (its LibCST
 #: node is reused) or a builder of a new one (``torch.float64``, ``"cuda"``).
-KeywordValue = ast.expr | Callable[[Editor], cst.BaseExpression]
+KeywordValue = ast.expr | Callable[[Editor], "cst.BaseExpression"]
 
 
 def _fold_into_factory(

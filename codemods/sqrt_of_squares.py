@@ -18,8 +18,6 @@ from gradfix.semantic.syntax import (
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (ast.Name, ast.Attribute, ast.Subscript)
-#: Parentheses an expression needs to stay one call argument.
-_NEEDS_PARENS = (cst.Tuple, cst.NamedExpr, cst.GeneratorExp)
 
 
 class SqrtOfSquares(Rule):
@@ -251,7 +249,9 @@ class SqrtOfSquares(Rule):
             assert isinstance(old, cst.BaseExpression)
             norm = editor.node(base)
             assert isinstance(norm, cst.BaseExpression)
-            if not isinstance(norm, _NEEDS_PARENS):
+            if not isinstance(
+                norm, (cst.Tuple, cst.NamedExpr, cst.GeneratorExp)
+            ):  # to stay one argument
                 norm = norm.with_changes(lpar=[], rpar=[])
             new = cst.Call(
                 editor.torch_attr("linalg.vector_norm"),

@@ -21,8 +21,6 @@ from gradfix.semantic.syntax import (
 
 #: What may sit between an expression and its parentheses.
 _LAYOUT = (b" ", b"\t", b"\r", b"\n", b"\\")
-#: Expressions that can take ``.detach()`` without parentheses.
-_ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
 
 
 class TensorCopyConstruct(Rule):
@@ -339,7 +337,7 @@ def _has_comment(node: cst.CSTNode) -> bool:
 
 def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``expr`` ready to take a method call: parenthesised unless it is an atom."""
-    if isinstance(expr, _ATOMS) or expr.lpar:
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or expr.lpar:
         return expr
     return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 

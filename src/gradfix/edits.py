@@ -23,80 +23,89 @@ fix needs (``FixPlan.imports``, added by the engine).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from gradfix.fileio.text import source_lines
+from gradfix.lazy import lazy_class
 from gradfix.rule import Edit, Fix, FixPlan, Replacement, keeping_comments
 from gradfix.walk import children
 
-#: ``ast`` node type -> the LibCST node types at the same range (parentheses excluded)
-_CST_TYPES: dict[type[ast.AST], tuple[type[cst.CSTNode], ...]] = {
-    ast.Name: (cst.Name,),
-    ast.Attribute: (cst.Attribute,),
-    ast.Call: (cst.Call,),
-    ast.Subscript: (cst.Subscript,),
-    ast.BinOp: (cst.BinaryOperation,),
-    ast.UnaryOp: (cst.UnaryOperation,),
-    ast.BoolOp: (cst.BooleanOperation,),
-    ast.Compare: (cst.Comparison,),
-    ast.Constant: (
-        cst.Integer,
-        cst.Float,
-        cst.Imaginary,
-        cst.SimpleString,
-        cst.ConcatenatedString,
-        cst.Name,
-        cst.Ellipsis,
-    ),
-    ast.JoinedStr: (cst.FormattedString, cst.ConcatenatedString),
-    ast.Tuple: (cst.Tuple,),
-    ast.List: (cst.List,),
-    ast.Dict: (cst.Dict,),
-    ast.Set: (cst.Set,),
-    ast.ListComp: (cst.ListComp,),
-    ast.SetComp: (cst.SetComp,),
-    ast.DictComp: (cst.DictComp,),
-    ast.GeneratorExp: (cst.GeneratorExp,),
-    ast.Lambda: (cst.Lambda,),
-    ast.IfExp: (cst.IfExp,),
-    ast.NamedExpr: (cst.NamedExpr,),
-    ast.Starred: (cst.StarredElement, cst.Arg),
-    ast.Slice: (cst.Slice,),
-    ast.Await: (cst.Await,),
-    ast.Yield: (cst.Yield,),
-    ast.keyword: (cst.Arg,),
-    ast.Expr: (cst.Expr,),
-    ast.Assign: (cst.Assign,),
-    ast.AugAssign: (cst.AugAssign,),
-    ast.AnnAssign: (cst.AnnAssign,),
-    ast.Return: (cst.Return,),
-    ast.Delete: (cst.Del,),
-    ast.Pass: (cst.Pass,),
-    ast.Break: (cst.Break,),
-    ast.Continue: (cst.Continue,),
-    ast.Raise: (cst.Raise,),
-    ast.Assert: (cst.Assert,),
-    ast.Import: (cst.Import,),
-    ast.ImportFrom: (cst.ImportFrom,),
-    ast.Global: (cst.Global,),
-    ast.Nonlocal: (cst.Nonlocal,),
-    ast.For: (cst.For,),
-    ast.AsyncFor: (cst.For,),
-    ast.While: (cst.While,),
-    ast.If: (cst.If,),
-    ast.With: (cst.With,),
-    ast.AsyncWith: (cst.With,),
-    ast.Try: (cst.Try,),
-    ast.FunctionDef: (cst.FunctionDef,),
-    ast.AsyncFunctionDef: (cst.FunctionDef,),
-    ast.ClassDef: (cst.ClassDef,),
-    ast.Module: (cst.Module,),
-}
-if hasattr(ast, "TryStar"):
-    _CST_TYPES[ast.TryStar] = (cst.TryStar,)
+if TYPE_CHECKING:
+    from libcst.metadata import CodeRange
+
+
+@functools.cache
+def _cst_types() -> dict[type[ast.AST], tuple[type[cst.CSTNode], ...]]:
+    """``ast`` node type -> the LibCST node types at the same range (parentheses excluded)."""
+    types: dict[type[ast.AST], tuple[type[cst.CSTNode], ...]] = {
+        ast.Name: (cst.Name,),
+        ast.Attribute: (cst.Attribute,),
+        ast.Call: (cst.Call,),
+        ast.Subscript: (cst.Subscript,),
+        ast.BinOp: (cst.BinaryOperation,),
+        ast.UnaryOp: (cst.UnaryOperation,),
+        ast.BoolOp: (cst.BooleanOperation,),
+        ast.Compare: (cst.Comparison,),
+        ast.Constant: (
+            cst.Integer,
+            cst.Float,
+            cst.Imaginary,
+            cst.SimpleString,
+            cst.ConcatenatedString,
+            cst.Name,
+            cst.Ellipsis,
+        ),
+        ast.JoinedStr: (cst.FormattedString, cst.ConcatenatedString),
+        ast.Tuple: (cst.Tuple,),
+        ast.List: (cst.List,),
+        ast.Dict: (cst.Dict,),
+        ast.Set: (cst.Set,),
+        ast.ListComp: (cst.ListComp,),
+        ast.SetComp: (cst.SetComp,),
+        ast.DictComp: (cst.DictComp,),
+        ast.GeneratorExp: (cst.GeneratorExp,),
+        ast.Lambda: (cst.Lambda,),
+        ast.IfExp: (cst.IfExp,),
+        ast.NamedExpr: (cst.NamedExpr,),
+        ast.Starred: (cst.StarredElement, cst.Arg),
+        ast.Slice: (cst.Slice,),
+        ast.Await: (cst.Await,),
+        ast.Yield: (cst.Yield,),
+        ast.keyword: (cst.Arg,),
+        ast.Expr: (cst.Expr,),
+        ast.Assign: (cst.Assign,),
+        ast.AugAssign: (cst.AugAssign,),
+        ast.AnnAssign: (cst.AnnAssign,),
+        ast.Return: (cst.Return,),
+        ast.Delete: (cst.Del,),
+        ast.Pass: (cst.Pass,),
+        ast.Break: (cst.Break,),
+        ast.Continue: (cst.Continue,),
+        ast.Raise: (cst.Raise,),
+        ast.Assert: (cst.Assert,),
+        ast.Import: (cst.Import,),
+        ast.ImportFrom: (cst.ImportFrom,),
+        ast.Global: (cst.Global,),
+        ast.Nonlocal: (cst.Nonlocal,),
+        ast.For: (cst.For,),
+        ast.AsyncFor: (cst.For,),
+        ast.While: (cst.While,),
+        ast.If: (cst.If,),
+        ast.With: (cst.With,),
+        ast.AsyncWith: (cst.With,),
+        ast.Try: (cst.Try,),
+        ast.FunctionDef: (cst.FunctionDef,),
+        ast.AsyncFunctionDef: (cst.FunctionDef,),
+        ast.ClassDef: (cst.ClassDef,),
+        ast.Module: (cst.Module,),
+    }
+    if hasattr(ast, "TryStar"):
+        types[ast.TryStar] = (cst.TryStar,)
+    return types
 
 
 Span = tuple[int, int, int, int]
@@ -108,6 +117,8 @@ def ast_range(node: ast.AST, lines: Sequence[str]) -> CodeRange:
     line, end_line = node.lineno, node.end_lineno  # type: ignore[attr-defined]
     col = _chars(lines, line, node.col_offset)  # type: ignore[attr-defined]
     end_col = _chars(lines, end_line, node.end_col_offset)  # type: ignore[attr-defined]
+    from libcst.metadata import CodePosition, CodeRange
+
     return CodeRange(CodePosition(line, col), CodePosition(end_line or line, end_col))
 
 
@@ -135,6 +146,8 @@ class Editor:
     @property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         if self._positions is None:
+            from libcst.metadata import MetadataWrapper, PositionProvider
+
             wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
             self._positions = wrapper.resolve(PositionProvider)
         return self._positions
@@ -152,7 +165,7 @@ class Editor:
             self._index = index
         where = ast_range(node, self.lines)
         span = (where.start.line, where.start.column, where.end.line, where.end.column)
-        wanted = _CST_TYPES.get(type(node), ())
+        wanted = _cst_types().get(type(node), ())
         for candidate in self._index.get(span, ()):
             if isinstance(candidate, wanted):
                 return candidate
@@ -305,13 +318,17 @@ def without_argument(call: cst.Call, keyword: str) -> cst.Call:
     return call.with_changes(args=kept)
 
 
-class _NodeReplacer(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
-        super().__init__()
-        self.replacements = replacements
+@lazy_class
+def _NodeReplacer() -> type:
+    class NodeReplacer(cst.CSTTransformer):
+        def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
+            super().__init__()
+            self.replacements = replacements
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
-        return self.replacements.get(id(original_node), updated_node)
+        def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[no-untyped-def]
+            return self.replacements.get(id(original_node), updated_node)
+
+    return NodeReplacer
 
 
 def cst_argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | None:

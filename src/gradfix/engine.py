@@ -21,13 +21,12 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
-from libcst._nodes.base import CSTNode
-from libcst.metadata import CodeRange
 
 from gradfix.edits import Editor
+from gradfix.lazy import lazy_class
 from gradfix.rule import (
     Finding,
     Fix,
@@ -41,6 +40,9 @@ from gradfix.rule import (
 from gradfix.semantic import Semantic
 from gradfix.suppression import has_suppressions, unsuppressed
 from gradfix.walk import walk_ast_batched
+
+if TYPE_CHECKING:
+    from libcst.metadata import CodeRange
 
 MAX_PASSES = 10
 
@@ -110,6 +112,8 @@ def _nodes_unvalidated() -> Iterator[None]:
     The parser only builds nodes from source it accepted, so checking each of them again
     is redundant; it costs about 15% of the parse. Nodes built later (a rule's
     replacement, a fix) are validated as usual."""
+    from libcst._nodes.base import CSTNode
+
     validate = CSTNode.__post_init__
     CSTNode.__post_init__ = _no_validation  # type: ignore[method-assign]
     try:
@@ -118,7 +122,7 @@ def _nodes_unvalidated() -> Iterator[None]:
         CSTNode.__post_init__ = validate  # type: ignore[method-assign]
 
 
-def _no_validation(self: CSTNode) -> None:
+def _no_validation(self: cst.CSTNode) -> None:
     return None
 
 
@@ -521,29 +525,33 @@ def _non_overlapping(fixes: list[Fix], positions: Mapping[cst.CSTNode, CodeRange
     return chosen
 
 
-class _ApplyEdits(cst.CSTTransformer):
-    def __init__(self, fixes: Sequence[Fix]) -> None:
-        super().__init__()
-        self.replacements = {id(e.target): e.replacement for f in fixes for e in f.edits}
-        #: the ``with`` statements that joinable fixes create
-        self.joinable = {
-            id(e.replacement)
-            for f in fixes
-            if f.joinable
-            for e in f.edits
-            if isinstance(e.replacement, cst.With)
-        }
+@lazy_class
+def _ApplyEdits() -> type:
+    class ApplyEdits(cst.CSTTransformer):
+        def __init__(self, fixes: Sequence[Fix]) -> None:
+            super().__init__()
+            self.replacements = {id(e.target): e.replacement for f in fixes for e in f.edits}
+            #: the ``with`` statements that joinable fixes create
+            self.joinable = {
+                id(e.replacement)
+                for f in fixes
+                if f.joinable
+                for e in f.edits
+                if isinstance(e.replacement, cst.With)
+            }
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        replacement = self.replacements.get(id(original_node))
-        if replacement is not None:
-            return replacement
-        if self.joinable and isinstance(updated_node, (cst.Module, cst.IndentedBlock)):
-            return _join_blocks(updated_node, self.joinable)
-        return updated_node
+        def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+            replacement = self.replacements.get(id(original_node))
+            if replacement is not None:
+                return replacement
+            if self.joinable and isinstance(updated_node, (cst.Module, cst.IndentedBlock)):
+                return _join_blocks(updated_node, self.joinable)
+            return updated_node
+
+    return ApplyEdits
 
 
-_Body = TypeVar("_Body", cst.Module, cst.IndentedBlock)
+_Body = TypeVar("_Body", "cst.Module", "cst.IndentedBlock")
 
 
 def _join_blocks(node: _Body, created: set[int]) -> _Body:

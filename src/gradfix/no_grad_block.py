@@ -26,7 +26,7 @@ from gradfix.torch_facts import NON_GRAPH_CALLS, NOT_GRAPH_USES, is_inplace_meth
 
 #: Builds, on the LibCST tree, what a site's small statement becomes inside the block
 #: (None: no fix). It gets the statement's LibCST node.
-Rewrite = Callable[[Editor, cst.BaseSmallStatement], "cst.BaseSmallStatement | None"]
+Rewrite = Callable[[Editor, "cst.BaseSmallStatement"], "cst.BaseSmallStatement | None"]
 #: One statement of a block as LibCST sees it: the simple statements of one line
 #: (``a; b``), or a compound statement alone.
 Line = list[ast.stmt]

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar, Union
 
 import libcst as cst
-from libcst.metadata import CodeRange
 
 from gradfix.fileio.text import source_lines
 
 if TYPE_CHECKING:
+    from libcst.metadata import CodeRange
+
     from gradfix.edits import Editor
     from gradfix.semantic import Semantic
 
@@ -59,7 +60,7 @@ class FixAvailability(str, enum.Enum):
     ALWAYS = "always"
 
 
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+Replacement = Union["cst.CSTNode", "cst.RemovalSentinel", "cst.FlattenSentinel"]
 
 
 @dataclass(frozen=True)

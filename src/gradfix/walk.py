@@ -4,7 +4,7 @@
   read from the analysis's pre-order), calling each rule's ``visit_<Type>`` and
   ``leave_<Type>``; a rule that raises is dropped and the others go on.
 - :func:`children`: the code children of a LibCST node, in LibCST's order, without
-  whitespace, comments and tokens (:data:`TRIVIA`): what the fix side uses to find a
+  whitespace, comments and tokens (:func:`trivia_types`): what the fix side uses to find a
   node's parent (``node.visit`` would rebuild every node of the tree).
 """
 
@@ -19,32 +19,35 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import libcst as cst
 
-#: Node types that are never visited: layout and tokens, not code.
-TRIVIA: tuple[type[cst.CSTNode], ...] = (
-    cst.BaseParenthesizableWhitespace,
-    cst.TrailingWhitespace,
-    cst.EmptyLine,
-    cst.Newline,
-    cst.Comment,
-    cst.Comma,
-    cst.Dot,
-    cst.Colon,
-    cst.Semicolon,
-    cst.AssignEqual,
-    cst.LeftParen,
-    cst.RightParen,
-    cst.LeftSquareBracket,
-    cst.RightSquareBracket,
-    cst.LeftCurlyBrace,
-    cst.RightCurlyBrace,
-    cst.BaseBinaryOp,
-    cst.BaseUnaryOp,
-    cst.BaseBooleanOp,
-    cst.BaseCompOp,
-    cst.BaseAugOp,
-    cst.ImportStar,
-    cst.Asynchronous,
-)
+
+@functools.cache
+def trivia_types() -> tuple[type[cst.CSTNode], ...]:
+    """Node types that are never visited: layout and tokens, not code."""
+    return (
+        cst.BaseParenthesizableWhitespace,
+        cst.TrailingWhitespace,
+        cst.EmptyLine,
+        cst.Newline,
+        cst.Comment,
+        cst.Comma,
+        cst.Dot,
+        cst.Colon,
+        cst.Semicolon,
+        cst.AssignEqual,
+        cst.LeftParen,
+        cst.RightParen,
+        cst.LeftSquareBracket,
+        cst.RightSquareBracket,
+        cst.LeftCurlyBrace,
+        cst.RightCurlyBrace,
+        cst.BaseBinaryOp,
+        cst.BaseUnaryOp,
+        cst.BaseBooleanOp,
+        cst.BaseCompOp,
+        cst.BaseAugOp,
+        cst.ImportStar,
+        cst.Asynchronous,
+    )
 
 
 @functools.cache
@@ -112,22 +115,24 @@ def _concrete(base: type) -> set[type]:
     return found
 
 
-#: Every node type that is visited (exact types: ``isinstance`` on LibCST's abstract
-#: classes is slow, and the walk asks it for every child).
-CODE_TYPES: frozenset[type] = frozenset(
-    _concrete(cst.CSTNode) - set().union(*(_concrete(t) for t in TRIVIA))
-)
+@functools.cache
+def code_types() -> frozenset[type]:
+    """Every node type that is visited (exact types: ``isinstance`` on LibCST's abstract
+    classes is slow, and the walk asks it for every child)."""
+    trivia: set[type] = set().union(*(_concrete(t) for t in trivia_types()))
+    return frozenset(_concrete(cst.CSTNode) - trivia)
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The code children of ``node`` in source order (no whitespace or tokens)."""
     found: list[cst.CSTNode] = []
+    code = code_types()
     for name in child_fields(type(node)):
         value = getattr(node, name)
-        if type(value) in CODE_TYPES:
+        if type(value) in code:
             found.append(value)
         elif type(value) is tuple or type(value) is list:
-            found.extend(item for item in value if type(item) in CODE_TYPES)
+            found.extend(item for item in value if type(item) in code)
     return found
 
 

@@ -27,8 +27,12 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from gradfix.cli import check, fix, rules, server, trace, verify
-from gradfix.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, echo_stderr
+from gradfix.lazy import defer_libcst
+
+defer_libcst()  # before the commands import the engine: most runs build no fix
+
+from gradfix.cli import check, fix, rules, server, trace, verify  # noqa: E402
+from gradfix.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, echo_stderr  # noqa: E402
 
 app = typer.Typer(
     name="gradfix",
