@@ -47,7 +47,9 @@ PINNED = {
     "Atcold/NYU-DLSP20": "3049c83260ba05700e2ab9b7ed13cdbe5ddba0fd",
     "chenyuntc/pytorch-book": "688951721d11cd3f92440801e1b68b65ae2e439f",
     "dsgiitr/d2l-pytorch": "e84da49a9ea4ba448f4aaf2d18ecd9edafaa2419",
-    "L1aoXingyu/code-of-learn-deep-learning-with-pytorch": "ea24810dc26265e85e3eec34e1d091d21202d800",
+    "L1aoXingyu/code-of-learn-deep-learning-with-pytorch": (
+        "ea24810dc26265e85e3eec34e1d091d21202d800"
+    ),
     "jcjohnson/pytorch-examples": "0003fcdc606a79951e53bf8f46f8574fa4739f23",
 }
 JUDGED = Path(__file__).with_name("tutorials_judged.json")
