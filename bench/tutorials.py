@@ -192,10 +192,12 @@ def table(title: str, rows: dict[str, Counter[str]]) -> None:
 
 
 def report(
-    findings: list[Finding], judged: dict[tuple[str, str, str, str], dict[str, str]]
+    findings: list[Finding],
+    judged: dict[tuple[str, str, str, str], dict[str, str]],
+    repos: list[str],
 ) -> list[Finding]:
     by_rule: dict[str, Counter[str]] = defaultdict(Counter)
-    by_repo: dict[str, Counter[str]] = defaultdict(Counter)
+    by_repo: dict[str, Counter[str]] = {repo: Counter() for repo in repos}
     unjudged = []
     for finding in findings:
         entry = judged.get(finding.key)
@@ -229,7 +231,7 @@ def main() -> None:
     print(f"repositories {len(directories)}  files {files}  cache {root}")
     findings = sorted(scan(directories, args.jobs), key=lambda f: (f.repo, f.path, f.line))
     judged = load_judgements()
-    unjudged = report(findings, judged)
+    unjudged = report(findings, judged, list(directories))
     shown = findings if args.show == "all" else unjudged
     if shown:
         print(f"\n## {'findings' if args.show == 'all' else 'unjudged findings'}")
