@@ -61,7 +61,11 @@ class CatInLoop(Rule):
     special case of `torch.cat` that skips empty 1-D tensors, and it is a float32 tensor
     that silently promotes integer or half-precision rows to float32. A loop that reads the
     growing tensor in every iteration (autoregressive decoding: `model(ids)` then
-    `ids = torch.cat([ids, next_id], -1)`) needs it and is not reported.
+    `ids = torch.cat([ids, next_id], -1)`) needs it and is not reported. Nor is growth too
+    cheap to be worth a rewrite: one selected id (`argmax`, `multinomial`, `topk` indices)
+    per step of a `range` or `while` loop (a decoding loop with a KV cache reads only the
+    new id; its forward pass dwarfs copying a few integers), and a one-time gather over a
+    model's `parameters()` (as many iterations as the model has tensors, not per batch).
 
     ## Example
     ```python
@@ -134,6 +138,41 @@ class CatInLoop(Rule):
             state = torch.zeros(2)
             for i in range(3):
                 state = torch.cat((state[1:], torch.rand(1)))  # a sliding window, not growth
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            @torch.no_grad()
+            def greedy(step, tokens, n_new):
+                logits = step(tokens)  # the prompt fills the cache once
+                for _ in range(n_new):
+                    picked = logits[:, -1].argmax(dim=-1, keepdim=True)
+                    tokens = torch.cat((tokens, picked), dim=1)  # one id per step
+                    logits = step(picked)  # reads only the new id
+                return tokens
+            """
+        ),
+        Valid(
+            """
+            import torch
+            _, first = torch.topk(torch.rand(2, 5), k=1)
+            chosen = first
+            for _ in range(4):
+                _, best = torch.rand(2, 5).topk(1)
+                chosen = torch.cat([chosen, best.long()], -1)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+            flat = torch.Tensor()
+            for p in list(net.parameters()):  # once, to plot a histogram of the weights
+                flat = torch.cat((flat, p.detach().view(-1)))
             """
         ),
     ]
@@ -216,6 +255,8 @@ class CatInLoop(Rule):
     def visit_Assign(self, node: ast.Assign) -> None:
         growth = _find_growth(self.analysis, node)
         if growth is None or _read_elsewhere(self.analysis, growth):
+            return
+        if _is_cheap(self.analysis, growth):
             return
         message = (
             f"`{growth.name}` grows by `torch.cat` inside a loop: every iteration copies all "
@@ -346,6 +387,108 @@ def _read_elsewhere(analysis: Semantic, growth: Growth) -> bool:
         id(n) not in allowed and not _is_target(analysis, n)
         for n in analysis.name_nodes_in(growth.loop, name)
     )
+
+
+# -- cheap growth ----------------------------------------------------------------------------
+#: calls whose result is the position of a selected element: one id per row and step
+SELECTING_CALLS = frozenset({"argmax", "argmin", "multinomial"})
+#: calls whose second result (``values, indices = torch.topk(...)``) are positions
+INDEXED_PAIRS = frozenset({"topk", "max", "min", "sort", "kthvalue", "mode"})
+#: methods that keep the ids (shape or device changes, integer casts)
+ID_PRESERVING = frozenset(
+    "unsqueeze view reshape squeeze flatten to long int cuda cpu detach clone".split()
+)
+#: a module's own tensors and submodules: as many as the model has, not as the data has
+MODEL_ENUMERATIONS = frozenset(
+    "parameters named_parameters buffers named_buffers children modules".split()
+)
+
+
+def _is_cheap(analysis: Semantic, growth: Growth) -> bool:
+    """Growth whose quadratic copy costs nothing worth a rewrite: one selected id per step
+    of a ``range`` / ``while`` loop (a decoding loop: ``ids = torch.cat([ids,
+    logits.argmax(-1, keepdim=True)], 1)``, the step's forward pass dwarfs copying a few
+    integers; ids gathered over a data loader are as many as the data and still count), or
+    a one-time gather over a model's parameters (``for p in model.parameters(): flat =
+    torch.cat((flat, p.view(-1)))``: as many iterations as the model has tensors, and not
+    nested in a loop that runs it per batch)."""
+    loop = growth.loop
+    if _counts_steps(loop) and _is_selected_ids(analysis, growth.row, growth.assign, depth=0):
+        return True
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not _enumerates_model(loop.iter):
+        return False
+    return not any(isinstance(a, LOOPS) for a in _ancestors_in_scope(analysis, loop))
+
+
+def _counts_steps(loop: Loop) -> bool:
+    """``while ...`` or ``for _ in range(n)``: steps, not items of a data set or loader."""
+    if isinstance(loop, ast.While):
+        return True
+    iterable = loop.iter
+    return (
+        type(iterable) is ast.Call
+        and type(iterable.func) is ast.Name
+        and (iterable.func.id == "range")
+    )
+
+
+def _is_selected_ids(analysis: Semantic, expr: ast.expr, at: ast.AST, depth: int) -> bool:
+    """``expr`` holds positions picked by ``argmax`` / ``multinomial`` / ``topk``..., through
+    reshapes, casts and names bound to them."""
+    if depth > 4:
+        return False
+    if type(expr) is ast.Subscript:
+        return _is_selected_ids(analysis, expr.value, at, depth + 1)
+    if type(expr) is ast.Attribute and expr.attr == "indices":
+        return _called(analysis, expr.value) in INDEXED_PAIRS
+    if type(expr) is ast.Name:
+        binding = analysis.reaching_binding(expr, at)
+        if binding is None or binding.value is None or binding.kind != "assign":
+            return False
+        if binding.unpack_index == 1:  # ``_, ids = torch.topk(...)``
+            return _called(analysis, binding.value) in INDEXED_PAIRS
+        return binding.unpack_index is None and _is_selected_ids(
+            analysis, binding.value, binding.node, depth + 1
+        )
+    if type(expr) is not ast.Call:
+        return False
+    called = _called(analysis, expr)
+    if called in SELECTING_CALLS:
+        return True
+    if called in ID_PRESERVING and type(expr.func) is ast.Attribute:
+        return _is_selected_ids(analysis, expr.func.value, at, depth + 1)
+    return False
+
+
+def _called(analysis: Semantic, expr: ast.expr) -> str | None:
+    """The last part of a called name: ``argmax`` for ``torch.argmax(x)`` and ``x.argmax()``."""
+    if type(expr) is not ast.Call:
+        return None
+    if type(expr.func) is ast.Attribute:
+        return expr.func.attr
+    name = analysis.call_name(expr)
+    return name.rpartition(".")[2] if name and name.startswith("torch.") else None
+
+
+def _enumerates_model(iterable: ast.expr) -> bool:
+    """``model.parameters()``, ``list(model.parameters())``, ``net.named_modules()``..."""
+    if type(iterable) is ast.Call and type(iterable.func) is ast.Name:
+        if iterable.func.id in ("list", "tuple", "enumerate") and len(iterable.args) == 1:
+            return _enumerates_model(iterable.args[0])
+    return (
+        type(iterable) is ast.Call
+        and type(iterable.func) is ast.Attribute
+        and iterable.func.attr.removeprefix("named_") in MODEL_ENUMERATIONS
+    )
+
+
+def _ancestors_in_scope(analysis: Semantic, node: ast.AST) -> list[ast.AST]:
+    found = []
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, SCOPES):
+            break
+        found.append(ancestor)
+    return found
 
 
 def _is_target(analysis: Semantic, name: ast.Name) -> bool:

@@ -18,7 +18,7 @@ from gradfix.no_grad_block import (
     used_in_graph_before,
 )
 from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Valid
-from gradfix.semantic import LAYER_PARAMETERS, VIEW_ATTRIBUTES, is_number_literal
+from gradfix.semantic import LAYER_PARAMETERS, VIEW_ATTRIBUTES, Semantic, is_number_literal
 from gradfix.semantic.syntax import argument_value, call_arguments
 from gradfix.torch_facts import LIKE_FACTORIES, VIEW_OPS, is_inplace_method
 
@@ -33,6 +33,11 @@ TENSOR_ITERATORS = frozenset({"parameters", "buffers", "named_parameters", "name
 ALIASING = VIEW_OPS | frozenset(
     "reshape flatten contiguous cpu cuda to float double half bfloat16 type chunk split "
     "unbind view_as_real view_as_complex".split()
+)
+#: What builds a ``PackedSequence``, whose ``.data`` is a field (a tensor in the graph), not
+#: ``Tensor.data``.
+PACKING = frozenset(
+    f"torch.nn.utils.rnn.{n}" for n in ("pack_padded_sequence", "pack_sequence", "PackedSequence")
 )
 #: Builtins that only look at a tensor's values.
 READING_BUILTINS = frozenset("print len float int bool str repr format isinstance".split())
@@ -98,7 +103,10 @@ class DataMutation(NoGradBlockRule):
     Consecutive updates share one block, and a loop that only updates tensors is wrapped
     whole. Inside an existing `torch.no_grad()` block `.data` is just dropped.
     `p.grad.data` alone is not reported (a gradient is not saved for backward, so `.data`
-    hides nothing there); inside a rewritten update it is simplified to `p.grad`.
+    hides nothing there); inside a rewritten update it is simplified to `p.grad`. The
+    `.data` of objects that are not tensors is not reported: a `PackedSequence` (from
+    `pack_padded_sequence`, or the output of an RNN called on one: its `.data` is the
+    packed tensor, in the graph) and a mapping's items (`edges.data["w"]` in DGL).
 
     ## Fix safety
     The rewrite keeps every value; what changes is that autograd now checks the update.
@@ -154,6 +162,27 @@ class DataMutation(NoGradBlockRule):
             def update(card, packed):
                 card.data = {"license": "mit"}
                 return packed.data.sum()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            from torch.nn.utils.rnn import pack_padded_sequence
+
+            class Tagger(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = nn.LSTM(3, 5)
+                    self.head = nn.Linear(5, 2)
+
+                def forward(self, x, lengths):
+                    packed = pack_padded_sequence(x, lengths)
+                    out, _ = self.lstm(packed)
+                    return self.head(out.data)  # the packed rows, in the graph
+
+            def edge_weight(edges):
+                edges.data["w"] = edges.data["w"].clamp(min=0)  # a graph's edge features
             """
         ),
     ]
@@ -513,6 +542,8 @@ class DataMutation(NoGradBlockRule):
         analysis = self.analysis
         if type(owner) is ast.Name and owner.id == "self":
             return False
+        if self._is_packed(owner, at, depth=0) or _keyed_by_string(analysis, owner):
+            return False
         if analysis.qualified_name(owner) is not None:
             return False  # ``torch.utils.data``
         if type(owner) is ast.Attribute and owner.attr in TENSOR_ATTRIBUTES:
@@ -523,6 +554,32 @@ class DataMutation(NoGradBlockRule):
             return True
         # ``obj.data.normal_(...)``: an in-place torch method on it says it is a tensor
         return mutated and type(owner) in (ast.Name, ast.Attribute, ast.Subscript)
+
+    def _is_packed(self, expr: ast.expr, at: ast.AST, depth: int) -> bool:
+        """``expr`` is a ``PackedSequence``: built by ``pack_padded_sequence`` /
+        ``pack_sequence``, or the first output of a module called on one (an RNN given
+        packed input answers with packed output), through names."""
+        if depth > 6:
+            return False
+        analysis = self.analysis
+        if type(expr) is ast.Name:
+            binding = analysis.reaching_binding(expr, at)
+            if binding is None or binding.value is None or binding.kind != "assign":
+                return False
+            if binding.unpack_index is not None:
+                return binding.unpack_index == 0 and self._packs(binding.value, binding.node, depth)
+            return self._is_packed(binding.value, binding.node, depth + 1)
+        if type(expr) is ast.Subscript and _is_int(expr.slice, 0):
+            return self._packs(expr.value, at, depth)
+        return type(expr) is ast.Call and analysis.call_name(expr) in PACKING
+
+    def _packs(self, call: ast.expr, at: ast.AST, depth: int) -> bool:
+        """``rnn(packed, h)``: a module call whose first argument is a packed sequence."""
+        if type(call) is not ast.Call or not call.args:
+            return False
+        if not self.analysis.is_module(call.func, at):
+            return False
+        return self._is_packed(call.args[0], at, depth + 1)
 
     def _iterates_tensors(self, name: ast.Name, at: ast.AST) -> bool:
         """``name`` is the loop variable of ``for p in model.parameters()`` (or of a
@@ -727,3 +784,20 @@ def _strip_subscripts(expr: ast.expr | None) -> ast.expr | None:
     while type(expr) is ast.Subscript:
         expr = expr.value
     return expr
+
+
+def _is_int(expr: ast.expr, value: int) -> bool:
+    return type(expr) is ast.Constant and type(expr.value) is int and expr.value == value
+
+
+def _keyed_by_string(analysis: Semantic, owner: ast.expr) -> bool:
+    """``owner.data["w"]``: a mapping's item (DGL's ``edges.data``), never ``Tensor.data``."""
+    parent = analysis.parent(owner)
+    data = parent if type(parent) is ast.Attribute and parent.attr == "data" else None
+    holder = analysis.parent(data) if data is not None else None
+    return (
+        type(holder) is ast.Subscript
+        and holder.value is data
+        and type(holder.slice) is ast.Constant
+        and type(holder.slice.value) is str
+    )

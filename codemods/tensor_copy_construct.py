@@ -57,7 +57,8 @@ class TensorCopyConstruct(Rule):
     does not require grad, and so does `t.detach().clone()` (checked on torch 2.13);
     `.to(dtype, device)` after the copy converts exactly as the constructor does. With other
     arguments (`pin_memory=`, positional extras) the finding has no fix. Only arguments the
-    analysis proves to be one tensor are reported: lists and tuples (GF101's business),
+    analysis proves to be one tensor are reported, on every path (a name that is a list on
+    one branch and a tensor on another is not): lists and tuples (GF101's business),
     NumPy arrays, Python data and unknown values are not. `torch.Tensor(t)` is not reported:
     it returns an alias of `t` (same storage, same `requires_grad`), not a copy, and does
     not warn. `torch.as_tensor(t)` does not copy and is correct.
@@ -143,6 +144,23 @@ class TensorCopyConstruct(Rule):
                 return torch.tensor(batch["ids"])  # unknown data
             """
         ),
+        Valid(
+            """
+            import torch
+
+            class Pairs(torch.utils.data.Dataset):
+                def __init__(self, rows, weighted):
+                    self.rows = rows
+                    self.weights = [[1.0] * len(r) for r in rows] if weighted else None
+
+                def __getitem__(self, i):
+                    if self.weights is not None:
+                        weight = self.weights[i]  # a list of floats
+                    else:
+                        weight = torch.ones(len(self.rows[i]))
+                    return torch.tensor(self.rows[i]), torch.tensor(weight)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -186,13 +204,24 @@ class TensorCopyConstruct(Rule):
         if data is None:
             return
         value = argument_value(data)
-        if not self.analysis.is_tensor(value, node):
+        if not self.analysis.is_tensor(value, node) or not self._tensor_on_every_path(value, node):
             return
         if self._rests_on_parameter(value, node):
             return  # `torch.tensor(x)` on an argument is a defensive conversion of lists too
         if self._guarded_by_tensor_test(node, value):
             return  # `if not torch.is_tensor(x): x = torch.tensor(x)`: x is no tensor there
         self.report(node, fix=self._fix(node, data))
+
+    def _tensor_on_every_path(self, expr: ast.expr, at: ast.AST) -> bool:
+        """A name holds a tensor whichever of its bindings reached ``at`` (``if use_mask:
+        mask = masks[i]`` holds a list, ``else: mask = torch.ones(n)`` a tensor: the fix's
+        ``.detach()`` would raise on the list)."""
+        if type(expr) is not ast.Name:
+            return True
+        return all(
+            b.kind == "assign" and b.value is not None and self.analysis.is_tensor(b.value, b.node)
+            for b in self.analysis.reaching_bindings(expr, at)[1:]
+        )
 
     def _guarded_by_tensor_test(self, at: ast.Call, expr: ast.expr) -> bool:
         """``at`` runs only when its argument ``expr`` is not a tensor (``if not

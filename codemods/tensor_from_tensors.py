@@ -23,6 +23,17 @@ CONSTRUCTORS = frozenset(
     {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.as_tensor"}
 )
 
+#: methods that turn a tensor into Python or NumPy values
+VALUE_METHODS = frozenset({"numpy", "tolist", "item"})
+#: methods that keep a tensor's values on the way to such a read
+VALUE_KEEPING_METHODS = frozenset(
+    "cpu detach float double half to mean sum std min max median squeeze flatten view".split()
+)
+#: builtins that print or convert values
+VALUE_BUILTINS = frozenset({"print", "float", "str", "repr", "round", "list"})
+#: libraries that consume values: arrays, plots, logs
+VALUE_LIBRARIES = frozenset({"numpy", "matplotlib", "seaborn", "pandas", "logging", "wandb"})
+
 
 class TensorFromTensors(Rule):
     """
@@ -64,7 +75,8 @@ class TensorFromTensors(Rule):
     `append` in a loop or branch that may not run: `torch.stack([])` raises where
     `torch.tensor([])` gave an empty tensor. Python numbers, NumPy arrays,
     `x.item()` values and index lists are correct uses of `torch.tensor` and are not
-    reported.
+    reported, nor is a tensor built only to be read as values (`.numpy()`, `.tolist()`,
+    `.item()`, printed, logged or plotted: a history of losses), where the copy is meant.
     """
 
     code = "GF101"
@@ -123,6 +135,22 @@ class TensorFromTensors(Rule):
             """
             def f(torch, a):
                 return torch.tensor([a[0], a[1]])  # a local named torch
+            """
+        ),
+        Valid(
+            """
+            import matplotlib.pyplot as plt
+            import torch
+            w = torch.nn.Parameter(torch.rand(3))
+            history = []
+            for step in range(5):
+                loss = (w**2).sum()
+                loss.backward()
+                history.append(loss)  # plotted below: values wanted, not a graph
+            curve = torch.tensor(history)
+            plt.plot(curve.numpy())
+            print(f"final {curve[-1]}")
+            print(torch.tensor(history).mean().item())
             """
         ),
     ]
@@ -255,9 +283,59 @@ class TensorFromTensors(Rule):
             return
         elements, certain = located
         in_graph = [self.analysis.requires_grad(e, at) for e, at in elements]
-        if not any(in_graph):
+        if not any(in_graph) or self._read_as_values(node):
             return
         self.report(node, fix=self._fix(node, arguments, data, elements, in_graph, certain))
+
+    def _read_as_values(self, node: ast.Call) -> bool:
+        """The new tensor is only read for its values, to print, log or plot:
+        ``torch.tensor(losses).numpy()``, ``plt.plot(torch.tensor(losses))``, or a name
+        bound to it whose every use is such a read. No graph is wanted there, and
+        ``torch.stack`` would make ``.numpy()`` raise on elements that require grad."""
+        parent = self.analysis.parent(node)
+        if type(parent) is ast.Assign and len(parent.targets) == 1 and parent.value is node:
+            target = parent.targets[0]
+            if type(target) is not ast.Name:
+                return False
+            uses = [
+                n
+                for n in self.analysis.name_nodes_in(self.analysis.scope_of(node).node, target.id)
+                if n is not target
+                and self.analysis.reaching_binding(n) is not None
+                and self.analysis.reaching_binding(n).node is parent  # type: ignore[union-attr]
+            ]
+            return bool(uses) and all(self._value_read(use) for use in uses)
+        return self._value_read(node)
+
+    def _value_read(self, expr: ast.expr) -> bool:
+        """``expr`` (through value-keeping methods) becomes Python values or goes to a
+        printing, logging or plotting call."""
+        node: ast.AST = expr
+        parent = self.analysis.parent(node)
+        while getattr(parent, "value", None) is node and type(parent) in (
+            ast.Attribute,
+            ast.Subscript,
+        ):
+            if type(parent) is ast.Subscript:  # ``losses[-1]``: still values
+                node, parent = parent, self.analysis.parent(parent)
+                continue
+            assert type(parent) is ast.Attribute
+            call = self.analysis.parent(parent)
+            if type(call) is not ast.Call or call.func is not parent:
+                return False
+            if parent.attr in VALUE_METHODS:
+                return True
+            if parent.attr not in VALUE_KEEPING_METHODS:
+                return False
+            node, parent = call, self.analysis.parent(call)
+        if type(parent) is ast.FormattedValue:
+            return True
+        if type(parent) is not ast.Call or node not in parent.args:
+            return False
+        name = self.analysis.call_name(parent)
+        if type(parent.func) is ast.Name and parent.func.id in VALUE_BUILTINS and name is None:
+            return True
+        return name is not None and name.split(".")[0] in VALUE_LIBRARIES
 
     def _elements(
         self, node: ast.Call, data: ast.expr

@@ -144,3 +144,42 @@ def test_list_name_does_not_clash() -> None:
     )
     assert "out_rows2 = [torch.rand(1, 3)]" in source
     assert source.endswith("out = torch.cat(out_rows2, 0)\n")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # one selected id per decoding step, through a cast and a name
+        "ids = torch.zeros(1, 1, dtype=torch.long)\nfor _ in range(9):\n"
+        "    nxt = torch.multinomial(torch.rand(1, 5), 1).long()\n"
+        "    ids = torch.cat([ids, nxt], dim=1)\n",
+        "ids = torch.zeros(2, 1, dtype=torch.long)\nfor _ in range(9):\n"
+        "    ids = torch.cat([ids, torch.rand(2, 5).max(dim=-1, keepdim=True).indices], 1)\n",
+        # one gather over a model's parameters, not per batch
+        "net = torch.nn.Linear(3, 2)\nflat = torch.tensor([])\n"
+        "for name, p in net.named_parameters():\n"
+        "    flat = torch.cat((flat, p.detach().flatten()))\n",
+    ],
+)
+def test_cheap_growth_is_not_reported(code: str) -> None:
+    assert run(code).findings == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # the values of the selection (not its positions) are real rows
+        "out = torch.rand(2, 1)\nfor _ in range(9):\n"
+        "    top, _ = torch.rand(2, 5).topk(1)\n    out = torch.cat([out, top], 1)\n",
+        # a gather over the parameters on every training step
+        "net = torch.nn.Linear(3, 2)\nfor step in range(100):\n    flat = torch.tensor([])\n"
+        "    for p in net.parameters():\n        flat = torch.cat((flat, p.flatten()))\n"
+        "    flat.abs().sum().backward()\n",
+        # ids gathered over a data loader are as many as the data
+        "def collect(loader, model):\n    ids = torch.zeros(0, dtype=torch.long)\n"
+        "    for x in loader:\n        ids = torch.cat((ids, model(x).argmax(-1)))\n"
+        "    return ids\n",
+    ],
+)
+def test_costly_growth_is_still_reported(code: str) -> None:
+    assert [f.code for f in run(code).findings] == ["GF404"]

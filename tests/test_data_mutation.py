@@ -212,3 +212,38 @@ class BatchNorm(nn.Module):
 def test_attribute_assigned_from_itself_and_returned_data_ends_the_search() -> None:
     result = run(D2L_BATCH_NORM)
     assert [(f.line, f.code) for f in result.findings] == [(14, "GF205"), (14, "GF205")]
+
+
+PACKED = (
+    "from torch.nn.utils.rnn import pack_padded_sequence\nrnn = nn.GRU(3, 4)\n"
+    "packed = pack_padded_sequence(torch.rand(5, 2, 3, requires_grad=True), [5, 3])\n"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # a PackedSequence's ``.data`` is a field holding the packed tensor, in the graph
+        PACKED + "total = packed.data.sum()\n",
+        PACKED + "out, h = rnn(packed)\nout.data.mul_(2)\n",
+        PACKED + "scores = rnn(packed)[0].data.clone()\n",
+        # a mapping's items (DGL's ``edges.data["w"]``)
+        "def message(edges):\n    edges.data['w'] = edges.data['w'] * 2\n",
+        "def reduce(nodes):\n    nodes.data['h'].mul_(0.5)\n",
+    ],
+)
+def test_data_that_is_not_tensor_data_is_not_reported(code: str) -> None:
+    assert run(code).findings == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # an RNN's output on a padded tensor is a tensor
+        "rnn = nn.GRU(3, 4)\nout, h = rnn(torch.rand(5, 2, 3))\nout.data.mul_(2)\n",
+        # an integer index on a tensor's data
+        "w.data[0] = 1.0\n",
+    ],
+)
+def test_tensor_data_next_to_packed_and_keyed_data_is_reported(code: str) -> None:
+    assert [f.code for f in run(code).findings] == ["GF205"]

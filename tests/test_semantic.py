@@ -241,6 +241,23 @@ def test_binding_in_another_branch_does_not_reach() -> None:
 
 
 @pytest.mark.parametrize(
+    ("code", "values"),
+    [
+        ("t = 1\nt = 2\n", ["2"]),  # the last binding always ran
+        ("t = 1\nif c:\n    t = 2\n", ["2", "1"]),  # the later one may not have run
+        ("t = 1\nif c:\n    t = 2\nelse:\n    t = 3\n", ["3", "2"]),  # one branch ran
+        ("t = 1\nfor i in xs:\n    t = 2\n", ["2", "1"]),  # the loop may not run
+        ("t = 1\nif c:\n    if d:\n        t = 2\nelse:\n    t = 3\n", ["3", "2", "1"]),
+    ],
+)
+def test_every_reaching_binding(code: str, values: list[str]) -> None:
+    analysis, tree = analyse(code + "t\n")
+    use = find(tree, ast.Name, lambda n: n.id == "t")[-1]
+    found = analysis.reaching_bindings(use)
+    assert [ast.unparse(b.value) for b in found if b.value is not None] == values
+
+
+@pytest.mark.parametrize(
     "code",
     [
         "import torch\ndef make():\n    return torch.randn(3, requires_grad=True)\nw = make()\nw\n",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from gradfix.fileio.text import LINE
@@ -23,6 +23,8 @@ _BLOCKS_THAT_MAY_NOT_RUN = (
     ast.AsyncFunctionDef,
     ast.Lambda,
 )
+#: blocks that may run zero times (``while`` is in :data:`_BLOCKS_THAT_MAY_NOT_RUN`)
+_LOOPS = (ast.For, ast.AsyncFor)
 
 
 class Navigation:
@@ -230,6 +232,65 @@ class Navigation:
             if b.kind != "augassign" and b.end < position and not self._exclusive(b.node, at)
         ]
         return max(candidates, key=lambda b: b.start) if candidates else None
+
+    def reaching_bindings(self, name: ast.Name, at: ast.AST | None = None) -> list[Binding]:
+        """Every binding of ``name`` that may reach ``at``, the nearest first: the one
+        :meth:`reaching_binding` gives, then earlier ones for as long as the later ones may
+        not have run (they sit in an ``if``, a loop or a ``try`` that does not hold ``at``).
+        Both branches of one ``if`` binding the name end the search.
+
+        ``if use_mask: m = masks[i]`` / ``else: m = torch.ones(n)``: both values."""
+        at = at if at is not None else name
+        position = self._order[at]
+        candidates = sorted(
+            (
+                b
+                for b in self.bindings(name)
+                if b.kind != "augassign" and b.end < position and not self._exclusive(b.node, at)
+            ),
+            key=lambda b: b.start,
+            reverse=True,
+        )
+        found: list[Binding] = []
+        branches: dict[ast.If, set[str]] = {}
+        for binding in candidates:
+            found.append(binding)
+            conditions = [
+                a
+                for a in self._ancestors_until(binding.node, at)
+                if isinstance(a, _BLOCKS_THAT_MAY_NOT_RUN + _LOOPS)
+            ]
+            if not conditions:
+                break
+            branch = self._direct_branch(conditions, binding.node)
+            if branch is not None:
+                branches.setdefault(branch[0], set()).add(branch[1])
+                if branches[branch[0]] == {"body", "orelse"}:
+                    break
+        return found
+
+    def _ancestors_until(self, node: ast.AST, at: ast.AST) -> list[ast.AST]:
+        """The ancestors of ``node`` below the first one that holds ``at``."""
+        found = []
+        for ancestor in self.ancestors(node):
+            if self.contains(ancestor, at):
+                break
+            found.append(ancestor)
+        return found
+
+    def _direct_branch(
+        self, conditions: Sequence[ast.AST], node: ast.AST
+    ) -> tuple[ast.If, str] | None:
+        """(the ``if``, 'body' or 'orelse') when the only condition on ``node`` is one ``if``
+        whose branch holds ``node``'s statement directly."""
+        if len(conditions) != 1 or type(conditions[0]) is not ast.If:
+            return None
+        branch = conditions[0]
+        statement = node if isinstance(node, ast.stmt) else self.enclosing_statement(node)
+        for field in ("body", "orelse"):
+            if any(s is statement for s in getattr(branch, field)):
+                return branch, field
+        return None
 
     def in_exclusive_branches(self, first: ast.AST, second: ast.AST) -> bool:
         """``first`` and ``second`` sit in different branches of one ``if``: never both run."""
