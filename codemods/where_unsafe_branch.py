@@ -31,6 +31,9 @@ class WhereUnsafeBranch(Rule):
     (at -1 and below), `x ** p` / `pow` / `float_power` with `p < 1` or a fractional or
     tensor exponent, `reciprocal` and division by `x` (at 0), `acos`, `asin`, `atanh` (at
     ±1 and beyond), as torch functions or tensor methods (`x.sqrt()`, `x.pow(0.5)`).
+    Overflowing functions too: `exp`, `expm1` (above 88.7, where `float32` overflows to
+    `inf`) and `exp2` (above 128): `torch.where(x > 0, x + 1, torch.exp(x))` at `x = 100`
+    back-propagates `0 * inf = nan` from the discarded `exp`.
 
     Precision rule: the condition must test the unsafe function's own input (the same
     expression with the same bindings, directly, through `abs()` or negated, possibly via
@@ -66,7 +69,7 @@ class WhereUnsafeBranch(Rule):
     y = torch.where(d > 0, torch.sqrt(torch.where(d > 0, d, torch.ones_like(d))), 0)
     ```
     The inner `where` feeds the unsafe function a harmless value (1; 0 for `acos`,
-    `asin`, `atanh`) exactly where its result is discarded.
+    `asin`, `atanh`, `exp`, `expm1`, `exp2`) exactly where its result is discarded.
 
     ## Fix safety
     Safe: the kept positions see the same input, so forward values and dtypes do not
@@ -139,7 +142,8 @@ class WhereUnsafeBranch(Rule):
             import torch
 
             def softplus(x):
-                return torch.where(x > 20, x, torch.log1p(torch.exp(x)))
+                # exp's input is capped where the branch is discarded: no overflow
+                return torch.where(x > 20, x, torch.log1p(torch.exp(x.clamp(max=20))))
             """
         ),
         Valid(
@@ -267,6 +271,26 @@ class WhereUnsafeBranch(Rule):
 
 
             angle(torch.rand(4, requires_grad=True))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def softplus(x):
+                return torch.where(x > 20, x, torch.log1p(torch.exp(x)))
+
+
+            softplus(torch.rand(4, requires_grad=True))
+            """,
+            """
+            import torch
+
+            def softplus(x):
+                return torch.where(x > 20, x, torch.log1p(torch.exp(torch.where(x > 20, torch.zeros_like(x), x))))
+
+
+            softplus(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(

@@ -110,6 +110,14 @@ ELEMENTWISE = {
     "arctanh": ATANH,
 }
 _POWER_NAMES = frozenset({"pow", "float_power"})
+#: Functions that overflow to ``inf`` above the largest ``float32`` input they can take
+#: (their derivative too); guarded with 0, where they are finite.
+OVERFLOWING = {
+    "exp": UnsafeFunction("exp", (Interval(math.log(3.4028234663852886e38), INF),), 0),
+    "expm1": UnsafeFunction("expm1", (Interval(math.log(3.4028234663852886e38), INF),), 0),
+    "exp2": UnsafeFunction("exp2", (Interval(128.0, INF),), 0),
+}
+_ONE_ARGUMENT = {**ELEMENTWISE, **OVERFLOWING}
 _DIVISION_NAMES = frozenset({"div", "divide", "true_divide"})
 _OPERATOR_NAMES = frozenset({"__pow__", "__rpow__", "__truediv__", "__rtruediv__"})
 
@@ -168,8 +176,8 @@ def _torch_function_use(call: ast.Call, name: str) -> UnsafeUse | None:
     first = argument(call, "input", 0)
     if first is None:
         return None
-    if short in ELEMENTWISE:
-        return UnsafeUse(call, first, ELEMENTWISE[short])
+    if short in _ONE_ARGUMENT:
+        return UnsafeUse(call, first, _ONE_ARGUMENT[short])
     second = argument(call, "exponent" if short in _POWER_NAMES else "other", 1)
     if second is None:
         return None
@@ -189,8 +197,8 @@ def _method_use(call: ast.Call, func: ast.Attribute) -> UnsafeUse | None:
     single = call.args[0] if count == 1 and call.args else None
     if single is not None and type(single) is ast.Starred:
         single = None
-    if method in ELEMENTWISE and count == 0:
-        return UnsafeUse(call, func.value, ELEMENTWISE[method])
+    if method in _ONE_ARGUMENT and count == 0:
+        return UnsafeUse(call, func.value, _ONE_ARGUMENT[method])
     if method in _POWER_NAMES and single is not None:
         function = power_function(single)
         return UnsafeUse(call, func.value, function) if function else None
