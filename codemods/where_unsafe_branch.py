@@ -141,7 +141,7 @@ class WhereUnsafeBranch(Rule):
             """
             import torch
 
-            def softplus(x):
+            def splus(x):
                 # exp's input is capped where the branch is discarded: no overflow
                 return torch.where(x > 20, x, torch.log1p(torch.exp(x.clamp(max=20))))
             """
@@ -277,20 +277,22 @@ class WhereUnsafeBranch(Rule):
             """
             import torch
 
-            def softplus(x):
-                return torch.where(x > 20, x, torch.log1p(torch.exp(x)))
+            def splus(x):
+                big = x > 20
+                return torch.where(big, x, x.exp().log1p())
 
 
-            softplus(torch.rand(4, requires_grad=True))
+            splus(torch.rand(4, requires_grad=True))
             """,
             """
             import torch
 
-            def softplus(x):
-                return torch.where(x > 20, x, torch.log1p(torch.exp(torch.where(x > 20, torch.zeros_like(x), x))))
+            def splus(x):
+                big = x > 20
+                return torch.where(big, x, torch.where(big, torch.zeros_like(x), x).exp().log1p())
 
 
-            softplus(torch.rand(4, requires_grad=True))
+            splus(torch.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
