@@ -15,6 +15,7 @@ from gradfix.semantic.syntax import (
     call_arguments,
     is_unpacked,
 )
+from gradfix.unsafe_branch import may_require_grad
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (ast.Name, ast.Attribute, ast.Subscript)
@@ -184,7 +185,7 @@ class SqrtOfSquares(Rule):
         if parts is None:
             return
         base, dims = parts
-        if not self.analysis.requires_grad(base, node) or self.analysis.in_no_grad(node):
+        if not may_require_grad(base, node, self.analysis) or self.analysis.in_no_grad(node):
             return
         self.report(node, fix=None if dims is None else self._fix(node, base, dims))
 

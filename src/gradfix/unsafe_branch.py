@@ -947,3 +947,36 @@ def singular_indirect(
         discards_singular_inputs(condition, kept_when, use, at, analysis)
         for use, at in indirect_unsafe_uses(branch, node, analysis)
     )
+
+
+def may_require_grad(expr: ast.expr, at: ast.AST, analysis: Semantic) -> bool:
+    """``expr`` requires grad, or may: it reads an argument of the enclosing function
+    (directly or through local names), whose callers are not all in this file, or a value
+    built by a call given ``requires_grad=True`` (`Variable(t, requires_grad=True)`). For
+    rewrites that keep the forward exactly, which need no proof that it requires grad."""
+    return analysis.requires_grad(expr, at) or _reads_argument(expr, at, analysis, 0)
+
+
+def _reads_argument(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int) -> bool:
+    if depth > 8:
+        return False
+    for name in _names(expr):
+        binding = analysis.reaching_binding(name, at)
+        if binding is None:
+            continue
+        if binding.kind == "param":
+            if name.id not in ("self", "cls"):
+                return True
+        elif binding.kind == "assign" and binding.value is not None:
+            if _asks_for_grad(binding.value):
+                return True
+            if _reads_argument(binding.value, binding.node, analysis, depth + 1):
+                return True
+    return False
+
+
+def _asks_for_grad(value: ast.expr) -> bool:
+    if type(value) is not ast.Call:
+        return False
+    flag = argument(value, "requires_grad", None)
+    return type(flag) is ast.Constant and flag.value is True
