@@ -349,12 +349,18 @@ class MaskedUnsafeBranch(Rule):
 
             def positive_log(p):
                 return th.log(p)[p > 0].sum() + p.sqrt()[p > 0].sum()
+
+
+            positive_log(th.rand(4, requires_grad=True))
             """,
             """
             import torch as th
 
             def positive_log(p):
                 return th.log(p[p > 0]).sum() + p[p > 0].sqrt().sum()
+
+
+            positive_log(th.rand(4, requires_grad=True))
             """,
         ),
         Invalid(
@@ -365,6 +371,9 @@ class MaskedUnsafeBranch(Rule):
                 r = num / den
                 keep = den != 0
                 return r[keep].sum()
+
+
+            ratio(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
             """
             import torch
@@ -373,6 +382,9 @@ class MaskedUnsafeBranch(Rule):
                 r = num / torch.where(den != 0, den, torch.ones_like(den))
                 keep = den != 0
                 return r[keep].sum()
+
+
+            ratio(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
         ),
         Invalid(
@@ -383,6 +395,9 @@ class MaskedUnsafeBranch(Rule):
                 r = num / den
                 print(r)  # read unmasked: guarding `den` would change what is printed
                 return r[den != 0].sum()
+
+
+            ratio(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
             report_only=True,
         ),
@@ -396,6 +411,9 @@ class MaskedUnsafeBranch(Rule):
             def observed_loss(pred, target):
                 observed = ~torch.isnan(target)
                 return criterion(pred, target)[observed].mean()
+
+
+            observed_loss(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
             """
             import torch
@@ -406,6 +424,9 @@ class MaskedUnsafeBranch(Rule):
             def observed_loss(pred, target):
                 observed = ~torch.isnan(target)
                 return criterion(pred[observed], target[observed]).mean()
+
+
+            observed_loss(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
         ),
         Invalid(
@@ -417,6 +438,9 @@ class MaskedUnsafeBranch(Rule):
 
             def loss(pred, target):
                 return squared_error(pred, target)[target.isfinite()].mean()
+
+
+            loss(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
             """
             import torch
@@ -426,6 +450,9 @@ class MaskedUnsafeBranch(Rule):
 
             def loss(pred, target):
                 return squared_error(pred[target.isfinite()], target[target.isfinite()]).mean()
+
+
+            loss(torch.rand(4, requires_grad=True), torch.rand(4))
             """,
         ),
     ]

@@ -57,6 +57,12 @@ class SqrtOfSquares(Rule):
     hand-written complex norm is not a realistic case. Sums with other arguments (`dtype=`) are
     reported without a fix. Not reported: an `eps` already added under the square root,
     `x.norm()`, tensors that do not require grad, code under `torch.no_grad()`.
+
+    The rewrite keeps the forward, so no proof that the tensor requires grad is needed: a
+    tensor that may require grad is enough, such as an argument of an `nn.Module` method or
+    of a helper that some call in the file passes such a tensor (a distance helper called
+    from `forward`). A helper only called with data, or not called in the file outside a
+    module class (feature extraction, preprocessing), is not reported.
     """
 
     code = "GF303"
@@ -104,8 +110,52 @@ class SqrtOfSquares(Rule):
                 n = torch.sqrt((w ** 2).sum())
             """
         ),
+        Valid(
+            """
+            import torch
+
+            class Spectrogram:
+                def magnitudes(self, stft):
+                    return torch.sqrt(stft.pow(2).sum(-1))
+
+                def __call__(self, waveform):
+                    return self.magnitudes(torch.stft(waveform, 64, return_complex=False))
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def distance(a, b):
+                return torch.sqrt(torch.sum(torch.pow(a - b, 2), dim=-1))
+
+            class Triplet(nn.Module):
+                def __init__(self, encoder):
+                    super().__init__()
+                    self.encoder = encoder
+
+                def forward(self, anchor, positive):
+                    return distance(self.encoder(anchor), self.encoder(positive)).mean()
+            """,
+            """
+            import torch
+            import torch.nn as nn
+
+            def distance(a, b):
+                return torch.linalg.vector_norm(a - b, dim=-1)
+
+            class Triplet(nn.Module):
+                def __init__(self, encoder):
+                    super().__init__()
+                    self.encoder = encoder
+
+                def forward(self, anchor, positive):
+                    return distance(self.encoder(anchor), self.encoder(positive)).mean()
+            """,
+        ),
         Invalid(
             """
             import torch

@@ -949,29 +949,58 @@ def singular_indirect(
     )
 
 
-def may_require_grad(expr: ast.expr, at: ast.AST, analysis: Semantic) -> bool:
-    """``expr`` requires grad, or may: it reads an argument of the enclosing function
-    (directly or through local names), whose callers are not all in this file, or a value
-    built by a call given ``requires_grad=True`` (`Variable(t, requires_grad=True)`). For
-    rewrites that keep the forward exactly, which need no proof that it requires grad."""
-    return analysis.requires_grad(expr, at) or _reads_argument(expr, at, analysis, 0)
-
-
-def _reads_argument(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int) -> bool:
-    if depth > 8:
+def may_require_grad(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int = 0) -> bool:
+    """``expr`` requires grad, or may: it reads (directly or through local names) a value
+    built by a call given ``requires_grad=True`` (`Variable(t, requires_grad=True)`), an
+    argument of a method of an ``nn.Module`` class, or an argument that a call in this
+    file passes such a value. For rewrites that keep the forward exactly, which need no
+    proof that it requires grad; a helper only called with data (or never called in the
+    file, in a class that is not a module) is not enough."""
+    if analysis.requires_grad(expr, at):
+        return True
+    if depth > 6:
         return False
     for name in _names(expr):
         binding = analysis.reaching_binding(name, at)
         if binding is None:
             continue
-        if binding.kind == "param":
-            if name.id not in ("self", "cls"):
+        if binding.kind == "param" and type(binding.node) is ast.arg:
+            if _argument_may_require_grad(binding.node, analysis, depth):
                 return True
         elif binding.kind == "assign" and binding.value is not None:
             if _asks_for_grad(binding.value):
                 return True
-            if _reads_argument(binding.value, binding.node, analysis, depth + 1):
+            if may_require_grad(binding.value, binding.node, analysis, depth + 1):
                 return True
+    return False
+
+
+def _argument_may_require_grad(param: ast.arg, analysis: Semantic, depth: int) -> bool:
+    if param.arg in ("self", "cls"):
+        return False
+    function = analysis.enclosing_function(param)
+    if function is not None and _in_module_class(function, analysis):
+        return True
+    return any(
+        may_require_grad(value, site, analysis, depth + 1)
+        for value, site in analysis.passed_arguments(param)
+    )
+
+
+def _in_module_class(function: ast.AST, analysis: Semantic) -> bool:
+    """``function`` is a method of an ``nn.Module`` subclass (directly, or through a class
+    of this file)."""
+    cls = analysis.method_class(function)
+    for _ in range(4):
+        if cls is None:
+            return False
+        if any(analysis.is_module_base(base) for base in cls.bases):
+            return True
+        parents = [b for b in cls.bases if type(b) is ast.Name]
+        bindings = analysis.bindings(parents[0]) if len(parents) == 1 else []
+        cls = bindings[0].node if len(bindings) == 1 and bindings[0].kind == "class" else None
+        if cls is not None and type(cls) is not ast.ClassDef:
+            return False
     return False
 
 
