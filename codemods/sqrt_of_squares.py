@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.index_after import mean_squared_error
 from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
@@ -57,6 +58,9 @@ class SqrtOfSquares(Rule):
     hand-written complex norm is not a realistic case. Sums with other arguments (`dtype=`) are
     reported without a fix. Not reported: an `eps` already added under the square root,
     `x.norm()`, tensors that do not require grad, code under `torch.no_grad()`.
+    An RMSE, `torch.sqrt(F.mse_loss(a, b))` or the `sqrt` of an `nn.MSELoss()` module's
+    result, is reported without a fix: an eps under the root changes the value, and
+    `vector_norm(a - b) / n ** 0.5` only equals it to rounding.
 
     The rewrite keeps the forward, so no proof that the tensor requires grad is needed: a
     tensor that may require grad is enough, such as an argument of an `nn.Module` method or
@@ -210,6 +214,20 @@ class SqrtOfSquares(Rule):
             """,
             report_only=True,
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+            pred = torch.randn(3, requires_grad=True)
+            target = torch.randn(3)
+            criterion = nn.MSELoss()
+            rmse = torch.sqrt(criterion(pred, target))  # nan gradient once pred == target
+            rmse_f = F.mse_loss(pred, target).sqrt()
+            """,
+            report_only=True,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -233,11 +251,22 @@ class SqrtOfSquares(Rule):
     def _check(self, node: ast.expr, summed: ast.expr) -> None:
         parts = self._sum_of_squares(summed)
         if parts is None:
+            self._check_rmse(node, summed)
             return
         base, dims = parts
         if not may_require_grad(base, node, self.analysis) or self.analysis.in_no_grad(node):
             return
         self.report(node, fix=None if dims is None else self._fix(node, base, dims))
+
+    def _check_rmse(self, node: ast.expr, mse: ast.expr) -> None:
+        """`sqrt(mse_loss(a, b))`: the same `nan` where the error is 0 (`a == b`). Reported
+        without a fix: `vector_norm(a - b) / n ** 0.5` rounds differently and an eps
+        under the root changes the value."""
+        if type(mse) is not ast.Call or self.analysis.in_no_grad(node):
+            return
+        inputs = mean_squared_error(mse, node, self.analysis)
+        if inputs and any(may_require_grad(i, node, self.analysis) for i in inputs):
+            self.report(node, _RMSE_MESSAGE)
 
     def _sum_of_squares(
         self, expr: ast.expr
@@ -321,6 +350,11 @@ class SqrtOfSquares(Rule):
 
         return self.plan_replace(node, vector_norm, "Use `torch.linalg.vector_norm`")
 
+
+_RMSE_MESSAGE = (
+    "`sqrt` of a mean squared error (RMSE) has a `nan` gradient where the error is 0; "
+    "add an eps under the root, or use `torch.linalg.vector_norm(a - b) / n ** 0.5`"
+)
 
 #: The ``dim=`` and ``keepdim=`` of the norm: (its keyword, the sum's keyword, the sum's
 #: position) of each (``("dim", "axis", None)`` for ``sum(axis=1)``).

@@ -265,7 +265,7 @@ def _elementwise_call_tensors(
         if head == "torch.nn.functional" and short in ELEMENTWISE_LOSSES:
             return call.args[:2] if _reduction_none(call) else None
         return None
-    loss = _loss_module_call(call.func, at, analysis)
+    loss = loss_module_call(call.func, at, analysis)
     if loss is not None:
         return call.args[:2] if _reduction_none(loss) and not call.keywords else None
     function = analysis.local_function(call.func, at)
@@ -283,7 +283,27 @@ def _reduction_none(call: ast.Call) -> bool:
     return type(reduction) is ast.Constant and reduction.value == "none"
 
 
-def _loss_module_call(func: ast.expr, at: ast.AST, analysis: Semantic) -> ast.Call | None:
+def mean_squared_error(call: ast.Call, at: ast.AST, analysis: Semantic) -> list[ast.expr] | None:
+    """The two inputs of ``call`` when it computes a mean squared error to one number:
+    `F.mse_loss(a, b)` or a `nn.MSELoss()` module, with the default reduction."""
+    if any(type(a) is ast.Starred for a in call.args) or len(call.args) < 2:
+        return None
+    constructor: ast.Call | None = call
+    if analysis.call_name(call) != "torch.nn.functional.mse_loss":
+        constructor = loss_module_call(call.func, at, analysis)
+        name = analysis.call_name(constructor) if constructor is not None else None
+        if name != "torch.nn.MSELoss" or call.keywords:
+            return None
+    assert constructor is not None
+    reduction = argument(constructor, "reduction", None)
+    if reduction is not None and not (
+        type(reduction) is ast.Constant and reduction.value == "mean"
+    ):
+        return None
+    return call.args[:2]
+
+
+def loss_module_call(func: ast.expr, at: ast.AST, analysis: Semantic) -> ast.Call | None:
     """The constructor call of the loss module ``func`` names (`L = nn.MSELoss(...)`,
     then `L(x, t)`)."""
     if type(func) is not ast.Name:
