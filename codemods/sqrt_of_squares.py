@@ -58,6 +58,9 @@ class SqrtOfSquares(Rule):
     hand-written complex norm is not a realistic case. Sums with other arguments (`dtype=`) are
     reported without a fix. Not reported: an `eps` already added under the square root,
     `x.norm()`, tensors that do not require grad, code under `torch.no_grad()`.
+    A sum of separate squares, `torch.sqrt(dx ** 2 + dy ** 2)`, becomes the norm of the
+    stacked values, `torch.linalg.vector_norm(torch.stack(torch.broadcast_tensors(dx, dy)),
+    dim=0)` (`torch.hypot` has the same `nan` gradient at 0), when every term is a tensor.
     An RMSE, `torch.sqrt(F.mse_loss(a, b))` or the `sqrt` of an `nn.MSELoss()` module's
     result, is reported without a fix: an eps under the root changes the value, and
     `vector_norm(a - b) / n ** 0.5` only equals it to rounding.
@@ -124,6 +127,17 @@ class SqrtOfSquares(Rule):
 
                 def __call__(self, waveform):
                     return self.magnitudes(torch.stft(waveform, 64, return_complex=False))
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def soft_radius(dx, dy):
+                return torch.sqrt(dx ** 2 + dy ** 2 + 1e-12)
+
+
+            soft_radius(torch.rand(3, requires_grad=True), torch.rand(3))
             """
         ),
     ]
@@ -217,6 +231,26 @@ class SqrtOfSquares(Rule):
         Invalid(
             """
             import torch
+
+            def radius(dx, dy):
+                return torch.sqrt(dx * dx + dy ** 2)
+
+
+            radius(torch.rand(3, requires_grad=True), torch.rand(3))
+            """,
+            """
+            import torch
+
+            def radius(dx, dy):
+                return torch.linalg.vector_norm(torch.stack(torch.broadcast_tensors(dx, dy)), dim=0)
+
+
+            radius(torch.rand(3, requires_grad=True), torch.rand(3))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
             import torch.nn.functional as F
             from torch import nn
 
@@ -252,6 +286,7 @@ class SqrtOfSquares(Rule):
         parts = self._sum_of_squares(summed)
         if parts is None:
             self._check_rmse(node, summed)
+            self._check_added_squares(node, summed)
             return
         base, dims = parts
         if not may_require_grad(base, node, self.analysis) or self.analysis.in_no_grad(node):
@@ -267,6 +302,39 @@ class SqrtOfSquares(Rule):
         inputs = mean_squared_error(mse, node, self.analysis)
         if inputs and any(may_require_grad(i, node, self.analysis) for i in inputs):
             self.report(node, _RMSE_MESSAGE)
+
+    def _check_added_squares(self, node: ast.expr, added: ast.expr) -> None:
+        """`sqrt(x ** 2 + y ** 2)`: the norm of the stacked values, `nan` gradient where all
+        are 0 (so is `torch.hypot`'s)."""
+        terms = _added_terms(added)
+        bases = [self._squared_base(t) for t in terms] if len(terms) > 1 else []
+        if not bases or any(b is None for b in bases) or self.analysis.in_no_grad(node):
+            return
+        present = [b for b in bases if b is not None]
+        if not any(may_require_grad(b, node, self.analysis) for b in present):
+            return
+        tensors = all(self.analysis.is_tensor(b, node) for b in present)
+        self.report(node, fix=self._stacked_fix(node, present) if tensors else None)
+
+    def _stacked_fix(self, node: ast.expr, bases: list[ast.expr]) -> FixPlan:
+        def stacked_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression:
+            assert isinstance(old, cst.BaseExpression)
+            values = []
+            for base in bases:
+                value = editor.node(base)
+                assert isinstance(value, cst.BaseExpression)
+                if not isinstance(value, _NEEDS_PARENS):
+                    value = value.with_changes(lpar=[], rpar=[])
+                values.append(cst.Arg(value))
+            broadcast = cst.Call(editor.torch_attr("broadcast_tensors"), values)
+            stacked = cst.Call(editor.torch_attr("stack"), [cst.Arg(broadcast)])
+            norm = editor.torch_attr("linalg.vector_norm")
+            call = cst.Call(norm, [cst.Arg(stacked)], lpar=old.lpar, rpar=old.rpar)
+            return with_argument(call, "dim", cst.Integer("0"))
+
+        return self.plan_replace(
+            node, stacked_norm, "Use `torch.linalg.vector_norm` of the stacked values"
+        )
 
     def _sum_of_squares(
         self, expr: ast.expr
@@ -298,7 +366,7 @@ class SqrtOfSquares(Rule):
         if type(expr) is ast.BinOp:
             if type(expr.op) is ast.Pow and _is_two(expr.right):
                 return expr.left
-            if type(expr.op) is ast.Mult and type(expr.left) in _PURE:
+            if type(expr.op) is ast.Mult and _is_pure(expr.left):
                 if self._text(expr.left) == self._text(expr.right):  # as written
                     return expr.left
             return None
@@ -375,6 +443,27 @@ def _norm_dims(call: ast.Call, rest: Sequence[CallArgument], first: int) -> Dims
         elif keyword == "dim" and argument(call, "axis", None) is not None:
             dims.append((keyword, "axis", None))
     return dims
+
+
+def _added_terms(expr: ast.expr) -> list[ast.expr]:
+    """The terms of ``a + b + c``."""
+    if type(expr) is ast.BinOp and type(expr.op) is ast.Add:
+        return _added_terms(expr.left) + _added_terms(expr.right)
+    return [expr]
+
+
+def _is_pure(expr: ast.expr) -> bool:
+    """Names, attributes, subscripts and arithmetic of them: ``(a - b) * (a - b)`` reads
+    the same value twice."""
+    if type(expr) in _PURE:
+        return True
+    if type(expr) is ast.Constant:
+        return True
+    if type(expr) is ast.BinOp:
+        return _is_pure(expr.left) and _is_pure(expr.right)
+    if type(expr) is ast.UnaryOp:
+        return _is_pure(expr.operand)
+    return False
 
 
 def _is_two(expr: ast.expr) -> bool:
