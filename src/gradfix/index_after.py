@@ -237,6 +237,26 @@ def finite_entries_of(
     return _tested_by(index, "isfinite", analysis)
 
 
+def nonfinite_entries_of(cond: ast.expr, at: ast.AST, analysis: Semantic) -> ast.expr | None:
+    """The tensor ``t`` when ``cond`` selects its nan entries: `torch.isnan(t)`,
+    `t.isnan()`, `~torch.isfinite(t)`, `t != t`, or a name bound to one of these."""
+    if type(cond) is ast.Name:
+        binding = analysis.reaching_binding(cond, at)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            return None
+        if binding.unpack_index is not None:
+            return None
+        return nonfinite_entries_of(binding.value, binding.node, analysis)
+    if type(cond) is ast.Compare and len(cond.ops) == 1 and type(cond.ops[0]) is ast.NotEq:
+        left, right = cond.left, cond.comparators[0]
+        if type(left) is ast.Name and same_value(left, at, right, at, analysis):
+            return left
+        return None
+    if type(cond) is ast.UnaryOp and type(cond.op) is ast.Invert:
+        return _tested_by(cond.operand, "isfinite", analysis)
+    return _tested_by(cond, "isnan", analysis)
+
+
 def _tested_by(expr: ast.expr, test: str, analysis: Semantic) -> ast.expr | None:
     """``t`` for `torch.<test>(t)` or `t.<test>()`."""
     if type(expr) is not ast.Call:
