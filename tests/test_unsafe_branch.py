@@ -205,3 +205,49 @@ def test_exp_overflow_needs_the_discarded_side_to_reach_the_overflow() -> None:
         WhereUnsafeBranch,
     )
     assert codes == []
+
+
+def test_nan_mask_of_a_loss_module_attribute_masks_the_inputs() -> None:
+    codes, fixed = run(
+        """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 2)
+                self.criterion = nn.SmoothL1Loss(reduction="none")
+                self.l1 = nn.L1Loss(reduction="none")
+
+            def loss(self, x, y):
+                valid = ~torch.isnan(y)
+                # l1: the sign of a nan difference back-propagates 0, nothing to report
+                return self.criterion(self.fc(x), y)[valid].mean() + self.l1(self.fc(x), y)[valid]
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert (
+        "self.criterion(self.fc(x)[valid], y[valid]).mean() + self.l1(self.fc(x), y)[valid]"
+        in fixed
+    )
+
+
+def test_nan_mask_of_an_abs_helper_is_not_reported() -> None:
+    codes, _ = run(
+        """
+        import torch
+
+        def absolute_error(a, b):
+            return torch.abs(a - b)
+
+        def loss(pred, target):
+            return absolute_error(pred, target)[target.isfinite()].mean()
+
+
+        loss(torch.rand(4, requires_grad=True), torch.rand(4))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == []

@@ -38,14 +38,15 @@ from gradfix.unsafe_branch import (
     unsafe_uses,
 )
 
-#: Losses that compute one value per element with ``reduction="none"``.
+#: Losses that compute one value per element with ``reduction="none"``, and whose
+#: derivative for the input is `nan` where the target is (not `l1_loss`: the sign of a
+#: `nan` difference back-propagates 0).
 ELEMENTWISE_LOSSES = frozenset(
-    "mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy "
+    "mse_loss smooth_l1_loss huber_loss binary_cross_entropy "
     "binary_cross_entropy_with_logits poisson_nll_loss kl_div soft_margin_loss".split()
 )
 _LOSS_MODULES = {
     "MSELoss": "mse_loss",
-    "L1Loss": "l1_loss",
     "SmoothL1Loss": "smooth_l1_loss",
     "HuberLoss": "huber_loss",
     "BCELoss": "binary_cross_entropy",
@@ -325,13 +326,17 @@ def mean_squared_error(call: ast.Call, at: ast.AST, analysis: Semantic) -> list[
 
 def loss_module_call(func: ast.expr, at: ast.AST, analysis: Semantic) -> ast.Call | None:
     """The constructor call of the loss module ``func`` names (`L = nn.MSELoss(...)`,
-    then `L(x, t)`)."""
-    if type(func) is not ast.Name:
+    then `L(x, t)`; `self.criterion = nn.MSELoss(...)`, then `self.criterion(x, t)`)."""
+    values: list[ast.expr | None] = []
+    if type(func) is ast.Name:
+        binding = analysis.reaching_binding(func, at)
+        if binding is not None and binding.kind == "assign" and binding.unpack_index is None:
+            values = [binding.value]
+    elif type(func) is ast.Attribute:
+        values = [value for value, _ in analysis.self_attribute_values(func, at)]
+    if len(values) != 1 or type(values[0]) is not ast.Call:
         return None
-    binding = analysis.reaching_binding(func, at)
-    if binding is None or binding.kind != "assign" or type(binding.value) is not ast.Call:
-        return None
-    constructor = binding.value
+    constructor = values[0]
     name = analysis.call_name(constructor) or ""
     head, _, short = name.rpartition(".")
     return constructor if head == "torch.nn" and short in _LOSS_MODULES else None
@@ -376,14 +381,24 @@ def _elementwise_of(expr: ast.expr, params: set[str], analysis: Semantic) -> boo
     return False
 
 
+#: Elementwise functions whose derivative depends on the value (a `nan` there makes it
+#: `nan`); `abs`, `relu`, `clamp` and sums back-propagate 0 through a `nan` instead.
+_VALUE_DEPENDENT = frozenset(
+    "square sqrt exp log log1p pow sigmoid tanh mul div multiply divide".split()
+)
+
+
 def _nonlinear(expr: ast.expr) -> bool:
-    """Some operation whose derivative for one operand depends on another (not only
-    `+`, `-`, negation)."""
+    """Some operation whose derivative for one operand depends on another or on the
+    value (not only `+`, `-`, negation, `abs`, `relu`, `clamp`)."""
     for node in ast.walk(expr):
         if type(node) is ast.BinOp and type(node.op) not in (ast.Add, ast.Sub):
             return True
         if type(node) is ast.Call:
-            return True
+            func = node.func
+            name = func.attr if type(func) is ast.Attribute else None
+            if name in _VALUE_DEPENDENT:
+                return True
     return False
 
 
