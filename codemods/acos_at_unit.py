@@ -6,7 +6,14 @@ import ast
 
 from gradfix.rule import FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument
-from gradfix.unsafe_branch import ACOS, ASIN, literal_number, may_require_grad, unsafe_use
+from gradfix.unsafe_branch import (
+    ACOS,
+    ASIN,
+    assigned_value,
+    literal_number,
+    may_require_grad,
+    unsafe_use,
+)
 
 #: Functions that return a cosine: exactly ±1 for parallel vectors.
 _COSINES = frozenset({"torch.nn.functional.cosine_similarity", "torch.cosine_similarity"})
@@ -166,12 +173,11 @@ class AcosAtUnit(Rule):
         if depth > 4:
             return False
         if type(expr) is ast.Name:
-            binding = self.analysis.reaching_binding(expr, at)
-            if binding is None or binding.kind != "assign" or binding.value is None:
+            assigned = assigned_value(expr, at, self.analysis)
+            if assigned is None:
                 return False
-            if binding.unpack_index is not None:
-                return False
-            return self._reaches_unit(binding.value, binding.node, depth + 1)
+            value, bound_at = assigned
+            return self._reaches_unit(value, bound_at, depth + 1)
         if type(expr) is not ast.Call:
             return False
         name = self.analysis.call_name(expr)

@@ -29,6 +29,7 @@ from gradfix.unsafe_branch import (
     DIVISION,
     Mask,
     UnsafeUse,
+    assigned_value,
     discards_singular_inputs,
     literal_number,
     may_require_grad,
@@ -100,11 +101,10 @@ def singular_before_index(node: ast.Subscript, analysis: Semantic) -> SingularIn
     at: ast.AST = node
     if type(value) is ast.Name:
         binding = analysis.reaching_binding(value, node)
-        if binding is None or binding.kind != "assign" or binding.value is None:
+        assigned = assigned_value(value, node, analysis)
+        if binding is None or assigned is None:
             return None
-        if binding.unpack_index is not None:
-            return None
-        value, at = binding.value, binding.node
+        value, at = assigned
     for use in unsafe_uses(value, analysis):
         if not _elementwise_path(value, use.node):
             continue
@@ -219,12 +219,11 @@ def finite_entries_of(
     if depth > 4:
         return None
     if type(index) is ast.Name:
-        binding = analysis.reaching_binding(index, at)
-        if binding is None or binding.kind != "assign" or binding.value is None:
+        assigned = assigned_value(index, at, analysis)
+        if assigned is None:
             return None
-        if binding.unpack_index is not None:
-            return None
-        return finite_entries_of(binding.value, binding.node, analysis, depth + 1)
+        value, bound_at = assigned
+        return finite_entries_of(value, bound_at, analysis, depth + 1)
     if type(index) is ast.Compare and len(index.ops) == 1 and type(index.ops[0]) is ast.Eq:
         left, right = index.left, index.comparators[0]
         if same_value(left, at, right, at, analysis) and type(left) is ast.Name:
@@ -242,12 +241,11 @@ def nonfinite_entries_of(cond: ast.expr, at: ast.AST, analysis: Semantic) -> ast
     """The tensor ``t`` when ``cond`` selects its nan entries: `torch.isnan(t)`,
     `t.isnan()`, `~torch.isfinite(t)`, `t != t`, or a name bound to one of these."""
     if type(cond) is ast.Name:
-        binding = analysis.reaching_binding(cond, at)
-        if binding is None or binding.kind != "assign" or binding.value is None:
+        assigned = assigned_value(cond, at, analysis)
+        if assigned is None:
             return None
-        if binding.unpack_index is not None:
-            return None
-        return nonfinite_entries_of(binding.value, binding.node, analysis)
+        value, bound_at = assigned
+        return nonfinite_entries_of(value, bound_at, analysis)
     if type(cond) is ast.Compare and len(cond.ops) == 1 and type(cond.ops[0]) is ast.NotEq:
         left, right = cond.left, cond.comparators[0]
         if type(left) is ast.Name and same_value(left, at, right, at, analysis):

@@ -1009,3 +1009,16 @@ def _asks_for_grad(value: ast.expr) -> bool:
         return False
     flag = argument(value, "requires_grad", None)
     return type(flag) is ast.Constant and flag.value is True
+
+
+def assigned_value(
+    name: ast.Name, at: ast.AST, analysis: Semantic
+) -> tuple[ast.expr, ast.AST] | None:
+    """The value a plain assignment bound to ``name`` where it is read at ``at`` (not an
+    unpacking), with the binding statement."""
+    binding = analysis.reaching_binding(name, at)
+    if binding is None or binding.kind != "assign" or binding.value is None:
+        return None
+    if binding.unpack_index is not None:
+        return None
+    return binding.value, binding.node
