@@ -60,7 +60,9 @@ class SqrtOfSquares(Rule):
     `x.norm()`, tensors that do not require grad, code under `torch.no_grad()`.
     A sum of separate squares, `torch.sqrt(dx ** 2 + dy ** 2)`, becomes the norm of the
     stacked values, `torch.linalg.vector_norm(torch.stack(torch.broadcast_tensors(dx, dy)),
-    dim=0)` (`torch.hypot` has the same `nan` gradient at 0), when every term is a tensor.
+    dim=0)` (`torch.hypot` has the same `nan` gradient at 0); reported when every term is
+    a tensor (a number among them keeps the sum away from 0) and one is shown to require
+    grad.
     An RMSE, `torch.sqrt(F.mse_loss(a, b))` or the `sqrt` of an `nn.MSELoss()` module's
     result, is reported without a fix: an eps under the root changes the value, and
     `vector_norm(a - b) / n ** 0.5` only equals it to rounding.
@@ -137,7 +139,12 @@ class SqrtOfSquares(Rule):
                 return torch.sqrt(dx ** 2 + dy ** 2 + 1e-12)
 
 
+            def scale(noise, sigma: float = 0.5):
+                return torch.sqrt(noise * noise + sigma * sigma)
+
+
             soft_radius(torch.rand(3, requires_grad=True), torch.rand(3))
+            scale(torch.rand(3, requires_grad=True))
             """
         ),
     ]
@@ -311,10 +318,13 @@ class SqrtOfSquares(Rule):
         if not bases or any(b is None for b in bases) or self.analysis.in_no_grad(node):
             return
         present = [b for b in bases if b is not None]
-        if not any(may_require_grad(b, node, self.analysis) for b in present):
+        # Two values both 0 at once is rarer than a zero vector (and `sqrt(re**2 + im**2)`
+        # is common in feature extraction): a proof that one requires grad is needed.
+        if not any(self.analysis.requires_grad(b, node) for b in present):
             return
-        tensors = all(self.analysis.is_tensor(b, node) for b in present)
-        self.report(node, fix=self._stacked_fix(node, present) if tensors else None)
+        # a number among the terms (`sigma * sigma`) keeps the sum away from 0
+        if all(self.analysis.is_tensor(b, node) for b in present):
+            self.report(node, fix=self._stacked_fix(node, present))
 
     def _stacked_fix(self, node: ast.expr, bases: list[ast.expr]) -> FixPlan:
         def stacked_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression:
