@@ -9,6 +9,13 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradfix.edits import Editor
+from gradfix.index_after import (
+    NanMasked,
+    SingularIndex,
+    mask_expression,
+    nan_data_before_index,
+    singular_before_index,
+)
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -60,6 +67,21 @@ class MaskedUnsafeBranch(Rule):
     reported. The branch must be shown to require grad, as for GF302. `0 * f(x)` with an
     unsafe `f` is reported without a fix.
 
+    Also indexing after a singular op (`torch.log(p)[p > 0]`, `(x / d)[d != 0]`, or
+    `r = x / d` whose every read is `r[mask]`): indexing selects forward values but the
+    op's backward still runs on every position, with gradient 0 where the index dropped
+    it. Reported when the mask tests the op's input and drops singular inputs (the same
+    precision rule); the fix indexes the input first (`torch.log(p[p > 0])`) when it is
+    the op's only tensor, and otherwise guards it with the mask (`x / torch.where(d != 0,
+    d, torch.ones_like(d))`, at the op's binding when it is a name). And a loss computed
+    on `nan` data then masked (`F.mse_loss(pred, t, reduction="none")[~t.isnan()]`, a
+    `nn.MSELoss(reduction="none")` module, or a function of the file returning a
+    non-linear elementwise expression of its parameters, `(a - b) ** 2`): the mask must
+    keep the finite entries (`~isnan(t)`, `isfinite(t)`, `t == t`) of one of the loss's
+    inputs; the fix masks every input first, `loss(pred[m], t[m])`. These rewrites keep
+    the forward exactly, so a tensor that may require grad (a function argument) is
+    enough.
+
     ## Why is this bad?
     Both branches are computed and differentiated; the gradient of the discarded one is
     multiplied by 0, and `0 * inf = nan`. `x ** 0.5` has an infinite derivative at 0, so
@@ -94,7 +116,11 @@ class MaskedUnsafeBranch(Rule):
     mask's (a `.float()` mask over `float16` branches gave `float32`, `torch.where` keeps
     `float16`). Also unsafe when the mask expression calls something that may not give
     the same value twice. A branch that is a name bound earlier (`g = x ** 0.5`, then
-    `mask * a + (1 - mask) * g`) is reported without a fix.
+    `mask * a + (1 - mask) * g`) is reported without a fix. Indexing the input first is
+    safe (an elementwise op of one tensor commutes with indexing); the guard of a name's
+    binding needs every read of the name indexed by the same mask, else no fix. Masking
+    a loss's inputs first is unsafe: it assumes every input has the mask's shape (not
+    broadcast).
     """
 
     code = "GF301"
@@ -160,6 +186,45 @@ class MaskedUnsafeBranch(Rule):
             def encode(x):
                 mask = (x < 0.003).float()
                 return mask * 12.9 * x + (1 - mask) * x ** 0.5
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def masked_log(p, labels):
+                # the mask is about labels: it says nothing about where `log` is singular
+                return torch.log(p)[labels > 0].sum()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def masked_log(p):
+                a = torch.log(p.clamp(min=1e-12))[p > 0]
+                b = torch.log(p[p > 0])
+                return a.sum() + b.sum()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            def padded_loss(pred, target, lengths_mask):
+                return F.mse_loss(pred, target, reduction="none")[lengths_mask].mean()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            def nan_counts(pred, target):
+                # a sum of the inputs: the `nan` target does not reach pred's derivative
+                diff = pred - target
+                return diff[~torch.isnan(target)]
             """
         ),
     ]
@@ -278,11 +343,176 @@ class MaskedUnsafeBranch(Rule):
             """,
             report_only=True,
         ),
+        Invalid(
+            """
+            import torch as th
+
+            def positive_log(p):
+                return th.log(p)[p > 0].sum() + p.sqrt()[p > 0].sum()
+
+
+            positive_log(th.rand(4, requires_grad=True))
+            """,
+            """
+            import torch as th
+
+            def positive_log(p):
+                return th.log(p[p > 0]).sum() + p[p > 0].sqrt().sum()
+
+
+            positive_log(th.rand(4, requires_grad=True))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def ratio(num, den):
+                r = num / den
+                keep = den != 0
+                return r[keep].sum()
+
+
+            ratio(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+            """
+            import torch
+
+            def ratio(num, den):
+                r = num / torch.where(den != 0, den, torch.ones_like(den))
+                keep = den != 0
+                return r[keep].sum()
+
+
+            ratio(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def ratio(num, den):
+                r = num / den
+                print(r)  # read unmasked: guarding `den` would change what is printed
+                return r[den != 0].sum()
+
+
+            ratio(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+            report_only=True,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            criterion = nn.MSELoss(reduction="none")
+
+            def observed_loss(pred, target):
+                observed = ~torch.isnan(target)
+                return criterion(pred, target)[observed].mean()
+
+
+            observed_loss(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+            """
+            import torch
+            from torch import nn
+
+            criterion = nn.MSELoss(reduction="none")
+
+            def observed_loss(pred, target):
+                observed = ~torch.isnan(target)
+                return criterion(pred[observed], target[observed]).mean()
+
+
+            observed_loss(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def squared_error(a, b):
+                return (a - b) ** 2
+
+            def loss(pred, target):
+                return squared_error(pred, target)[target.isfinite()].mean()
+
+
+            loss(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+            """
+            import torch
+
+            def squared_error(a, b):
+                return (a - b) ** 2
+
+            def loss(pred, target):
+                return squared_error(pred[target.isfinite()], target[target.isfinite()]).mean()
+
+
+            loss(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+        ),
     ]
 
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self._in_blend: set[int] = set()  # products already reported as a blend's terms
+        self._reported_ops: set[int] = set()  # ops reported as indexed later
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if type(node.ctx) is not ast.Load or self.analysis.in_no_grad(node):
+            return
+        found = singular_before_index(node, self.analysis)
+        if found is not None:
+            # a name indexed later is reported where its op is computed (and guarded)
+            where = found.use.node if found.binding is not None else node
+            if id(where) not in self._reported_ops:
+                self._reported_ops.add(id(where))
+                self.report(where, _INDEX_MESSAGE, fix=self._index_fix(node, found))
+            return
+        nan = nan_data_before_index(node, self.analysis)
+        if nan is not None:
+            self.report(node, _NAN_MESSAGE, fix=self._nan_fix(node, nan))
+
+    def _index_fix(self, node: ast.Subscript, found: SingularIndex) -> FixPlan | None:
+        if found.binding is not None and found.condition_at_binding is None:
+            return None  # the name is read elsewhere, or the mask is not known where it is bound
+        condition = mask_expression(found)
+        safe = is_pure(condition, self.analysis)
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        if found.index_first:
+            build, description = (
+                _index_first_builder(node, found.use.argument),
+                "Index the input first",
+            )
+        else:
+            build = _guard_builder(found, condition)
+            description = f"Guard the input of {found.use.function.name} where the mask drops it"
+        return self.plan(
+            build, description, safety=None if safe else FixSafety.UNSAFE, imports=imports
+        )
+
+    def _nan_fix(self, node: ast.Subscript, nan: NanMasked) -> FixPlan | None:
+        if not nan.fixable or not is_pure(node.slice, self.analysis):
+            return None
+
+        def build(editor: Editor) -> list[Edit]:
+            subscript = cst.ensure_type(editor.node(node), cst.Subscript)
+            call = cst.ensure_type(editor.node(nan.call), cst.Call)
+            replacements: dict[cst.CSTNode, cst.CSTNode] = {}
+            for tensor in nan.tensors:
+                value = expression_node(editor, tensor)
+                replacements[value] = _indexed(value, subscript)
+            replaced = editor.replace_nodes(call, replacements)
+            assert isinstance(replaced, cst.Call)
+            return [
+                Edit(subscript, replaced.with_changes(lpar=subscript.lpar, rpar=subscript.rpar))
+            ]
+
+        return self.plan(build, "Mask the inputs first", safety=FixSafety.UNSAFE)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         op = type(node.op)
@@ -365,6 +595,52 @@ class MaskedUnsafeBranch(Rule):
             safety=None if safe else FixSafety.UNSAFE,
             imports=imports,
         )
+
+
+_INDEX_MESSAGE = (
+    "Indexing after a singular op keeps its `nan` gradient (`0 * inf`) at the positions "
+    "indexed away; index the input first"
+)
+_NAN_MESSAGE = (
+    "Masking a loss after computing it on `nan` data keeps the `nan` in its gradient; "
+    "mask the inputs first"
+)
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+def _indexed(value: cst.BaseExpression, subscript: cst.Subscript) -> cst.Subscript:
+    """``value[<the index of subscript>]``, ``value`` parenthesised unless it is an atom."""
+    if not isinstance(value, _ATOMS) and not value.lpar:
+        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return subscript.with_changes(value=value, lpar=[], rpar=[])
+
+
+def _index_first_builder(node: ast.Subscript, argument: ast.expr) -> Callable[[Editor], list[Edit]]:
+    """`f(x)[m]` -> `f(x[m])`: the op applies to the kept inputs only."""
+
+    def build(editor: Editor) -> list[Edit]:
+        subscript = cst.ensure_type(editor.node(node), cst.Subscript)
+        value = subscript.value
+        old = expression_node(editor, argument)
+        replaced = editor.replace_nodes(value, {old: _indexed(old, subscript)})
+        assert isinstance(replaced, cst.BaseExpression)
+        if subscript.lpar:
+            replaced = replaced.with_changes(lpar=subscript.lpar, rpar=subscript.rpar)
+        return [Edit(subscript, replaced)]
+
+    return build
+
+
+def _guard_builder(found: SingularIndex, condition: ast.expr) -> Callable[[Editor], list[Edit]]:
+    """The singular input gets a harmless value where the mask drops it (in the bound value
+    when the indexed value is a name): the indexed positions keep their values."""
+
+    def build(editor: Editor) -> list[Edit]:
+        argument = expression_node(editor, found.use.argument)
+        selector = expression_node(editor, condition)
+        return [Edit(argument, guard(argument, found.use.function, selector, True, editor))]
+
+    return build
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.index_after import mean_squared_error
 from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
@@ -15,6 +16,7 @@ from gradfix.semantic.syntax import (
     call_arguments,
     is_unpacked,
 )
+from gradfix.unsafe_branch import may_require_grad
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (ast.Name, ast.Attribute, ast.Subscript)
@@ -54,6 +56,20 @@ class SqrtOfSquares(Rule):
     hand-written complex norm is not a realistic case. Sums with other arguments (`dtype=`) are
     reported without a fix. Not reported: an `eps` already added under the square root,
     `x.norm()`, tensors that do not require grad, code under `torch.no_grad()`.
+    A sum of separate squares, `torch.sqrt(dx ** 2 + dy ** 2)`, becomes the norm of the
+    stacked values, `torch.linalg.vector_norm(torch.stack(torch.broadcast_tensors(dx, dy)),
+    dim=0)` (`torch.hypot` has the same `nan` gradient at 0); reported when every term is
+    a tensor (a number among them keeps the sum away from 0) and one is shown to require
+    grad.
+    An RMSE, `torch.sqrt(F.mse_loss(a, b))` or the `sqrt` of an `nn.MSELoss()` module's
+    result, is reported without a fix: an eps under the root changes the value, and
+    `vector_norm(a - b) / n ** 0.5` only equals it to rounding.
+
+    The rewrite keeps the forward, so no proof that the tensor requires grad is needed: a
+    tensor that may require grad is enough, such as an argument of an `nn.Module` method or
+    of a helper that some call in the file passes such a tensor (a distance helper called
+    from `forward`). A helper only called with data, or not called in the file outside a
+    module class (feature extraction, preprocessing), is not reported.
     """
 
     code = "GF303"
@@ -101,8 +117,68 @@ class SqrtOfSquares(Rule):
                 n = torch.sqrt((w ** 2).sum())
             """
         ),
+        Valid(
+            """
+            import torch
+
+            class Spectrogram:
+                def magnitudes(self, stft):
+                    return torch.sqrt(stft.pow(2).sum(-1))
+
+                def __call__(self, waveform):
+                    return self.magnitudes(torch.stft(waveform, 64, return_complex=False))
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            def soft_radius(dx, dy):
+                return torch.sqrt(dx ** 2 + dy ** 2 + 1e-12)
+
+
+            def scale(noise, sigma: float = 0.5):
+                return torch.sqrt(noise * noise + sigma * sigma)
+
+
+            soft_radius(torch.rand(3, requires_grad=True), torch.rand(3))
+            scale(torch.rand(3, requires_grad=True))
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def distance(a, b):
+                return torch.sqrt(torch.sum(torch.pow(a - b, 2), dim=-1))
+
+            class Triplet(nn.Module):
+                def __init__(self, encoder):
+                    super().__init__()
+                    self.encoder = encoder
+
+                def forward(self, anchor, positive):
+                    return distance(self.encoder(anchor), self.encoder(positive)).mean()
+            """,
+            """
+            import torch
+            import torch.nn as nn
+
+            def distance(a, b):
+                return torch.linalg.vector_norm(a - b, dim=-1)
+
+            class Triplet(nn.Module):
+                def __init__(self, encoder):
+                    super().__init__()
+                    self.encoder = encoder
+
+                def forward(self, anchor, positive):
+                    return distance(self.encoder(anchor), self.encoder(positive)).mean()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -157,6 +233,40 @@ class SqrtOfSquares(Rule):
             """,
             report_only=True,
         ),
+        Invalid(
+            """
+            import torch
+
+            def radius(dx, dy):
+                return torch.sqrt(dx * dx + dy ** 2)
+
+
+            radius(torch.rand(3, requires_grad=True), torch.rand(3))
+            """,
+            """
+            import torch
+
+            def radius(dx, dy):
+                return torch.linalg.vector_norm(torch.stack(torch.broadcast_tensors(dx, dy)), dim=0)
+
+
+            radius(torch.rand(3, requires_grad=True), torch.rand(3))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+            pred = torch.randn(3, requires_grad=True)
+            target = torch.randn(3)
+            criterion = nn.MSELoss()
+            rmse = torch.sqrt(criterion(pred, target))  # nan gradient once pred == target
+            rmse_f = F.mse_loss(pred, target).sqrt()
+            """,
+            report_only=True,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -180,11 +290,59 @@ class SqrtOfSquares(Rule):
     def _check(self, node: ast.expr, summed: ast.expr) -> None:
         parts = self._sum_of_squares(summed)
         if parts is None:
+            self._check_rmse(node, summed)
+            self._check_added_squares(node, summed)
             return
         base, dims = parts
-        if not self.analysis.requires_grad(base, node) or self.analysis.in_no_grad(node):
+        if not may_require_grad(base, node, self.analysis) or self.analysis.in_no_grad(node):
             return
         self.report(node, fix=None if dims is None else self._fix(node, base, dims))
+
+    def _check_rmse(self, node: ast.expr, mse: ast.expr) -> None:
+        """`sqrt(mse_loss(a, b))`: the same `nan` where the error is 0 (`a == b`). Reported
+        without a fix: `vector_norm(a - b) / n ** 0.5` rounds differently and an eps
+        under the root changes the value."""
+        if type(mse) is not ast.Call or self.analysis.in_no_grad(node):
+            return
+        inputs = mean_squared_error(mse, node, self.analysis)
+        if inputs and any(may_require_grad(i, node, self.analysis) for i in inputs):
+            self.report(node, _RMSE_MESSAGE)
+
+    def _check_added_squares(self, node: ast.expr, added: ast.expr) -> None:
+        """`sqrt(x ** 2 + y ** 2)`: the norm of the stacked values, `nan` gradient where all
+        are 0 (so is `torch.hypot`'s)."""
+        terms = _added_terms(added)
+        bases = [self._squared_base(t) for t in terms] if len(terms) > 1 else []
+        if not bases or any(b is None for b in bases) or self.analysis.in_no_grad(node):
+            return
+        present = [b for b in bases if b is not None]
+        # Two values both 0 at once is rarer than a zero vector (and `sqrt(re**2 + im**2)`
+        # is common in feature extraction): a proof that one requires grad is needed.
+        if not any(self.analysis.requires_grad(b, node) for b in present):
+            return
+        # a number among the terms (`sigma * sigma`) keeps the sum away from 0
+        if all(self.analysis.is_tensor(b, node) for b in present):
+            self.report(node, fix=self._stacked_fix(node, present))
+
+    def _stacked_fix(self, node: ast.expr, bases: list[ast.expr]) -> FixPlan:
+        def stacked_norm(editor: Editor, old: cst.CSTNode) -> cst.BaseExpression:
+            assert isinstance(old, cst.BaseExpression)
+            values = []
+            for base in bases:
+                value = editor.node(base)
+                assert isinstance(value, cst.BaseExpression)
+                if not isinstance(value, _NEEDS_PARENS):
+                    value = value.with_changes(lpar=[], rpar=[])
+                values.append(cst.Arg(value))
+            broadcast = cst.Call(editor.torch_attr("broadcast_tensors"), values)
+            stacked = cst.Call(editor.torch_attr("stack"), [cst.Arg(broadcast)])
+            norm = editor.torch_attr("linalg.vector_norm")
+            call = cst.Call(norm, [cst.Arg(stacked)], lpar=old.lpar, rpar=old.rpar)
+            return with_argument(call, "dim", cst.Integer("0"))
+
+        return self.plan_replace(
+            node, stacked_norm, "Use `torch.linalg.vector_norm` of the stacked values"
+        )
 
     def _sum_of_squares(
         self, expr: ast.expr
@@ -216,7 +374,7 @@ class SqrtOfSquares(Rule):
         if type(expr) is ast.BinOp:
             if type(expr.op) is ast.Pow and _is_two(expr.right):
                 return expr.left
-            if type(expr.op) is ast.Mult and type(expr.left) in _PURE:
+            if type(expr.op) is ast.Mult and _is_pure(expr.left):
                 if self._text(expr.left) == self._text(expr.right):  # as written
                     return expr.left
             return None
@@ -271,6 +429,11 @@ class SqrtOfSquares(Rule):
         return self.plan_replace(node, vector_norm, "Use `torch.linalg.vector_norm`")
 
 
+_RMSE_MESSAGE = (
+    "`sqrt` of a mean squared error (RMSE) has a `nan` gradient where the error is 0; "
+    "add an eps under the root, or use `torch.linalg.vector_norm(a - b) / n ** 0.5`"
+)
+
 #: The ``dim=`` and ``keepdim=`` of the norm: (its keyword, the sum's keyword, the sum's
 #: position) of each (``("dim", "axis", None)`` for ``sum(axis=1)``).
 Dims = list[tuple[str, str, int | None]]
@@ -290,6 +453,27 @@ def _norm_dims(call: ast.Call, rest: Sequence[CallArgument], first: int) -> Dims
         elif keyword == "dim" and argument(call, "axis", None) is not None:
             dims.append((keyword, "axis", None))
     return dims
+
+
+def _added_terms(expr: ast.expr) -> list[ast.expr]:
+    """The terms of ``a + b + c``."""
+    if type(expr) is ast.BinOp and type(expr.op) is ast.Add:
+        return _added_terms(expr.left) + _added_terms(expr.right)
+    return [expr]
+
+
+def _is_pure(expr: ast.expr) -> bool:
+    """Names, attributes, subscripts and arithmetic of them: ``(a - b) * (a - b)`` reads
+    the same value twice."""
+    if type(expr) in _PURE:
+        return True
+    if type(expr) is ast.Constant:
+        return True
+    if type(expr) is ast.BinOp:
+        return _is_pure(expr.left) and _is_pure(expr.right)
+    if type(expr) is ast.UnaryOp:
+        return _is_pure(expr.operand)
+    return False
 
 
 def _is_two(expr: ast.expr) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from gradfix.edits import Editor
+from gradfix.index_after import finite_entries_of, nonfinite_entries_of
 from gradfix.rule import Edit, FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument
 from gradfix.unsafe_branch import (
@@ -13,6 +14,7 @@ from gradfix.unsafe_branch import (
     guard,
     is_pure,
     parse_condition,
+    same_value,
     singular_indirect,
     singular_uses,
     strip_parens,
@@ -31,6 +33,9 @@ class WhereUnsafeBranch(Rule):
     (at -1 and below), `x ** p` / `pow` / `float_power` with `p < 1` or a fractional or
     tensor exponent, `reciprocal` and division by `x` (at 0), `acos`, `asin`, `atanh` (at
     ±1 and beyond), as torch functions or tensor methods (`x.sqrt()`, `x.pow(0.5)`).
+    Overflowing functions too: `exp`, `expm1` (above 88.7, where `float32` overflows to
+    `inf`) and `exp2` (above 128): `torch.where(x > 0, x + 1, torch.exp(x))` at `x = 100`
+    back-propagates `0 * inf = nan` from the discarded `exp`.
 
     Precision rule: the condition must test the unsafe function's own input (the same
     expression with the same bindings, directly, through `abs()` or negated, possibly via
@@ -44,6 +49,13 @@ class WhereUnsafeBranch(Rule):
     parameter, a tensor created with `requires_grad=True`, an input of `nn.Module.forward`,
     or a function argument that a call in the same file passes such a tensor): counts,
     filters and quantisation scales computed from data are not reported.
+
+    Also reported, without a fix: `torch.where(torch.isnan(r), 0, r)` (or
+    `torch.where(r.isfinite(), r, 0)`) where `r` was computed, by an op that requires grad,
+    from data holding `nan`: the values are replaced, but `r`'s backward still runs at
+    those positions with gradient 0, and `0 * nan = nan` reaches its other inputs. The
+    inputs must be masked before the op (which ones hold `nan` is the author's knowledge).
+    A leaf holding `nan` passed through the `where` is fine.
 
     ## Why is this bad?
     `torch.where` computes both branches and back-propagates into both; the gradient of
@@ -66,7 +78,7 @@ class WhereUnsafeBranch(Rule):
     y = torch.where(d > 0, torch.sqrt(torch.where(d > 0, d, torch.ones_like(d))), 0)
     ```
     The inner `where` feeds the unsafe function a harmless value (1; 0 for `acos`,
-    `asin`, `atanh`) exactly where its result is discarded.
+    `asin`, `atanh`, `exp`, `expm1`, `exp2`) exactly where its result is discarded.
 
     ## Fix safety
     Safe: the kept positions see the same input, so forward values and dtypes do not
@@ -138,8 +150,9 @@ class WhereUnsafeBranch(Rule):
             """
             import torch
 
-            def softplus(x):
-                return torch.where(x > 20, x, torch.log1p(torch.exp(x)))
+            def splus(x):
+                # exp's input is capped where the branch is discarded: no overflow
+                return torch.where(x > 20, x, torch.log1p(torch.exp(x.clamp(max=20))))
             """
         ),
         Valid(
@@ -149,6 +162,15 @@ class WhereUnsafeBranch(Rule):
             def clipped_root(x):
                 # the singular inputs (x <= 0) are on the selected side: no masked gradient
                 return torch.where(x > 1, x, torch.sqrt(x))
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            scores = torch.tensor([1.0, float("nan")], requires_grad=True)
+            # a leaf: the where's backward gives it 0 at the nan entry, nothing else runs
+            cleaned = torch.where(scores.isnan(), 0.0, scores)
             """
         ),
     ]
@@ -273,6 +295,41 @@ class WhereUnsafeBranch(Rule):
             """
             import torch
 
+            def weighted(w, targets):
+                r = w * targets  # targets hold nan where a label is missing
+                return torch.where(torch.isnan(r), 0.0, r).sum()
+
+
+            weighted(torch.rand(4, requires_grad=True), torch.rand(4))
+            """,
+            report_only=True,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def splus(x):
+                big = x > 20
+                return torch.where(big, x, x.exp().log1p())
+
+
+            splus(torch.rand(4, requires_grad=True))
+            """,
+            """
+            import torch
+
+            def splus(x):
+                big = x > 20
+                return torch.where(big, x, torch.where(big, torch.zeros_like(x), x).exp().log1p())
+
+
+            splus(torch.rand(4, requires_grad=True))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
             def root(d):
                 s = torch.sqrt(d)
                 return torch.where(d > 0, s, 0)
@@ -330,6 +387,9 @@ class WhereUnsafeBranch(Rule):
             return
         if self.analysis.in_no_grad(node):
             return
+        if self._replaces_nan_of_computed(node, condition_arg, kept, other):
+            self.report(node, _NAN_MESSAGE)
+            return
         condition = parse_condition(condition_arg, node, self.analysis)
         branches = ((kept, True), (other, False))
         found = [
@@ -341,6 +401,29 @@ class WhereUnsafeBranch(Rule):
             self._report_fix(node, condition_arg, found)
         elif any(singular_indirect(b, k, condition, node, self.analysis) for b, k in branches):
             self.report(node)
+
+    def _replaces_nan_of_computed(
+        self, node: ast.Call, condition: ast.expr, kept: ast.expr, other: ast.expr
+    ) -> bool:
+        """`torch.where(torch.isnan(r), 0, r)` (or `where(isfinite(r), r, 0)`) where `r` is
+        computed by an op whose backward still runs at the nan positions."""
+        analysis = self.analysis
+        nan_of = nonfinite_entries_of(condition, node, analysis)
+        finite_of = None if nan_of is not None else finite_entries_of(condition, node, analysis)
+        tested, passed = (nan_of, other) if nan_of is not None else (finite_of, kept)
+        if tested is None or type(passed) is not ast.Name:
+            return False
+        if not same_value(tested, node, passed, node, analysis):
+            return False
+        binding = analysis.reaching_binding(passed, node)
+        if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
+            return False
+        computed = binding.value
+        if type(computed) is not ast.BinOp and type(computed) is not ast.Call:
+            return False
+        if type(computed) is ast.Call and (analysis.call_name(computed) or "") in _NAN_SAFE:
+            return False
+        return analysis.requires_grad(computed, binding.node)
 
     def _report_fix(
         self, node: ast.Call, condition: ast.expr, found: list[tuple[UnsafeUse, bool]]
@@ -367,6 +450,19 @@ class WhereUnsafeBranch(Rule):
         description = f"Guard the input of {names} with an inner `torch.where`"
         fix = self.plan(build, description, safety=safety, imports=imports)
         self.report(node, fix=fix)
+
+
+_NAN_MESSAGE = (
+    "`torch.where` replaces the `nan` values of a computed tensor but not its `nan` "
+    "gradient: the op's backward still runs there (`0 * nan = nan`); mask the op's "
+    "inputs before computing it"
+)
+#: Calls whose backward at a nan output does not turn a 0 gradient into nan: tensors made
+#: from data, leaves.
+_NAN_SAFE = frozenset(
+    "torch.tensor torch.as_tensor torch.from_numpy torch.zeros torch.ones torch.full "
+    "torch.empty torch.randn torch.rand".split()
+)
 
 
 def _inside(node: ast.AST, tree: ast.AST) -> bool:

@@ -114,3 +114,140 @@ def test_complement_mask_name_selects_with_the_negated_comparison() -> None:
     assert codes == ["GF301"]
     guarded = "torch.sqrt(torch.where(~(x < 0.5), x, torch.ones_like(x)))"
     assert f"return torch.where(~(x < 0.5), {guarded}, x)" in fixed
+
+
+def test_index_after_op_read_once_more_unmasked_has_no_fix_and_masked_twice_has_one() -> None:
+    # The guard at the binding changes `r` where the mask drops it: only when every read
+    # of `r` is indexed by that same mask are the values read unchanged.
+    codes, fixed = run(
+        """
+        import torch
+
+        def ratio(num, den):
+            r = num / den
+            return r[den != 0].sum() + r[den != 0].mean()
+
+
+        ratio(torch.rand(4, requires_grad=True), torch.rand(4))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert "r = num / torch.where(den != 0, den, torch.ones_like(den))" in fixed
+    codes, fixed = run(
+        """
+        import torch
+
+        def ratio(num, den):
+            r = num / den
+            return r[den != 0].sum() + r[den > 0].mean()
+
+
+        ratio(torch.rand(4, requires_grad=True), torch.rand(4))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert "r = num / den" in fixed
+
+
+def test_index_after_op_with_a_mask_rebound_after_the_op_is_not_guarded() -> None:
+    # `den` is rebound between the op and the mask: the mask does not test the op's input.
+    codes, _ = run(
+        """
+        import torch
+
+        def ratio(num, den):
+            r = num / den
+            den = den + 1
+            return r[den != 0].sum()
+
+
+        ratio(torch.rand(4, requires_grad=True), torch.rand(4))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == []
+
+
+def test_nan_mask_of_a_helper_that_only_adds_is_not_reported() -> None:
+    # `a - b` has derivative 1 for `a`: a nan in `b` does not reach it.
+    codes, _ = run(
+        """
+        import torch
+
+        def residual(a, b):
+            return a - b
+
+        def loss(pred, target):
+            return residual(pred, target)[~torch.isnan(target)].mean()
+
+
+        loss(torch.rand(4, requires_grad=True), torch.rand(4))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == []
+
+
+def test_exp_overflow_needs_the_discarded_side_to_reach_the_overflow() -> None:
+    # exp is only singular (overflowing) for large inputs: discarding the negative side is fine.
+    codes, _ = run(
+        """
+        import torch
+
+        def capped(x):
+            return torch.where(x > 0, torch.exp(x), 1.0)
+
+
+        capped(torch.rand(4, requires_grad=True))
+        """,
+        WhereUnsafeBranch,
+    )
+    assert codes == []
+
+
+def test_nan_mask_of_a_loss_module_attribute_masks_the_inputs() -> None:
+    codes, fixed = run(
+        """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 2)
+                self.criterion = nn.SmoothL1Loss(reduction="none")
+                self.l1 = nn.L1Loss(reduction="none")
+
+            def loss(self, x, y):
+                valid = ~torch.isnan(y)
+                # l1: the sign of a nan difference back-propagates 0, nothing to report
+                return self.criterion(self.fc(x), y)[valid].mean() + self.l1(self.fc(x), y)[valid]
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert (
+        "self.criterion(self.fc(x)[valid], y[valid]).mean() + self.l1(self.fc(x), y)[valid]"
+        in fixed
+    )
+
+
+def test_nan_mask_of_an_abs_helper_is_not_reported() -> None:
+    codes, _ = run(
+        """
+        import torch
+
+        def absolute_error(a, b):
+            return torch.abs(a - b)
+
+        def loss(pred, target):
+            return absolute_error(pred, target)[target.isfinite()].mean()
+
+
+        loss(torch.rand(4, requires_grad=True), torch.rand(4))
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == []

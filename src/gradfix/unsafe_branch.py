@@ -110,6 +110,14 @@ ELEMENTWISE = {
     "arctanh": ATANH,
 }
 _POWER_NAMES = frozenset({"pow", "float_power"})
+#: Functions that overflow to ``inf`` above the largest ``float32`` input they can take
+#: (their derivative too); guarded with 0, where they are finite.
+OVERFLOWING = {
+    "exp": UnsafeFunction("exp", (Interval(math.log(3.4028234663852886e38), INF),), 0),
+    "expm1": UnsafeFunction("expm1", (Interval(math.log(3.4028234663852886e38), INF),), 0),
+    "exp2": UnsafeFunction("exp2", (Interval(128.0, INF),), 0),
+}
+_ONE_ARGUMENT = {**ELEMENTWISE, **OVERFLOWING}
 _DIVISION_NAMES = frozenset({"div", "divide", "true_divide"})
 _OPERATOR_NAMES = frozenset({"__pow__", "__rpow__", "__truediv__", "__rtruediv__"})
 
@@ -168,8 +176,8 @@ def _torch_function_use(call: ast.Call, name: str) -> UnsafeUse | None:
     first = argument(call, "input", 0)
     if first is None:
         return None
-    if short in ELEMENTWISE:
-        return UnsafeUse(call, first, ELEMENTWISE[short])
+    if short in _ONE_ARGUMENT:
+        return UnsafeUse(call, first, _ONE_ARGUMENT[short])
     second = argument(call, "exponent" if short in _POWER_NAMES else "other", 1)
     if second is None:
         return None
@@ -189,8 +197,8 @@ def _method_use(call: ast.Call, func: ast.Attribute) -> UnsafeUse | None:
     single = call.args[0] if count == 1 and call.args else None
     if single is not None and type(single) is ast.Starred:
         single = None
-    if method in ELEMENTWISE and count == 0:
-        return UnsafeUse(call, func.value, ELEMENTWISE[method])
+    if method in _ONE_ARGUMENT and count == 0:
+        return UnsafeUse(call, func.value, _ONE_ARGUMENT[method])
     if method in _POWER_NAMES and single is not None:
         function = power_function(single)
         return UnsafeUse(call, func.value, function) if function else None
@@ -939,3 +947,78 @@ def singular_indirect(
         discards_singular_inputs(condition, kept_when, use, at, analysis)
         for use, at in indirect_unsafe_uses(branch, node, analysis)
     )
+
+
+def may_require_grad(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int = 0) -> bool:
+    """``expr`` requires grad, or may: it reads (directly or through local names) a value
+    built by a call given ``requires_grad=True`` (`Variable(t, requires_grad=True)`), an
+    argument of a method of an ``nn.Module`` class, or an argument that a call in this
+    file passes such a value. For rewrites that keep the forward exactly, which need no
+    proof that it requires grad; a helper only called with data (or never called in the
+    file, in a class that is not a module) is not enough."""
+    if analysis.requires_grad(expr, at):
+        return True
+    if depth > 6:
+        return False
+    for name in _names(expr):
+        binding = analysis.reaching_binding(name, at)
+        if binding is None:
+            continue
+        if binding.kind == "param" and type(binding.node) is ast.arg:
+            if _argument_may_require_grad(binding.node, analysis, depth):
+                return True
+        elif binding.kind == "assign" and binding.value is not None:
+            if _asks_for_grad(binding.value):
+                return True
+            if may_require_grad(binding.value, binding.node, analysis, depth + 1):
+                return True
+    return False
+
+
+def _argument_may_require_grad(param: ast.arg, analysis: Semantic, depth: int) -> bool:
+    if param.arg in ("self", "cls"):
+        return False
+    function = analysis.enclosing_function(param)
+    if function is not None and _in_module_class(function, analysis):
+        return True
+    return any(
+        may_require_grad(value, site, analysis, depth + 1)
+        for value, site in analysis.passed_arguments(param)
+    )
+
+
+def _in_module_class(function: ast.AST, analysis: Semantic) -> bool:
+    """``function`` is a method of an ``nn.Module`` subclass (directly, or through a class
+    of this file)."""
+    cls = analysis.method_class(function)
+    for _ in range(4):
+        if cls is None:
+            return False
+        if any(analysis.is_module_base(base) for base in cls.bases):
+            return True
+        parents = [b for b in cls.bases if type(b) is ast.Name]
+        bindings = analysis.bindings(parents[0]) if len(parents) == 1 else []
+        cls = bindings[0].node if len(bindings) == 1 and bindings[0].kind == "class" else None
+        if cls is not None and type(cls) is not ast.ClassDef:
+            return False
+    return False
+
+
+def _asks_for_grad(value: ast.expr) -> bool:
+    if type(value) is not ast.Call:
+        return False
+    flag = argument(value, "requires_grad", None)
+    return type(flag) is ast.Constant and flag.value is True
+
+
+def assigned_value(
+    name: ast.Name, at: ast.AST, analysis: Semantic
+) -> tuple[ast.expr, ast.AST] | None:
+    """The value a plain assignment bound to ``name`` where it is read at ``at`` (not an
+    unpacking), with the binding statement."""
+    binding = analysis.reaching_binding(name, at)
+    if binding is None or binding.kind != "assign" or binding.value is None:
+        return None
+    if binding.unpack_index is not None:
+        return None
+    return binding.value, binding.node
