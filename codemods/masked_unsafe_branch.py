@@ -605,12 +605,12 @@ _NAN_MESSAGE = (
     "Masking a loss after computing it on `nan` data keeps the `nan` in its gradient; "
     "mask the inputs first"
 )
-_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
 
 def _indexed(value: cst.BaseExpression, subscript: cst.Subscript) -> cst.Subscript:
     """``value[<the index of subscript>]``, ``value`` parenthesised unless it is an atom."""
-    if not isinstance(value, _ATOMS) and not value.lpar:
+    atom = isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+    if not atom and not value.lpar:
         value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return subscript.with_changes(value=value, lpar=[], rpar=[])
 

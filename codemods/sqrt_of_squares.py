@@ -22,6 +22,11 @@ from gradfix.unsafe_branch import may_require_grad
 _PURE = (ast.Name, ast.Attribute, ast.Subscript)
 
 
+def _needs_parens() -> tuple[type[cst.BaseExpression], ...]:
+    """Expressions that keep their parentheses to stay one call argument."""
+    return (cst.Tuple, cst.NamedExpr, cst.GeneratorExp)
+
+
 class SqrtOfSquares(Rule):
     """
     ## What it does
@@ -331,7 +336,7 @@ class SqrtOfSquares(Rule):
             for base in bases:
                 value = editor.node(base)
                 assert isinstance(value, cst.BaseExpression)
-                if not isinstance(value, _NEEDS_PARENS):
+                if not isinstance(value, _needs_parens()):
                     value = value.with_changes(lpar=[], rpar=[])
                 values.append(cst.Arg(value))
             broadcast = cst.Call(editor.torch_attr("broadcast_tensors"), values)
