@@ -40,3 +40,44 @@ def test_positional_retain_graph_false_becomes_true() -> None:
 def test_a_step_between_the_calls_leaves_no_fix() -> None:
     findings = _lint("l1.backward()\nw.add_(1)\nl2.backward()\n").findings
     assert [(f.line, f.fix) for f in findings] == [(6, None)]
+
+
+STALE = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+y = torch.exp(w)
+for step in range(3):
+    loss = (y * w).sum()
+    loss.backward()
+"""
+
+
+def test_a_graph_built_before_the_loop_is_reported_where_it_is_built() -> None:
+    findings = lint_source(STALE, rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix) for f in findings] == [(3, None)]
+
+
+def test_a_loop_that_backpropagates_once_and_leaves_is_not_reported() -> None:
+    source = STALE + "    break\n"
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+CARRIED = """\
+import torch
+cell = torch.nn.RNNCell(2, 3)
+h = torch.zeros(1, 3)
+for x in torch.rand(4, 1, 2):
+    h = cell(x, h)  # the state
+    h.sum().backward()
+"""
+
+
+def test_state_carried_into_the_next_backward_is_detached_after_the_step() -> None:
+    assert [f.line for f in lint_source(CARRIED, rules=[BackwardTwice]).findings] == [5]
+    result = lint_source(CARRIED, rules=[BackwardTwice], fix=True)
+    assert "    h = cell(x, h)  # the state\n    h = h.detach()\n" in result.source
+
+
+def test_state_reset_in_each_iteration_is_not_carried() -> None:
+    source = CARRIED.replace("    h = cell", "    h = torch.zeros(1, 3)\n    h = cell")
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
