@@ -442,6 +442,7 @@ class BackwardTwice(Rule):
             type(call.func) is ast.Attribute
             and type(call.func.value) is ast.Name
             and call.func.value.id == name
+            and call.func.attr.endswith("_")
             for call in collector.calls
         )
 
