@@ -302,6 +302,7 @@ class BackwardTwice(Rule):
             for src, tgt in zip(torch.rand(3, 4, 5), torch.rand(3, 4, 5)):
                 pred, hidden = model(src, hidden)  # a tensor or a tuple: no fix
                 loss = torch.nn.functional.mse_loss(pred, tgt)
+                opt.zero_grad()
                 loss.backward()
                 opt.step()
             """,
