@@ -419,10 +419,12 @@ class BackwardTwice(Rule):
         body = loop.body  # type: ignore[attr-defined]
         carried = []
         for target in _target_names(node.targets):
-            if target.id not in read:
+            if target.id not in read or _moved_itself(node.value, target.id):
                 continue
+            if self.analysis.is_module(target, node):
+                continue  # ``model = model.to(device)``: a module, not a state
             bindings = self.analysis.bindings(target)
-            inside = [b for b in bindings if self.analysis.block_contains(body, b.node)]
+            inside = [b for b in bindings if self.analysis.contains(loop, b.node)]
             before = [
                 b for b in bindings if self.analysis.index(b.node) < self.analysis.index(loop)
             ]
@@ -747,6 +749,16 @@ class _CallCollector(ast.NodeVisitor):
             return
         for child in source_children(node):
             self.visit(child)
+
+
+def _moved_itself(value: ast.expr, name: str) -> bool:
+    """``x.to(device)``, ``x.cuda()``, ``x.float()`` of the name itself: on the same device
+    and dtype the tensor itself, no graph carried."""
+    if type(value) is not ast.Call or type(value.func) is not ast.Attribute:
+        return False
+    receiver = value.func.value
+    moves = ("to", "cuda", "cpu", "float", "double", "half", "type", "contiguous", "train")
+    return type(receiver) is ast.Name and receiver.id == name and value.func.attr in moves
 
 
 def _target_names(targets: list[ast.expr]) -> list[ast.Name]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gradfix.codemods.backward_twice import BackwardTwice
 from gradfix.engine import lint_source
 
@@ -80,4 +82,26 @@ def test_state_carried_into_the_next_backward_is_detached_after_the_step() -> No
 
 def test_state_reset_in_each_iteration_is_not_carried() -> None:
     source = CARRIED.replace("    h = cell", "    h = torch.zeros(1, 3)\n    h = cell")
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+@pytest.mark.parametrize(
+    "rebinding",
+    [
+        "x = wrap(x)",  # the loop's own target, bound anew each iteration
+        "model = model.to('cpu')",  # a module, not a state
+        "w2 = w2.to('cpu')",  # a move of the tensor itself
+    ],
+)
+def test_names_rebound_from_themselves_that_carry_no_graph(rebinding: str) -> None:
+    source = f"""\
+import torch
+from helpers import wrap
+model = torch.nn.Linear(2, 1)
+w2 = torch.ones(1, requires_grad=True)
+x = torch.zeros(2)
+for x in torch.rand(3, 2):
+    {rebinding}
+    (model(x) * w2).sum().backward()
+"""
     assert lint_source(source, rules=[BackwardTwice]).findings == []
