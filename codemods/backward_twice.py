@@ -40,6 +40,9 @@ _MAX_DEPTH = 12
 
 #: Expressions of a graph that save tensors: id -> (expression, node it is evaluated at).
 _SavingNodes = dict[int, tuple[ast.expr, ast.AST]]
+#: Recurrent layers whose hidden state (second output) is one tensor (``nn.LSTM``'s is a
+#: tuple ``(h, c)``).
+_TENSOR_STATE_LAYERS = frozenset({"torch.nn.RNN", "torch.nn.GRU"})
 #: Loops: a backward call in one reruns with each iteration.
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 #: Nodes whose code runs apart from the statement holding them.
@@ -498,7 +501,7 @@ class BackwardTwice(Rule):
     def _carries_tensor(self, name: ast.Name, node: ast.Assign) -> bool:
         """``name`` is a tensor after ``node``: shown there, or its value before the loop
         is one (fed back into the same argument, it keeps its type)."""
-        if self.analysis.is_tensor(name, node):
+        if self.analysis.is_tensor(name, node) or self._recurrent_state(name, node):
             return True
         starts = [
             b
@@ -512,6 +515,68 @@ class BackwardTwice(Rule):
             and self.analysis.is_tensor(b.value, b.node)
             for b in starts
         )
+
+    def _recurrent_state(self, name: ast.Name, node: ast.Assign) -> bool:
+        """``out, h = rnn(x, h)``: ``h`` is the hidden state an ``nn.RNN`` / ``nn.GRU``
+        returns (a tensor; ``nn.LSTM``'s is a tuple), directly or through the ``forward``
+        of a module class of this file that returns it at that position."""
+        target = node.targets[0]
+        if type(target) is not ast.Tuple or type(node.value) is not ast.Call:
+            return False
+        index = next((i for i, e in enumerate(target.elts) if e is name), None)
+        if index != 1:
+            return False
+        func = node.value.func
+        if self._is_tensor_state_layer(func, node):
+            return True
+        forward = self._module_forward(func, node)
+        if forward is None:
+            return False
+        returns = [r for r in ast.walk(forward) if type(r) is ast.Return]
+        return bool(returns) and all(self._returns_layer_state(r) for r in returns)
+
+    def _is_tensor_state_layer(self, func: ast.expr, at: ast.AST) -> bool:
+        """``func`` holds an ``nn.RNN`` or ``nn.GRU`` made in this file."""
+        values: list[tuple[ast.expr, ast.AST]] = []
+        if type(func) is ast.Name:
+            binding = self.analysis.reaching_binding(func, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                values = [(binding.value, binding.node)]
+        elif type(func) is ast.Attribute:
+            values = [(v, b.node) for v, b in self.analysis.self_attribute_values(func, at)]
+        return bool(values) and all(
+            type(v) is ast.Call and self.analysis.call_name(v) in _TENSOR_STATE_LAYERS
+            for v, _ in values
+        )
+
+    def _module_forward(self, func: ast.expr, at: ast.AST) -> ast.FunctionDef | None:
+        """The ``forward`` of the module class of this file ``func`` is an instance of."""
+        if type(func) is not ast.Name:
+            return None
+        binding = self.analysis.reaching_binding(func, at)
+        if binding is None or type(binding.value) is not ast.Call:
+            return None
+        constructor = binding.value.func
+        classes = self.analysis.bindings(constructor) if type(constructor) is ast.Name else []
+        if len(classes) != 1 or type(classes[0].node) is not ast.ClassDef:
+            return None
+        return next(
+            (f for f in classes[0].node.body if type(f) is ast.FunctionDef and f.name == "forward"),
+            None,
+        )
+
+    def _returns_layer_state(self, ret: ast.Return) -> bool:
+        """``return out, h`` where ``h`` is the state of ``self.rnn(x, h)`` (an RNN/GRU)."""
+        value = ret.value
+        if type(value) is not ast.Tuple or len(value.elts) != 2:
+            return False
+        state = value.elts[1]
+        if type(state) is not ast.Name:
+            return False
+        binding = self.analysis.reaching_binding(state, ret)
+        if binding is None or binding.unpack_index != 1 or type(binding.value) is not ast.Call:
+            return False
+        return self._is_tensor_state_layer(binding.value.func, binding.node)
 
     # -- which calls run a backward pass -------------------------------------------------
     def _positions(self, call: ast.Call) -> tuple[int, int] | None:

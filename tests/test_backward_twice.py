@@ -105,3 +105,25 @@ for x in torch.rand(3, 2):
     (model(x) * w2).sum().backward()
 """
     assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+RECURRENT = """\
+import torch
+from torch import nn
+rnn = nn.{layer}(2, 3, batch_first=True)
+state = None
+for x in torch.rand(4, 1, 5, 2):
+    out, state = rnn(x, state)
+    out.sum().backward()
+"""
+
+
+def test_the_state_of_a_gru_is_a_tensor_and_is_detached() -> None:
+    source = RECURRENT.format(layer="GRU")
+    fixed = lint_source(source, rules=[BackwardTwice], fix=True).source
+    assert "    out, state = rnn(x, state)\n    state = state.detach()\n" in fixed
+
+
+def test_the_state_of_an_lstm_is_a_tuple_and_is_reported_without_a_fix() -> None:
+    findings = lint_source(RECURRENT.format(layer="LSTM"), rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix) for f in findings] == [(6, None)]
