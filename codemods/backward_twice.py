@@ -20,6 +20,7 @@ from gradfix.semantic import (
     argument_values,
     call_arguments,
     is_false,
+    is_true,
     is_unpacked,
 )
 from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, source_children
@@ -342,6 +343,7 @@ class BackwardTwice(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
+        self._check_retained_state(node)
         root = self._first_pass_root(node)
         if root is None or self.analysis.in_no_grad(node) or not self.analysis.imports_torch():
             return
@@ -551,6 +553,15 @@ class BackwardTwice(Rule):
 
     def _module_forward(self, func: ast.expr, at: ast.AST) -> ast.FunctionDef | None:
         """The ``forward`` of the module class of this file ``func`` is an instance of."""
+        cls = self._instance_class(func, at)
+        if cls is None:
+            return None
+        return next(
+            (f for f in cls.body if type(f) is ast.FunctionDef and f.name == "forward"), None
+        )
+
+    def _instance_class(self, func: ast.expr, at: ast.AST) -> ast.ClassDef | None:
+        """The class of this file ``func`` (a name bound to ``Class(...)``) instantiates."""
         if type(func) is not ast.Name:
             return None
         binding = self.analysis.reaching_binding(func, at)
@@ -560,9 +571,56 @@ class BackwardTwice(Rule):
         classes = self.analysis.bindings(constructor) if type(constructor) is ast.Name else []
         if len(classes) != 1 or type(classes[0].node) is not ast.ClassDef:
             return None
-        return next(
-            (f for f in classes[0].node.body if type(f) is ast.FunctionDef and f.name == "forward"),
-            None,
+        return classes[0].node
+
+    # -- retain_graph=True hiding state carried across iterations ---------------------------
+    def _check_retained_state(self, call: ast.Call) -> None:
+        """``loss.backward(retain_graph=True)``, the loop's only backward, through a model
+        of this file that keeps tensors on ``self`` from call to call (``self.M = self.M +
+        ...``): each step backpropagates into every earlier one."""
+        positions = self._positions(call)
+        if positions is None or not is_true(argument(call, "retain_graph", positions[0])):
+            return
+        loop = self._innermost_loop(call)
+        root = self._root(call)
+        if loop is None or root is None or self.analysis.in_no_grad(call):
+            return
+        collector = _CallCollector()
+        for statement in loop.body:
+            collector.visit(statement)
+        if sum(self._positions(c) is not None for c in collector.calls) != 1:
+            return
+        state = self._carried_module_state(root, call, loop)
+        if state is not None:
+            self.report(call, self._retained_state_message(state))
+
+    def _carried_module_state(self, root: ast.expr, at: ast.AST, loop: ast.AST) -> str | None:
+        """``self.<attr>`` a model called in ``root``'s graph rebinds from itself."""
+        pending: list[tuple[ast.expr, ast.AST]] = [(root, at)]
+        seen: set[int] = set()
+        while pending:
+            expr, where = pending.pop()
+            for node in ast.walk(expr):
+                if type(node) is ast.Call:
+                    cls = self._instance_class(node.func, where)
+                    attr = None if cls is None else _self_accumulated(cls)
+                    if attr is not None:
+                        return attr
+                if type(node) is not ast.Name:
+                    continue
+                binding = self.analysis.reaching_binding(node, where)
+                if binding is None or binding.value is None or id(binding.node) in seen:
+                    continue
+                seen.add(id(binding.node))
+                if self.analysis.contains(loop, binding.node):
+                    pending.append((binding.value, binding.node))
+        return None
+
+    def _retained_state_message(self, attr: str) -> str:
+        return (
+            f"`retain_graph=True` on the loop's only backward keeps `self.{attr}` (state the "
+            "model carries from step to step) attached to every earlier step: each backward "
+            f"runs into them; detach `self.{attr}` at the step boundary and drop `retain_graph`"
         )
 
     def _returns_layer_state(self, ret: ast.Return) -> bool:
@@ -814,6 +872,34 @@ class _CallCollector(ast.NodeVisitor):
             return
         for child in source_children(node):
             self.visit(child)
+
+
+def _self_accumulated(cls: ast.ClassDef) -> str | None:
+    """An attribute a method other than ``__init__`` rebinds from itself without
+    detaching it (``self.M = self.M + k @ v``): state kept from call to call."""
+    for method in cls.body:
+        if type(method) is not ast.FunctionDef or method.name == "__init__":
+            continue
+        for node in ast.walk(method):
+            if type(node) is not ast.Assign or len(node.targets) != 1:
+                continue
+            target = node.targets[0]
+            if type(target) is not ast.Attribute or type(node.value) is not ast.BinOp:
+                continue
+            reads = [
+                n
+                for n in ast.walk(node.value)
+                if type(n) is ast.Attribute
+                and n.attr == target.attr
+                and ast.dump(n.value) == ast.dump(target.value)
+            ]
+            detached = any(
+                type(n) is ast.Attribute and n.attr in GRAD_CUTTING_OPS
+                for n in ast.walk(node.value)
+            )
+            if reads and not detached:
+                return target.attr
+    return None
 
 
 def _moved_itself(value: ast.expr, name: str) -> bool:

@@ -127,3 +127,40 @@ def test_the_state_of_a_gru_is_a_tensor_and_is_detached() -> None:
 def test_the_state_of_an_lstm_is_a_tuple_and_is_reported_without_a_fix() -> None:
     findings = lint_source(RECURRENT.format(layer="LSTM"), rules=[BackwardTwice]).findings
     assert [(f.line, f.fix) for f in findings] == [(6, None)]
+
+
+STATEFUL = """\
+import torch
+from torch import nn
+
+
+class Memory(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(2, 2)
+        self.total = torch.zeros(2)
+
+    def forward(self, x):
+        out = self.proj(x)
+        self.total = {update}
+        return out.sum() + self.total.sum()
+
+
+model = Memory()
+for x in torch.rand(3, 2):
+    loss = model(x)
+    loss.backward(retain_graph=True)
+"""
+
+
+def test_retain_graph_hiding_state_a_model_carries_is_reported() -> None:
+    source = STATEFUL.format(update="self.total + out.mean(0)")
+    findings = lint_source(source, rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix) for f in findings] == [(20, None)]
+    assert "self.total" in findings[0].message
+
+
+@pytest.mark.parametrize("update", ["self.total + out.mean(0).detach()", "out.mean(0)"])
+def test_retain_graph_without_carried_state_is_not_reported(update: str) -> None:
+    source = STATEFUL.format(update=update)
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
