@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
-from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import (
     SAVES_DIVISOR,
     SAVES_INPUTS,
@@ -20,6 +20,7 @@ from gradfix.semantic import (
     argument_values,
     call_arguments,
     is_false,
+    is_true,
     is_unpacked,
 )
 from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, source_children
@@ -40,6 +41,9 @@ _MAX_DEPTH = 12
 
 #: Expressions of a graph that save tensors: id -> (expression, node it is evaluated at).
 _SavingNodes = dict[int, tuple[ast.expr, ast.AST]]
+#: Recurrent layers whose hidden state (second output) is one tensor (``nn.LSTM``'s is a
+#: tuple ``(h, c)``).
+_TENSOR_STATE_LAYERS = frozenset({"torch.nn.RNN", "torch.nn.GRU"})
 #: Loops: a backward call in one reruns with each iteration.
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 #: Nodes whose code runs apart from the statement holding them.
@@ -161,6 +165,45 @@ class BackwardTwice(Rule):
             loss.backward()
             """
         ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            cell = nn.GRUCell(3, 4)
+            opt = torch.optim.SGD(cell.parameters(), lr=0.1)
+            h = torch.zeros(2, 4)
+            for x in torch.rand(5, 2, 3):
+                h = cell(x, h)
+                loss = h.pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                h = h.detach()  # truncated backpropagation through time
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            cell = nn.GRUCell(3, 4)
+            for batch in torch.rand(2, 5, 2, 3):
+                h = torch.zeros(2, 4)
+                for x in batch:
+                    h = cell(x, h)  # carried through time, one backward per sequence
+                h.sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            with torch.no_grad():
+                target = torch.tanh(w * 2)
+            for step in range(3):
+                loss = ((w - target) ** 2).sum()
+                loss.backward()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -211,24 +254,387 @@ class BackwardTwice(Rule):
             """,
             report_only=True,
         ),
+        Invalid(
+            """
+            import torch as th
+
+
+            class Tagger(th.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = th.nn.LSTM(3, 4, batch_first=True)
+
+                def fit(self, chunks, opt):
+                    h, c = th.zeros(1, 2, 4), th.zeros(1, 2, 4)
+                    for chunk in chunks:
+                        out, (h, c) = self.lstm(
+                            chunk, (h, c)  # state from the previous chunk
+                        )
+                        opt.zero_grad()
+                        out.pow(2).mean().backward()
+                        opt.step()
+            """,
+            """
+            import torch as th
+
+
+            class Tagger(th.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lstm = th.nn.LSTM(3, 4, batch_first=True)
+
+                def fit(self, chunks, opt):
+                    h, c = th.zeros(1, 2, 4), th.zeros(1, 2, 4)
+                    for chunk in chunks:
+                        out, (h, c) = self.lstm(
+                            chunk, (h, c)  # state from the previous chunk
+                        )
+                        h = h.detach()
+                        c = c.detach()
+                        opt.zero_grad()
+                        out.pow(2).mean().backward()
+                        opt.step()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from models import Seq2Seq
+            model = Seq2Seq()
+            opt = torch.optim.Adam(model.parameters())
+            hidden = None
+            for src, tgt in zip(torch.rand(3, 4, 5), torch.rand(3, 4, 5)):
+                pred, hidden = model(src, hidden)  # a tensor or a tuple: no fix
+                loss = torch.nn.functional.mse_loss(pred, tgt)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+            report_only=True,
+        ),
+        Invalid(
+            """
+            import torch
+            t = torch.eye(2, requires_grad=True)
+            y = t @ torch.ones(2)
+            for _ in range(2):
+                out = (t * y).sum()
+                out.backward()
+            """,
+            report_only=True,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            encoder = nn.Linear(3, 4)
+            critic = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+            critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+            for x in torch.rand(2, 5, 3):
+                code = encoder(x)
+                critic_loss = critic(code).mean()
+                critic_loss.backward()
+                critic_opt.step()
+                encoder.zero_grad()
+                (-critic(code).mean()).backward()
+            """,
+            report_only=True,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
+        self._check_retained_state(node)
         root = self._first_pass_root(node)
         if root is None or self.analysis.in_no_grad(node) or not self.analysis.imports_torch():
             return
         saving = self._saving_nodes(root, node)
         if not any(self.analysis.is_tensor(expr, at) for expr, at in saving.values()):
             return  # no op of the graph is shown to be a torch op: another library's backward
-        loop = self._repeating_loop(node, root)
-        if loop is not None:
-            self.report(node)  # the forward pass belongs inside the loop: no fix
+        stale = self._stale_forward(node, saving)
+        if stale is not None:
+            self.report(stale, self._stale_message(node))  # the forward belongs in the loop
             return
         for later in self._later_backward_calls(node):
             later_root = self._root(later)
-            if later_root is not None and saving.keys() & self._saving_nodes(later_root, later):
-                self.report(node, fix=self._fix(node, later))
-                return
+            if later_root is None:
+                continue
+            shared = saving.keys() & self._saving_nodes(later_root, later).keys()
+            if not shared:
+                continue
+            fix = self._fix(node, later)
+            own_part = saving.keys() - shared  # the first loss trains a graph of its own
+            entry = None
+            if fix is None and own_part:
+                entry = self._shared_entry(root, node, saving, shared)
+            if entry is None:
+                self.report(node, fix=fix)
+            else:
+                name, statement = entry
+                self.report(statement, self._shared_message(name, later))
+            return
+
+    # -- state carried across iterations ------------------------------------------------
+    def visit_Assign(self, node: ast.Assign) -> None:
+        """``out, h = rnn(x, h)`` in a loop that calls ``backward()`` each iteration: ``h``
+        carries the previous iteration's graph, freed by its backward, into the next one."""
+        if not self.analysis.imports_torch() or self.analysis.in_no_grad(node):
+            return
+        loop = self._innermost_loop(node)
+        if loop is None or not self._backward_after(node, loop):
+            return
+        carried = self._carried_names(node, loop)
+        if not carried:
+            return
+        if not (self._makes_graph(node.value, node) or self._feeds_backward(node, loop)):
+            return
+        names = ", ".join(f"`{name.id}`" for name in carried)
+        verb = "carries" if len(carried) == 1 else "carry"
+        message = (
+            f"{names} {verb} the previous iteration's graph into the next backward "
+            '("backward through the graph a second time"); detach it at the iteration '
+            "boundary"
+        )
+        self.report(node, message, fix=self._detach_after(node, carried))
+
+    def _innermost_loop(self, node: ast.AST) -> ast.For | ast.AsyncFor | ast.While | None:
+        scope = self.analysis.scope_of(node).node
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is scope:
+                return None
+            if isinstance(ancestor, _LOOPS):
+                return ancestor
+        return None
+
+    def _backward_after(self, node: ast.stmt, loop: ast.AST) -> bool:
+        """A backward call runs in ``loop``'s body after ``node``."""
+        position = self.analysis.index(node)
+        body = loop.body  # type: ignore[attr-defined]
+        collector = _CallCollector()
+        for statement in body:
+            collector.visit(statement)
+        return any(
+            self.analysis.index(call) > position and self._positions(call) is not None
+            for call in collector.calls
+        )
+
+    def _carried_names(self, node: ast.Assign, loop: ast.AST) -> list[ast.Name]:
+        """Targets of ``node`` its value reads, bound before the loop and nowhere else in
+        the loop's body (a ``h = h.detach()`` or a reset per iteration ends the chain)."""
+        read = {n.id for n in ast.walk(node.value) if type(n) is ast.Name}
+        body = loop.body  # type: ignore[attr-defined]
+        carried = []
+        for target in _target_names(node.targets):
+            if target.id not in read or _moved_itself(node.value, target.id):
+                continue
+            if self.analysis.is_module(target, node):
+                continue  # ``model = model.to(device)``: a module, not a state
+            bindings = self.analysis.bindings(target)
+            inside = [b for b in bindings if self.analysis.contains(loop, b.node)]
+            before = [
+                b for b in bindings if self.analysis.index(b.node) < self.analysis.index(loop)
+            ]
+            if (
+                before
+                and all(b.node is node for b in inside)
+                and not self._detached_in(target.id, body)
+            ):
+                carried.append(target)
+        return carried
+
+    def _detached_in(self, name: str, body: list[ast.stmt]) -> bool:
+        """``name.detach_()`` (or any in-place method on it) is called in ``body``."""
+        collector = _CallCollector()
+        for statement in body:
+            collector.visit(statement)
+        return any(
+            type(call.func) is ast.Attribute
+            and type(call.func.value) is ast.Name
+            and call.func.value.id == name
+            and call.func.attr.endswith("_")
+            for call in collector.calls
+        )
+
+    def _makes_graph(self, value: ast.expr, at: ast.AST) -> bool:
+        if self.analysis.requires_grad(value, at):
+            return True
+        return type(value) is ast.Call and self.analysis.is_module(value.func, at)
+
+    def _feeds_backward(self, node: ast.Assign, loop: ast.AST) -> bool:
+        """A name ``node`` binds flows into the root of a backward call of ``loop``'s body
+        (evidence from use: ``pred`` of ``loss = mse(pred, y); loss.backward()``)."""
+        collector = _CallCollector()
+        for statement in loop.body:  # type: ignore[attr-defined]
+            collector.visit(statement)
+        pending = [
+            (root, call)
+            for call in collector.calls
+            if self.analysis.index(call) > self.analysis.index(node)
+            for root in [self._root(call)]
+            if root is not None
+        ]
+        seen: set[int] = set()
+        while pending:
+            expr, at = pending.pop()
+            for name in (n for n in ast.walk(expr) if type(n) is ast.Name):
+                binding = self.analysis.reaching_binding(name, at)
+                if binding is None or id(binding.node) in seen:
+                    continue
+                seen.add(id(binding.node))
+                if binding.node is node:
+                    return True
+                if binding.value is not None and self.analysis.contains(loop, binding.node):
+                    pending.append((binding.value, binding.node))
+        return False
+
+    def _detach_after(self, node: ast.Assign, carried: list[ast.Name]) -> FixPlan | None:
+        """``h = h.detach()`` right after ``node``, when each ``h`` is shown a tensor."""
+        if not all(self._carries_tensor(n, node) for n in carried):
+            return None
+        lines = [f"{n.id} = {n.id}.detach()\n" for n in carried]
+
+        def build(editor: Editor) -> list[Edit]:
+            line = editor.statement(node)
+            added = [cst.parse_statement(text) for text in lines]
+            return [Edit(line, cst.FlattenSentinel([line, *added]))]
+
+        names = ", ".join(f"`{n.id}`" for n in carried)
+        return self.plan(build, f"Detach {names} after each step")
+
+    def _carries_tensor(self, name: ast.Name, node: ast.Assign) -> bool:
+        """``name`` is a tensor after ``node``: shown there, or its value before the loop
+        is one (fed back into the same argument, it keeps its type)."""
+        if self.analysis.is_tensor(name, node) or self._recurrent_state(name, node):
+            return True
+        starts = [
+            b
+            for b in self.analysis.bindings(name)
+            if self.analysis.index(b.node) < self.analysis.index(node)
+        ]
+        return bool(starts) and all(
+            b.kind == "assign"
+            and b.value is not None
+            and b.unpack_index is None
+            and self.analysis.is_tensor(b.value, b.node)
+            for b in starts
+        )
+
+    def _recurrent_state(self, name: ast.Name, node: ast.Assign) -> bool:
+        """``out, h = rnn(x, h)``: ``h`` is the hidden state an ``nn.RNN`` / ``nn.GRU``
+        returns (a tensor; ``nn.LSTM``'s is a tuple), directly or through the ``forward``
+        of a module class of this file that returns it at that position."""
+        target = node.targets[0]
+        if type(target) is not ast.Tuple or type(node.value) is not ast.Call:
+            return False
+        index = next((i for i, e in enumerate(target.elts) if e is name), None)
+        if index != 1:
+            return False
+        func = node.value.func
+        if self._is_tensor_state_layer(func, node):
+            return True
+        forward = self._module_forward(func, node)
+        if forward is None:
+            return False
+        returns = [r for r in ast.walk(forward) if type(r) is ast.Return]
+        return bool(returns) and all(self._returns_layer_state(r) for r in returns)
+
+    def _is_tensor_state_layer(self, func: ast.expr, at: ast.AST) -> bool:
+        """``func`` holds an ``nn.RNN`` or ``nn.GRU`` made in this file."""
+        values: list[tuple[ast.expr, ast.AST]] = []
+        if type(func) is ast.Name:
+            binding = self.analysis.reaching_binding(func, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                values = [(binding.value, binding.node)]
+        elif type(func) is ast.Attribute:
+            values = [(v, b.node) for v, b in self.analysis.self_attribute_values(func, at)]
+        return bool(values) and all(
+            type(v) is ast.Call and self.analysis.call_name(v) in _TENSOR_STATE_LAYERS
+            for v, _ in values
+        )
+
+    def _module_forward(self, func: ast.expr, at: ast.AST) -> ast.FunctionDef | None:
+        """The ``forward`` of the module class of this file ``func`` is an instance of."""
+        cls = self._instance_class(func, at)
+        if cls is None:
+            return None
+        return next(
+            (f for f in cls.body if type(f) is ast.FunctionDef and f.name == "forward"), None
+        )
+
+    def _instance_class(self, func: ast.expr, at: ast.AST) -> ast.ClassDef | None:
+        """The class of this file ``func`` (a name bound to ``Class(...)``) instantiates."""
+        if type(func) is not ast.Name:
+            return None
+        binding = self.analysis.reaching_binding(func, at)
+        if binding is None or type(binding.value) is not ast.Call:
+            return None
+        constructor = binding.value.func
+        classes = self.analysis.bindings(constructor) if type(constructor) is ast.Name else []
+        if len(classes) != 1 or type(classes[0].node) is not ast.ClassDef:
+            return None
+        return classes[0].node
+
+    # -- retain_graph=True hiding state carried across iterations ---------------------------
+    def _check_retained_state(self, call: ast.Call) -> None:
+        """``loss.backward(retain_graph=True)``, the loop's only backward, through a model
+        of this file that keeps tensors on ``self`` from call to call (``self.M = self.M +
+        ...``): each step backpropagates into every earlier one."""
+        positions = self._positions(call)
+        if positions is None or not is_true(argument(call, "retain_graph", positions[0])):
+            return
+        loop = self._innermost_loop(call)
+        root = self._root(call)
+        if loop is None or root is None or self.analysis.in_no_grad(call):
+            return
+        collector = _CallCollector()
+        for statement in loop.body:
+            collector.visit(statement)
+        if sum(self._positions(c) is not None for c in collector.calls) != 1:
+            return
+        state = self._carried_module_state(root, call, loop)
+        if state is not None:
+            self.report(call, self._retained_state_message(state))
+
+    def _carried_module_state(self, root: ast.expr, at: ast.AST, loop: ast.AST) -> str | None:
+        """``self.<attr>`` a model called in ``root``'s graph rebinds from itself."""
+        pending: list[tuple[ast.expr, ast.AST]] = [(root, at)]
+        seen: set[int] = set()
+        while pending:
+            expr, where = pending.pop()
+            for node in ast.walk(expr):
+                if type(node) is ast.Call:
+                    cls = self._instance_class(node.func, where)
+                    attr = None if cls is None else _self_accumulated(cls)
+                    if attr is not None:
+                        return attr
+                if type(node) is not ast.Name:
+                    continue
+                binding = self.analysis.reaching_binding(node, where)
+                if binding is None or binding.value is None or id(binding.node) in seen:
+                    continue
+                seen.add(id(binding.node))
+                if self.analysis.contains(loop, binding.node):
+                    pending.append((binding.value, binding.node))
+        return None
+
+    def _retained_state_message(self, attr: str) -> str:
+        return (
+            f"`retain_graph=True` on the loop's only backward keeps `self.{attr}` (state the "
+            "model carries from step to step) attached to every earlier step: each backward "
+            f"runs into them; detach `self.{attr}` at the step boundary and drop `retain_graph`"
+        )
+
+    def _returns_layer_state(self, ret: ast.Return) -> bool:
+        """``return out, h`` where ``h`` is the state of ``self.rnn(x, h)`` (an RNN/GRU)."""
+        value = ret.value
+        if type(value) is not ast.Tuple or len(value.elts) != 2:
+            return False
+        state = value.elts[1]
+        if type(state) is not ast.Name:
+            return False
+        binding = self.analysis.reaching_binding(state, ret)
+        if binding is None or binding.unpack_index != 1 or type(binding.value) is not ast.Call:
+            return False
+        return self._is_tensor_state_layer(binding.value.func, binding.node)
 
     # -- which calls run a backward pass -------------------------------------------------
     def _positions(self, call: ast.Call) -> tuple[int, int] | None:
@@ -327,8 +733,8 @@ class BackwardTwice(Rule):
         """``expr`` calls an ``nn`` layer or a ``torch.nn.functional`` op that saves tensors."""
         if type(expr) is not ast.Call:
             return False
-        if self.analysis.is_nn_layer(expr.func, at):
-            return True
+        if self.analysis.is_nn_layer(expr.func, at) or self.analysis.is_module(expr.func, at):
+            return True  # a layer, a model: its layers save their inputs
         name = self.analysis.call_name(expr) or ""
         short = name.rpartition(".")[2]
         if not name.startswith("torch.nn.functional.") or "." in name[20:]:
@@ -336,25 +742,67 @@ class BackwardTwice(Rule):
         saves = short in SAVING_FUNCTIONAL or short.endswith("_loss")
         return saves and (recorded or self.analysis.requires_grad(expr, at))
 
-    # -- where the second pass comes from ------------------------------------------------
-    def _repeating_loop(self, call: ast.Call, root: ast.expr) -> ast.AST | None:
-        """The innermost loop around ``call`` that reruns it on a graph built before it."""
-        if type(root) is not ast.Name:
-            return None
-        binding = self.analysis.reaching_binding(root, call)
-        if binding is None:
-            return None
-        scope = self.analysis.scope_of(call)
-        for ancestor in self.analysis.ancestors(call):
-            if ancestor is scope.node:
-                return None
-            if isinstance(ancestor, _LOOPS):
-                body = ancestor.body
-                built_inside = self.analysis.block_contains(body, binding.node) or any(
-                    self.analysis.block_contains(body, b.node) for b in self.analysis.bindings(root)
-                )
-                return None if built_inside else ancestor
+    def _shared_entry(
+        self, root: ast.expr, call: ast.Call, saving: _SavingNodes, shared: set[int]
+    ) -> tuple[ast.Name, ast.stmt] | None:
+        """Where the first graph reads the name bound to the shared part (``fake`` of
+        ``netD(fake)`` when ``fake = netG(z)`` feeds both losses): a remedy goes there."""
+        shared_statements = {id(saving[key][1]) for key in shared}
+        pending: list[tuple[ast.expr, ast.AST]] = [(root, call)]
+        seen: set[int] = set()
+        while pending:
+            expr, at = pending.pop()
+            for name in (n for n in ast.walk(expr) if type(n) is ast.Name):
+                binding = self.analysis.reaching_binding(name, at)
+                if binding is None or binding.value is None or id(binding.node) in seen:
+                    continue
+                seen.add(id(binding.node))
+                if id(binding.node) in shared_statements and name is not root:
+                    statement = self.analysis.enclosing_statement(name)
+                    return None if statement is None else (name, statement)
+                pending.append((binding.value, binding.node))
         return None
+
+    def _shared_message(self, name: ast.Name, later: ast.Call) -> str:
+        return (
+            f"`{name.id}` brings a graph the backward at line {later.lineno} runs through "
+            "again after this loss's backward freed it, with parameters updated in between: "
+            f"pass `{name.id}.detach()` here if this loss must not train what made it, or "
+            "recompute it"
+        )
+
+    # -- where the second pass comes from ------------------------------------------------
+    def _stale_forward(self, call: ast.Call, saving: _SavingNodes) -> ast.stmt | None:
+        """The statement starting the part of ``call``'s graph evaluated once before the
+        loop that reruns ``call``: the second iteration backpropagates through it again."""
+        loop = self._innermost_loop(call)
+        if loop is None or self._leaves_loop_after(call):
+            return None
+        start = self.analysis.index(loop)
+        before = [
+            expr
+            for expr, at in saving.values()
+            if self.analysis.index(at) < start and not self.analysis.contains(loop, at)
+        ]
+        if not before:
+            return None
+        first = min(before, key=self.analysis.index)
+        return self.analysis.enclosing_statement(first)
+
+    def _leaves_loop_after(self, call: ast.Call) -> bool:
+        """``call``'s block leaves the loop after it (``break``, ``return``): it runs once."""
+        statement = self.analysis.enclosing_statement(call)
+        block = None if statement is None else self.analysis.statement_block(statement)
+        return block is not None and any(
+            type(s) in (ast.Break, ast.Return, ast.Raise) for s in block
+        )
+
+    def _stale_message(self, call: ast.Call) -> str:
+        return (
+            "Graph built once before the loop, backpropagated in every iteration (line "
+            f"{call.lineno}): the second backward runs through this freed graph; compute it "
+            "inside the loop"
+        )
 
     def _rest_of_block(self, call: ast.Call) -> _CallCollector:
         """Calls and augmented assignments of the statements of ``call``'s block from
@@ -424,6 +872,55 @@ class _CallCollector(ast.NodeVisitor):
             return
         for child in source_children(node):
             self.visit(child)
+
+
+def _self_accumulated(cls: ast.ClassDef) -> str | None:
+    """An attribute a method other than ``__init__`` rebinds from itself without
+    detaching it (``self.M = self.M + k @ v``): state kept from call to call."""
+    for method in cls.body:
+        if type(method) is not ast.FunctionDef or method.name == "__init__":
+            continue
+        for node in ast.walk(method):
+            if type(node) is not ast.Assign or len(node.targets) != 1:
+                continue
+            target = node.targets[0]
+            if type(target) is not ast.Attribute or type(node.value) is not ast.BinOp:
+                continue
+            reads = [
+                n
+                for n in ast.walk(node.value)
+                if type(n) is ast.Attribute
+                and n.attr == target.attr
+                and ast.dump(n.value) == ast.dump(target.value)
+            ]
+            detached = any(
+                type(n) is ast.Attribute and n.attr in GRAD_CUTTING_OPS
+                for n in ast.walk(node.value)
+            )
+            if reads and not detached:
+                return target.attr
+    return None
+
+
+def _moved_itself(value: ast.expr, name: str) -> bool:
+    """``x.to(device)``, ``x.cuda()``, ``x.float()`` of the name itself: on the same device
+    and dtype the tensor itself, no graph carried."""
+    if type(value) is not ast.Call or type(value.func) is not ast.Attribute:
+        return False
+    receiver = value.func.value
+    moves = ("to", "cuda", "cpu", "float", "double", "half", "type", "contiguous", "train")
+    return type(receiver) is ast.Name and receiver.id == name and value.func.attr in moves
+
+
+def _target_names(targets: list[ast.expr]) -> list[ast.Name]:
+    """The names an assignment binds, through tuples and lists (``out, (h, c) = ...``)."""
+    names: list[ast.Name] = []
+    for target in targets:
+        if type(target) is ast.Name:
+            names.append(target)
+        elif type(target) is ast.Tuple or type(target) is ast.List:
+            names += _target_names(target.elts)
+    return names
 
 
 def _argument_values(call: ast.Call) -> list[ast.expr]:

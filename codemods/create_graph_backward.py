@@ -97,6 +97,12 @@ class CreateGraphBackward(Rule):
     loops) the call is reported without a fix: compute the derivatives you need with
     `torch.autograd.grad(loss, inputs, create_graph=True)`, or, if an optimizer must see
     `.grad`, set every `p.grad = None` once it is used to break the cycle.
+
+    When the gradient read from `.grad` is backpropagated again in the same block
+    (`dydx = x.grad; dydx.backward()`: a second derivative), `.grad` still holds `dydx`
+    and the second pass adds to it: `x.grad` then reads `dydx + d2ydx2`. The fix sets
+    `x.grad = None` before that second pass (when nothing resets it already), so `x.grad`
+    holds the second derivative the code reads it for.
     """
 
     code = "GF402"
@@ -228,13 +234,111 @@ class CreateGraphBackward(Rule):
             """,
             report_only=True,
         ),
+        Invalid(
+            """
+            import torch
+
+
+            def curvature(t):
+                t = t.clone().requires_grad_()
+                energy = torch.sin(t).sum()
+                energy.backward(create_graph=True)
+                slope = t.grad
+                # differentiate the slope once more
+                slope.sum().backward()
+                return slope.detach(), t.grad
+            """,
+            """
+            import torch
+
+
+            def curvature(t):
+                t = t.clone().requires_grad_()
+                energy = torch.sin(t).sum()
+                energy.backward(create_graph=True)
+                slope = t.grad
+                # differentiate the slope once more
+                t.grad = None
+                slope.sum().backward()
+                return slope.detach(), t.grad
+            """,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
         root = self._create_graph_root(node)
         if root is None or not self.analysis.imports_torch():
             return
-        self.report(node, fix=self._fix(node, root))
+        self.report(node, fix=self._fix(node, root) or self._reset_fix(node, root))
+
+    # -- a second pass through a gradient read from ``.grad`` ----------------------------
+    def _reset_fix(self, call: ast.Call, root: ast.expr) -> FixPlan | None:
+        """``g = x.grad; g.backward()`` after ``y.backward(create_graph=True)``: the second
+        pass adds to ``x.grad``, which still holds ``g``; reset it first."""
+        statement = self.analysis.parent(call)
+        if type(statement) is not ast.Expr or self.analysis.in_no_grad(call):
+            return None
+        leaves = self._graph_leaves(root, call, 0)
+        if not leaves or not self._grad_empty_before(call, leaves):
+            return None
+        block = self.analysis.statement_block(statement) or []
+        later = [
+            s
+            for s in block
+            if self.analysis.index(s) > self.analysis.index(statement)
+            and type(s) is ast.Expr
+            and type(s.value) is ast.Call
+            and is_backward_call(s.value)
+        ]
+        if not later:
+            return None
+        second = later[0]
+        assert isinstance(second, ast.Expr) and isinstance(second.value, ast.Call)
+        read = self._grad_feeding(second.value, statement, set(leaves))
+        if read is None or self._grad_reset_between(statement, second, read):
+            return None
+
+        def build(editor: Editor) -> list[Edit]:
+            line = editor.statement(second)
+            reset = cst.parse_statement(f"{read}.grad = None\n")
+            reset = reset.with_changes(leading_lines=line.leading_lines)
+            return [Edit(line, cst.FlattenSentinel([reset, line.with_changes(leading_lines=())]))]
+
+        return self.plan(build, f"Reset `{read}.grad` before the second backward pass")
+
+    def _grad_feeding(self, second: ast.Call, first: ast.stmt, leaves: set[str]) -> str | None:
+        """The leaf whose ``.grad`` (read after ``first``) the root of ``second`` is built
+        from, directly or through one name (``dydx = x.grad; dydx.sum().backward()``)."""
+        root = second.func.value  # type: ignore[attr-defined]
+        for node in ast.walk(root):
+            value = node
+            if type(node) is ast.Name:
+                binding = self.analysis.reaching_binding(node, second)
+                if binding is None or binding.kind != "assign" or binding.value is None:
+                    continue
+                if self.analysis.index(binding.node) < self.analysis.index(first):
+                    continue
+                value = binding.value
+            leaf = _grad_of(value)
+            if leaf in leaves:
+                return leaf
+        return None
+
+    def _grad_reset_between(self, first: ast.stmt, second: ast.stmt, leaf: str) -> bool:
+        """``leaf.grad`` is stored, deleted or zeroed between the two passes."""
+        start, end = self.analysis.index(first), self.analysis.index(second)
+        scope = self.analysis.scope_of(first).node
+        for attr in _grad_attributes(scope, self.analysis.index):
+            if not start < self.analysis.index(attr) < end:
+                continue
+            if type(attr.value) is not ast.Name or attr.value.id != leaf:
+                continue
+            parent = self.analysis.parent(attr)
+            if self._is_store(attr) or (
+                type(parent) is ast.Attribute and parent.attr.endswith("_")
+            ):
+                return True
+        return False
 
     # -- the call ------------------------------------------------------------------------
     def _positions(self, call: ast.Call) -> dict[str, int] | None:
@@ -601,6 +705,13 @@ def _grad_attributes(node: ast.AST, order: Callable[[ast.AST], int]) -> list[ast
     """The ``.grad`` attributes under ``node`` in source order."""
     found = [a for a in ast.walk(node) if type(a) is ast.Attribute and a.attr == "grad"]
     return sorted(found, key=order)  # type: ignore[arg-type]
+
+
+def _grad_of(expr: ast.AST) -> str | None:
+    """``x`` for ``x.grad``."""
+    if type(expr) is ast.Attribute and expr.attr == "grad" and type(expr.value) is ast.Name:
+        return expr.value.id
+    return None
 
 
 def _grad_writers(node: ast.AST) -> list[ast.Call]:

@@ -231,6 +231,8 @@ class LeafInplace(NoGradBlockRule):
         reason = self.analysis.leaf_reason(base, small)
         if reason is None or self.analysis.in_no_grad(small):
             return None
+        if self.analysis.leaf_accumulator(small) is not None:
+            return None  # ``total += loss`` on a running total: GF403 drops `requires_grad`
         site = Site(small, base, reason)
         site.fixable = not used_in_graph_before(self, base, small)
         return site

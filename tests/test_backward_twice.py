@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gradfix.codemods.backward_twice import BackwardTwice
 from gradfix.engine import lint_source
 
@@ -40,3 +42,125 @@ def test_positional_retain_graph_false_becomes_true() -> None:
 def test_a_step_between_the_calls_leaves_no_fix() -> None:
     findings = _lint("l1.backward()\nw.add_(1)\nl2.backward()\n").findings
     assert [(f.line, f.fix) for f in findings] == [(6, None)]
+
+
+STALE = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+y = torch.exp(w)
+for step in range(3):
+    loss = (y * w).sum()
+    loss.backward()
+"""
+
+
+def test_a_graph_built_before_the_loop_is_reported_where_it_is_built() -> None:
+    findings = lint_source(STALE, rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix) for f in findings] == [(3, None)]
+
+
+def test_a_loop_that_backpropagates_once_and_leaves_is_not_reported() -> None:
+    source = STALE + "    break\n"
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+CARRIED = """\
+import torch
+cell = torch.nn.RNNCell(2, 3)
+h = torch.zeros(1, 3)
+for x in torch.rand(4, 1, 2):
+    h = cell(x, h)  # the state
+    h.sum().backward()
+"""
+
+
+def test_state_carried_into_the_next_backward_is_detached_after_the_step() -> None:
+    assert [f.line for f in lint_source(CARRIED, rules=[BackwardTwice]).findings] == [5]
+    result = lint_source(CARRIED, rules=[BackwardTwice], fix=True)
+    assert "    h = cell(x, h)  # the state\n    h = h.detach()\n" in result.source
+
+
+def test_state_reset_in_each_iteration_is_not_carried() -> None:
+    source = CARRIED.replace("    h = cell", "    h = torch.zeros(1, 3)\n    h = cell")
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+@pytest.mark.parametrize(
+    "rebinding",
+    [
+        "x = wrap(x)",  # the loop's own target, bound anew each iteration
+        "model = model.to('cpu')",  # a module, not a state
+        "w2 = w2.to('cpu')",  # a move of the tensor itself
+    ],
+)
+def test_names_rebound_from_themselves_that_carry_no_graph(rebinding: str) -> None:
+    source = f"""\
+import torch
+from helpers import wrap
+model = torch.nn.Linear(2, 1)
+w2 = torch.ones(1, requires_grad=True)
+x = torch.zeros(2)
+for x in torch.rand(3, 2):
+    {rebinding}
+    (model(x) * w2).sum().backward()
+"""
+    assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+RECURRENT = """\
+import torch
+from torch import nn
+rnn = nn.{layer}(2, 3, batch_first=True)
+state = None
+for x in torch.rand(4, 1, 5, 2):
+    out, state = rnn(x, state)
+    out.sum().backward()
+"""
+
+
+def test_the_state_of_a_gru_is_a_tensor_and_is_detached() -> None:
+    source = RECURRENT.format(layer="GRU")
+    fixed = lint_source(source, rules=[BackwardTwice], fix=True).source
+    assert "    out, state = rnn(x, state)\n    state = state.detach()\n" in fixed
+
+
+def test_the_state_of_an_lstm_is_a_tuple_and_is_reported_without_a_fix() -> None:
+    findings = lint_source(RECURRENT.format(layer="LSTM"), rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix) for f in findings] == [(6, None)]
+
+
+STATEFUL = """\
+import torch
+from torch import nn
+
+
+class Memory(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(2, 2)
+        self.total = torch.zeros(2)
+
+    def forward(self, x):
+        out = self.proj(x)
+        self.total = {update}
+        return out.sum() + self.total.sum()
+
+
+model = Memory()
+for x in torch.rand(3, 2):
+    loss = model(x)
+    loss.backward(retain_graph=True)
+"""
+
+
+def test_retain_graph_hiding_state_a_model_carries_is_reported() -> None:
+    source = STATEFUL.format(update="self.total + out.mean(0)")
+    findings = lint_source(source, rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix) for f in findings] == [(20, None)]
+    assert "self.total" in findings[0].message
+
+
+@pytest.mark.parametrize("update", ["self.total + out.mean(0).detach()", "out.mean(0)"])
+def test_retain_graph_without_carried_state_is_not_reported(update: str) -> None:
+    source = STATEFUL.format(update=update)
+    assert lint_source(source, rules=[BackwardTwice]).findings == []

@@ -22,10 +22,11 @@ REPORT_ONLY = {
         y.backward(create_graph=True)
         g = x.grad
         """,
-    "grad read after the next backward (accumulated)": """
+    "grad read after the next backward, reset in between": """
         y = torch.sin(x).sum()
         y.backward(create_graph=True)
         g = x.grad
+        x.grad.zero_()
         g.sum().backward()
         print(x.grad)
         """,
@@ -153,3 +154,18 @@ def test_graph_through_a_concatenated_string_is_unknown() -> None:
     source = PRELUDE + 'y = torch.sin(x).sum() * ("a" "b")\ny.backward(create_graph=True)\n'
     findings = _findings(source + "g = x.grad\n")
     assert [f.code for f in findings] == ["GF402"] and findings[0].fix is None
+
+
+def test_a_gradient_backpropagated_again_gets_its_grad_reset_first() -> None:
+    # the second pass adds to `x.grad`, which still holds `g`: `x.grad` would read g + d2
+    source = PRELUDE + textwrap.dedent(
+        """
+        y = torch.sin(x).sum()
+        y.backward(create_graph=True)
+        g = x.grad
+        g.sum().backward()
+        print(x.grad)
+        """
+    )
+    fixed = lint_source(source, rules=[CreateGraphBackward], fix=True).source
+    assert "g = x.grad\nx.grad = None\ng.sum().backward()\n" in fixed

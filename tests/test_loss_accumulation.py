@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from gradfix.codemods.leaf_inplace import LeafInplace
 from gradfix.codemods.loss_accumulation import LossAccumulation
 from gradfix.engine import lint_source
 
@@ -35,6 +36,7 @@ def _lines(after_loop: str) -> list[int]:
         "if total > 3:\n    pass\n",
         "avg = total / 4\nprint(f'{avg:.3f}')\n",
         "total = 0\n",
+        "def f(total):\n    return total\n",  # a parameter: another variable of that name
     ],
 )
 def test_logged_totals_are_reported(logged: str) -> None:
@@ -48,7 +50,6 @@ def test_logged_totals_are_reported(logged: str) -> None:
         "log(value=total)\n",  # an unknown function
         "torch.save(total, 'x')\n",
         "self.total = 1\n",  # an attribute of that name: not known to be another value
-        "def f(total):\n    pass\n",
         "x = [*total]\n",
         "y = {**total}\n",
         "z = t[total]\n",
@@ -62,3 +63,27 @@ def test_the_fix_detaches_the_accumulated_value() -> None:
     source = LOOP.replace("total += loss", "total += loss * 2") + "print(total)\n"
     fixed = lint_source(source, rules=[LossAccumulation], fix=True).source
     assert "    total += (loss * 2).detach()\n" in fixed
+
+
+LEAF_TOTAL = """\
+import torch
+model = torch.nn.Linear(3, 1)
+total = torch.zeros(1, requires_grad=True)
+for x in torch.rand(4, 2, 3):
+    total += model(x).sum()
+total.backward()
+"""
+
+
+def test_a_running_total_made_a_leaf_drops_requires_grad_instead_of_no_grad() -> None:
+    # GF201 used to wrap the `+=` in `no_grad`: the total then never saw the losses
+    result = lint_source(LEAF_TOTAL, rules=[LeafInplace, LossAccumulation], fix=True)
+    assert [f.code for f in result.findings] == ["GF403"]
+    assert "total = torch.zeros(1)\n" in result.source
+    assert "no_grad" not in result.source
+
+
+def test_a_trained_leaf_updated_in_place_stays_with_gf201() -> None:
+    source = LEAF_TOTAL.replace("total.backward()", "opt = torch.optim.SGD([total], lr=0.1)")
+    result = lint_source(source, rules=[LeafInplace, LossAccumulation])
+    assert [f.code for f in result.findings] == ["GF201"]

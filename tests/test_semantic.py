@@ -671,3 +671,29 @@ def test_segment_is_the_source_segment_of_every_node() -> None:
         for node in ast.walk(tree):
             if hasattr(node, "lineno"):
                 assert semantic.segment(node) == ast.get_source_segment(source, node)
+
+
+EVIDENCE = """\
+from steps import step
+def train(batch):
+    out = step(batch)
+    loss = out.loss
+    seen = loss
+    out.loss.backward()
+    loss = step(batch).loss
+    return seen, out, loss
+"""
+
+
+def test_evidence_from_use_a_backpropagated_value_requires_grad() -> None:
+    tree = ast.parse(EVIDENCE)
+    semantic = Semantic(tree, EVIDENCE)
+    ret = tree.body[1].body[-1]  # type: ignore[attr-defined]
+    seen, out, loss = ret.value.elts
+    assert not semantic.requires_grad(seen, ret)  # made by an import: unknown
+    assert not semantic.backpropagated(seen, ret)  # `seen` itself is never backpropagated
+    out_loss = tree.body[1].body[1].value  # type: ignore[attr-defined]
+    assert semantic.backpropagated(out_loss, out_loss)  # ``out.loss`` of the same ``out``
+    assert not semantic.backpropagated(out, ret)
+    assert semantic.backpropagated(out, ret, holding=True)
+    assert not semantic.backpropagated(loss, ret)  # an alias of the root is not followed

@@ -10,6 +10,7 @@ from gradfix.semantic.syntax import (
     argument,
     argument_values,
     default_of,
+    is_backward_call,
     is_false,
     is_function,
     is_true,
@@ -219,6 +220,123 @@ class GradQueries(LeafQueries):
                 return False  # constructing a layer
             return any(self.requires_grad(a, at, depth + 1) for a in args)
         return False
+
+    # -- evidence from use -------------------------------------------------------------------
+    def backpropagated(self, expr: ast.AST, at: ast.AST, *, holding: bool = False) -> bool:
+        """``expr`` (a name, ``a.b``, ``a["k"]``) is the root of a ``.backward()``,
+        ``torch.autograd.grad`` or ``torch.autograd.backward`` call of ``at``'s scope that
+        sees the same binding of its name; with ``holding``, also a container whose item or
+        attribute is (``out`` of ``out["loss"].backward()``).
+
+        Evidence from use: such a value requires grad whatever made it (an import,
+        ``self(...)``, a parameter, a model returning an object with ``.loss``)."""
+        path = access_path(expr)
+        base = _path_base(expr)
+        if path is None or base is None:
+            return False
+        binding = self.reaching_binding(base, at)
+        if binding is None:
+            return False
+        for root, call in self.backward_roots(self.scope_of(at).node):
+            root_path = access_path(root)
+            if root_path is None or root_path[: len(path)] != path:
+                continue
+            if len(root_path) > len(path) and not holding:
+                continue
+            root_base = _path_base(root)
+            if root_base is not None and self.reaching_binding(root_base, call) is binding:
+                return True
+        return False
+
+    def leaf_accumulator(self, stmt: ast.AST) -> ast.Call | None:
+        """For ``total += loss`` where ``total`` was made by a torch factory with
+        ``requires_grad=True`` and ``loss`` requires grad: that factory call.
+
+        Such a leaf is a running total, not a parameter (its ``.grad`` is never read, no
+        optimizer steps it): the remedy is to drop ``requires_grad``, never to wrap the
+        ``+=`` in ``no_grad`` (that cuts the loss out of the total)."""
+        if type(stmt) is not ast.AugAssign or type(stmt.op) not in (ast.Add, ast.Sub):
+            return None
+        target = stmt.target
+        if type(target) is not ast.Name:
+            return None
+        binding = self.reaching_binding(target, stmt)
+        if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
+            return None
+        factory = binding.value
+        if type(factory) is not ast.Call or self.call_name(factory) not in FACTORIES:
+            return None
+        if not is_true(argument(factory, "requires_grad", None)):
+            return None
+        if not (self.requires_grad(stmt.value, stmt) or self.backpropagated(stmt.value, stmt)):
+            return None
+        return None if self._trained_leaf(target, binding) else factory
+
+    def _trained_leaf(self, name: ast.Name, binding: Binding) -> bool:
+        """The leaf bound by ``binding`` has its ``.grad`` read, sits in a list or tuple
+        (of parameters) or is given to a ``torch.optim`` optimizer."""
+        for use in self.name_nodes_in(self.scope_of(name).node, name.id):
+            if use is name or self.reaching_binding(use, use) is not binding:
+                continue
+            parent = self._parents.get(use)
+            if type(parent) is ast.keyword:
+                parent = self._parents.get(parent)
+            if type(parent) is ast.Attribute and parent.attr in ("grad", "data"):
+                return True
+            if type(parent) is ast.List or type(parent) is ast.Tuple:
+                return True
+            if type(parent) is ast.Call and parent.func is not use:
+                if (self.call_name(parent) or "").startswith("torch.optim."):
+                    return True
+        return False
+
+    def backward_roots(self, scope: ast.AST) -> list[tuple[ast.expr, ast.Call]]:
+        """``(root, call)`` for each backward call evaluated in ``scope`` (``loss`` of
+        ``loss.backward()``, each output of ``torch.autograd.grad(outputs, ...)``)."""
+        known = self._backward_roots.get(scope)
+        if known is not None:
+            return known
+        roots: list[tuple[ast.expr, ast.Call]] = []
+        for call in self._by_type.get(ast.Call, []):
+            if self.scope_of(call).node is not scope:
+                continue
+            for root in self._backward_call_roots(call):  # type: ignore[arg-type]
+                roots.append((root, call))  # type: ignore[arg-type]
+        self._backward_roots[scope] = roots
+        return roots
+
+    def _backward_call_roots(self, call: ast.Call) -> list[ast.expr]:
+        name = self.call_name(call)
+        if name in ("torch.autograd.grad", "torch.autograd.backward"):
+            root = argument(call, "outputs", 0) or argument(call, "tensors", 0)
+        elif name is None and is_backward_call(call):
+            root = call.func.value  # type: ignore[attr-defined]
+        else:
+            return []
+        if type(root) is ast.Tuple or type(root) is ast.List:
+            return [_unstarred(e) for e in root.elts]
+        return [] if root is None else [root]
+
+
+def access_path(expr: ast.AST) -> tuple[str, ...] | None:
+    """``("out", ".loss", "['k']")`` for ``out.loss['k']``: a name followed by attributes
+    and constant subscripts; None for any other expression."""
+    if type(expr) is ast.Name:
+        return (expr.id,)
+    if type(expr) is ast.Attribute:
+        inner = access_path(expr.value)
+        return None if inner is None else (*inner, "." + expr.attr)
+    if type(expr) is ast.Subscript and type(expr.slice) is ast.Constant:
+        inner = access_path(expr.value)
+        return None if inner is None else (*inner, f"[{expr.slice.value!r}]")
+    return None
+
+
+def _path_base(expr: ast.AST) -> ast.Name | None:
+    """The name an access path starts from."""
+    while type(expr) is ast.Attribute or type(expr) is ast.Subscript:
+        expr = expr.value  # type: ignore[attr-defined]
+    return expr if type(expr) is ast.Name else None
 
 
 def _unstarred(element: ast.expr) -> ast.expr:
