@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -474,7 +474,13 @@ class InplaceOnSaved(Rule):
                 return Saver(value, binding.node, f"`{op}` saved its output", True)
         scope = analysis.scope_of(statement).node
         end = analysis.index(statement)
-        for read in reads_of(analysis, self.names, binding, scope, binding.end, end):
+        reads = list(reads_of(analysis, self.names, binding, scope, binding.end, end))
+        if type(statement) is ast.AugAssign or type(statement) is ast.Assign:
+            # the value runs before the change: ``x /= x.norm()`` saved ``x`` first
+            value = statement.value
+            start, stop = analysis.index(value) - 1, analysis.end_index(value) + 1
+            reads += reads_of(analysis, self.names, binding, scope, start, stop)
+        for read in reads:
             if analysis.in_exclusive_branches(read, statement):
                 continue  # `if a: x * m` then `else: m.mul_(s)`: the save never happened
             saver = self._saving_use(read)
@@ -637,6 +643,12 @@ class InplaceOnSaved(Rule):
                 if derived is None:
                     return True  # stored somewhere we cannot follow
                 holders |= derived
+        statement = mutation.statement
+        if type(statement) is ast.AugAssign or type(statement) is ast.Assign:
+            value = statement.value  # ``x /= norm``: ``x`` now holds what ``norm`` held
+            first, last = analysis.index(value), analysis.end_index(value)
+            if any(first <= analysis.index(n) <= last for n in self._holder_names(scope, holders)):
+                holders.add(mutation.name.id)
         if mutation.call is not None and type(mutation.statement) is not ast.Expr:
             if type(mutation.statement) in (ast.Return, ast.AugAssign):
                 return True
@@ -648,6 +660,9 @@ class InplaceOnSaved(Rule):
             and classify_read(analysis, name).kind != "nongraph"
             for name in self.names.all(scope)
         )
+
+    def _holder_names(self, scope: ast.AST, holders: set[str]) -> list[ast.Name]:
+        return [name for name in self.names.all(scope) if name.id in holders]
 
     def _derived_holders(self, name: ast.Name) -> set[str] | None:
         """Names that hold what the statement around this read computes from it;
@@ -694,14 +709,36 @@ class InplaceOnSaved(Rule):
     def _fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
         if self.analysis.in_no_grad(mutation.statement):
             return None  # out of place under no_grad would cut the graph
+        if mutation.form == "module":
+            plan = self._module_fix(mutation)
+            if plan is None or self._rebindable(mutation, binding):
+                return plan
+            # aliases, or the caller, no longer see the activation applied to them
+            return replace(plan, safety=FixSafety.UNSAFE)
         if not self._rebindable(mutation, binding):
             return None
+        if not _is_parameter(self, self._root_binding(binding)):
+            return self._rebinding_fix(mutation, binding)
+        if not self._read_after(mutation):
+            return None  # the change is only for the caller, who holds the tensor
+        plan = self._rebinding_fix(mutation, binding)
+        # this function reads the new value; the caller's tensor is no longer changed
+        return None if plan is None else replace(plan, safety=FixSafety.UNSAFE)
+
+    def _root_binding(self, binding: Binding) -> Binding:
+        """The binding that made the tensor: before ``h = F.relu(h, inplace=True)``."""
+        for _ in range(5):
+            previous = self._changed_in_place_by(binding)
+            if previous is None:
+                break
+            binding = previous
+        return binding
+
+    def _rebinding_fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
         if mutation.form == "augassign":
             return self._augassign_fix(mutation)
         if mutation.form == "function":
             return self._function_fix(mutation)
-        if mutation.form == "module":
-            return self._module_fix(mutation)
         if mutation.form == "method":
             twin = self._twin_fix(mutation)
             if twin is not None:
@@ -710,14 +747,44 @@ class InplaceOnSaved(Rule):
             return self._clone_fix(mutation)
         return None
 
-    def _rebindable(self, mutation: Mutation, binding: Binding) -> bool:
+    def _rebindable(self, mutation: Mutation, binding: Binding, depth: int = 0) -> bool:
         """Rebinding the name keeps forward results: it holds a fresh tensor bound in this
-        scope, and no alias of it (another name, a view, a container) is read later."""
-        analysis = self.analysis
+        scope (or a parameter of the function: see :meth:`_fix`), and no alias of it
+        (another name, a view, a container) is read later. ``h = F.relu(h, inplace=True)``
+        holds the tensor ``h`` held before: that one must be rebindable too."""
+        if _is_parameter(self, binding):
+            return self._no_alias_read_after(mutation, binding)
         if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
             return False
-        if not self._is_fresh(binding.value, binding.node):
+        previous = self._changed_in_place_by(binding)
+        if previous is not None:
+            if depth > 4 or not self._rebindable(mutation, previous, depth + 1):
+                return False
+        elif not self._is_fresh(binding.value, binding.node):
             return False
+        return self._no_alias_read_after(mutation, binding)
+
+    def _changed_in_place_by(self, binding: Binding) -> Binding | None:
+        """The earlier binding of ``h`` when ``binding`` is ``h = F.relu(h, inplace=True)``
+        or ``h = self.act(h)`` with an in-place activation module (the same tensor)."""
+        argument = self._in_place_rebinding(binding.node)
+        return None if argument is None else self.analysis.reaching_binding(argument, binding.node)
+
+    def _in_place_rebinding(self, statement: ast.AST | None) -> ast.Name | None:
+        """The ``h`` passed in ``h = F.relu(h, inplace=True)`` / ``h = self.act(h)`` (an
+        in-place activation module): the statement binds ``h`` to the tensor it had."""
+        if type(statement) is not ast.Assign or type(statement.value) is not ast.Call:
+            return None
+        call = statement.value
+        if inplace_function(self.analysis, call) is None and not self._inplace_module(call.func):
+            return None
+        first = first_argument(call)
+        if type(first) is not ast.Name or _bound_names(statement) != [first.id]:
+            return None
+        return first
+
+    def _no_alias_read_after(self, mutation: Mutation, binding: Binding) -> bool:
+        analysis = self.analysis
         scope = analysis.scope_of(mutation.statement).node
         end = analysis.index(mutation.statement)
         after = analysis.end_index(mutation.statement)
@@ -726,6 +793,8 @@ class InplaceOnSaved(Rule):
             end, after = analysis.end_index(loop), analysis.index(loop)
         aliases: set[str] = set()
         for read in reads_of(analysis, self.names, binding, scope, binding.end, end):
+            if self._rebinds_in_place(read):
+                continue  # ``h = self.act(h)``: checked as the next binding of ``h``
             use = classify_read(analysis, read)
             if use.kind == "escape":
                 return False
@@ -734,6 +803,12 @@ class InplaceOnSaved(Rule):
         return not any(
             analysis.index(n) > after for alias in aliases for n in self.names.named(scope, alias)
         )
+
+    def _rebinds_in_place(self, read: ast.Name) -> bool:
+        """``read`` is the ``h`` of ``h = self.act(h)`` / ``h = F.relu(h, inplace=True)``."""
+        call = self.analysis.parent(read)
+        statement = self.analysis.parent(call) if type(call) is ast.Call else None
+        return self._in_place_rebinding(statement) is read
 
     def _is_fresh(self, value: ast.expr, at: ast.AST) -> bool:
         """``value`` makes a new tensor, not a view or an alias of another one."""
@@ -921,6 +996,16 @@ def _base_name(expr: ast.expr) -> ast.Name | None:
     while type(expr) is ast.Subscript or (type(expr) is ast.Attribute and expr.attr in ("T", "mT")):
         expr = expr.value  # type: ignore[attr-defined]
     return expr if type(expr) is ast.Name else None
+
+
+def _is_parameter(rule: InplaceOnSaved, binding: Binding) -> bool:
+    """``binding`` is a plain parameter of a function (not ``*args`` / ``**kwargs``)."""
+    if binding.kind != "param" or type(binding.node) is not ast.arg:
+        return False
+    arguments = rule.analysis.parent(binding.node)
+    if type(arguments) is not ast.arguments:
+        return False
+    return arguments.vararg is not binding.node and arguments.kwarg is not binding.node
 
 
 def _tensor_exponent(rule: InplaceOnSaved, operands: list[ast.expr], at: ast.AST) -> bool:
