@@ -77,6 +77,8 @@ class LeafQueries(ModuleQueries):
         elif binding.kind == "param" and binding.annotation is not None:
             if self.is_torch_name(binding.annotation, "torch.nn.Parameter"):
                 reason = LeafReason("annotated nn.Parameter")
+        if binding.kind == "param" and type(binding.node) is ast.arg and reason is None:
+            reason = self._passed_leaf_reason(binding.node, depth)
         marked = self._requires_grad_marks(name.id, binding, at)
         if marked is True and reason is None:
             reason = LeafReason("marked with requires_grad = True")
@@ -85,6 +87,15 @@ class LeafQueries(ModuleQueries):
         if reason is not None:
             reason.binding = binding
         return reason
+
+    def _passed_leaf_reason(self, param: ast.arg, depth: int) -> LeafReason | None:
+        """Every call site in this file passes a leaf that requires grad for ``param``
+        (``init_table(E=self.emb.weight)``)."""
+        passed = self.passed_arguments(param)
+        reasons = [self.leaf_reason(arg, site, depth + 1) for arg, site in passed]
+        if not reasons or not all(reasons):
+            return None
+        return LeafReason(f"`{param.arg}` is passed {reasons[0].description}")  # type: ignore[union-attr]
 
     def _requires_grad_marks(self, name: str, binding: Binding, at: ast.AST) -> bool | None:
         """The last ``name.requires_grad = X`` or ``name.requires_grad_(X)`` after ``binding``."""
@@ -137,7 +148,19 @@ class LeafQueries(ModuleQueries):
             return self._self_attribute_leaf_reason(attr, at, depth)
         if attr.attr in LAYER_PARAMETERS and self.is_nn_layer(attr.value, at):
             return LeafReason(f"the .{attr.attr} parameter of an nn layer")
+        if attr.attr in LAYER_PARAMETERS and self._submodule_of_module(attr.value, at, depth):
+            return LeafReason(f"the .{attr.attr} parameter of a submodule")
         return None
+
+    def _submodule_of_module(self, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+        """``expr`` is reached from a module through attributes and indexing
+        (``model.encoder.layers[i].fc``): a submodule, whose ``weight`` is a parameter."""
+        steps = 0
+        while type(expr) is ast.Attribute or type(expr) is ast.Subscript:
+            if type(expr) is ast.Attribute and expr.attr in ("data", "grad"):
+                return False
+            expr, steps = expr.value, steps + 1  # type: ignore[attr-defined]
+        return steps > 0 and self.is_module(expr, at, depth + 1)
 
     def _self_attribute_leaf_reason(
         self, attr: ast.Attribute, at: ast.AST, depth: int
