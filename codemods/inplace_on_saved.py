@@ -122,7 +122,10 @@ class InplaceOnSaved(Rule):
     for backward: the output of `sigmoid`, `tanh`, `exp`, `relu`, `softmax`, `sqrt`,
     `rsqrt`, `reciprocal`, `x ** y`..., or an operand of `matmul`, `mul`, `div`, `pow`,
     `log`, a `Linear` or `Conv` layer... while a later backward still needs that graph.
-    Rewrites the change out of place.
+    Activation modules are their functional op (`self.act = nn.Sigmoid()` then
+    `g = self.act(h)` saves `g`), the operands of the changing statement count
+    (`x /= x.norm()`: `norm` saved `x` before the division), and so do the inputs of an
+    `nn.Module`'s `forward`. Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -167,15 +170,18 @@ class InplaceOnSaved(Rule):
     ## Fix safety
     The rewrite rebinds the name to a new tensor instead of changing the shared one, so
     it is offered only when the name is bound in the same scope to a fresh result (not a
-    parameter of the function, not a view of another tensor) and no other name, view or
-    container holding the tensor is read after the change; otherwise the finding is
-    reported without a fix. The fix is safe when the values keep their dtype: number
+    view of another tensor; `h = F.relu(h, inplace=True)` is the tensor `h` held before)
+    and no other name, view or container holding the tensor is read after the change;
+    otherwise the finding is reported without a fix. For a parameter of the function the
+    fix is unsafe (the caller's tensor is no longer changed), and there is none when the
+    function does not read the name after the change (then the change is for the caller). The fix is safe when the values keep their dtype: number
     operands (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `h = h.clone()`
     before an index assignment or a change through a view (`h[0].zero_()`), dropping
     `inplace=True`. It is unsafe with a tensor operand (`h += bias`): `h + bias` may
     promote the dtype where `h += bias` kept it. `inplace=True` is dropped from a module
     attribute only when the module is used once, on this tensor (other call sites may
-    rely on the in-place change). Changes under `no_grad()` are reported without a fix:
+    rely on the in-place change); it is unsafe when an alias read later, or the caller,
+    saw the activation applied in place. Changes under `no_grad()` are reported without a fix:
     out of place they would cut the graph. Ops recorded under `no_grad()`, tensors that
     do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
@@ -277,6 +283,29 @@ class InplaceOnSaved(Rule):
             h = F.linear(torch.randn(2, 3), w)
             h = F.relu(h, inplace=True)  # linear does not save its output
             h.sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 4)
+                    self.drop = nn.Dropout(0.1)
+
+                def forward(self, x):
+                    x = x / x.norm(dim=-1, keepdim=True)  # out of place
+                    h = self.drop(self.fc(x))
+                    h += x  # dropout saves its mask, not its output
+                    return h
+
+                def scale_(self, x):
+                    n = x.norm()
+                    x /= n  # only the caller reads the change
             """
         ),
     ]
@@ -395,6 +424,99 @@ class InplaceOnSaved(Rule):
             h = torch.sigmoid(w)
             h = h + w  # unsafe: `h = h + w` may change the dtype or shape of `h`
             h.sum().backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Gate(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+                    self.squash = nn.Sigmoid()
+
+                def forward(self, x):
+                    g = self.squash(self.proj(x))
+                    g[:, 0] = 1.0  # keep the first channel open
+                    return x * g
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Gate(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+                    self.squash = nn.Sigmoid()
+
+                def forward(self, x):
+                    g = self.squash(self.proj(x))
+                    g = g.clone()
+                    g[:, 0] = 1.0  # keep the first channel open
+                    return x * g
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Normalize(nn.Module):
+                def forward(self, feats):
+                    feats /= feats.norm(dim=-1, keepdim=True)
+                    return feats * 2
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Normalize(nn.Module):
+                def forward(self, feats):
+                    feats = feats / feats.norm(dim=-1, keepdim=True)
+                    return feats * 2
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Unit(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+                def forward(self, x):
+                    h = self.conv(x)
+                    h = F.relu(h, inplace=True)
+                    h += self.conv(h)
+                    return h
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Unit(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+                def forward(self, x):
+                    h = self.conv(x)
+                    h = F.relu(h, inplace=True)
+                    h = h + self.conv(h)
+                    return h
             """,
         ),
     ]
