@@ -174,16 +174,17 @@ class InplaceOnSaved(Rule):
     and no other name, view or container holding the tensor is read after the change;
     otherwise the finding is reported without a fix. For a parameter of the function the
     fix is unsafe (the caller's tensor is no longer changed), and there is none when the
-    function does not read the name after the change (then the change is for the caller). The fix is safe when the values keep their dtype: number
-    operands (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `h = h.clone()`
-    before an index assignment or a change through a view (`h[0].zero_()`), dropping
+    function does not read the name after the change (then the change is for the
+    caller). The fix is safe when the values keep their dtype: number operands
+    (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `h = h.clone()` before an
+    index assignment or a change through a view (`h[0].zero_()`), dropping
     `inplace=True`. It is unsafe with a tensor operand (`h += bias`): `h + bias` may
     promote the dtype where `h += bias` kept it. `inplace=True` is dropped from a module
     attribute only when the module is used once, on this tensor (other call sites may
     rely on the in-place change); it is unsafe when an alias read later, or the caller,
-    saw the activation applied in place. Changes under `no_grad()` are reported without a fix:
-    out of place they would cut the graph. Ops recorded under `no_grad()`, tensors that
-    do not require grad, a backward call between the op and the change, eval-only
+    saw the activation applied in place. Changes under `no_grad()` are reported without
+    a fix: out of place they would cut the graph. Ops recorded under `no_grad()`, tensors
+    that do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
     and leaves (GF201) are not reported.
     """
