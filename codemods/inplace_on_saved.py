@@ -309,6 +309,17 @@ class InplaceOnSaved(Rule):
                     x /= n  # only the caller reads the change
             """
         ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(4, 4, requires_grad=True)
+            h = torch.zeros(4, 1)
+            for step in range(4):
+                h[step] = 1.0  # each step's graph is gone by the next change
+                loss = (w @ h).sum()
+                loss.backward()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -520,6 +531,29 @@ class InplaceOnSaved(Rule):
                     return h
             """,
         ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(4, 4, requires_grad=True)
+            h = torch.zeros(4, 1)
+            total = 0
+            for step in range(4):
+                h[step] = 1.0  # the previous step's matmul saved h
+                total = total + (w @ h).sum()
+            total.backward()
+            """,
+            """
+            import torch
+            w = torch.randn(4, 4, requires_grad=True)
+            h = torch.zeros(4, 1)
+            total = 0
+            for step in range(4):
+                h = h.clone()
+                h[step] = 1.0  # the previous step's matmul saved h
+                total = total + (w @ h).sum()
+            total.backward()
+            """,
+        ),
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
@@ -603,10 +637,17 @@ class InplaceOnSaved(Rule):
             value = statement.value
             start, stop = analysis.index(value) - 1, analysis.end_index(value) + 1
             reads += reads_of(analysis, self.names, binding, scope, start, stop)
+        loop = _loop_without(self, statement, binding.node)
+        if loop is not None and not _backward_calls(loop):
+            # the rest of the body ran in the previous iteration, before this change
+            start, stop = analysis.end_index(statement), analysis.end_index(loop) + 1
+            reads += reads_of(analysis, self.names, binding, scope, start, stop)
         for read in reads:
             if analysis.in_exclusive_branches(read, statement):
                 continue  # `if a: x * m` then `else: m.mul_(s)`: the save never happened
             saver = self._saving_use(read)
+            if saver is not None and analysis.index(read) > end:
+                return replace(saver, description=f"{saver.description} in the previous iteration")
             if saver is not None:
                 return saver
         return None
