@@ -22,6 +22,7 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
+from gradfix.module_outputs import OUTPUT_SAVING_MODULES, module_output_op
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -58,11 +59,6 @@ TWIN_METHODS = frozenset(
 )
 #: Twins whose result has the receiver's dtype whatever the other arguments are.
 DTYPE_KEEPING_METHODS = frozenset("masked_fill index_fill".split())
-#: ``nn`` activation modules that save their output, by the op they apply.
-OUTPUT_SAVING_MODULES = {
-    "Sigmoid": "sigmoid", "Tanh": "tanh", "ReLU": "relu", "Softmax": "softmax",
-    "LogSoftmax": "log_softmax", "Softmin": "softmin",
-}  # fmt: skip
 #: ``nn`` modules with an ``inplace`` flag, and its position in the constructor.
 INPLACE_MODULES = {
     "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardsigmoid": 0,
@@ -123,9 +119,11 @@ class InplaceOnSaved(Rule):
     `rsqrt`, `reciprocal`, `x ** y`..., or an operand of `matmul`, `mul`, `div`, `pow`,
     `log`, a `Linear` or `Conv` layer... while a later backward still needs that graph.
     Activation modules are their functional op (`self.act = nn.Sigmoid()` then
-    `g = self.act(h)` saves `g`), the operands of the changing statement count
-    (`x /= x.norm()`: `norm` saved `x` before the division), and so do the inputs of an
-    `nn.Module`'s `forward`. Rewrites the change out of place.
+    `g = self.act(h)` saves `g`), and so are an `nn.Sequential` ending in one and a module
+    class of the file whose `forward` returns one (`out = self.body(x); out += x`). The
+    operands of the changing statement count (`x /= x.norm()`: `norm` saved `x` before
+    the division), and so do the inputs of an `nn.Module`'s `forward`. Rewrites the
+    change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -318,6 +316,35 @@ class InplaceOnSaved(Rule):
                 h[step] = 1.0  # each step's graph is gone by the next change
                 loss = (w @ h).sum()
                 loss.backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            ACTIVATIONS = {"relu": nn.ReLU, "none": nn.Identity}
+
+
+            class ConvBNAct(nn.Module):
+                def __init__(self, cin, cout, act="relu"):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.act = ACTIVATIONS[act]()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class Residual(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.body = nn.Sequential(ConvBNAct(c, c), ConvBNAct(c, c, act="none"))
+
+                def forward(self, x):
+                    out = self.body(x)
+                    out += x  # the last block has no activation
+                    return out
             """
         ),
     ]
@@ -554,6 +581,62 @@ class InplaceOnSaved(Rule):
             total.backward()
             """,
         ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            ACTIVATIONS = {"relu": nn.ReLU, "none": nn.Identity}
+
+
+            class ConvBNAct(nn.Module):
+                def __init__(self, cin, cout, act="relu"):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.act = ACTIVATIONS[act]()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class Residual(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.body = nn.Sequential(ConvBNAct(c, c), ConvBNAct(c, c))
+
+                def forward(self, x):
+                    out = self.body(x)
+                    out += x  # the last ConvBNAct's ReLU saved `out`
+                    return out
+            """,
+            """
+            import torch
+            from torch import nn
+
+            ACTIVATIONS = {"relu": nn.ReLU, "none": nn.Identity}
+
+
+            class ConvBNAct(nn.Module):
+                def __init__(self, cin, cout, act="relu"):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.act = ACTIVATIONS[act]()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class Residual(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.body = nn.Sequential(ConvBNAct(c, c), ConvBNAct(c, c))
+
+                def forward(self, x):
+                    out = self.body(x)
+                    out = out + x  # the last ConvBNAct's ReLU saved `out`
+                    return out
+            """,
+        ),
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
@@ -710,6 +793,9 @@ class InplaceOnSaved(Rule):
             layer = self._module_class(value.func)
             if layer in OUTPUT_SAVING_MODULES:
                 return f"nn.{layer}"
+            returned = module_output_op(analysis, value.func, at)
+            if returned is not None:
+                return f"{returned}` in `{analysis.segment(value.func)}"
         return None
 
     def _module_class(self, func: ast.expr) -> str | None:
@@ -983,6 +1069,10 @@ class InplaceOnSaved(Rule):
             return True
         if type(value) is ast.Call and self._module_class(value.func) in OUTPUT_SAVING_MODULES:
             return not self._inplace_module(value.func)
+        if type(value) is ast.Call:
+            returned = module_output_op(analysis, value.func, at)
+            if returned is not None:
+                return not returned.endswith("_")  # ``relu_``: the module's input itself
         op = analysis.tensor_op(value, at)
         if op is None or op[0] not in TENSOR_OPS or op[0] in MAY_ALIAS_OPS:
             return False
