@@ -122,8 +122,9 @@ class InplaceOnSaved(Rule):
     `g = self.act(h)` saves `g`), and so are an `nn.Sequential` ending in one and a module
     class of the file whose `forward` returns one (`out = self.body(x); out += x`). The
     operands of the changing statement count (`x /= x.norm()`: `norm` saved `x` before
-    the division), and so do the inputs of an `nn.Module`'s `forward`. Rewrites the
-    change out of place.
+    the division), and so do the inputs of an `nn.Module`'s `forward`, the elements of a
+    list of such outputs (`maps[i - 1] += up`) and what the rest of a loop body saved in
+    the previous iteration. Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -180,7 +181,9 @@ class InplaceOnSaved(Rule):
     promote the dtype where `h += bias` kept it. `inplace=True` is dropped from a module
     attribute only when the module is used once, on this tensor (other call sites may
     rely on the in-place change); it is unsafe when an alias read later, or the caller,
-    saw the activation applied in place. Changes under `no_grad()` are reported without
+    saw the activation applied in place. `maps[i] += v` on a list becomes
+    `maps[i] = maps[i] + v` (unsafe) only when the list is only indexed, measured or
+    returned (no other name holds the element). Changes under `no_grad()` are reported without
     a fix: out of place they would cut the graph. Ops recorded under `no_grad()`, tensors
     that do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
@@ -345,6 +348,28 @@ class InplaceOnSaved(Rule):
                     out = self.body(x)
                     out += x  # the last block has no activation
                     return out
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class TopDown(nn.Module):
+                def __init__(self, channels, width):
+                    super().__init__()
+                    self.laterals = nn.ModuleList([nn.Conv2d(c, width, 1) for c in channels])
+                    self.act = nn.ReLU()
+
+                def forward(self, feats):
+                    maps = [lat(f) for f, lat in zip(feats, self.laterals)]
+                    for i in range(len(maps) - 1, 0, -1):
+                        maps[i - 1] += F.interpolate(maps[i], scale_factor=2.0)  # conv output
+                    acts = [self.act(m) for m in maps]
+                    acts[0] = acts[0] * 2  # puts a new tensor in the list
+                    return acts
             """
         ),
     ]
@@ -637,6 +662,66 @@ class InplaceOnSaved(Rule):
                     return out
             """,
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Lateral(nn.Module):
+                def __init__(self, cin, cout):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 1)
+                    self.act = nn.ReLU()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class TopDown(nn.Module):
+                def __init__(self, channels, width):
+                    super().__init__()
+                    self.laterals = nn.ModuleList()
+                    for c in channels:
+                        self.laterals.append(Lateral(c, width))
+
+                def forward(self, feats):
+                    maps = [lat(f) for f, lat in zip(feats, self.laterals)]
+                    for i in range(len(maps) - 1, 0, -1):
+                        maps[i - 1] += F.interpolate(maps[i], scale_factor=2.0)
+                    return maps
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Lateral(nn.Module):
+                def __init__(self, cin, cout):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 1)
+                    self.act = nn.ReLU()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class TopDown(nn.Module):
+                def __init__(self, channels, width):
+                    super().__init__()
+                    self.laterals = nn.ModuleList()
+                    for c in channels:
+                        self.laterals.append(Lateral(c, width))
+
+                def forward(self, feats):
+                    maps = [lat(f) for f, lat in zip(feats, self.laterals)]
+                    for i in range(len(maps) - 1, 0, -1):
+                        maps[i - 1] = maps[i - 1] + F.interpolate(maps[i], scale_factor=2.0)
+                    return maps
+            """,
+        ),
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
@@ -699,10 +784,86 @@ class InplaceOnSaved(Rule):
             return  # autograd records nothing inside a custom Function
         if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
             return
+        if _is_list_display(binding):
+            self._check_element(mutation, binding)
+            return
         saver = self._saver(name, binding, statement)
         if saver is None or not self._graph_needed(saver, mutation):
             return
         self.report(mutation.node, self._message(mutation, saver), fix=self._fix(mutation, binding))
+
+    def _check_element(self, mutation: Mutation, binding: Binding) -> None:
+        """``laterals[i] += v`` on a list of tensors: the element changes in place
+        (``laterals[i] = v`` only puts another tensor in the list)."""
+        statement = mutation.statement
+        if type(statement) is ast.Assign and _element_of(statement.targets[0], mutation.name):
+            return
+        value = binding.value
+        assert value is not None
+        elements = [value.elt] if type(value) is ast.ListComp else value.elts  # type: ignore[attr-defined]
+        ops = {self._element_op(element) for element in elements}
+        op = ops.pop() if len(ops) == 1 else None
+        if op is None:
+            return
+        saver = Saver(value, binding.node, f"`{op}` saved its output (the list's elements)", True)
+        if self._graph_needed(saver, mutation):
+            fix = self._element_fix(mutation, binding)
+            self.report(mutation.node, self._message(mutation, saver), fix=fix)
+
+    def _element_op(self, element: ast.expr) -> str | None:
+        """The output-saving op that made a list element, when it was recorded."""
+        if type(element) is not ast.Call or self.analysis.in_no_grad(element):
+            return None
+        op = self._output_saving_op(element, element)
+        if op is None:
+            return None
+        # a module class of the file has parameters: its output requires grad
+        through_class = self._module_class(element.func) is None
+        return op if through_class or self.analysis.requires_grad(element, element) else None
+
+    def _element_fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
+        """``xs[i] += v`` -> ``xs[i] = xs[i] + v`` (unsafe: the dtype may change) when the
+        list is only ever indexed, so no other name holds the element."""
+        statement = mutation.statement
+        if type(statement) is not ast.AugAssign or not _element_of(statement.target, mutation.name):
+            return None
+        operator = _AUGMENTED.get(type(statement.op))
+        target = statement.target
+        if operator is None or type(target) is not ast.Subscript:
+            return None
+        if not _is_plain_index(target.slice):
+            return None
+        scope = self.analysis.scope_of(statement).node
+        for read in reads_of(self.analysis, self.names, binding, scope, binding.end, 1 << 62):
+            if not self._only_indexed(read):
+                return None
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(statement)
+            assert isinstance(old, cst.AugAssign)
+            new = cst.Assign(
+                targets=[cst.AssignTarget(old.target)],
+                value=cst.BinaryOperation(old.target, operator, _operand(old.value, operator)),
+                semicolon=old.semicolon,
+            )
+            return [Edit(old, new)]
+
+        text = self.analysis.segment(statement.target)
+        description = f"Write `{text} = {text} {_symbol(operator)} ...`"
+        return self.plan(build, description, safety=FixSafety.UNSAFE)
+
+    def _only_indexed(self, read: ast.Name) -> bool:
+        """This read of a list takes an element that no name keeps, its ``len``, or
+        returns the list (which holds the new element after the fix)."""
+        parent = self.analysis.parent(read)
+        if type(parent) is ast.Return:
+            return True
+        if type(parent) is ast.Call and type(parent.func) is ast.Name:
+            return parent.func.id == "len"
+        if type(parent) is not ast.Subscript or parent.value is not read:
+            return False
+        holder = self.analysis.parent(parent)
+        return not (type(holder) is ast.Assign and holder.value is parent)
 
     def _saver(self, name: ast.Name, binding: Binding, statement: ast.stmt) -> Saver | None:
         """The recorded op that saved the tensor ``name`` holds at ``statement``."""
@@ -1250,6 +1411,30 @@ def _base_name(expr: ast.expr) -> ast.Name | None:
     while type(expr) is ast.Subscript or (type(expr) is ast.Attribute and expr.attr in ("T", "mT")):
         expr = expr.value  # type: ignore[attr-defined]
     return expr if type(expr) is ast.Name else None
+
+
+def _is_list_display(binding: Binding) -> bool:
+    """``xs = [f(a) for a in ...]`` / ``xs = [a, b]``: a list of tensors, not a tensor."""
+    value = binding.value
+    return (
+        binding.kind == "assign"
+        and binding.unpack_index is None
+        and (type(value) is ast.ListComp or type(value) is ast.List)
+    )
+
+
+def _element_of(target: ast.expr, name: ast.Name) -> bool:
+    """``target`` is ``name[i]``: one element of the list ``name``."""
+    return type(target) is ast.Subscript and target.value is name
+
+
+def _is_plain_index(index: ast.expr) -> bool:
+    """An index that reads the same twice: names, numbers and arithmetic of them."""
+    return all(
+        type(node) in (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Load)
+        or isinstance(node, (ast.operator, ast.unaryop))
+        for node in ast.walk(index)
+    )
 
 
 def _is_parameter(rule: InplaceOnSaved, binding: Binding) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from gradfix.semantic import SAVES_OUTPUT, Semantic, argument, is_true
-from gradfix.semantic.syntax import default_of
+from gradfix.semantic.syntax import default_of, iterated_source
 
 #: ``nn`` modules that save their output for backward, by the op they apply.
 OUTPUT_SAVING_MODULES = {
@@ -55,12 +55,44 @@ class _Follower:
             return [(func, at)]
         if type(func) is ast.Name:
             binding = analysis.reaching_binding(func, at)
-            if binding is None or binding.kind != "assign" or binding.value is None:
+            if binding is None or binding.value is None:
                 return []
-            return [] if binding.unpack_index is not None else [(binding.value, binding.node)]
+            if binding.kind == "for":  # ``for layer in self.layers``
+                source = iterated_source(binding.value, binding.unpack_index)
+                return self._elements(source, binding.node) if source is not None else []
+            if binding.kind != "assign" or binding.unpack_index is not None:
+                return []
+            return [(binding.value, binding.node)]
+        if type(func) is ast.Subscript:  # ``self.layers[i]``
+            return self._elements(func.value, at)
         if type(func) is ast.Attribute:
             return [(value, b.node) for value, b in analysis.self_attribute_values(func, at)]
         return []
+
+    def _elements(self, container: ast.expr, at: ast.AST) -> list[tuple[ast.expr, ast.AST]]:
+        """The modules an ``nn.ModuleList`` / ``nn.Sequential`` held by ``self.<name>``
+        holds: the elements it is built with and those ``self.<name>.append(...)`` adds."""
+        analysis = self.analysis
+        if type(container) is not ast.Attribute or not analysis.is_self(container.value, at):
+            return []
+        found: list[tuple[ast.expr, ast.AST]] = []
+        for value, binding in analysis.self_attribute_values(container, at):
+            name = analysis.call_name(value) if type(value) is ast.Call else None
+            if name not in ("torch.nn.ModuleList", "torch.nn.Sequential"):
+                return []
+            assert isinstance(value, ast.Call)
+            for argument_ in value.args:
+                found += _displayed(argument_, binding.node)
+        cls = analysis.enclosing_class(at)
+        for attr in analysis._attributes.get("append", []):
+            call = analysis.parent(attr)
+            target = attr.value  # type: ignore[attr-defined]
+            if type(call) is not ast.Call or call.func is not attr or len(call.args) != 1:
+                continue
+            if type(target) is ast.Attribute and target.attr == container.attr:
+                if analysis.enclosing_class(call) is cls and analysis.is_self(target.value, call):
+                    found.append((call.args[0], call))
+        return found
 
     def constructed(
         self, value: ast.expr, at: ast.AST, instance: ast.Call | None, depth: int
@@ -160,6 +192,16 @@ class _Follower:
             return self.called(func, at, instance, depth + 1)
         op = self.analysis.tensor_op(value, at)  # ``return torch.sigmoid(h)``
         return op[0] if op is not None and op[0] in SAVES_OUTPUT else None
+
+
+def _displayed(expr: ast.expr, at: ast.AST) -> list[tuple[ast.expr, ast.AST]]:
+    """The elements a list display or comprehension shows (``[a, b]``, ``[f(i) for i in
+    ...]``: the element expression), or ``expr`` itself when it is a single module."""
+    if type(expr) is ast.List or type(expr) is ast.Tuple:
+        return [(e, at) for e in expr.elts if type(e) is not ast.Starred]
+    if type(expr) is ast.ListComp or type(expr) is ast.GeneratorExp:
+        return [(expr.elt, expr.elt)]
+    return [(expr, at)] if type(expr) is ast.Call else []
 
 
 def _agreed(ops: object) -> str | None:
