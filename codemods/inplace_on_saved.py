@@ -72,6 +72,11 @@ INPUT_SAVING_MODULES = frozenset(
     "LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d InstanceNorm1d InstanceNorm2d "
     "InstanceNorm3d".split()
 )
+#: Tensor attributes and methods that read no values (an in-place change leaves them).
+METADATA = frozenset(
+    "shape size dim ndimension ndim numel nelement dtype device is_floating_point "
+    "is_complex element_size stride get_device".split()
+)
 #: The binary operator of each augmented assignment the fix rewrites (``h += v``).
 _AUGMENTED: dict[type[ast.operator], cst.BaseBinaryOp] = {
     ast.Add: cst.Add(), ast.Sub: cst.Subtract(), ast.Mult: cst.Multiply(),
@@ -123,8 +128,9 @@ class InplaceOnSaved(Rule):
     class of the file whose `forward` returns one (`out = self.body(x); out += x`). The
     operands of the changing statement count (`x /= x.norm()`: `norm` saved `x` before
     the division), and so do the inputs of an `nn.Module`'s `forward`, the elements of a
-    list of such outputs (`maps[i - 1] += up`) and what the rest of a loop body saved in
-    the previous iteration. Rewrites the change out of place.
+    list of such outputs (`maps[i - 1] += up`), what the rest of a loop body saved in
+    the previous iteration, and what saved `x` before `out = x; out[0] = v`. Rewrites
+    the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -183,7 +189,9 @@ class InplaceOnSaved(Rule):
     rely on the in-place change); it is unsafe when an alias read later, or the caller,
     saw the activation applied in place. `maps[i] += v` on a list becomes
     `maps[i] = maps[i] + v` (unsafe) only when the list is only indexed, measured or
-    returned (no other name holds the element). Changes under `no_grad()` are reported without
+    returned (no other name holds the element). `out = x` becomes `out = x.clone()` when
+    `x` is only measured (`x.size(0)`) after the change (unsafe for a parameter `x`).
+    Changes under `no_grad()` are reported without
     a fix: out of place they would cut the graph. Ops recorded under `no_grad()`, tensors
     that do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
@@ -370,6 +378,24 @@ class InplaceOnSaved(Rule):
                     acts = [self.act(m) for m in maps]
                     acts[0] = acts[0] * 2  # puts a new tensor in the list
                     return acts
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Mask(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    out = x * 1.0
+                    keep = out
+                    keep[..., :2] = 0.0  # nothing saved `out`: mul by a constant
+                    return self.proj(keep)
             """
         ),
     ]
@@ -722,6 +748,40 @@ class InplaceOnSaved(Rule):
                     return maps
             """,
         ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Split(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    y = self.proj(x)
+                    out = x
+                    out[..., :2] = y[..., :2]  # `proj` saved x
+                    return out * x.size(-1) + y
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Split(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    y = self.proj(x)
+                    out = x.clone()
+                    out[..., :2] = y[..., :2]  # `proj` saved x
+                    return out * x.size(-1) + y
+            """,
+        ),
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
@@ -865,14 +925,24 @@ class InplaceOnSaved(Rule):
         holder = self.analysis.parent(parent)
         return not (type(holder) is ast.Assign and holder.value is parent)
 
-    def _saver(self, name: ast.Name, binding: Binding, statement: ast.stmt) -> Saver | None:
-        """The recorded op that saved the tensor ``name`` holds at ``statement``."""
+    def _saver(
+        self, name: ast.Name, binding: Binding, statement: ast.stmt, depth: int = 0
+    ) -> Saver | None:
+        """The recorded op that saved the tensor ``name`` holds at ``statement`` (through
+        ``out = x``: what saved ``x`` before)."""
         analysis = self.analysis
         value = binding.value
         if binding.kind == "assign" and value is not None and binding.unpack_index is None:
             op = self._output_saving_op(value, binding.node)
             if op is not None and self._recorded(value, binding.node):
                 return Saver(value, binding.node, f"`{op}` saved its output", True)
+            aliased = self._aliased(binding)
+            if aliased is not None and depth < 4:
+                previous = analysis.reaching_binding(aliased, binding.node)
+                if previous is not None:
+                    saver = self._saver(aliased, previous, statement, depth + 1)
+                    if saver is not None:
+                        return saver
         scope = analysis.scope_of(statement).node
         end = analysis.index(statement)
         reads = list(reads_of(analysis, self.names, binding, scope, binding.end, end))
@@ -895,6 +965,13 @@ class InplaceOnSaved(Rule):
             if saver is not None:
                 return saver
         return None
+
+    def _aliased(self, binding: Binding) -> ast.Name | None:
+        """``x`` for ``out = x`` (the same tensor under another name)."""
+        value = binding.value
+        if binding.kind != "assign" or binding.unpack_index is not None:
+            return None
+        return value if type(value) is ast.Name and value.id != binding.name else None
 
     def _saving_use(self, name: ast.Name) -> Saver | None:
         """The op at this read of the tensor saves it: an output-saving in-place op
@@ -1126,6 +1203,8 @@ class InplaceOnSaved(Rule):
                 return plan
             # aliases, or the caller, no longer see the activation applied to them
             return replace(plan, safety=FixSafety.UNSAFE)
+        if self._aliased(binding) is not None:
+            return self._alias_clone_fix(mutation, binding)
         if not self._rebindable(mutation, binding):
             return None
         if not _is_parameter(self, self._root_binding(binding)):
@@ -1135,6 +1214,34 @@ class InplaceOnSaved(Rule):
         plan = self._rebinding_fix(mutation, binding)
         # this function reads the new value; the caller's tensor is no longer changed
         return None if plan is None else replace(plan, safety=FixSafety.UNSAFE)
+
+    def _alias_clone_fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
+        """``out = x`` -> ``out = x.clone()`` when ``x`` is only measured after the change
+        (its values would no longer show it) and ``out`` names nothing else."""
+        analysis = self.analysis
+        aliased = self._aliased(binding)
+        assert aliased is not None and type(binding.node) is ast.Assign
+        if len(binding.node.targets) != 1 or type(binding.node.targets[0]) is not ast.Name:
+            return None
+        previous = analysis.reaching_binding(aliased, binding.node)
+        if previous is None or not self._no_alias_read_after(mutation, binding):
+            return None
+        scope = analysis.scope_of(mutation.statement).node
+        after = analysis.end_index(mutation.statement)
+        for read in reads_of(analysis, self.names, previous, scope, after, 1 << 62):
+            parent = analysis.parent(read)
+            if type(parent) is not ast.Attribute or parent.attr not in METADATA:
+                return None
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(aliased)
+            assert isinstance(old, cst.Name)
+            return [Edit(old, cst.Call(cst.Attribute(old, cst.Name("clone"))))]
+
+        # a parameter: the caller's tensor is no longer changed
+        safety = FixSafety.UNSAFE if _is_parameter(self, previous) else None
+        description = f"Copy it: `{binding.name} = {aliased.id}.clone()`"
+        return self.plan(build, description, safety=safety)
 
     def _root_binding(self, binding: Binding) -> Binding:
         """The binding that made the tensor: before ``h = F.relu(h, inplace=True)``."""
