@@ -22,7 +22,7 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
-from gradfix.module_outputs import OUTPUT_SAVING_MODULES, module_output_op
+from gradfix.module_outputs import OUTPUT_SAVING_MODULES, module_forwards, module_output_op
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -37,6 +37,7 @@ from gradfix.semantic import (
     SAVES_OUTPUT,
     TENSOR_OPS,
     Binding,
+    argument,
     argument_node,
     argument_value,
     argument_values,
@@ -129,8 +130,10 @@ class InplaceOnSaved(Rule):
     operands of the changing statement count (`x /= x.norm()`: `norm` saved `x` before
     the division), and so do the inputs of an `nn.Module`'s `forward`, the elements of a
     list of such outputs (`maps[i - 1] += up`), what the rest of a loop body saved in
-    the previous iteration, and what saved `x` before `out = x; out[0] = v`. Rewrites
-    the change out of place.
+    the previous iteration, and what saved `x` before `out = x; out[0] = v`. A module's
+    `forward` that changes its input is reported when the module of the file calling it
+    saved that tensor first (`a = self.branch(x); b = self.scale(x)`, through the
+    `forward` of `self.branch`). Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -396,6 +399,39 @@ class InplaceOnSaved(Rule):
                     keep = out
                     keep[..., :2] = 0.0  # nothing saved `out`: mul by a constant
                     return self.proj(keep)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Branch(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class Scale(nn.Module):
+                def forward(self, x):
+                    x *= 2.0
+                    return x + 1
+
+
+            class Block(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.branch = Branch(c)
+                    self.scale = Scale()
+
+                def forward(self, x):
+                    b = self.scale(x)  # before anything saved x
+                    a = self.branch(x)
+                    return a * b
             """
         ),
     ]
@@ -782,6 +818,70 @@ class InplaceOnSaved(Rule):
                     return out * x.size(-1) + y
             """,
         ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Branch(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class Scale(nn.Module):
+                def forward(self, x):
+                    x *= 2.0
+                    return x + 1
+
+
+            class Block(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.branch = Branch(c)
+                    self.scale = Scale()
+
+                def forward(self, x):
+                    a = self.branch(x)
+                    b = self.scale(x)  # changes the x the branch's conv saved
+                    return a * b
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Branch(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class Scale(nn.Module):
+                def forward(self, x):
+                    x = x * 2.0
+                    return x + 1
+
+
+            class Block(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.branch = Branch(c)
+                    self.scale = Scale()
+
+                def forward(self, x):
+                    a = self.branch(x)
+                    b = self.scale(x)  # changes the x the branch's conv saved
+                    return a * b
+            """,
+        ),
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
@@ -848,9 +948,73 @@ class InplaceOnSaved(Rule):
             self._check_element(mutation, binding)
             return
         saver = self._saver(name, binding, statement)
-        if saver is None or not self._graph_needed(saver, mutation):
+        if saver is None:
+            self._check_caller_saved(mutation, binding)
+            return
+        if not self._graph_needed(saver, mutation):
             return
         self.report(mutation.node, self._message(mutation, saver), fix=self._fix(mutation, binding))
+
+    # -- the input of a module, saved by its caller --------------------------------------------
+    def _check_caller_saved(self, mutation: Mutation, binding: Binding) -> None:
+        """``forward(self, x)`` changes ``x`` (or ``out = x``) in place, and the module
+        that calls this one in the file saved that tensor before the call (``a =
+        self.branch(x); b = self.this(x)``). The fixes stop changing the caller's tensor:
+        unsafe."""
+        root = self._root_binding(binding)
+        aliased = self._aliased(root)
+        if aliased is not None:
+            root = self.analysis.reaching_binding(aliased, root.node) or root
+        if not _is_parameter(self, root) or not self.analysis._is_forward_input(root.node):  # type: ignore[arg-type]
+            return
+        for argument_, call in self._module_calls_passing(root.node):  # type: ignore[arg-type]
+            saver = self._caller_saver(argument_, call)
+            if saver is not None:
+                fix = self._fix(mutation, binding)
+                self.report(mutation.node, self._message(mutation, saver), fix=fix)
+                return
+
+    def _caller_saver(self, argument_: ast.expr, call: ast.Call) -> Saver | None:
+        statement = small_statement(self.analysis, call)
+        if type(argument_) is not ast.Name or statement is None:
+            return None
+        binding = self.analysis.reaching_binding(argument_, call)
+        if binding is None:
+            return None
+        saver = self._saver(argument_, binding, statement)
+        passed = Mutation(statement, call, argument_, "module", call)
+        if saver is None or not self._graph_needed(saver, passed):
+            return None
+        where = f"{saver.description} in the caller"
+        return replace(saver, description=where)
+
+    def _module_calls_passing(self, param: ast.arg) -> list[tuple[ast.expr, ast.Call]]:
+        """The arguments calls of this module class in the file pass for ``param`` of its
+        ``forward``: ``self.block(x)`` after ``self.block = Block(...)``."""
+        analysis = self.analysis
+        forward = analysis.enclosing_function(param)
+        cls = analysis.method_class(forward) if forward is not None else None
+        if forward is None or cls is None:
+            return []
+        position = forward.args.args.index(param) - 1
+        found: list[tuple[ast.expr, ast.Call]] = []
+        for construction in analysis._calls_by_name.get(cls.name, []):
+            holder = analysis.parent(construction)
+            if type(holder) is not ast.Assign or len(holder.targets) != 1:
+                continue
+            target = holder.targets[0]
+            if type(target) is not ast.Attribute or not analysis.is_self(target.value, holder):
+                continue
+            owner = analysis.enclosing_class(holder)
+            for attr in analysis._attributes.get(target.attr, []):
+                call = analysis.parent(attr)
+                if type(call) is not ast.Call or call.func is not attr:
+                    continue
+                if analysis.enclosing_class(call) is owner and analysis.is_self(attr.value, call):  # type: ignore[attr-defined]
+                    value = argument(call, param.arg, position)
+                    if value is not None:
+                        found.append((value, call))
+        return found
 
     def _check_element(self, mutation: Mutation, binding: Binding) -> None:
         """``laterals[i] += v`` on a list of tensors: the element changes in place
@@ -973,7 +1137,30 @@ class InplaceOnSaved(Rule):
             return None
         return value if type(value) is ast.Name and value.id != binding.name else None
 
-    def _saving_use(self, name: ast.Name) -> Saver | None:
+    def _forward_saves(self, call: ast.Call, operand: ast.expr, depth: int) -> Saver | None:
+        """What saves ``operand`` in the ``forward`` of the module of this file ``call``
+        calls (``self.branch(x)`` whose ``forward`` runs ``self.conv(x)``)."""
+        analysis = self.analysis
+        if operand not in call.args or any(type(a) is ast.Starred for a in call.args):
+            return None
+        position = call.args.index(operand) + 1  # after ``self``
+        for forward in module_forwards(analysis, call.func, call):
+            params = forward.args.args
+            if position >= len(params):
+                continue
+            scope = analysis._scopes.get(forward)
+            bindings = scope.bindings.get(params[position].arg, []) if scope is not None else []
+            binding = next((b for b in bindings if b.node is params[position]), None)
+            if binding is None:
+                continue
+            end = analysis.end_index(forward) + 1
+            for read in reads_of(analysis, self.names, binding, forward, binding.end, end):
+                saver = self._saving_use(read, depth + 1)
+                if saver is not None:
+                    return saver
+        return None
+
+    def _saving_use(self, name: ast.Name, depth: int = 0) -> Saver | None:
         """The op at this read of the tensor saves it: an output-saving in-place op
         (``h.sigmoid_()``) or an op that saves this operand (``h @ w``)."""
         analysis = self.analysis
@@ -987,6 +1174,12 @@ class InplaceOnSaved(Rule):
             if op in SAVES_OUTPUT and type(call) is ast.Call and self._recorded(call, call):
                 return Saver(call, statement, f"`{read.method}` saved its output", True)
             return None
+        passed = call_of_argument(analysis, read.top) if read.kind == "escape" else None
+        if passed is not None and depth < 3 and self._recorded(passed[0], passed[0]):
+            inner = self._forward_saves(passed[0], read.top, depth)  # ``self.branch(x)``
+            if inner is not None:
+                label = analysis.segment(passed[0].func)
+                return Saver(passed[0], statement, f"{inner.description} in `{label}`", False)
         if read.kind != "fresh":
             return None
         op_node = self._operation(read.top)

@@ -32,6 +32,19 @@ def module_output_op(analysis: Semantic, func: ast.expr, at: ast.AST) -> str | N
     return _Follower(analysis).called(func, at, None, 0)
 
 
+def module_forwards(analysis: Semantic, func: ast.expr, at: ast.AST) -> list[ast.FunctionDef]:
+    """The ``forward`` methods calling the module ``func`` may run: those of the module
+    classes of this file it is built from (``[]`` when any is unknown)."""
+    follower = _Follower(analysis)
+    forwards = []
+    for value, _ in follower._module_values(func, at):
+        forward = follower._forward_of(value.func) if type(value) is ast.Call else None
+        if forward is None:
+            return []
+        forwards.append(forward)
+    return forwards
+
+
 class _Follower:
     def __init__(self, analysis: Semantic) -> None:
         self.analysis = analysis
