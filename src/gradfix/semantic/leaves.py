@@ -13,6 +13,8 @@ from gradfix.torch_facts import FACTORIES, LAYER_PARAMETERS
 class LeafQueries(ModuleQueries):
     #: every ``x.requires_grad = flag`` / ``x.requires_grad_(flag)`` once asked
     _requires_grad_all: list[tuple[ast.AST, bool]] | None = None
+    #: why each parameter asked about holds a leaf because of what its callers pass
+    _passed_leaf_cache: dict[ast.arg, LeafReason | None] | None = None
 
     def leaf_reason(
         self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0
@@ -90,12 +92,20 @@ class LeafQueries(ModuleQueries):
 
     def _passed_leaf_reason(self, param: ast.arg, depth: int) -> LeafReason | None:
         """Every call site in this file passes a leaf that requires grad for ``param``
-        (``init_table(E=self.emb.weight)``)."""
+        (``init_table(E=self.emb.weight)``). Answered once per parameter (a parameter
+        passed on to other functions would otherwise be asked again at every depth)."""
+        if self._passed_leaf_cache is None:
+            self._passed_leaf_cache = {}
+        if param in self._passed_leaf_cache:
+            return self._passed_leaf_cache[param]
+        self._passed_leaf_cache[param] = None  # recursion guard
         passed = self.passed_arguments(param)
         reasons = [self.leaf_reason(arg, site, depth + 1) for arg, site in passed]
-        if not reasons or not all(reasons):
-            return None
-        return LeafReason(f"`{param.arg}` is passed {reasons[0].description}")  # type: ignore[union-attr]
+        reason = None
+        if reasons and all(reasons):
+            reason = LeafReason(f"`{param.arg}` is passed {reasons[0].description}")  # type: ignore[union-attr]
+        self._passed_leaf_cache[param] = reason
+        return reason
 
     def _requires_grad_marks(self, name: str, binding: Binding, at: ast.AST) -> bool | None:
         """The last ``name.requires_grad = X`` or ``name.requires_grad_(X)`` after ``binding``."""
