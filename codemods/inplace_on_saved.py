@@ -214,6 +214,7 @@ class InplaceOnSaved(Rule):
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self.names = NameIndex(self.analysis)
+        self._loop_backwards: dict[ast.AST, list[ast.Call]] = {}
 
     VALID = [
         Valid(
@@ -1116,10 +1117,12 @@ class InplaceOnSaved(Rule):
             start, stop = analysis.index(value) - 1, analysis.end_index(value) + 1
             reads += reads_of(analysis, self.names, binding, scope, start, stop)
         loop = _loop_without(self, statement, binding.node)
-        if loop is not None and not _backward_calls(loop):
+        if loop is not None:
             # the rest of the body ran in the previous iteration, before this change
             start, stop = analysis.end_index(statement), analysis.end_index(loop) + 1
-            reads += reads_of(analysis, self.names, binding, scope, start, stop)
+            later = list(reads_of(analysis, self.names, binding, scope, start, stop))
+            if later and not self._loop_backward_calls(loop):
+                reads += later
         for read in reads:
             if analysis.in_exclusive_branches(read, statement):
                 continue  # `if a: x * m` then `else: m.mul_(s)`: the save never happened
@@ -1129,6 +1132,11 @@ class InplaceOnSaved(Rule):
             if saver is not None:
                 return saver
         return None
+
+    def _loop_backward_calls(self, loop: ast.AST) -> list[ast.Call]:
+        if loop not in self._loop_backwards:
+            self._loop_backwards[loop] = _backward_calls(loop)
+        return self._loop_backwards[loop]
 
     def _aliased(self, binding: Binding) -> ast.Name | None:
         """``x`` for ``out = x`` (the same tensor under another name)."""
