@@ -1127,7 +1127,7 @@ class InplaceOnSaved(Rule):
             if analysis.in_exclusive_branches(read, statement):
                 continue  # `if a: x * m` then `else: m.mul_(s)`: the save never happened
             saver = self._saving_use(read)
-            if saver is not None and analysis.index(read) > end:
+            if saver is not None and analysis.index(read) > analysis.end_index(statement):
                 return replace(saver, description=f"{saver.description} in the previous iteration")
             if saver is not None:
                 return saver

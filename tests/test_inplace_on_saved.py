@@ -259,3 +259,21 @@ def test_item_assignment_in_a_list_is_not_a_change_in_place() -> None:
         """
     )
     assert result.findings == []
+
+
+def test_operand_of_the_changing_statement_is_saved_in_this_iteration() -> None:
+    # `x /= x.norm()`: `norm` saved `x` in the same statement, not in an earlier iteration
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 4, requires_grad=True)
+        outs = []
+        for step in range(2):
+            x = w * (step + 1)
+            x /= x.norm(dim=1, keepdim=True)
+            outs.append(x)
+        torch.stack(outs).sum().backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF204"]
+    assert "`norm` saved it for backward" in result.findings[0].message
