@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -24,6 +24,7 @@ from gradfix.inplace import (
     small_statement,
 )
 from gradfix.lazy import lazy_class
+from gradfix.module_outputs import OUTPUT_SAVING_MODULES, module_forwards, module_output_op
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -38,6 +39,7 @@ from gradfix.semantic import (
     SAVES_OUTPUT,
     TENSOR_OPS,
     Binding,
+    argument,
     argument_node,
     argument_value,
     argument_values,
@@ -60,11 +62,6 @@ TWIN_METHODS = frozenset(
 )
 #: Twins whose result has the receiver's dtype whatever the other arguments are.
 DTYPE_KEEPING_METHODS = frozenset("masked_fill index_fill".split())
-#: ``nn`` activation modules that save their output, by the op they apply.
-OUTPUT_SAVING_MODULES = {
-    "Sigmoid": "sigmoid", "Tanh": "tanh", "ReLU": "relu", "Softmax": "softmax",
-    "LogSoftmax": "log_softmax", "Softmin": "softmin",
-}  # fmt: skip
 #: ``nn`` modules with an ``inplace`` flag, and its position in the constructor.
 INPLACE_MODULES = {
     "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardsigmoid": 0,
@@ -77,6 +74,11 @@ INPUT_SAVING_MODULES = frozenset(
     "Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d "
     "LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d InstanceNorm1d InstanceNorm2d "
     "InstanceNorm3d".split()
+)
+#: Tensor attributes and methods that read no values (an in-place change leaves them).
+METADATA = frozenset(
+    "shape size dim ndimension ndim numel nelement dtype device is_floating_point "
+    "is_complex element_size stride get_device".split()
 )
 
 
@@ -132,7 +134,16 @@ class InplaceOnSaved(Rule):
     for backward: the output of `sigmoid`, `tanh`, `exp`, `relu`, `softmax`, `sqrt`,
     `rsqrt`, `reciprocal`, `x ** y`..., or an operand of `matmul`, `mul`, `div`, `pow`,
     `log`, a `Linear` or `Conv` layer... while a later backward still needs that graph.
-    Rewrites the change out of place.
+    Activation modules are their functional op (`self.act = nn.Sigmoid()` then
+    `g = self.act(h)` saves `g`), and so are an `nn.Sequential` ending in one and a module
+    class of the file whose `forward` returns one (`out = self.body(x); out += x`). The
+    operands of the changing statement count (`x /= x.norm()`: `norm` saved `x` before
+    the division), and so do the inputs of an `nn.Module`'s `forward`, the elements of a
+    list of such outputs (`maps[i - 1] += up`), what the rest of a loop body saved in
+    the previous iteration, and what saved `x` before `out = x; out[0] = v`. A module's
+    `forward` that changes its input is reported when the module of the file calling it
+    saved that tensor first (`a = self.branch(x); b = self.scale(x)`, through the
+    `forward` of `self.branch`). Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -177,17 +188,25 @@ class InplaceOnSaved(Rule):
     ## Fix safety
     The rewrite rebinds the name to a new tensor instead of changing the shared one, so
     it is offered only when the name is bound in the same scope to a fresh result (not a
-    parameter of the function, not a view of another tensor) and no other name, view or
-    container holding the tensor is read after the change; otherwise the finding is
-    reported without a fix. The fix is safe when the values keep their dtype: number
-    operands (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `h = h.clone()`
-    before an index assignment or a change through a view (`h[0].zero_()`), dropping
+    view of another tensor; `h = F.relu(h, inplace=True)` is the tensor `h` held before)
+    and no other name, view or container holding the tensor is read after the change;
+    otherwise the finding is reported without a fix. For a parameter of the function the
+    fix is unsafe (the caller's tensor is no longer changed), and there is none when the
+    function does not read the name after the change (then the change is for the
+    caller). The fix is safe when the values keep their dtype: number operands
+    (`h += 1`, `h.clamp_(0, 1)`, `h.masked_fill_(m, 0.0)`), `h = h.clone()` before an
+    index assignment or a change through a view (`h[0].zero_()`), dropping
     `inplace=True`. It is unsafe with a tensor operand (`h += bias`): `h + bias` may
     promote the dtype where `h += bias` kept it. `inplace=True` is dropped from a module
     attribute only when the module is used once, on this tensor (other call sites may
-    rely on the in-place change). Changes under `no_grad()` are reported without a fix:
-    out of place they would cut the graph. Ops recorded under `no_grad()`, tensors that
-    do not require grad, a backward call between the op and the change, eval-only
+    rely on the in-place change); it is unsafe when an alias read later, or the caller,
+    saw the activation applied in place. `maps[i] += v` on a list becomes
+    `maps[i] = maps[i] + v` (unsafe) only when the list is only indexed, measured or
+    returned (no other name holds the element). `out = x` becomes `out = x.clone()` when
+    `x` is only measured (`x.size(0)`) after the change (unsafe for a parameter `x`).
+    Changes under `no_grad()` are reported without
+    a fix: out of place they would cut the graph. Ops recorded under `no_grad()`, tensors
+    that do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
     and leaves (GF201) are not reported.
     """
@@ -205,6 +224,7 @@ class InplaceOnSaved(Rule):
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
         self.names = NameIndex(self.analysis)
+        self._loop_backwards: dict[ast.AST, list[ast.Call]] = {}
 
     VALID = [
         Valid(
@@ -287,6 +307,142 @@ class InplaceOnSaved(Rule):
             h = F.linear(torch.randn(2, 3), w)
             h = F.relu(h, inplace=True)  # linear does not save its output
             h.sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 4)
+                    self.drop = nn.Dropout(0.1)
+
+                def forward(self, x):
+                    x = x / x.norm(dim=-1, keepdim=True)  # out of place
+                    h = self.drop(self.fc(x))
+                    h += x  # dropout saves its mask, not its output
+                    return h
+
+                def scale_(self, x):
+                    n = x.norm()
+                    x /= n  # only the caller reads the change
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(4, 4, requires_grad=True)
+            h = torch.zeros(4, 1)
+            for step in range(4):
+                h[step] = 1.0  # each step's graph is gone by the next change
+                loss = (w @ h).sum()
+                loss.backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            ACTIVATIONS = {"relu": nn.ReLU, "none": nn.Identity}
+
+
+            class ConvBNAct(nn.Module):
+                def __init__(self, cin, cout, act="relu"):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.act = ACTIVATIONS[act]()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class Residual(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.body = nn.Sequential(ConvBNAct(c, c), ConvBNAct(c, c, act="none"))
+
+                def forward(self, x):
+                    out = self.body(x)
+                    out += x  # the last block has no activation
+                    return out
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class TopDown(nn.Module):
+                def __init__(self, channels, width):
+                    super().__init__()
+                    self.laterals = nn.ModuleList([nn.Conv2d(c, width, 1) for c in channels])
+                    self.act = nn.ReLU()
+
+                def forward(self, feats):
+                    maps = [lat(f) for f, lat in zip(feats, self.laterals)]
+                    for i in range(len(maps) - 1, 0, -1):
+                        maps[i - 1] += F.interpolate(maps[i], scale_factor=2.0)  # conv output
+                    acts = [self.act(m) for m in maps]
+                    acts[0] = acts[0] * 2  # puts a new tensor in the list
+                    return acts
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Mask(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    out = x * 1.0
+                    keep = out
+                    keep[..., :2] = 0.0  # nothing saved `out`: mul by a constant
+                    return self.proj(keep)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Branch(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class Scale(nn.Module):
+                def forward(self, x):
+                    x *= 2.0
+                    return x + 1
+
+
+            class Block(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.branch = Branch(c)
+                    self.scale = Scale()
+
+                def forward(self, x):
+                    b = self.scale(x)  # before anything saved x
+                    a = self.branch(x)
+                    return a * b
             """
         ),
     ]
@@ -407,6 +563,336 @@ class InplaceOnSaved(Rule):
             h.sum().backward()
             """,
         ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Gate(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+                    self.squash = nn.Sigmoid()
+
+                def forward(self, x):
+                    g = self.squash(self.proj(x))
+                    g[:, 0] = 1.0  # keep the first channel open
+                    return x * g
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Gate(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+                    self.squash = nn.Sigmoid()
+
+                def forward(self, x):
+                    g = self.squash(self.proj(x))
+                    g = g.clone()
+                    g[:, 0] = 1.0  # keep the first channel open
+                    return x * g
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Normalize(nn.Module):
+                def forward(self, feats):
+                    feats /= feats.norm(dim=-1, keepdim=True)
+                    return feats * 2
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Normalize(nn.Module):
+                def forward(self, feats):
+                    feats = feats / feats.norm(dim=-1, keepdim=True)
+                    return feats * 2
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Unit(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+                def forward(self, x):
+                    h = self.conv(x)
+                    h = F.relu(h, inplace=True)
+                    h += self.conv(h)
+                    return h
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Unit(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+                def forward(self, x):
+                    h = self.conv(x)
+                    h = F.relu(h, inplace=True)
+                    h = h + self.conv(h)
+                    return h
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(4, 4, requires_grad=True)
+            h = torch.zeros(4, 1)
+            total = 0
+            for step in range(4):
+                h[step] = 1.0  # the previous step's matmul saved h
+                total = total + (w @ h).sum()
+            total.backward()
+            """,
+            """
+            import torch
+            w = torch.randn(4, 4, requires_grad=True)
+            h = torch.zeros(4, 1)
+            total = 0
+            for step in range(4):
+                h = h.clone()
+                h[step] = 1.0  # the previous step's matmul saved h
+                total = total + (w @ h).sum()
+            total.backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            ACTIVATIONS = {"relu": nn.ReLU, "none": nn.Identity}
+
+
+            class ConvBNAct(nn.Module):
+                def __init__(self, cin, cout, act="relu"):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.act = ACTIVATIONS[act]()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class Residual(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.body = nn.Sequential(ConvBNAct(c, c), ConvBNAct(c, c))
+
+                def forward(self, x):
+                    out = self.body(x)
+                    out += x  # the last ConvBNAct's ReLU saved `out`
+                    return out
+            """,
+            """
+            import torch
+            from torch import nn
+
+            ACTIVATIONS = {"relu": nn.ReLU, "none": nn.Identity}
+
+
+            class ConvBNAct(nn.Module):
+                def __init__(self, cin, cout, act="relu"):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.act = ACTIVATIONS[act]()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class Residual(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.body = nn.Sequential(ConvBNAct(c, c), ConvBNAct(c, c))
+
+                def forward(self, x):
+                    out = self.body(x)
+                    out = out + x  # the last ConvBNAct's ReLU saved `out`
+                    return out
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Lateral(nn.Module):
+                def __init__(self, cin, cout):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 1)
+                    self.act = nn.ReLU()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class TopDown(nn.Module):
+                def __init__(self, channels, width):
+                    super().__init__()
+                    self.laterals = nn.ModuleList()
+                    for c in channels:
+                        self.laterals.append(Lateral(c, width))
+
+                def forward(self, feats):
+                    maps = [lat(f) for f, lat in zip(feats, self.laterals)]
+                    for i in range(len(maps) - 1, 0, -1):
+                        maps[i - 1] += F.interpolate(maps[i], scale_factor=2.0)
+                    return maps
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+
+            class Lateral(nn.Module):
+                def __init__(self, cin, cout):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 1)
+                    self.act = nn.ReLU()
+
+                def forward(self, x):
+                    return self.act(self.conv(x))
+
+
+            class TopDown(nn.Module):
+                def __init__(self, channels, width):
+                    super().__init__()
+                    self.laterals = nn.ModuleList()
+                    for c in channels:
+                        self.laterals.append(Lateral(c, width))
+
+                def forward(self, feats):
+                    maps = [lat(f) for f, lat in zip(feats, self.laterals)]
+                    for i in range(len(maps) - 1, 0, -1):
+                        maps[i - 1] = maps[i - 1] + F.interpolate(maps[i], scale_factor=2.0)
+                    return maps
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Split(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    y = self.proj(x)
+                    out = x
+                    out[..., :2] = y[..., :2]  # `proj` saved x
+                    return out * x.size(-1) + y
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Split(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    y = self.proj(x)
+                    out = x.clone()
+                    out[..., :2] = y[..., :2]  # `proj` saved x
+                    return out * x.size(-1) + y
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+
+            class Branch(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class Scale(nn.Module):
+                def forward(self, x):
+                    x *= 2.0
+                    return x + 1
+
+
+            class Block(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.branch = Branch(c)
+                    self.scale = Scale()
+
+                def forward(self, x):
+                    a = self.branch(x)
+                    b = self.scale(x)  # changes the x the branch's conv saved
+                    return a * b
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Branch(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            class Scale(nn.Module):
+                def forward(self, x):
+                    x = x * 2.0
+                    return x + 1
+
+
+            class Block(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.branch = Branch(c)
+                    self.scale = Scale()
+
+                def forward(self, x):
+                    a = self.branch(x)
+                    b = self.scale(x)  # changes the x the branch's conv saved
+                    return a * b
+            """,
+        ),
     ]
 
     # -- collecting mutations ----------------------------------------------------------------
@@ -469,30 +955,230 @@ class InplaceOnSaved(Rule):
             return  # autograd records nothing inside a custom Function
         if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
             return
+        if _is_list_display(binding):
+            self._check_element(mutation, binding)
+            return
         saver = self._saver(name, binding, statement)
-        if saver is None or not self._graph_needed(saver, mutation):
+        if saver is None:
+            self._check_caller_saved(mutation, binding)
+            return
+        if not self._graph_needed(saver, mutation):
             return
         self.report(mutation.node, self._message(mutation, saver), fix=self._fix(mutation, binding))
 
-    def _saver(self, name: ast.Name, binding: Binding, statement: ast.stmt) -> Saver | None:
-        """The recorded op that saved the tensor ``name`` holds at ``statement``."""
+    # -- the input of a module, saved by its caller --------------------------------------------
+    def _check_caller_saved(self, mutation: Mutation, binding: Binding) -> None:
+        """``forward(self, x)`` changes ``x`` (or ``out = x``) in place, and the module
+        that calls this one in the file saved that tensor before the call (``a =
+        self.branch(x); b = self.this(x)``). The fixes stop changing the caller's tensor:
+        unsafe."""
+        root = self._root_binding(binding)
+        aliased = self._aliased(root)
+        if aliased is not None:
+            root = self.analysis.reaching_binding(aliased, root.node) or root
+        if not _is_parameter(self, root) or not self.analysis._is_forward_input(root.node):  # type: ignore[arg-type]
+            return
+        for argument_, call in self._module_calls_passing(root.node):  # type: ignore[arg-type]
+            saver = self._caller_saver(argument_, call)
+            if saver is not None:
+                fix = self._fix(mutation, binding)
+                self.report(mutation.node, self._message(mutation, saver), fix=fix)
+                return
+
+    def _caller_saver(self, argument_: ast.expr, call: ast.Call) -> Saver | None:
+        statement = small_statement(self.analysis, call)
+        if type(argument_) is not ast.Name or statement is None:
+            return None
+        binding = self.analysis.reaching_binding(argument_, call)
+        if binding is None:
+            return None
+        saver = self._saver(argument_, binding, statement)
+        passed = Mutation(statement, call, argument_, "module", call)
+        if saver is None or not self._graph_needed(saver, passed):
+            return None
+        where = f"{saver.description} in the caller"
+        return replace(saver, description=where)
+
+    def _module_calls_passing(self, param: ast.arg) -> list[tuple[ast.expr, ast.Call]]:
+        """The arguments calls of this module class in the file pass for ``param`` of its
+        ``forward``: ``self.block(x)`` after ``self.block = Block(...)``."""
+        analysis = self.analysis
+        forward = analysis.enclosing_function(param)
+        cls = analysis.method_class(forward) if forward is not None else None
+        if forward is None or cls is None:
+            return []
+        position = forward.args.args.index(param) - 1
+        found: list[tuple[ast.expr, ast.Call]] = []
+        for construction in analysis._calls_by_name.get(cls.name, []):
+            holder = analysis.parent(construction)
+            if type(holder) is not ast.Assign or len(holder.targets) != 1:
+                continue
+            target = holder.targets[0]
+            if type(target) is not ast.Attribute or not analysis.is_self(target.value, holder):
+                continue
+            owner = analysis.enclosing_class(holder)
+            for attr in analysis._attributes.get(target.attr, []):
+                call = analysis.parent(attr)
+                if type(call) is not ast.Call or call.func is not attr:
+                    continue
+                if analysis.enclosing_class(call) is owner and analysis.is_self(attr.value, call):  # type: ignore[attr-defined]
+                    value = argument(call, param.arg, position)
+                    if value is not None:
+                        found.append((value, call))
+        return found
+
+    def _check_element(self, mutation: Mutation, binding: Binding) -> None:
+        """``laterals[i] += v`` on a list of tensors: the element changes in place
+        (``laterals[i] = v`` only puts another tensor in the list)."""
+        statement = mutation.statement
+        if type(statement) is ast.Assign and _element_of(statement.targets[0], mutation.name):
+            return
+        value = binding.value
+        assert value is not None
+        elements = [value.elt] if type(value) is ast.ListComp else value.elts  # type: ignore[attr-defined]
+        ops = {self._element_op(element) for element in elements}
+        op = ops.pop() if len(ops) == 1 else None
+        if op is None:
+            return
+        saver = Saver(value, binding.node, f"`{op}` saved its output (the list's elements)", True)
+        if self._graph_needed(saver, mutation):
+            fix = self._element_fix(mutation, binding)
+            self.report(mutation.node, self._message(mutation, saver), fix=fix)
+
+    def _element_op(self, element: ast.expr) -> str | None:
+        """The output-saving op that made a list element, when it was recorded."""
+        if type(element) is not ast.Call or self.analysis.in_no_grad(element):
+            return None
+        op = self._output_saving_op(element, element)
+        if op is None:
+            return None
+        # a module class of the file has parameters: its output requires grad
+        through_class = self._module_class(element.func) is None
+        return op if through_class or self.analysis.requires_grad(element, element) else None
+
+    def _element_fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
+        """``xs[i] += v`` -> ``xs[i] = xs[i] + v`` (unsafe: the dtype may change) when the
+        list is only ever indexed, so no other name holds the element."""
+        statement = mutation.statement
+        if type(statement) is not ast.AugAssign or not _element_of(statement.target, mutation.name):
+            return None
+        operator = _augmented().get(type(statement.op))
+        target = statement.target
+        if operator is None or type(target) is not ast.Subscript:
+            return None
+        if not _is_plain_index(target.slice):
+            return None
+        scope = self.analysis.scope_of(statement).node
+        for read in reads_of(self.analysis, self.names, binding, scope, binding.end, 1 << 62):
+            if not self._only_indexed(read):
+                return None
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(statement)
+            assert isinstance(old, cst.AugAssign)
+            new = cst.Assign(
+                targets=[cst.AssignTarget(old.target)],
+                value=cst.BinaryOperation(old.target, operator, _operand(old.value, operator)),
+                semicolon=old.semicolon,
+            )
+            return [Edit(old, new)]
+
+        text = self.analysis.segment(statement.target)
+        description = f"Write `{text} = {text} {_symbol(operator)} ...`"
+        return self.plan(build, description, safety=FixSafety.UNSAFE)
+
+    def _only_indexed(self, read: ast.Name) -> bool:
+        """This read of a list takes an element that no name keeps, its ``len``, or
+        returns the list (which holds the new element after the fix)."""
+        parent = self.analysis.parent(read)
+        if type(parent) is ast.Return:
+            return True
+        if type(parent) is ast.Call and type(parent.func) is ast.Name:
+            return parent.func.id == "len"
+        if type(parent) is not ast.Subscript or parent.value is not read:
+            return False
+        holder = self.analysis.parent(parent)
+        return not (type(holder) is ast.Assign and holder.value is parent)
+
+    def _saver(
+        self, name: ast.Name, binding: Binding, statement: ast.stmt, depth: int = 0
+    ) -> Saver | None:
+        """The recorded op that saved the tensor ``name`` holds at ``statement`` (through
+        ``out = x``: what saved ``x`` before)."""
         analysis = self.analysis
         value = binding.value
         if binding.kind == "assign" and value is not None and binding.unpack_index is None:
             op = self._output_saving_op(value, binding.node)
             if op is not None and self._recorded(value, binding.node):
                 return Saver(value, binding.node, f"`{op}` saved its output", True)
+            aliased = self._aliased(binding)
+            if aliased is not None and depth < 4:
+                previous = analysis.reaching_binding(aliased, binding.node)
+                if previous is not None:
+                    saver = self._saver(aliased, previous, statement, depth + 1)
+                    if saver is not None:
+                        return saver
         scope = analysis.scope_of(statement).node
         end = analysis.index(statement)
-        for read in reads_of(analysis, self.names, binding, scope, binding.end, end):
+        reads = list(reads_of(analysis, self.names, binding, scope, binding.end, end))
+        if type(statement) is ast.AugAssign or type(statement) is ast.Assign:
+            # the value runs before the change: ``x /= x.norm()`` saved ``x`` first
+            value = statement.value
+            start, stop = analysis.index(value) - 1, analysis.end_index(value) + 1
+            reads += reads_of(analysis, self.names, binding, scope, start, stop)
+        loop = _loop_without(self, statement, binding.node)
+        if loop is not None:
+            # the rest of the body ran in the previous iteration, before this change
+            start, stop = analysis.end_index(statement), analysis.end_index(loop) + 1
+            later = list(reads_of(analysis, self.names, binding, scope, start, stop))
+            if later and not self._loop_backward_calls(loop):
+                reads += later
+        for read in reads:
             if analysis.in_exclusive_branches(read, statement):
                 continue  # `if a: x * m` then `else: m.mul_(s)`: the save never happened
             saver = self._saving_use(read)
+            if saver is not None and analysis.index(read) > analysis.end_index(statement):
+                return replace(saver, description=f"{saver.description} in the previous iteration")
             if saver is not None:
                 return saver
         return None
 
-    def _saving_use(self, name: ast.Name) -> Saver | None:
+    def _loop_backward_calls(self, loop: ast.AST) -> list[ast.Call]:
+        if loop not in self._loop_backwards:
+            self._loop_backwards[loop] = _backward_calls(loop)
+        return self._loop_backwards[loop]
+
+    def _aliased(self, binding: Binding) -> ast.Name | None:
+        """``x`` for ``out = x`` (the same tensor under another name)."""
+        value = binding.value
+        if binding.kind != "assign" or binding.unpack_index is not None:
+            return None
+        return value if type(value) is ast.Name and value.id != binding.name else None
+
+    def _forward_saves(self, call: ast.Call, operand: ast.expr, depth: int) -> Saver | None:
+        """What saves ``operand`` in the ``forward`` of the module of this file ``call``
+        calls (``self.branch(x)`` whose ``forward`` runs ``self.conv(x)``)."""
+        analysis = self.analysis
+        if operand not in call.args or any(type(a) is ast.Starred for a in call.args):
+            return None
+        position = call.args.index(operand) + 1  # after ``self``
+        for forward in module_forwards(analysis, call.func, call):
+            params = forward.args.args
+            if position >= len(params):
+                continue
+            scope = analysis._scopes.get(forward)
+            bindings = scope.bindings.get(params[position].arg, []) if scope is not None else []
+            binding = next((b for b in bindings if b.node is params[position]), None)
+            if binding is None:
+                continue
+            end = analysis.end_index(forward) + 1
+            for read in reads_of(analysis, self.names, binding, forward, binding.end, end):
+                saver = self._saving_use(read, depth + 1)
+                if saver is not None:
+                    return saver
+        return None
+
+    def _saving_use(self, name: ast.Name, depth: int = 0) -> Saver | None:
         """The op at this read of the tensor saves it: an output-saving in-place op
         (``h.sigmoid_()``) or an op that saves this operand (``h @ w``)."""
         analysis = self.analysis
@@ -506,6 +1192,12 @@ class InplaceOnSaved(Rule):
             if op in SAVES_OUTPUT and type(call) is ast.Call and self._recorded(call, call):
                 return Saver(call, statement, f"`{read.method}` saved its output", True)
             return None
+        passed = call_of_argument(analysis, read.top) if read.kind == "escape" else None
+        if passed is not None and depth < 3 and self._recorded(passed[0], passed[0]):
+            inner = self._forward_saves(passed[0], read.top, depth)  # ``self.branch(x)``
+            if inner is not None:
+                label = analysis.segment(passed[0].func)
+                return Saver(passed[0], statement, f"{inner.description} in `{label}`", False)
         if read.kind != "fresh":
             return None
         op_node = self._operation(read.top)
@@ -550,6 +1242,9 @@ class InplaceOnSaved(Rule):
             layer = self._module_class(value.func)
             if layer in OUTPUT_SAVING_MODULES:
                 return f"nn.{layer}"
+            returned = module_output_op(analysis, value.func, at)
+            if returned is not None:
+                return f"{returned}` in `{analysis.segment(value.func)}"
         return None
 
     def _module_class(self, func: ast.expr) -> str | None:
@@ -647,6 +1342,12 @@ class InplaceOnSaved(Rule):
                 if derived is None:
                     return True  # stored somewhere we cannot follow
                 holders |= derived
+        statement = mutation.statement
+        if type(statement) is ast.AugAssign or type(statement) is ast.Assign:
+            value = statement.value  # ``x /= norm``: ``x`` now holds what ``norm`` held
+            first, last = analysis.index(value), analysis.end_index(value)
+            if any(first <= analysis.index(n) <= last for n in self._holder_names(scope, holders)):
+                holders.add(mutation.name.id)
         if mutation.call is not None and type(mutation.statement) is not ast.Expr:
             if type(mutation.statement) in (ast.Return, ast.AugAssign):
                 return True
@@ -658,6 +1359,9 @@ class InplaceOnSaved(Rule):
             and classify_read(analysis, name).kind != "nongraph"
             for name in self.names.all(scope)
         )
+
+    def _holder_names(self, scope: ast.AST, holders: set[str]) -> list[ast.Name]:
+        return [name for name in self.names.all(scope) if name.id in holders]
 
     def _derived_holders(self, name: ast.Name) -> set[str] | None:
         """Names that hold what the statement around this read computes from it;
@@ -704,14 +1408,66 @@ class InplaceOnSaved(Rule):
     def _fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
         if self.analysis.in_no_grad(mutation.statement):
             return None  # out of place under no_grad would cut the graph
+        if mutation.form == "module":
+            plan = self._module_fix(mutation)
+            if plan is None or self._rebindable(mutation, binding):
+                return plan
+            # aliases, or the caller, no longer see the activation applied to them
+            return replace(plan, safety=FixSafety.UNSAFE)
+        if self._aliased(binding) is not None:
+            return self._alias_clone_fix(mutation, binding)
         if not self._rebindable(mutation, binding):
             return None
+        if not _is_parameter(self, self._root_binding(binding)):
+            return self._rebinding_fix(mutation, binding)
+        if not self._read_after(mutation):
+            return None  # the change is only for the caller, who holds the tensor
+        plan = self._rebinding_fix(mutation, binding)
+        # this function reads the new value; the caller's tensor is no longer changed
+        return None if plan is None else replace(plan, safety=FixSafety.UNSAFE)
+
+    def _alias_clone_fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
+        """``out = x`` -> ``out = x.clone()`` when ``x`` is only measured after the change
+        (its values would no longer show it) and ``out`` names nothing else."""
+        analysis = self.analysis
+        aliased = self._aliased(binding)
+        assert aliased is not None and type(binding.node) is ast.Assign
+        if len(binding.node.targets) != 1 or type(binding.node.targets[0]) is not ast.Name:
+            return None
+        previous = analysis.reaching_binding(aliased, binding.node)
+        if previous is None or not self._no_alias_read_after(mutation, binding):
+            return None
+        scope = analysis.scope_of(mutation.statement).node
+        after = analysis.end_index(mutation.statement)
+        for read in reads_of(analysis, self.names, previous, scope, after, 1 << 62):
+            parent = analysis.parent(read)
+            if type(parent) is not ast.Attribute or parent.attr not in METADATA:
+                return None
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(aliased)
+            assert isinstance(old, cst.Name)
+            return [Edit(old, cst.Call(cst.Attribute(old, cst.Name("clone"))))]
+
+        # a parameter: the caller's tensor is no longer changed
+        safety = FixSafety.UNSAFE if _is_parameter(self, previous) else None
+        description = f"Copy it: `{binding.name} = {aliased.id}.clone()`"
+        return self.plan(build, description, safety=safety)
+
+    def _root_binding(self, binding: Binding) -> Binding:
+        """The binding that made the tensor: before ``h = F.relu(h, inplace=True)``."""
+        for _ in range(5):
+            previous = self._changed_in_place_by(binding)
+            if previous is None:
+                break
+            binding = previous
+        return binding
+
+    def _rebinding_fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
         if mutation.form == "augassign":
             return self._augassign_fix(mutation)
         if mutation.form == "function":
             return self._function_fix(mutation)
-        if mutation.form == "module":
-            return self._module_fix(mutation)
         if mutation.form == "method":
             twin = self._twin_fix(mutation)
             if twin is not None:
@@ -720,14 +1476,44 @@ class InplaceOnSaved(Rule):
             return self._clone_fix(mutation)
         return None
 
-    def _rebindable(self, mutation: Mutation, binding: Binding) -> bool:
+    def _rebindable(self, mutation: Mutation, binding: Binding, depth: int = 0) -> bool:
         """Rebinding the name keeps forward results: it holds a fresh tensor bound in this
-        scope, and no alias of it (another name, a view, a container) is read later."""
-        analysis = self.analysis
+        scope (or a parameter of the function: see :meth:`_fix`), and no alias of it
+        (another name, a view, a container) is read later. ``h = F.relu(h, inplace=True)``
+        holds the tensor ``h`` held before: that one must be rebindable too."""
+        if _is_parameter(self, binding):
+            return self._no_alias_read_after(mutation, binding)
         if binding.kind != "assign" or binding.value is None or binding.unpack_index is not None:
             return False
-        if not self._is_fresh(binding.value, binding.node):
+        previous = self._changed_in_place_by(binding)
+        if previous is not None:
+            if depth > 4 or not self._rebindable(mutation, previous, depth + 1):
+                return False
+        elif not self._is_fresh(binding.value, binding.node):
             return False
+        return self._no_alias_read_after(mutation, binding)
+
+    def _changed_in_place_by(self, binding: Binding) -> Binding | None:
+        """The earlier binding of ``h`` when ``binding`` is ``h = F.relu(h, inplace=True)``
+        or ``h = self.act(h)`` with an in-place activation module (the same tensor)."""
+        argument = self._in_place_rebinding(binding.node)
+        return None if argument is None else self.analysis.reaching_binding(argument, binding.node)
+
+    def _in_place_rebinding(self, statement: ast.AST | None) -> ast.Name | None:
+        """The ``h`` passed in ``h = F.relu(h, inplace=True)`` / ``h = self.act(h)`` (an
+        in-place activation module): the statement binds ``h`` to the tensor it had."""
+        if type(statement) is not ast.Assign or type(statement.value) is not ast.Call:
+            return None
+        call = statement.value
+        if inplace_function(self.analysis, call) is None and not self._inplace_module(call.func):
+            return None
+        first = first_argument(call)
+        if type(first) is not ast.Name or _bound_names(statement) != [first.id]:
+            return None
+        return first
+
+    def _no_alias_read_after(self, mutation: Mutation, binding: Binding) -> bool:
+        analysis = self.analysis
         scope = analysis.scope_of(mutation.statement).node
         end = analysis.index(mutation.statement)
         after = analysis.end_index(mutation.statement)
@@ -736,6 +1522,8 @@ class InplaceOnSaved(Rule):
             end, after = analysis.end_index(loop), analysis.index(loop)
         aliases: set[str] = set()
         for read in reads_of(analysis, self.names, binding, scope, binding.end, end):
+            if self._rebinds_in_place(read):
+                continue  # ``h = self.act(h)``: checked as the next binding of ``h``
             use = classify_read(analysis, read)
             if use.kind == "escape":
                 return False
@@ -744,6 +1532,12 @@ class InplaceOnSaved(Rule):
         return not any(
             analysis.index(n) > after for alias in aliases for n in self.names.named(scope, alias)
         )
+
+    def _rebinds_in_place(self, read: ast.Name) -> bool:
+        """``read`` is the ``h`` of ``h = self.act(h)`` / ``h = F.relu(h, inplace=True)``."""
+        call = self.analysis.parent(read)
+        statement = self.analysis.parent(call) if type(call) is ast.Call else None
+        return self._in_place_rebinding(statement) is read
 
     def _is_fresh(self, value: ast.expr, at: ast.AST) -> bool:
         """``value`` makes a new tensor, not a view or an alias of another one."""
@@ -754,6 +1548,10 @@ class InplaceOnSaved(Rule):
             return True
         if type(value) is ast.Call and self._module_class(value.func) in OUTPUT_SAVING_MODULES:
             return not self._inplace_module(value.func)
+        if type(value) is ast.Call:
+            returned = module_output_op(analysis, value.func, at)
+            if returned is not None:
+                return not returned.endswith("_")  # ``relu_``: the module's input itself
         op = analysis.tensor_op(value, at)
         if op is None or op[0] not in TENSOR_OPS or op[0] in MAY_ALIAS_OPS:
             return False
@@ -931,6 +1729,40 @@ def _base_name(expr: ast.expr) -> ast.Name | None:
     while type(expr) is ast.Subscript or (type(expr) is ast.Attribute and expr.attr in ("T", "mT")):
         expr = expr.value  # type: ignore[attr-defined]
     return expr if type(expr) is ast.Name else None
+
+
+def _is_list_display(binding: Binding) -> bool:
+    """``xs = [f(a) for a in ...]`` / ``xs = [a, b]``: a list of tensors, not a tensor."""
+    value = binding.value
+    return (
+        binding.kind == "assign"
+        and binding.unpack_index is None
+        and (type(value) is ast.ListComp or type(value) is ast.List)
+    )
+
+
+def _element_of(target: ast.expr, name: ast.Name) -> bool:
+    """``target`` is ``name[i]``: one element of the list ``name``."""
+    return type(target) is ast.Subscript and target.value is name
+
+
+def _is_plain_index(index: ast.expr) -> bool:
+    """An index that reads the same twice: names, numbers and arithmetic of them."""
+    return all(
+        type(node) in (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Load)
+        or isinstance(node, (ast.operator, ast.unaryop))
+        for node in ast.walk(index)
+    )
+
+
+def _is_parameter(rule: InplaceOnSaved, binding: Binding) -> bool:
+    """``binding`` is a plain parameter of a function (not ``*args`` / ``**kwargs``)."""
+    if binding.kind != "param" or type(binding.node) is not ast.arg:
+        return False
+    arguments = rule.analysis.parent(binding.node)
+    if type(arguments) is not ast.arguments:
+        return False
+    return arguments.vararg is not binding.node and arguments.kwarg is not binding.node
 
 
 def _tensor_exponent(rule: InplaceOnSaved, operands: list[ast.expr], at: ast.AST) -> bool:

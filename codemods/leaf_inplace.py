@@ -14,7 +14,10 @@ class LeafInplace(NoGradBlockRule):
     Finds in-place operations on a leaf tensor that requires grad outside
     `torch.no_grad()`: initialisers (`w.normal_()`, `uniform_`, `fill_`, `zero_`, `copy_`),
     arithmetic (`w.add_(1)`, `w -= lr * w.grad`), and index assignment (`w[:] = 0`),
-    including loops over `model.parameters()`, and wraps them in `with torch.no_grad():`.
+    including loops over `model.parameters()`, the weights of submodules reached through
+    attributes and indexing (`model.encoder.layers[i].fc.weight[:, k] -= v`) and parameters
+    of helper functions that every caller passes such a leaf (`init_table(emb.weight)`),
+    and wraps them in `with torch.no_grad():`.
 
     ## Why is this bad?
     Autograd forbids changing a leaf that requires grad while it records: the statement
@@ -137,8 +140,98 @@ class LeafInplace(NoGradBlockRule):
                 param.detach_()  # legal on a leaf: it stops requiring grad
             """
         ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            def fill_first_column(table, values):
+                table[:, 0] = values  # one caller passes a plain buffer
+
+            emb = nn.Embedding(10, 4)
+            fill_first_column(torch.zeros(10, 4), torch.arange(10.0))
+            with torch.no_grad():
+                fill_first_column(emb.weight, torch.arange(10.0))
+            """
+        ),
+        Valid(
+            """
+            import torch
+            settings = {"weight": torch.ones(3)}
+            class Config:
+                weight = torch.ones(3)
+            cfg = Config()
+            cfg.weight[0] = 2.0  # not a module's parameter
+            """
+        ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            def fill_first_column(table, values):
+                table[:, 0] = values
+                table[:, 1] = -values
+
+            emb = nn.Embedding(10, 4)
+            fill_first_column(emb.weight, torch.arange(10.0))
+            """,
+            """
+            import torch
+            from torch import nn
+
+            def fill_first_column(table, values):
+                with torch.no_grad():
+                    table[:, 0] = values
+                    table[:, 1] = -values
+
+            emb = nn.Embedding(10, 4)
+            fill_first_column(emb.weight, torch.arange(10.0))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+            net = Net()
+            for i in range(2):
+                net.blocks[i].proj.weight[:, 0] -= 0.5
+                net.blocks[i].proj.bias[0] = 0.0
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+            net = Net()
+            with torch.no_grad():
+                for i in range(2):
+                    net.blocks[i].proj.weight[:, 0] -= 0.5
+                    net.blocks[i].proj.bias[0] = 0.0
+            """,
+        ),
         Invalid(
             """
             import torch

@@ -229,3 +229,51 @@ def test_operand_keeps_or_gets_parentheses() -> None:
     assert "a = a * (w if True else w)\n" in result.source
     assert "b = b - (w + 1)\n" in result.source
     assert "c = c - (w - 1)\n" in result.source
+
+
+def test_list_element_held_by_another_name_is_reported_without_fix() -> None:
+    # `first` holds the element: rebinding `maps[0]` would leave `first` unchanged
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        maps = [torch.sigmoid(w * k) for k in range(3)]
+        first = maps[0]
+        maps[0] += 1.0
+        (first + maps[0]).sum().backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF204"]
+    assert "the list's elements" in result.findings[0].message
+    assert result.findings[0].fix is None
+
+
+def test_item_assignment_in_a_list_is_not_a_change_in_place() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        maps = [torch.sigmoid(w * k) for k in range(3)]
+        maps[0] = maps[0] * 2
+        sum(m.sum() for m in maps).backward()
+        """
+    )
+    assert result.findings == []
+
+
+def test_operand_of_the_changing_statement_is_saved_in_this_iteration() -> None:
+    # `x /= x.norm()`: `norm` saved `x` in the same statement, not in an earlier iteration
+    result = run(
+        """
+        import torch
+        w = torch.randn(3, 4, requires_grad=True)
+        outs = []
+        for step in range(2):
+            x = w * (step + 1)
+            x /= x.norm(dim=1, keepdim=True)
+            outs.append(x)
+        torch.stack(outs).sum().backward()
+        """
+    )
+    assert [f.code for f in result.findings] == ["GF204"]
+    assert "`norm` saved it for backward" in result.findings[0].message

@@ -349,3 +349,25 @@ def test_augmented_assignment_with_a_line_continuation_is_reported() -> None:
     assert len(result.findings) == 1
     # (a continuation line keeps its own indentation: valid inside the new block)
     assert result.source.endswith("with torch.no_grad():\n    w += \\\n    1\n")
+
+
+def test_index_assignments_in_a_row_share_one_block() -> None:
+    # the first `w[0] = ...` changes `w`; it is no graph read that would forbid the second fix
+    result = run(
+        """
+        import torch
+        w = torch.zeros(3, requires_grad=True)
+        w[0] = 1.0
+        w[1:] -= 2.0
+        """
+    )
+    assert [f.fix is not None for f in result.findings] == [True, True]
+    assert result.source == textwrap.dedent(
+        """\
+        import torch
+        w = torch.zeros(3, requires_grad=True)
+        with torch.no_grad():
+            w[0] = 1.0
+            w[1:] -= 2.0
+        """
+    )

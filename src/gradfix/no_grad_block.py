@@ -484,6 +484,8 @@ class _ReadsAndBackwards:
         return True
 
     def _is_graph_use(self, node: ast.expr) -> bool:
+        if _is_changed_through_index(self.analysis, node):
+            return False  # ``w[:, k] -= v``: another in-place update, not a read
         parent = self.analysis.parent(node)
         if type(parent) is ast.Attribute and parent.value is node:
             attribute = parent.attr
@@ -515,6 +517,19 @@ class _ReadsAndBackwards:
             if isinstance(ancestor, ast.stmt) and not isinstance(ancestor, _COMPOUND):
                 return False
         return False
+
+
+def _is_changed_through_index(analysis: Semantic, node: ast.expr) -> bool:
+    """``node`` is the base of the target of an index assignment (``w[0] = v``,
+    ``w[:, k] -= v``)."""
+    top, parent = node, analysis.parent(node)
+    while type(parent) is ast.Subscript and parent.value is top:
+        top, parent = parent, analysis.parent(parent)
+    if top is node:
+        return False
+    if type(parent) is ast.AugAssign:
+        return parent.target is top
+    return type(parent) is ast.Assign and any(t is top for t in parent.targets)
 
 
 def _ancestors(analysis: Semantic, node: ast.AST, holds_name: bool) -> Iterator[ast.AST]:

@@ -10,6 +10,7 @@ from gradfix.semantic.syntax import (
     argument,
     argument_values,
     default_of,
+    dotted,
     is_backward_call,
     is_false,
     is_function,
@@ -177,7 +178,23 @@ class GradQueries(LeafQueries):
         cls = self.method_class(func)
         if cls is None or not any(self.is_module_base(base) for base in cls.bases):
             return False
-        return param.annotation is None or self.is_torch_name(param.annotation, "torch.Tensor")
+        return param.annotation is None or self.is_tensor_annotation(param.annotation)
+
+    def is_tensor_annotation(self, annotation: ast.AST) -> bool:
+        """``torch.Tensor``, ``torch.FloatTensor``..., or ``Optional[...]`` / ``... | None``
+        of one."""
+        if type(annotation) is ast.Subscript and dotted(annotation.value).endswith("Optional"):
+            return self.is_tensor_annotation(annotation.slice)
+        if type(annotation) is ast.BinOp and type(annotation.op) is ast.BitOr:
+            sides = [annotation.left, annotation.right]
+            others = [s for s in sides if not (type(s) is ast.Constant and s.value is None)]
+            return len(others) == 1 and self.is_tensor_annotation(others[0])
+        qualified = self.qualified_name(annotation) or ""
+        return (
+            qualified.startswith("torch.")
+            and qualified.endswith("Tensor")
+            and "." not in (qualified[len("torch.") :])
+        )
 
     def _argument_requires_grad(self, param: ast.arg, depth: int) -> bool:
         """Some call site of the function in this file passes a tensor that requires grad."""
@@ -199,6 +216,9 @@ class GradQueries(LeafQueries):
         func = call.func
         if self.is_module(func, at):
             return True  # calling a layer or model: ``self.fc(x)``, ``model(x)``
+        if self.nn_module_class(func, at) is not None:
+            # a parameterless module (``self.act = nn.ReLU()``) is its functional op
+            return any(self.requires_grad(a, at, depth + 1) for a in argument_values(call))
         returned = self.returned_values(call, at)
         if returned is not None:
             return any(self.requires_grad(v, ret, depth + 1) for v, ret in returned)

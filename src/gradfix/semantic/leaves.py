@@ -13,6 +13,8 @@ from gradfix.torch_facts import FACTORIES, LAYER_PARAMETERS
 class LeafQueries(ModuleQueries):
     #: every ``x.requires_grad = flag`` / ``x.requires_grad_(flag)`` once asked
     _requires_grad_all: list[tuple[ast.AST, bool]] | None = None
+    #: why each parameter asked about holds a leaf because of what its callers pass
+    _passed_leaf_cache: dict[ast.arg, LeafReason | None] | None = None
 
     def leaf_reason(
         self, expr: ast.AST, at: ast.AST | None = None, _depth: int = 0
@@ -77,6 +79,8 @@ class LeafQueries(ModuleQueries):
         elif binding.kind == "param" and binding.annotation is not None:
             if self.is_torch_name(binding.annotation, "torch.nn.Parameter"):
                 reason = LeafReason("annotated nn.Parameter")
+        if binding.kind == "param" and type(binding.node) is ast.arg and reason is None:
+            reason = self._passed_leaf_reason(binding.node, depth)
         marked = self._requires_grad_marks(name.id, binding, at)
         if marked is True and reason is None:
             reason = LeafReason("marked with requires_grad = True")
@@ -84,6 +88,23 @@ class LeafQueries(ModuleQueries):
             return None
         if reason is not None:
             reason.binding = binding
+        return reason
+
+    def _passed_leaf_reason(self, param: ast.arg, depth: int) -> LeafReason | None:
+        """Every call site in this file passes a leaf that requires grad for ``param``
+        (``init_table(E=self.emb.weight)``). Answered once per parameter (a parameter
+        passed on to other functions would otherwise be asked again at every depth)."""
+        if self._passed_leaf_cache is None:
+            self._passed_leaf_cache = {}
+        if param in self._passed_leaf_cache:
+            return self._passed_leaf_cache[param]
+        self._passed_leaf_cache[param] = None  # recursion guard
+        passed = self.passed_arguments(param)
+        reasons = [self.leaf_reason(arg, site, depth + 1) for arg, site in passed]
+        reason = None
+        if reasons and all(reasons):
+            reason = LeafReason(f"`{param.arg}` is passed {reasons[0].description}")  # type: ignore[union-attr]
+        self._passed_leaf_cache[param] = reason
         return reason
 
     def _requires_grad_marks(self, name: str, binding: Binding, at: ast.AST) -> bool | None:
@@ -137,7 +158,19 @@ class LeafQueries(ModuleQueries):
             return self._self_attribute_leaf_reason(attr, at, depth)
         if attr.attr in LAYER_PARAMETERS and self.is_nn_layer(attr.value, at):
             return LeafReason(f"the .{attr.attr} parameter of an nn layer")
+        if attr.attr in LAYER_PARAMETERS and self._submodule_of_module(attr.value, at, depth):
+            return LeafReason(f"the .{attr.attr} parameter of a submodule")
         return None
+
+    def _submodule_of_module(self, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+        """``expr`` is reached from a module through attributes and indexing
+        (``model.encoder.layers[i].fc``): a submodule, whose ``weight`` is a parameter."""
+        steps = 0
+        while type(expr) is ast.Attribute or type(expr) is ast.Subscript:
+            if type(expr) is ast.Attribute and expr.attr in ("data", "grad"):
+                return False
+            expr, steps = expr.value, steps + 1  # type: ignore[attr-defined]
+        return steps > 0 and self.is_module(expr, at, depth + 1)
 
     def _self_attribute_leaf_reason(
         self, attr: ast.Attribute, at: ast.AST, depth: int

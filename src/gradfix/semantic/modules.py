@@ -33,6 +33,28 @@ class ModuleQueries(ValueQueries):
             )
         return False
 
+    def nn_module_class(self, expr: ast.AST, at: ast.AST, _depth: int = 0) -> str | None:
+        """The ``torch.nn`` class whose instance ``expr`` holds, parameterless ones included
+        (``"ReLU"`` for ``self.act`` after ``self.act = nn.ReLU(inplace=True)``): a
+        constructor call, a name bound to one, a ``self.`` attribute every assignment of
+        which builds the same class. None when unknown."""
+        if _depth > 8:
+            return None
+        if type(expr) is ast.Call:
+            name = self.call_name(expr) or ""
+            head, _, last = name.rpartition(".")
+            return last if head == "torch.nn" and last[:1].isupper() else None
+        values: list[tuple[ast.expr, ast.AST]] = []
+        if type(expr) is ast.Name:
+            binding = self.reaching_binding(expr, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                if binding.unpack_index is None:
+                    values = [(binding.value, binding.node)]
+        elif type(expr) is ast.Attribute:
+            values = [(v, b.node) for v, b in self.self_attribute_values(expr, at)]
+        classes = {self.nn_module_class(v, node, _depth + 1) for v, node in values}
+        return classes.pop() if len(classes) == 1 else None
+
     def is_module(self, expr: ast.AST, at: ast.AST, _depth: int = 0) -> bool:
         """``expr`` holds an ``nn.Module`` whose call runs layers: an ``nn`` layer, an
         ``nn.Sequential`` / ``ModuleList`` / ``ModuleDict``, an instance of an ``nn.Module``

@@ -210,6 +210,9 @@ class TensorQueries(GradQueries):
             return bool(unpacked) and all(
                 self.is_tensor(v, ret, depth + 1) for v, ret in unpacked or []
             )
+        if binding.kind == "param" and type(binding.node) is ast.arg:
+            if self._is_forward_input(binding.node):
+                return True  # the activation ``forward`` receives
         if binding.kind == "param" and binding.annotation is not None:
             return self.is_torch_name(binding.annotation, "torch.Tensor")
         if binding.kind == "param" and type(binding.node) is ast.arg:
