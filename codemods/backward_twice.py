@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 
 import libcst as cst
@@ -396,6 +397,20 @@ class BackwardTwice(Rule):
         )
         self.report(node, message, fix=self._detach_after(node, carried))
 
+    @functools.cached_property
+    def _bodies(self) -> dict[int, _CallCollector]:
+        return {}  # id of a loop's body -> what it calls (the file's tree outlives the rule)
+
+    def _collected(self, body: list[ast.stmt]) -> _CallCollector:
+        """The calls and augmented assignments of ``body`` (a loop's), collected once per
+        body: every assignment of a loop asks for them."""
+        collector = self._bodies.get(id(body))
+        if collector is None:
+            collector = self._bodies[id(body)] = _CallCollector()
+            for statement in body:
+                collector.visit(statement)
+        return collector
+
     def _innermost_loop(self, node: ast.AST) -> ast.For | ast.AsyncFor | ast.While | None:
         scope = self.analysis.scope_of(node).node
         for ancestor in self.analysis.ancestors(node):
@@ -408,10 +423,7 @@ class BackwardTwice(Rule):
     def _backward_after(self, node: ast.stmt, loop: ast.AST) -> bool:
         """A backward call runs in ``loop``'s body after ``node``."""
         position = self.analysis.index(node)
-        body = loop.body  # type: ignore[attr-defined]
-        collector = _CallCollector()
-        for statement in body:
-            collector.visit(statement)
+        collector = self._collected(loop.body)  # type: ignore[attr-defined]
         return any(
             self.analysis.index(call) > position and self._positions(call) is not None
             for call in collector.calls
@@ -443,9 +455,7 @@ class BackwardTwice(Rule):
 
     def _detached_in(self, name: str, body: list[ast.stmt]) -> bool:
         """``name.detach_()`` (or any in-place method on it) is called in ``body``."""
-        collector = _CallCollector()
-        for statement in body:
-            collector.visit(statement)
+        collector = self._collected(body)
         return any(
             type(call.func) is ast.Attribute
             and type(call.func.value) is ast.Name
@@ -462,9 +472,7 @@ class BackwardTwice(Rule):
     def _feeds_backward(self, node: ast.Assign, loop: ast.AST) -> bool:
         """A name ``node`` binds flows into the root of a backward call of ``loop``'s body
         (evidence from use: ``pred`` of ``loss = mse(pred, y); loss.backward()``)."""
-        collector = _CallCollector()
-        for statement in loop.body:  # type: ignore[attr-defined]
-            collector.visit(statement)
+        collector = self._collected(loop.body)  # type: ignore[attr-defined]
         pending = [
             (root, call)
             for call in collector.calls
@@ -585,9 +593,7 @@ class BackwardTwice(Rule):
         root = self._root(call)
         if loop is None or root is None or self.analysis.in_no_grad(call):
             return
-        collector = _CallCollector()
-        for statement in loop.body:
-            collector.visit(statement)
+        collector = self._collected(loop.body)
         if sum(self._positions(c) is not None for c in collector.calls) != 1:
             return
         state = self._carried_module_state(root, call, loop)

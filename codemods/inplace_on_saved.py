@@ -1269,6 +1269,16 @@ class InplaceOnSaved(Rule):
         calls = [v for v in values if isinstance(v, ast.Call)]
         return calls[0] if len(calls) == 1 and len(values) == 1 else None
 
+    @functools.cached_property
+    def _may_build_inplace_modules(self) -> bool:
+        """Some call of the file passes ``inplace=...`` or a literal ``True``: without one
+        no module is built in place (most files; finding a call's constructor is not free)."""
+        analysis = self.analysis
+        if any(k.arg == "inplace" for k in analysis.by_type.get(ast.keyword, ())):  # type: ignore[attr-defined]
+            return True
+        calls = analysis.by_type.get(ast.Call, ())
+        return any(is_true(a) for call in calls for a in call.args)  # type: ignore[attr-defined]
+
     def _inplace_module(self, func: ast.expr) -> bool:
         """``func`` is an ``nn`` activation module built with ``inplace=True``."""
         return self._inplace_flag_position(func) is not None
@@ -1276,6 +1286,8 @@ class InplaceOnSaved(Rule):
     def _inplace_flag_position(self, func: ast.expr) -> int | None:
         """The position of the ``inplace`` flag of the module ``func`` names, when its
         constructor passes ``inplace=True`` (by keyword or at that position)."""
+        if not self._may_build_inplace_modules:
+            return None
         constructor = self._constructor(func)
         if constructor is None:
             return None
