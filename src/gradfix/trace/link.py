@@ -31,6 +31,7 @@ from gradfix.trace.launch import RuntimeFinding
 #: The rules whose fix may apply to each kind of runtime finding, the likeliest first.
 FAMILIES: dict[str, tuple[str, ...]] = {
     "inplace-saved": ("GF204", "GF202", "GF203", "GF206"),
+    "view-inplace": ("GF204", "GF206"),
     "leaf-inplace": ("GF201", "GF206"),
     "view-leaf-inplace": ("GF206", "GF201"),
     "integer-grad": ("GF105",),

@@ -53,6 +53,7 @@ ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
 MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
 MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
+MAX_CHANGES_PER_TENSOR = 64  # the first changes of one tensor since its last save matter
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,12 @@ class InplaceChange:
 
     site: Site | None
     shape: tuple[int, ...]
+    base_shape: tuple[int, ...]  # of the tensor a view shares its storage and version with
     producer: str | None  # the grad_fn name of the tensor before the change
     producer_site: Site | None
     version: int  # the tensor's version after the change
     op: str
+    result: str | None = None  # the grad_fn name after the change (autograd may name it)
 
 
 @dataclass
@@ -106,7 +109,7 @@ class Tracer:
         self.busy = False
         self.steps = 0
         self.reported: set[tuple[str, str, int]] = set()
-        self.inplace: dict[int, InplaceChange] = {}
+        self.inplace: dict[int, list[InplaceChange]] = {}  # id of a tensor -> its changes
         self.cuts: dict[Site, Cut] = {}
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
@@ -166,7 +169,7 @@ class Tracer:
         try:
             result = func(*args, **kwargs)
         except RuntimeError as error:
-            self._guarded(self._op_failed, error)
+            self._guarded(self._op_failed, error, op.name)
             raise
         if before is not None:
             self._guarded(self._after_inplace, target, before, op.name)
@@ -237,9 +240,11 @@ class Tracer:
 
     def _before_inplace(self, target: torch.Tensor) -> InplaceChange:
         node = target.grad_fn
+        base = target._base if target._base is not None else target
         return InplaceChange(
             site=None,
             shape=tuple(target.shape),
+            base_shape=tuple(base.shape),
             producer=type(node).__name__ if node is not None else None,
             producer_site=_metadata(node).get(SITE_KEY) if node is not None else None,
             version=target._version,
@@ -250,15 +255,20 @@ class Tracer:
         change.site = self.frames.site()
         change.version = target._version
         change.op = name
-        self._note_change(target, change)
         node = target.grad_fn
+        change.result = type(node).__name__ if node is not None else None
+        self._note_change(target, change)
         if node is not None and change.site is not None:
             _metadata(node)[SITE_KEY] = change.site
 
     def _note_change(self, tensor: torch.Tensor, change: InplaceChange) -> None:
-        """Keep the latest change of each tensor, and only the latest changes overall."""
-        self.inplace.pop(id(tensor), None)  # re-inserted last: the dict is oldest first
-        self.inplace[id(tensor)] = change
+        """Keep the changes of each tensor (autograd names the first one after the save,
+        by its version), for the latest changed tensors only."""
+        key = id(tensor._base if tensor._base is not None else tensor)  # a view: its base's
+        changes = self.inplace.pop(key, [])  # re-inserted last: the dict is oldest first
+        if changes and change.version <= changes[-1].version:
+            changes = []  # another tensor under a reused id
+        self.inplace[key] = (changes + [change])[-MAX_CHANGES_PER_TENSOR:]
         if len(self.inplace) > MAX_INPLACE_CHANGES:
             del self.inplace[next(iter(self.inplace))]
 
@@ -269,9 +279,8 @@ class Tracer:
         for group in optimizer.param_groups:
             for parameter in group["params"]:
                 if isinstance(parameter, torch.Tensor) and parameter.requires_grad:
-                    change = InplaceChange(
-                        site, tuple(parameter.shape), None, None, parameter._version, STEP
-                    )
+                    shape = tuple(parameter.shape)
+                    change = InplaceChange(site, shape, shape, None, None, parameter._version, STEP)
                     self._note_change(parameter, change)
 
     def _maybe_cut(self, name: str, args: tuple[Any, ...], result: Any) -> None:
@@ -327,12 +336,16 @@ class Tracer:
         finally:
             self.busy = False
 
-    def _op_failed(self, error: RuntimeError) -> None:
+    def _op_failed(self, error: RuntimeError, name: str) -> None:
         kind = errors.kind_of(str(error))
-        if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad"):
-            self.report_error(
-                error, kind, errors.CODES[kind], self.frames.site(), _first_line(error)
+        message = _first_line(error)
+        if kind == "view-inplace":
+            message = (
+                f"in-place `{name}` on one of several views an op returned ({message.split(' is a')[0]}): "
+                "autograd forbids it; use the out-of-place op"
             )
+        if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad", "view-inplace"):
+            self.report_error(error, kind, errors.CODES[kind], self.frames.site(), message)
 
     def report_error(
         self,
@@ -398,16 +411,13 @@ class Tracer:
         self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
 
     def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
-        """The latest in-place change that matches what autograd says was modified."""
-        for change in reversed(list(self.inplace.values())):
-            if change.op == STEP:  # a parameter, saved as itself or as a view (`w.t()`)
-                same = sorted(change.shape) == sorted(details.shape)
-            else:
-                same = change.shape == details.shape and errors.same_op(
-                    change.producer, details.producer
-                )
-            if same and details.expected < change.version <= details.version:
-                return change
+        """The change that broke the save: of the latest changed tensor autograd's details
+        describe, its first change past the saved version."""
+        for changes in reversed(list(self.inplace.values())):
+            if any(_describes(details, change) for change in changes):
+                broke = [c for c in changes if details.expected < c.version <= details.version]
+                if broke:
+                    return broke[0]
         return None
 
     def _backward_twice(self, error: RuntimeError, roots: list[Any], site: Site | None) -> None:
@@ -640,6 +650,17 @@ def untraced_optimizer_steps(mode: TraceMode) -> None:
 
 
 # ------------------------------------------------------------------ helpers
+def _describes(details: errors.SavedTensorError, change: InplaceChange) -> bool:
+    """Whether autograd's description of a modified tensor fits this change: its shape, and
+    the node that made the tensor, before the change or after it (both are named)."""
+    if change.op == STEP:  # a parameter, saved as itself or as a view (`w.t()`)
+        return sorted(change.shape) == sorted(details.shape)
+    return details.shape in (change.shape, change.base_shape) and (
+        errors.same_op(change.producer, details.producer)
+        or errors.same_op(change.result, details.producer)
+    )
+
+
 def _is_inplace(name: str) -> bool:
     """``add_``, ``x += 1``, ``x[i] = v`` (not ``_foreach_add_``: a list, not a tensor)."""
     if name.endswith("_") and not name.endswith("__"):
