@@ -31,7 +31,8 @@ CODES = {
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 _SAVED = re.compile(
     r"\[torch\.\w+ \[(?P<shape>[\d, ]*)\]\](?:, which is output (?P<output>\d+) of "
-    r"(?:\w+::)*(?P<producer>\w+),)? is at version (?P<version>\d+); expected version (?P<expected>\d+)"
+    r"(?:\w+::)*(?P<producer>\w+),)? is at version (?P<version>\d+); "
+    r"expected version (?P<expected>\d+)"
 )
 
 

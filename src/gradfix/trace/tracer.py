@@ -340,8 +340,9 @@ class Tracer:
         kind = errors.kind_of(str(error))
         message = _first_line(error)
         if kind == "view-inplace":
+            view = message.split(" is a view")[0]  # "Output 1 of Split"
             message = (
-                f"in-place `{name}` on one of several views an op returned ({message.split(' is a')[0]}): "
+                f"in-place `{name}` on one of several views an op returned ({view}): "
                 "autograd forbids it; use the out-of-place op"
             )
         if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad", "view-inplace"):
