@@ -36,6 +36,15 @@ def gradfix_trace(*args: str, cwd: Path | None = None) -> subprocess.CompletedPr
     )
 
 
+def gradfix_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gradfix", "check", "--no-cache", "--select", "ALL", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def located(result: TraceResult) -> set[tuple[str, str, int]]:
     return {(os.path.basename(f.path), f.code, f.line) for f in result.findings}
 
@@ -255,6 +264,38 @@ def test_write_applies_the_fix_verified_by_running_the_program_again(tmp_path: P
     assert done.returncode == 1  # the run had a finding; the file is now fixed
     again = gradfix_trace("--", sys.executable, script.name, cwd=tmp_path)
     assert again.returncode == 0, again.stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "fixed_line"),
+    [
+        ("inplace_in_helper.py", "    x = x / x.norm()  # the caller's op saved x"),
+        ("view_inplace_in_call.py", "total = torch.sigmoid(high.clamp(-1, 1)).sum()"),
+    ],
+)
+def test_the_run_proves_what_static_analysis_cannot_and_its_fix_is_written(
+    tmp_path: Path, script: str, fixed_line: str
+) -> None:
+    path = tmp_path / script
+    path.write_text((DATA / script).read_text(encoding="utf-8"), encoding="utf-8")
+    assert gradfix_check(path).returncode == 0  # no static finding: the run is the proof
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script,
+                         cwd=tmp_path)  # fmt: skip
+    assert f"{script}:" in done.stdout and " GF204 verified: " in done.stdout
+    assert fixed_line in path.read_text(encoding="utf-8")
+
+
+def test_a_rule_takes_the_runs_facts_only_at_their_line() -> None:
+    from gradfix.engine import single_fixes
+    from gradfix.registry import find_rule
+    from gradfix.trace.link import knowing
+
+    source = (DATA / "inplace_in_helper.py").read_text(encoding="utf-8")
+    rule = find_rule("GF204")
+    assert single_fixes(source, rules=[rule]) == []
+    assert single_fixes(source, rules=[knowing(rule, {4: {"inplace-saved"}})]) == []
+    (fix,) = single_fixes(source, rules=[knowing(rule, {5: {"inplace-saved"}})])
+    assert fix.source is not None and "x = x / x.norm()" in fix.source
 
 
 def test_in_place_notes_stay_bounded_in_a_long_run() -> None:

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from gradfix.engine import SingleFix, SourceError, single_fixes
 from gradfix.fileio.files import FileError, SourceFile, read_source
 from gradfix.registry import find_rule
-from gradfix.rule import Finding, FixSummary
+from gradfix.rule import Finding, FixSummary, Rule
 from gradfix.trace.launch import RuntimeFinding
 
 #: The rules whose fix may apply to each kind of runtime finding, the likeliest first.
@@ -82,9 +83,13 @@ def link_fixes(findings: Sequence[RuntimeFinding]) -> list[TraceFix]:
 
 def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
     codes = sorted({code for f in findings for code in FAMILIES.get(f.kind, (f.code,))})
+    facts: dict[int, set[str]] = {}
+    for finding in findings:
+        facts.setdefault(finding.line, set()).add(finding.kind)
+    rules = [knowing(find_rule(code), facts) for code in codes]
     try:
         original = read_source(path)
-        singles = single_fixes(original.text, rules=[find_rule(c) for c in codes], path=path)
+        singles = single_fixes(original.text, rules=rules, path=path)
     except (FileError, SourceError):
         return []
     linked = []
@@ -93,6 +98,12 @@ def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
         if match is not None:
             linked.append(TraceFix(runtime, match[1], match[0], original))
     return linked
+
+
+def knowing(rule: type[Rule], facts: Mapping[int, set[str]]) -> type[Rule]:
+    """The rule, told what the run proved at the lines of the file (:attr:`Rule.runtime`)."""
+    runtime = MappingProxyType({line: frozenset(kinds) for line, kinds in facts.items()})
+    return type(rule.__name__, (rule,), {"runtime": runtime, "__doc__": rule.__doc__})
 
 
 def _covering(
