@@ -55,7 +55,9 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("inplace_saved.py", "GF204", 6),
         ("leaf_inplace.py", "GF201", 4),
         ("integer_grad.py", "GF105", 3),
-        ("carried_graph.py", "GF401", 8),
+        ("carried_graph.py", "GF401", 6),  # where the value of the earlier step is used
+        ("carried_state_in_module.py", "GF401", 17),  # in the loop, not inside forward
+        ("backward_same_graph_twice.py", "GF401", 5),  # the backward that freed the graph
         ("tensor_from_tensors.py", "GF101", 5),
         ("nan_where.py", "GF301", 4),
         ("data_cut.py", "GF205", 6),
@@ -88,6 +90,7 @@ def test_graph_carried_across_iterations_names_the_value_that_carried_it() -> No
     (finding,) = trace_script("carried_graph.py").findings
     assert finding.step == 2
     assert finding.evidence["carried_from"]["line"] == 6
+    assert finding.evidence["backward_at"]["line"] == 8
 
 
 def test_a_list_of_losses_kept_across_steps_is_found_where_it_grows() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from types import FrameType
+from types import CodeType, FrameType
 
 Site = tuple[str, int]  # (absolute file name, 1-based line)
 
@@ -53,12 +53,26 @@ class UserFrames:
 
     def site(self, depth: int = 1) -> Site | None:
         """The user frame that (directly or through libraries) called our caller."""
+        frame = self.frame(depth + 1)
+        return None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+
+    def frame(self, depth: int = 1) -> FrameType | None:
+        """The innermost user frame that called our caller."""
         frame: FrameType | None = sys._getframe(depth + 1)
         while frame is not None:
-            filename = frame.f_code.co_filename
-            if self.is_user_file(filename):
-                return (filename, frame.f_lineno)
+            if self.is_user_file(frame.f_code.co_filename):
+                return frame
             frame = frame.f_back
+        return None
+
+    @staticmethod
+    def line_in(code: CodeType, limit: int = 64) -> Site | None:
+        """Where the frame running ``code`` (a loop's function) is, if it called us."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and limit:
+            if frame.f_code is code:
+                return (code.co_filename, frame.f_lineno)
+            frame, limit = frame.f_back, limit - 1
         return None
 
     def traceback_site(self, tb: object) -> Site | None:
