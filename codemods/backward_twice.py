@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
-from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import (
     SAVES_DIVISOR,
     SAVES_INPUTS,
@@ -230,6 +230,39 @@ class BackwardTwice(Rule):
                 self.report(node, fix=self._fix(node, later))
                 return
 
+    def visit_Assign(self, node: ast.Assign) -> None:
+        """A run saw the value this statement binds carry a freed graph into the next
+        iteration (``out, h = rnn(x, h)``): detach the state it passes back in. Only on a
+        run's evidence (``gradfix trace``), which then proves the fix by running again."""
+        if not self.proven_at_run(node.lineno, "backward-twice"):
+            return
+        state = [name for name in _bound(node.targets) if name in _read(node.value)]
+        if state and self._in_loop(node):
+            self.report(node, fix=self._detach_fix(node, state))
+
+    def _in_loop(self, node: ast.AST) -> bool:
+        scope = self.analysis.scope_of(node).node
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is scope:
+                return False
+            if isinstance(ancestor, _LOOPS):
+                return True
+        return False
+
+    def _detach_fix(self, node: ast.Assign, state: list[str]) -> FixPlan:
+        detach = f"{', '.join(state)} = {', '.join(f'{name}.detach()' for name in state)}\n"
+
+        def build(editor: Editor) -> list[Edit] | None:
+            line = editor.statement(node)
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                return None
+            after = cst.parse_statement(detach)
+            return [Edit(line, cst.FlattenSentinel([line, after]))]
+
+        names = ", ".join(f"`{name}`" for name in state)
+        # offered only on a run's evidence, and written only once a run proved it
+        return self.plan(build, f"Detach {names} where the step ends")
+
     # -- which calls run a backward pass -------------------------------------------------
     def _positions(self, call: ast.Call) -> tuple[int, int] | None:
         name = self.analysis.call_name(call)
@@ -405,6 +438,21 @@ class BackwardTwice(Rule):
                 if func.attr == "step" or func.attr.endswith("_"):
                     return True
         return any(start < self.analysis.index(a) < end for a in rest.augassigns)
+
+
+def _bound(targets: list[ast.expr]) -> list[str]:
+    """The plain names an assignment binds (``out, (h, c) = ...`` -> out, h, c)."""
+    names: list[str] = []
+    for target in targets:
+        if type(target) is ast.Name:
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            names += _bound(target.elts)
+    return names
+
+
+def _read(value: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(value) if type(n) is ast.Name and type(n.ctx) is ast.Load}
 
 
 class _CallCollector(ast.NodeVisitor):

@@ -270,22 +270,33 @@ def test_write_applies_the_fix_verified_by_running_the_program_again(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    ("script", "fixed_line"),
+    ("script", "code", "fixed_line"),
     [
-        ("inplace_in_helper.py", "    x = x / x.norm()  # the caller's op saved x"),
-        ("view_inplace_in_call.py", "total = torch.sigmoid(high.clamp(-1, 1)).sum()"),
+        ("inplace_in_helper.py", "GF204", "    x = x / x.norm()  # the caller's op saved x"),
+        ("view_inplace_in_call.py", "GF204", "total = torch.sigmoid(high.clamp(-1, 1)).sum()"),
     ],
 )
 def test_the_run_proves_what_static_analysis_cannot_and_its_fix_is_written(
-    tmp_path: Path, script: str, fixed_line: str
+    tmp_path: Path, script: str, code: str, fixed_line: str
 ) -> None:
     path = tmp_path / script
     path.write_text((DATA / script).read_text(encoding="utf-8"), encoding="utf-8")
     assert gradfix_check(path).returncode == 0  # no static finding: the run is the proof
     done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script,
                          cwd=tmp_path)  # fmt: skip
-    assert f"{script}:" in done.stdout and " GF204 verified: " in done.stdout
+    assert f"{script}:" in done.stdout and f" {code} verified: " in done.stdout
     assert fixed_line in path.read_text(encoding="utf-8")
+
+
+def test_a_state_carried_across_iterations_takes_the_detach_fix_on_the_runs_evidence() -> None:
+    script = DATA / "carried_state_in_module.py"
+    assert gradfix_check(script).returncode == 0  # statically nothing is known
+    done = gradfix_trace("--format", "json", "--", sys.executable, str(script))
+    (record,) = json.loads(done.stdout)
+    assert (record["code"], record["line"]) == ("GF401", 17)
+    assert record["fix"]["description"] == "Detach `h` where the step ends"
+    # (not proven here: the oracle compares the truncated gradient with the derivative of
+    # the whole run, which includes the earlier steps; see docs/recall.md)
 
 
 def test_a_rule_takes_the_runs_facts_only_at_their_line() -> None:
