@@ -313,6 +313,17 @@ def test_a_rule_takes_the_runs_facts_only_at_their_line() -> None:
     assert fix.source is not None and "x = x / x.norm()" in fix.source
 
 
+def test_the_verified_fixes_of_one_file_are_proven_and_written_together(tmp_path: Path) -> None:
+    script = tmp_path / "two_nonleaf_grads.py"
+    script.write_text((DATA / script.name).read_text(encoding="utf-8"), encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script.name,
+                         cwd=tmp_path)  # fmt: skip
+    assert "GF106 verified (the fixes at lines 7, 8 together): " in done.stdout
+    fixed = script.read_text(encoding="utf-8")
+    assert "h.retain_grad()" in fixed and "out.retain_grad()" in fixed
+    assert "Applied 1 verified fix." in done.stderr
+
+
 def test_in_place_notes_stay_bounded_in_a_long_run() -> None:
     import torch
 

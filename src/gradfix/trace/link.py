@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from gradfix.engine import SingleFix, SourceError, single_fixes
+from gradfix.engine import FileLint, SingleFix, SourceError, single_fixes
 from gradfix.fileio.files import FileError, SourceFile, read_source
 from gradfix.registry import find_rule
 from gradfix.rule import Finding, FixSummary, Rule
@@ -56,6 +56,8 @@ class TraceFix:
     single: SingleFix
     original: SourceFile
     verdict: Verdict | None = None
+    rules: Sequence[type[Rule]] = ()  # the rules (knowing the run's facts) that offered it
+    parts: Sequence[TraceFix] = ()  # a fix of several findings proven together: its parts
 
     @property
     def fixed_source(self) -> str:
@@ -96,7 +98,7 @@ def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
     for runtime in findings:
         match = _covering(runtime, singles)
         if match is not None:
-            linked.append(TraceFix(runtime, match[1], match[0], original))
+            linked.append(TraceFix(runtime, match[1], match[0], original, rules=rules))
     return linked
 
 
@@ -147,6 +149,45 @@ def prove_fix(fix: TraceFix, command: list[str], *, timeout: float, cwd: str = "
         harness.close()
 
 
+def prove_fixes(
+    fixes: Sequence[TraceFix], command: list[str], *, timeout: float, cwd: str = "."
+) -> list[TraceFix]:
+    """Prove each fix alone; where one file has several verified fixes, prove them
+    together too (one run finds each bug of a file, a write applies one fix per file).
+    Returns the fixes, the ones proven together first."""
+    for fix in fixes:
+        fix.verdict = prove_fix(fix, command, timeout=timeout, cwd=cwd)
+    together = []
+    for path in sorted({fix.original.path for fix in fixes}):
+        verified = [f for f in fixes if f.original.path == path and _verified(f)]
+        combined = _together(verified) if len(verified) > 1 else None
+        if combined is not None:
+            combined.verdict = prove_fix(combined, command, timeout=timeout, cwd=cwd)
+            together.append(combined)
+    return together + list(fixes)
+
+
+def _together(parts: list[TraceFix]) -> TraceFix | None:
+    """One fix applying the fixes of ``parts`` (of one file) in a single pass."""
+    first = parts[0]
+    wanted = {(p.static.code, p.static.line, p.static.col) for p in parts}
+    lint = FileLint(first.original.text, rules=first.rules, path=first.original.path)
+    result = lint.fixed(unsafe_fixes=True, keep=lambda f: (f.code, f.line, f.col) in wanted)
+    if result.applied < len(parts) or result.source == first.original.text:
+        return None  # some fixes overlap: each stays proven alone
+    lines = ", ".join(str(p.static.line) for p in parts)
+    findings = [finding for p in parts for finding in p.single.findings]
+    safety = max((p.single.safety for p in parts), key=lambda s: s != "safe")
+    description = f"the fixes at lines {lines} together"
+    single = SingleFix(findings, safety, description, result.source)
+    return TraceFix(first.runtime, first.static, single, first.original, rules=first.rules,
+                    parts=parts)  # fmt: skip
+
+
+def _verified(fix: TraceFix) -> bool:
+    return fix.verdict is not None and fix.verdict[0] == "verified"
+
+
 def _runs_script(command: list[str], path: str, cwd: str) -> bool:
     """``python train.py ...`` where ``train.py`` is the fixed file."""
     if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
@@ -156,16 +197,17 @@ def _runs_script(command: list[str], path: str, cwd: str) -> bool:
 
 
 def write_verified(fixes: Sequence[TraceFix]) -> list[TraceFix]:
-    """Write each file's verified fix (the first, where a file has several: each fix was
-    proven alone on the file as read; run the trace again for the next). Returns the fixes
-    written; a file that changed on disk meanwhile is left alone (``FileError``)."""
+    """Write each file's verified fix (the first, where a file has several: fixes proven
+    together come first; the others were proven alone, run the trace again for the next).
+    Returns the fixes written; a file that changed on disk meanwhile is left alone
+    (``FileError``)."""
     from gradfix.fileio.files import write_source
 
     written = []
     done: set[str] = set()
     for fix in fixes:
         path = fix.original.path
-        if fix.verdict is None or fix.verdict[0] != "verified" or path in done:
+        if not _verified(fix) or path in done:
             continue
         write_source(fix.original, fix.fixed_source)
         done.add(path)
