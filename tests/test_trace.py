@@ -324,6 +324,19 @@ def test_the_verified_fixes_of_one_file_are_proven_and_written_together(tmp_path
     assert "Applied 1 verified fix." in done.stderr
 
 
+def test_a_fix_that_runs_into_the_next_bug_is_proven_with_the_fix_of_that_one(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "two_inplace_changes.py"
+    script.write_text((DATA / script.name).read_text(encoding="utf-8"), encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script.name,
+                         cwd=tmp_path)  # fmt: skip
+    assert "GF204 rejected: after raised RuntimeError at line 8" in done.stdout  # alone
+    assert "GF204 verified (Write `b = b + ...`, then Write `a = a * ...`)" in done.stdout
+    fixed = script.read_text(encoding="utf-8")
+    assert "a = a * 2\nb = b + 1\n" in fixed
+
+
 def test_in_place_notes_stay_bounded_in_a_long_run() -> None:
     import torch
 

@@ -158,6 +158,11 @@ def prove_fixes(
     for fix in fixes:
         fix.verdict = prove_fix(fix, command, timeout=timeout, cwd=cwd)
     together = []
+    for fix in fixes:
+        if fix.verdict is not None and fix.verdict[1].startswith("after raised "):
+            further = _with_next_fixes(fix, command, timeout=timeout, cwd=cwd)
+            if further is not None:
+                together.append(further)
     for path in sorted({fix.original.path for fix in fixes}):
         verified = [f for f in fixes if f.original.path == path and _verified(f)]
         combined = _together(verified) if len(verified) > 1 else None
@@ -182,6 +187,41 @@ def _together(parts: list[TraceFix]) -> TraceFix | None:
     single = SingleFix(findings, safety, description, result.source)
     return TraceFix(first.runtime, first.static, single, first.original, rules=first.rules,
                     parts=parts)  # fmt: skip
+
+
+def _with_next_fixes(
+    fix: TraceFix, command: list[str], *, timeout: float, cwd: str, rounds: int = 3
+) -> TraceFix | None:
+    """A fix that lets the program run on into the next bug (a second in-place change, the
+    next integer tensor asked for grad): trace the fixed script in a scratch copy, add the
+    fix of what that run finds, and prove the whole; up to ``rounds`` times."""
+    if rounds == 0 or not _runs_script(command, fix.original.path, cwd):
+        return None
+    import subprocess
+    import tempfile
+
+    from gradfix.trace.launch import run_trace
+
+    with tempfile.TemporaryDirectory(prefix="gradfix-next-") as scratch:
+        copy = os.path.join(scratch, os.path.basename(fix.original.path))
+        with open(copy, "w", encoding="utf-8") as out:
+            out.write(fix.fixed_source)
+        run = run_trace([command[0], copy, *command[2:]], timeout=timeout,
+                        stdout=subprocess.DEVNULL, cwd=cwd)  # fmt: skip
+        found = [f for f in run.findings if os.path.realpath(f.path) == os.path.realpath(copy)]
+        following = link_fixes(found)
+    if not following:
+        return None
+    step = following[0]
+    findings = [*fix.single.findings, *step.single.findings]
+    description = f"{fix.single.description}, then {step.single.description}"
+    single = SingleFix(findings, fix.single.safety, description, step.fixed_source)
+    combined = TraceFix(fix.runtime, fix.static, single, fix.original, rules=fix.rules,
+                        parts=[fix, step])  # fmt: skip
+    combined.verdict = prove_fix(combined, command, timeout=timeout, cwd=cwd)
+    if combined.verdict[1].startswith("after raised "):
+        return _with_next_fixes(combined, command, timeout=timeout, cwd=cwd, rounds=rounds - 1)
+    return combined
 
 
 def _verified(fix: TraceFix) -> bool:
