@@ -65,15 +65,15 @@ class UserFrames:
             frame = frame.f_back
         return None
 
-    @staticmethod
-    def line_in(code: CodeType, limit: int = 64) -> Site | None:
-        """Where the frame running ``code`` (a loop's function) is, if it called us."""
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None and limit:
-            if frame.f_code is code:
-                return (code.co_filename, frame.f_lineno)
-            frame, limit = frame.f_back, limit - 1
-        return None
+
+def line_in(frame: FrameType | None, code: CodeType, limit: int = 32) -> Site | None:
+    """Where the frame running ``code`` (a loop's function) is, if it is ``frame`` or one
+    of its callers."""
+    while frame is not None and limit:
+        if frame.f_code is code:
+            return (code.co_filename, frame.f_lineno)
+        frame, limit = frame.f_back, limit - 1
+    return None
 
     def traceback_site(self, tb: object) -> Site | None:
         """The innermost user frame of a traceback (where the program's error surfaced)."""

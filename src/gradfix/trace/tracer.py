@@ -29,6 +29,7 @@ import functools
 import itertools
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import CodeType
@@ -39,7 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradfix.torch_facts import GRAPH_CUTS, INPLACE_DUNDERS
 from gradfix.trace import errors, kept
-from gradfix.trace.sites import Site, UserFrames
+from gradfix.trace.sites import Site, UserFrames, line_in
 from gradfix.verify import instrument
 
 SITE_KEY = "gradfix_site"  # node.metadata key: the user line that made the node
@@ -113,7 +114,7 @@ class Tracer:
         self.busy = False
         self.steps = 0
         self.reported: set[tuple[str, str, int]] = set()
-        self.inplace: dict[int, list[InplaceChange]] = {}  # id of a tensor -> its changes
+        self.inplace: dict[int, deque[InplaceChange]] = {}  # id of a tensor -> its changes
         self.cuts: dict[Site, Cut] = {}
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
@@ -229,12 +230,13 @@ class Tracer:
     def _stamp(self, node: Any) -> Site | None:
         """Note on the node the user's line that made it, how many backward calls had run,
         and the line of the loop (the frame that calls backward) it was made from."""
-        site = self.frames.site(2)
+        frame = self.frames.frame(2)
+        site = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
         metadata = _metadata(node)
         metadata[SITE_KEY] = site
         metadata[MADE_KEY] = self.steps
-        if self.loop_code is not None:
-            metadata[LOOP_KEY] = self.frames.line_in(self.loop_code)
+        if frame is not None and self.loop_code is not None and frame.f_code is not self.loop_code:
+            metadata[LOOP_KEY] = line_in(frame.f_back, self.loop_code)  # made inside a call
         return site
 
     def _after_tuple_op(self, result: tuple[Any, ...]) -> None:
@@ -289,10 +291,11 @@ class Tracer:
         """Keep the changes of each tensor (autograd names the first one after the save,
         by its version), for the latest changed tensors only."""
         key = id(tensor._base if tensor._base is not None else tensor)  # a view: its base's
-        changes = self.inplace.pop(key, [])  # re-inserted last: the dict is oldest first
-        if changes and change.version <= changes[-1].version:
-            changes = []  # another tensor under a reused id
-        self.inplace[key] = (changes + [change])[-MAX_CHANGES_PER_TENSOR:]
+        changes = self.inplace.pop(key, None)  # re-inserted last: the dict is oldest first
+        if changes is None or change.version <= changes[-1].version:
+            changes = deque(maxlen=MAX_CHANGES_PER_TENSOR)  # new, or a reused id
+        changes.append(change)
+        self.inplace[key] = changes
         if len(self.inplace) > MAX_INPLACE_CHANGES:
             del self.inplace[next(iter(self.inplace))]
 
