@@ -65,16 +65,6 @@ class UserFrames:
             frame = frame.f_back
         return None
 
-
-def line_in(frame: FrameType | None, code: CodeType, limit: int = 32) -> Site | None:
-    """Where the frame running ``code`` (a loop's function) is, if it is ``frame`` or one
-    of its callers."""
-    while frame is not None and limit:
-        if frame.f_code is code:
-            return (code.co_filename, frame.f_lineno)
-        frame, limit = frame.f_back, limit - 1
-    return None
-
     def traceback_site(self, tb: object) -> Site | None:
         """The innermost user frame of a traceback (where the program's error surfaced)."""
         found: Site | None = None
@@ -84,3 +74,13 @@ def line_in(frame: FrameType | None, code: CodeType, limit: int = 32) -> Site | 
                 found = (frame.f_code.co_filename, tb.tb_lineno)  # type: ignore[attr-defined]
             tb = tb.tb_next  # type: ignore[attr-defined]
         return found
+
+
+def line_in(frame: FrameType | None, code: CodeType, limit: int = 32) -> Site | None:
+    """Where the frame running ``code`` (a loop's function) is, if it is ``frame`` or one
+    of its callers."""
+    while frame is not None and limit:
+        if frame.f_code is code:
+            return (code.co_filename, frame.f_lineno)
+        frame, limit = frame.f_back, limit - 1
+    return None
