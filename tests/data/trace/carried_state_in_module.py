@@ -13,6 +13,6 @@ class Cell(torch.nn.Module):
 
 cell = Cell()
 h = None
-for step in range(3):
+for _ in range(3):
     loss, h = cell(torch.randn(4, 1, 2), h)  # the state carries the graph to the next step
     loss.backward()
