@@ -376,6 +376,12 @@ class BackwardTwice(Rule):
 
     # -- state carried across iterations ------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
+        reported = len(self.reports)
+        self._check_carried_state(node)
+        if len(self.reports) == reported:  # a run may show what the analysis could not
+            self._check_carried_at_run(node)
+
+    def _check_carried_state(self, node: ast.Assign) -> None:
         """``out, h = rnn(x, h)`` in a loop that calls ``backward()`` each iteration: ``h``
         carries the previous iteration's graph, freed by its backward, into the next one."""
         if not self.analysis.imports_torch() or self.analysis.in_no_grad(node):
@@ -642,6 +648,39 @@ class BackwardTwice(Rule):
             return False
         return self._is_tensor_state_layer(binding.value.func, binding.node)
 
+    def _check_carried_at_run(self, node: ast.Assign) -> None:
+        """A run saw the value this statement binds carry a freed graph into the next
+        iteration (``out, h = rnn(x, h)``): detach the state it passes back in. Only on a
+        run's evidence (``gradfix trace``), which then proves the fix by running again."""
+        if not self.proven_at_run(node.lineno, "backward-twice"):
+            return
+        state = [name for name in _bound(node.targets) if name in _read(node.value)]
+        if state and self._in_loop(node):
+            self.report(node, fix=self._detach_fix(node, state))
+
+    def _in_loop(self, node: ast.AST) -> bool:
+        scope = self.analysis.scope_of(node).node
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is scope:
+                return False
+            if isinstance(ancestor, _LOOPS):
+                return True
+        return False
+
+    def _detach_fix(self, node: ast.Assign, state: list[str]) -> FixPlan:
+        detach = f"{', '.join(state)} = {', '.join(f'{name}.detach()' for name in state)}\n"
+
+        def build(editor: Editor) -> list[Edit] | None:
+            line = editor.statement(node)
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                return None
+            after = cst.parse_statement(detach)
+            return [Edit(line, cst.FlattenSentinel([line, after]))]
+
+        names = ", ".join(f"`{name}`" for name in state)
+        # offered only on a run's evidence, and written only once a run proved it
+        return self.plan(build, f"Detach {names} where the step ends")
+
     # -- which calls run a backward pass -------------------------------------------------
     def _positions(self, call: ast.Call) -> tuple[int, int] | None:
         name = self.analysis.call_name(call)
@@ -859,6 +898,21 @@ class BackwardTwice(Rule):
                 if func.attr == "step" or func.attr.endswith("_"):
                     return True
         return any(start < self.analysis.index(a) < end for a in rest.augassigns)
+
+
+def _bound(targets: list[ast.expr]) -> list[str]:
+    """The plain names an assignment binds (``out, (h, c) = ...`` -> out, h, c)."""
+    names: list[str] = []
+    for target in targets:
+        if type(target) is ast.Name:
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            names += _bound(target.elts)
+    return names
+
+
+def _read(value: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(value) if type(n) is ast.Name and type(n.ctx) is ast.Load}
 
 
 class _CallCollector(ast.NodeVisitor):

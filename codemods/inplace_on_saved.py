@@ -120,7 +120,7 @@ class Mutation:
 class Saver:
     """The op that saved the tensor for backward."""
 
-    node: ast.expr
+    node: ast.expr | None  # None: a run saw the save (the op is not in this file's code)
     statement: ast.AST
     description: str
     output: bool  # it saved its result (else: its operand)
@@ -959,12 +959,22 @@ class InplaceOnSaved(Rule):
             self._check_element(mutation, binding)
             return
         saver = self._saver(name, binding, statement)
-        if saver is None:
+        proven = self._saved_at_run(statement)  # the run stands in for what is not known
+        if saver is None and proven:
+            saver = Saver(None, statement, "an op had saved it (seen in a run)", False)
+        elif saver is None:
             self._check_caller_saved(mutation, binding)
             return
-        if not self._graph_needed(saver, mutation):
+        elif not (proven or self._graph_needed(saver, mutation)):
             return
-        self.report(mutation.node, self._message(mutation, saver), fix=self._fix(mutation, binding))
+        assert saver is not None
+        fix = self._fix(mutation, binding, proven)
+        self.report(mutation.node, self._message(mutation, saver), fix=fix)
+
+    def _saved_at_run(self, statement: ast.stmt) -> bool:
+        """A run of the program saw this statement change a tensor saved for backward."""
+        lines = range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)
+        return any(self.proven_at_run(line, "inplace-saved", "view-inplace") for line in lines)
 
     # -- the input of a module, saved by its caller --------------------------------------------
     def _check_caller_saved(self, mutation: Mutation, binding: Binding) -> None:
@@ -1399,13 +1409,13 @@ class InplaceOnSaved(Rule):
         return None
 
     def _message(self, mutation: Mutation, saver: Saver) -> str:
-        line = saver.node.lineno
+        where = "" if saver.node is None else f" (line {saver.node.lineno})"
         code = " ".join(self._statement_code(mutation.statement).split())
         if len(code) > 40:
             code = code[:37] + "..."
         return (
             f"`{code}` changes `{mutation.name.id}` in place, but {saver.description} "
-            f"for backward (line {line}): backward fails with 'modified by an inplace "
+            f"for backward{where}: backward fails with 'modified by an inplace "
             "operation'; use the out-of-place form"
         )
 
@@ -1417,7 +1427,9 @@ class InplaceOnSaved(Rule):
         return code + rest[: len(rest) - len(after)] + ";" if after.startswith(";") else code
 
     # -- fixing ------------------------------------------------------------------------------
-    def _fix(self, mutation: Mutation, binding: Binding) -> FixPlan | None:
+    def _fix(self, mutation: Mutation, binding: Binding, proven: bool = False) -> FixPlan | None:
+        """``proven``: a run showed the change; whether rebinding keeps the forward results
+        is then checked by running the program again instead."""
         if self.analysis.in_no_grad(mutation.statement):
             return None  # out of place under no_grad would cut the graph
         if mutation.form == "module":
@@ -1428,7 +1440,7 @@ class InplaceOnSaved(Rule):
             return replace(plan, safety=FixSafety.UNSAFE)
         if self._aliased(binding) is not None:
             return self._alias_clone_fix(mutation, binding)
-        if not self._rebindable(mutation, binding):
+        if not proven and not self._rebindable(mutation, binding):
             return None
         if not _is_parameter(self, self._root_binding(binding)):
             return self._rebinding_fix(mutation, binding)
@@ -1481,7 +1493,7 @@ class InplaceOnSaved(Rule):
         if mutation.form == "function":
             return self._function_fix(mutation)
         if mutation.form == "method":
-            twin = self._twin_fix(mutation)
+            twin = self._twin_fix(mutation) or self._twin_in_expression_fix(mutation)
             if twin is not None:
                 return twin
         if type(mutation.statement) in (ast.Assign, ast.AugAssign, ast.Expr):
@@ -1629,6 +1641,28 @@ class InplaceOnSaved(Rule):
             f"Use the out-of-place {listed} and rebind `{name}`",
             safety=None if keeps_dtype else FixSafety.UNSAFE,
         )
+
+    def _twin_in_expression_fix(self, mutation: Mutation) -> FixPlan | None:
+        """``return f(h.clamp_(0, 1))`` -> ``return f(h.clamp(0, 1))`` where ``h`` is not
+        read after the statement (nothing relies on its change)."""
+        call, statement = mutation.call, mutation.statement
+        if call is None or type(statement) not in (ast.Assign, ast.Return, ast.Expr):
+            return None
+        if call.func.value is not mutation.name or self._read_after(mutation):  # type: ignore[attr-defined]
+            return None
+        method = call.func.attr[:-1]  # type: ignore[attr-defined]
+        if method not in TWIN_METHODS:
+            return None
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(call)
+            assert isinstance(old, cst.Call)
+            new = old.visit(_StripUnderscores([old]))
+            assert isinstance(new, cst.Call)
+            return [Edit(old, new)]
+
+        safety = None if self._keeps_dtype(call) else FixSafety.UNSAFE
+        return self.plan(build, f"Use the out-of-place `{method}`", safety=safety)
 
     def _keeps_dtype(self, call: ast.Call) -> bool:
         method = call.func.attr[:-1]  # type: ignore[attr-defined]

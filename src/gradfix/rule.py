@@ -27,8 +27,9 @@ import enum
 import functools
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, ClassVar, Union
 
 import libcst as cst
@@ -218,6 +219,17 @@ class BaseRule:
     fix_restores_gradient: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
+    #: What a run of the program proved at lines of this file (``gradfix trace``): line ->
+    #: the kinds of runtime findings there (``"inplace-saved"``: the tensor changed in place
+    #: on this line was saved for backward). A rule may take them where its static analysis
+    #: cannot prove the same; every fix is then proven by running the program again. Empty
+    #: for a static check; :mod:`gradfix.trace.link` makes subclasses that know them.
+    runtime: ClassVar[Mapping[int, frozenset[str]]] = MappingProxyType({})
+
+    @classmethod
+    def proven_at_run(cls, line: int, *kinds: str) -> bool:
+        """Whether a run proved one of ``kinds`` at ``line``."""
+        return any(kind in cls.runtime.get(line, ()) for kind in kinds)
 
     @classmethod
     def summary(cls) -> str:

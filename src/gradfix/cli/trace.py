@@ -89,12 +89,11 @@ def trace(
         raise typer.Exit(EXIT_ERROR) from None
     if not no_cache:
         _remember(result, argv)
-    from gradfix.trace.link import link_fixes, prove_fix
+    from gradfix.trace.link import link_fixes, prove_fixes
 
     fixes = link_fixes(result.findings)
     if verify_fixes or write:
-        for linked in fixes:
-            linked.verdict = prove_fix(linked, argv, timeout=timeout or 60.0)
+        fixes = prove_fixes(fixes, argv, timeout=timeout or 60.0)
     _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
     if write:
         _write_trace_fixes(fixes)
@@ -147,7 +146,7 @@ def _print_trace(
     )
 
     rules = all_rules()
-    linked = {id(fix.runtime): fix for fix in fixes}
+    linked = {id(fix.runtime): fix for fix in fixes if not fix.parts}
     pairs = [(f, linked.get(id(f))) for f in result.findings]
     located = [(display_path(f.path), trace_finding(f, fix, rules)) for f, fix in pairs]
     records = [finding_dict(f, fix, rules) for f, fix in pairs]
@@ -161,9 +160,10 @@ def _print_trace(
         for fix in fixes:
             if fix.verdict is not None:
                 path, finding = display_path(fix.runtime.path), fix.finding()
+                together = f" ({fix.single.description})" if fix.parts else ""
                 typer.echo(
                     f"{path}:{finding.line}:{finding.col}: {finding.code} "
-                    f"{fix.verdict[0]}: {fix.verdict[1]}"
+                    f"{fix.verdict[0]}{together}: {fix.verdict[1]}"
                 )
     if output_format is CheckFormat.text:
         typer.echo(check_summary([finding for _, finding in located]))

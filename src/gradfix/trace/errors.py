@@ -13,6 +13,7 @@ LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place 
 VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place"
 INTEGER_GRAD = "only Tensors of floating point"
 INPLACE_SAVED = "modified by an inplace operation"
+MULTI_VIEW_INPLACE = "is a view and is being modified inplace"
 BACKWARD_TWICE = "backward through the graph a second time"
 NO_GRAD_FN = "does not require grad and does not have a grad_fn"
 
@@ -22,6 +23,7 @@ CODES = {
     "leaf-inplace": "GF201",
     "integer-grad": "GF105",
     "inplace-saved": "GF204",
+    "view-inplace": "GF204",
     "backward-twice": "GF401",
     "no-grad-fn": "GF101",
 }
@@ -29,7 +31,8 @@ CODES = {
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 _SAVED = re.compile(
     r"\[torch\.\w+ \[(?P<shape>[\d, ]*)\]\](?:, which is output (?P<output>\d+) of "
-    r"(?P<producer>\w+),)? is at version (?P<version>\d+); expected version (?P<expected>\d+)"
+    r"(?:\w+::)*(?P<producer>\w+),)? is at version (?P<version>\d+); "
+    r"expected version (?P<expected>\d+)"
 )
 
 
@@ -41,6 +44,7 @@ def kind_of(message: str) -> str | None:
         (LEAF_INPLACE, "leaf-inplace"),
         (INTEGER_GRAD, "integer-grad"),
         (INPLACE_SAVED, "inplace-saved"),
+        (MULTI_VIEW_INPLACE, "view-inplace"),
         (BACKWARD_TWICE, "backward-twice"),
         (NO_GRAD_FN, "no-grad-fn"),
     ):

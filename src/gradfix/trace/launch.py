@@ -121,12 +121,18 @@ def _hook_dir(home: str) -> str:
     return hook_dir
 
 
+#: Ops whose result overflows to inf for finite inputs: a branch ``torch.where`` discards
+#: still sends ``0 * inf = nan`` back through their backward (watched like singular ops).
+OVERFLOWING = frozenset({"exp", "exp2", "expm1", "cosh", "sinh", "__rpow__"})
+
+
 def _environment(hook_dir: str, results: str, max_steps: int | None) -> dict[str, str]:
     from gradfix.unsafe_branch import singular_function_names
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hook_dir, env.get("PYTHONPATH", "")) if p)
-    config = {"max_steps": max_steps, "singular": sorted(singular_function_names())}
+    watched = singular_function_names() | OVERFLOWING
+    config = {"max_steps": max_steps, "singular": sorted(watched)}
     env[DIR_VARIABLE] = results
     env[CONFIG_VARIABLE] = json.dumps(config)
     return env

@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
-from gradfix.engine import SingleFix, SourceError, single_fixes
+from gradfix.engine import FileLint, SingleFix, SourceError, single_fixes
 from gradfix.fileio.files import FileError, SourceFile, read_source
 from gradfix.registry import find_rule
-from gradfix.rule import Finding, FixSummary
+from gradfix.rule import Finding, FixSummary, Rule
 from gradfix.trace.launch import RuntimeFinding
 
 #: The rules whose fix may apply to each kind of runtime finding, the likeliest first.
 FAMILIES: dict[str, tuple[str, ...]] = {
     "inplace-saved": ("GF204", "GF202", "GF203", "GF206"),
+    "view-inplace": ("GF204", "GF206"),
     "leaf-inplace": ("GF201", "GF206"),
     "view-leaf-inplace": ("GF206", "GF201"),
     "integer-grad": ("GF105",),
@@ -54,6 +56,8 @@ class TraceFix:
     single: SingleFix
     original: SourceFile
     verdict: Verdict | None = None
+    rules: Sequence[type[Rule]] = ()  # the rules (knowing the run's facts) that offered it
+    parts: Sequence[TraceFix] = ()  # a fix of several findings proven together: its parts
 
     @property
     def fixed_source(self) -> str:
@@ -81,17 +85,27 @@ def link_fixes(findings: Sequence[RuntimeFinding]) -> list[TraceFix]:
 
 def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
     codes = sorted({code for f in findings for code in FAMILIES.get(f.kind, (f.code,))})
+    facts: dict[int, set[str]] = {}
+    for finding in findings:
+        facts.setdefault(finding.line, set()).add(finding.kind)
+    rules = [knowing(find_rule(code), facts) for code in codes]
     try:
         original = read_source(path)
-        singles = single_fixes(original.text, rules=[find_rule(c) for c in codes], path=path)
+        singles = single_fixes(original.text, rules=rules, path=path)
     except (FileError, SourceError):
         return []
     linked = []
     for runtime in findings:
         match = _covering(runtime, singles)
         if match is not None:
-            linked.append(TraceFix(runtime, match[1], match[0], original))
+            linked.append(TraceFix(runtime, match[1], match[0], original, rules=rules))
     return linked
+
+
+def knowing(rule: type[Rule], facts: Mapping[int, set[str]]) -> type[Rule]:
+    """The rule, told what the run proved at the lines of the file (:attr:`Rule.runtime`)."""
+    runtime = MappingProxyType({line: frozenset(kinds) for line, kinds in facts.items()})
+    return type(rule.__name__, (rule,), {"runtime": runtime, "__doc__": rule.__doc__})
 
 
 def _covering(
@@ -135,6 +149,85 @@ def prove_fix(fix: TraceFix, command: list[str], *, timeout: float, cwd: str = "
         harness.close()
 
 
+def prove_fixes(
+    fixes: Sequence[TraceFix], command: list[str], *, timeout: float, cwd: str = "."
+) -> list[TraceFix]:
+    """Prove each fix alone; where one file has several verified fixes, prove them
+    together too (one run finds each bug of a file, a write applies one fix per file).
+    Returns the fixes, the ones proven together first."""
+    for fix in fixes:
+        fix.verdict = prove_fix(fix, command, timeout=timeout, cwd=cwd)
+    together = []
+    for fix in fixes:
+        if fix.verdict is not None and fix.verdict[1].startswith("after raised "):
+            further = _with_next_fixes(fix, command, timeout=timeout, cwd=cwd)
+            if further is not None:
+                together.append(further)
+    for path in sorted({fix.original.path for fix in fixes}):
+        verified = [f for f in fixes if f.original.path == path and _verified(f)]
+        combined = _together(verified) if len(verified) > 1 else None
+        if combined is not None:
+            combined.verdict = prove_fix(combined, command, timeout=timeout, cwd=cwd)
+            together.append(combined)
+    return together + list(fixes)
+
+
+def _together(parts: list[TraceFix]) -> TraceFix | None:
+    """One fix applying the fixes of ``parts`` (of one file) in a single pass."""
+    first = parts[0]
+    wanted = {(p.static.code, p.static.line, p.static.col) for p in parts}
+    lint = FileLint(first.original.text, rules=first.rules, path=first.original.path)
+    result = lint.fixed(unsafe_fixes=True, keep=lambda f: (f.code, f.line, f.col) in wanted)
+    if result.applied < len(parts) or result.source == first.original.text:
+        return None  # some fixes overlap: each stays proven alone
+    lines = ", ".join(str(p.static.line) for p in parts)
+    findings = [finding for p in parts for finding in p.single.findings]
+    safety = max((p.single.safety for p in parts), key=lambda s: s != "safe")
+    description = f"the fixes at lines {lines} together"
+    single = SingleFix(findings, safety, description, result.source)
+    return TraceFix(first.runtime, first.static, single, first.original, rules=first.rules,
+                    parts=parts)  # fmt: skip
+
+
+def _with_next_fixes(
+    fix: TraceFix, command: list[str], *, timeout: float, cwd: str, rounds: int = 3
+) -> TraceFix | None:
+    """A fix that lets the program run on into the next bug (a second in-place change, the
+    next integer tensor asked for grad): trace the fixed script in a scratch copy, add the
+    fix of what that run finds, and prove the whole; up to ``rounds`` times."""
+    if rounds == 0 or not _runs_script(command, fix.original.path, cwd):
+        return None
+    import subprocess
+    import tempfile
+
+    from gradfix.trace.launch import run_trace
+
+    with tempfile.TemporaryDirectory(prefix="gradfix-next-") as scratch:
+        copy = os.path.join(scratch, os.path.basename(fix.original.path))
+        with open(copy, "w", encoding="utf-8") as out:
+            out.write(fix.fixed_source)
+        run = run_trace([command[0], copy, *command[2:]], timeout=timeout,
+                        stdout=subprocess.DEVNULL, cwd=cwd)  # fmt: skip
+        found = [f for f in run.findings if os.path.realpath(f.path) == os.path.realpath(copy)]
+        following = link_fixes(found)
+    if not following:
+        return None
+    step = following[0]
+    findings = [*fix.single.findings, *step.single.findings]
+    description = f"{fix.single.description}, then {step.single.description}"
+    single = SingleFix(findings, fix.single.safety, description, step.fixed_source)
+    combined = TraceFix(fix.runtime, fix.static, single, fix.original, rules=fix.rules,
+                        parts=[fix, step])  # fmt: skip
+    combined.verdict = prove_fix(combined, command, timeout=timeout, cwd=cwd)
+    if combined.verdict[1].startswith("after raised "):
+        return _with_next_fixes(combined, command, timeout=timeout, cwd=cwd, rounds=rounds - 1)
+    return combined
+
+
+def _verified(fix: TraceFix) -> bool:
+    return fix.verdict is not None and fix.verdict[0] == "verified"
+
+
 def _runs_script(command: list[str], path: str, cwd: str) -> bool:
     """``python train.py ...`` where ``train.py`` is the fixed file."""
     if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
@@ -144,16 +237,17 @@ def _runs_script(command: list[str], path: str, cwd: str) -> bool:
 
 
 def write_verified(fixes: Sequence[TraceFix]) -> list[TraceFix]:
-    """Write each file's verified fix (the first, where a file has several: each fix was
-    proven alone on the file as read; run the trace again for the next). Returns the fixes
-    written; a file that changed on disk meanwhile is left alone (``FileError``)."""
+    """Write each file's verified fix (the first, where a file has several: fixes proven
+    together come first; the others were proven alone, run the trace again for the next).
+    Returns the fixes written; a file that changed on disk meanwhile is left alone
+    (``FileError``)."""
     from gradfix.fileio.files import write_source
 
     written = []
     done: set[str] = set()
     for fix in fixes:
         path = fix.original.path
-        if fix.verdict is None or fix.verdict[0] != "verified" or path in done:
+        if not _verified(fix) or path in done:
             continue
         write_source(fix.original, fix.fixed_source)
         done.add(path)

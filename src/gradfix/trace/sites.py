@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from types import FrameType
+from types import CodeType, FrameType
 
 Site = tuple[str, int]  # (absolute file name, 1-based line)
 
@@ -53,11 +53,15 @@ class UserFrames:
 
     def site(self, depth: int = 1) -> Site | None:
         """The user frame that (directly or through libraries) called our caller."""
+        frame = self.frame(depth + 1)
+        return None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+
+    def frame(self, depth: int = 1) -> FrameType | None:
+        """The innermost user frame that called our caller."""
         frame: FrameType | None = sys._getframe(depth + 1)
         while frame is not None:
-            filename = frame.f_code.co_filename
-            if self.is_user_file(filename):
-                return (filename, frame.f_lineno)
+            if self.is_user_file(frame.f_code.co_filename):
+                return frame
             frame = frame.f_back
         return None
 
@@ -70,3 +74,13 @@ class UserFrames:
                 found = (frame.f_code.co_filename, tb.tb_lineno)  # type: ignore[attr-defined]
             tb = tb.tb_next  # type: ignore[attr-defined]
         return found
+
+
+def line_in(frame: FrameType | None, code: CodeType, limit: int = 32) -> Site | None:
+    """Where the frame running ``code`` (a loop's function) is, if it is ``frame`` or one
+    of its callers."""
+    while frame is not None and limit:
+        if frame.f_code is code:
+            return (code.co_filename, frame.f_lineno)
+        frame, limit = frame.f_back, limit - 1
+    return None

@@ -29,8 +29,10 @@ import functools
 import itertools
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 import torch
@@ -38,11 +40,13 @@ from torch.overrides import TorchFunctionMode
 
 from gradfix.torch_facts import GRAPH_CUTS, INPLACE_DUNDERS
 from gradfix.trace import errors, kept
-from gradfix.trace.sites import Site, UserFrames
+from gradfix.trace.sites import Site, UserFrames, line_in
 from gradfix.verify import instrument
 
 SITE_KEY = "gradfix_site"  # node.metadata key: the user line that made the node
 ROOT_KEY = "gradfix_backward"  # node.metadata key: the backward call that consumed it
+MADE_KEY = "gradfix_made"  # node.metadata key: how many backward calls had run when made
+LOOP_KEY = "gradfix_loop"  # node.metadata key: the line of the loop's frame that made it
 #: Cut kinds by how surely they are the bug when a backward finds no graph.
 CUT_PRIORITY = (
     "tensor", "as_tensor", "new_tensor", "data", "item", "__float__", "__int__", "tolist",
@@ -53,6 +57,8 @@ ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
 MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
 MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
+MAX_BACKWARD_SITES = 64  # the lines of the latest backward calls kept
+MAX_CHANGES_PER_TENSOR = 64  # the first changes of one tensor since its last save matter
 
 
 @dataclass(frozen=True)
@@ -70,10 +76,12 @@ class InplaceChange:
 
     site: Site | None
     shape: tuple[int, ...]
+    base_shape: tuple[int, ...]  # of the tensor a view shares its storage and version with
     producer: str | None  # the grad_fn name of the tensor before the change
     producer_site: Site | None
     version: int  # the tensor's version after the change
     op: str
+    result: str | None = None  # the grad_fn name after the change (autograd may name it)
 
 
 @dataclass
@@ -106,10 +114,12 @@ class Tracer:
         self.busy = False
         self.steps = 0
         self.reported: set[tuple[str, str, int]] = set()
-        self.inplace: dict[int, InplaceChange] = {}
+        self.inplace: dict[int, deque[InplaceChange]] = {}  # id of a tensor -> its changes
         self.cuts: dict[Site, Cut] = {}
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
+        self.backward_sites: dict[int, Site | None] = {}  # backward call number -> its line
+        self.loop_code: CodeType | None = None  # the code of the frame calling backward
         self.kept_reported: set[tuple[str, str]] = set()  # (file, name) found keeping graphs
         self.notes: list[str] = []
         self._ops: dict[Any, Op] = {}
@@ -166,7 +176,7 @@ class Tracer:
         try:
             result = func(*args, **kwargs)
         except RuntimeError as error:
-            self._guarded(self._op_failed, error)
+            self._guarded(self._op_failed, error, op.name)
             raise
         if before is not None:
             self._guarded(self._after_inplace, target, before, op.name)
@@ -174,6 +184,8 @@ class Tracer:
             self._guarded(self._maybe_cut, op.name, args, result)
         elif isinstance(result, torch.Tensor) and result.grad_fn is not None:
             self._guarded(self._after_op, op.name, args, result)
+        elif isinstance(result, tuple) and result:  # split, chunk, lstm, max(dim)...
+            self._guarded(self._after_tuple_op, result)
         return result
 
     def _learn_op(self, func: Any) -> Op:
@@ -209,12 +221,29 @@ class Tracer:
 
     def _after_op(self, name: str, args: tuple[Any, ...], result: torch.Tensor) -> None:
         node: Any = result.grad_fn
-        site = self.frames.site()
-        _metadata(node)[SITE_KEY] = site
+        site = self._stamp(node)
         if name in self.singular:
             node.register_hook(functools.partial(self._check_finite, site, type(node).__name__))
         if name in ACCUMULATING and self.steps:
             self._check_accumulation(args, site)
+
+    def _stamp(self, node: Any) -> Site | None:
+        """Note on the node the user's line that made it, how many backward calls had run,
+        and the line of the loop (the frame that calls backward) it was made from."""
+        frame = self.frames.frame(2)
+        site = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+        metadata = _metadata(node)
+        metadata[SITE_KEY] = site
+        metadata[MADE_KEY] = self.steps
+        if frame is not None and self.loop_code is not None and frame.f_code is not self.loop_code:
+            metadata[LOOP_KEY] = line_in(frame.f_back, self.loop_code)  # made inside a call
+        return site
+
+    def _after_tuple_op(self, result: tuple[Any, ...]) -> None:
+        nodes = {id(t.grad_fn): t.grad_fn for t in result if isinstance(t, torch.Tensor)}
+        for node in nodes.values():
+            if node is not None and SITE_KEY not in _metadata(node):
+                self._stamp(node)
 
     def _attribute_read(self, attribute: str, tensor: torch.Tensor) -> None:
         if attribute == "data" and torch.is_grad_enabled():
@@ -237,9 +266,11 @@ class Tracer:
 
     def _before_inplace(self, target: torch.Tensor) -> InplaceChange:
         node = target.grad_fn
+        base = target._base if target._base is not None else target
         return InplaceChange(
             site=None,
             shape=tuple(target.shape),
+            base_shape=tuple(base.shape),
             producer=type(node).__name__ if node is not None else None,
             producer_site=_metadata(node).get(SITE_KEY) if node is not None else None,
             version=target._version,
@@ -250,15 +281,21 @@ class Tracer:
         change.site = self.frames.site()
         change.version = target._version
         change.op = name
-        self._note_change(target, change)
         node = target.grad_fn
+        change.result = type(node).__name__ if node is not None else None
+        self._note_change(target, change)
         if node is not None and change.site is not None:
             _metadata(node)[SITE_KEY] = change.site
 
     def _note_change(self, tensor: torch.Tensor, change: InplaceChange) -> None:
-        """Keep the latest change of each tensor, and only the latest changes overall."""
-        self.inplace.pop(id(tensor), None)  # re-inserted last: the dict is oldest first
-        self.inplace[id(tensor)] = change
+        """Keep the changes of each tensor (autograd names the first one after the save,
+        by its version), for the latest changed tensors only."""
+        key = id(tensor._base if tensor._base is not None else tensor)  # a view: its base's
+        changes = self.inplace.pop(key, None)  # re-inserted last: the dict is oldest first
+        if changes is None or change.version <= changes[-1].version:
+            changes = deque(maxlen=MAX_CHANGES_PER_TENSOR)  # new, or a reused id
+        changes.append(change)
+        self.inplace[key] = changes
         if len(self.inplace) > MAX_INPLACE_CHANGES:
             del self.inplace[next(iter(self.inplace))]
 
@@ -269,9 +306,8 @@ class Tracer:
         for group in optimizer.param_groups:
             for parameter in group["params"]:
                 if isinstance(parameter, torch.Tensor) and parameter.requires_grad:
-                    change = InplaceChange(
-                        site, tuple(parameter.shape), None, None, parameter._version, STEP
-                    )
+                    shape = tuple(parameter.shape)
+                    change = InplaceChange(site, shape, shape, None, None, parameter._version, STEP)
                     self._note_change(parameter, change)
 
     def _maybe_cut(self, name: str, args: tuple[Any, ...], result: Any) -> None:
@@ -327,12 +363,17 @@ class Tracer:
         finally:
             self.busy = False
 
-    def _op_failed(self, error: RuntimeError) -> None:
+    def _op_failed(self, error: RuntimeError, name: str) -> None:
         kind = errors.kind_of(str(error))
-        if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad"):
-            self.report_error(
-                error, kind, errors.CODES[kind], self.frames.site(), _first_line(error)
+        message = _first_line(error)
+        if kind == "view-inplace":
+            view = message.split(" is a view")[0]  # "Output 1 of Split"
+            message = (
+                f"in-place `{name}` on one of several views an op returned ({view}): "
+                "autograd forbids it; use the out-of-place op"
             )
+        if kind in ("leaf-inplace", "view-leaf-inplace", "integer-grad", "view-inplace"):
+            self.report_error(error, kind, errors.CODES[kind], self.frames.site(), message)
 
     def report_error(
         self,
@@ -398,40 +439,70 @@ class Tracer:
         self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
 
     def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
-        """The latest in-place change that matches what autograd says was modified."""
-        for change in reversed(list(self.inplace.values())):
-            if change.op == STEP:  # a parameter, saved as itself or as a view (`w.t()`)
-                same = sorted(change.shape) == sorted(details.shape)
-            else:
-                same = change.shape == details.shape and errors.same_op(
-                    change.producer, details.producer
-                )
-            if same and details.expected < change.version <= details.version:
-                return change
+        """The change that broke the save: of the latest changed tensor autograd's details
+        describe, its first change past the saved version."""
+        for changes in reversed(list(self.inplace.values())):
+            if any(_describes(details, change) for change in changes):
+                broke = [c for c in changes if details.expected < c.version <= details.version]
+                if broke:
+                    return broke[0]
         return None
 
     def _backward_twice(self, error: RuntimeError, roots: list[Any], site: Site | None) -> None:
-        freed = _failing_node(roots, "freed")
-        carried = _metadata(freed).get(SITE_KEY) if freed is not None else None
-        if carried is not None and self.steps:
+        """Pinned where the fix goes: the earlier backward call, when it ran through this
+        very graph (it must retain it); else where this step uses a value made before the
+        latest backward, whose graph that backward freed (detach it where the step ends,
+        or compute it anew in this step)."""
+        earlier = [_metadata(node).get(ROOT_KEY) for node in _root_nodes(roots)]
+        freeing = next((self.backward_sites.get(step) for step in earlier if step), None)
+        old, user = self._carried_node(roots)
+        carried = _made_at(old) if old is not None else None
+        used = _made_at(user) if user is not None else None
+        evidence = {
+            "carried_from": _site_dict(carried),
+            "used_at": _site_dict(used),
+            "freed_node": type(old).__name__ if old is not None else None,
+            "backward_at": _site_dict(site),
+            "freed_by_backward_at": _site_dict(freeing),
+        }
+        here: Site | None = site
+        if freeing is not None:
+            here = freeing
             message = (
-                "backward through a graph an earlier backward freed: the value made"
-                f"{_at(carried, site)} carries the old graph into this step (detach it at "
-                "the end of each iteration)"
+                "the backward here frees the graph a later backward"
+                f"{_at(site, here)} runs through again (retain the graph here, or build the "
+                "graph anew before the second backward)"
+            )
+        elif used is not None and self.steps:
+            here = used
+            message = (
+                f"this step uses a value made{_at(carried, here)} before the latest backward, "
+                f"which freed its graph: the backward{_at(site, here)} raises (detach the "
+                "value at the end of each iteration, or compute it anew in this step)"
             )
         else:
             message = "a second backward through a graph the first one freed"
-        self.report_error(
-            error,
-            "backward-twice",
-            "GF401",
-            site,
-            message,
-            {
-                "carried_from": _site_dict(carried),
-                "freed_node": type(freed).__name__ if freed else None,
-            },
-        )
+        self.report_error(error, "backward-twice", "GF401", here, message, evidence)
+
+    def _carried_node(self, roots: list[Any]) -> tuple[Any, Any]:
+        """The first node of the failing graph made before the latest backward call, and
+        the node of this step that uses it (the nearest one the tracer saw made). A node
+        the tracer did not stamp (made inside an op: an RNN's layers) counts as made when
+        the node that uses it was."""
+        queue = [(node, None, self.steps) for node in _root_nodes(roots)]
+        seen: set[int] = set()
+        while queue and len(seen) < MAX_GRAPH_NODES:
+            node, user, made = queue.pop(0)
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            made = _metadata(node).get(MADE_KEY, made)
+            if made < self.steps:
+                return node, user
+            if SITE_KEY in _metadata(node):
+                user = node  # the latest node on the path that the tracer saw made
+            queue.extend((next_node, user, made) for next_node, _ in node.next_functions)
+        return None, None
 
     def _graph_cut(self, error: RuntimeError, site: Site | None) -> None:
         cut = self._likely_cut()
@@ -463,6 +534,10 @@ class Tracer:
         if kind == "backward":
             self._check_leaf_grads(objective)
         self.steps += 1
+        frame = self.frames.frame()
+        self.loop_code = frame.f_code if frame is not None else None
+        self.backward_sites[self.steps] = self.frames.site()
+        self.backward_sites.pop(self.steps - MAX_BACKWARD_SITES, None)
         for root in roots:
             if isinstance(root, torch.Tensor) and root.grad_fn is not None:
                 _metadata(root.grad_fn)[ROOT_KEY] = self.steps
@@ -640,6 +715,17 @@ def untraced_optimizer_steps(mode: TraceMode) -> None:
 
 
 # ------------------------------------------------------------------ helpers
+def _describes(details: errors.SavedTensorError, change: InplaceChange) -> bool:
+    """Whether autograd's description of a modified tensor fits this change: its shape, and
+    the node that made the tensor, before the change or after it (both are named)."""
+    if change.op == STEP:  # a parameter, saved as itself or as a view (`w.t()`)
+        return sorted(change.shape) == sorted(details.shape)
+    return details.shape in (change.shape, change.base_shape) and (
+        errors.same_op(change.producer, details.producer)
+        or errors.same_op(change.result, details.producer)
+    )
+
+
 def _is_inplace(name: str) -> bool:
     """``add_``, ``x += 1``, ``x[i] = v`` (not ``_foreach_add_``: a list, not a tensor)."""
     if name.endswith("_") and not name.endswith("__"):
@@ -673,16 +759,26 @@ def _root_nodes(roots: list[Any]) -> list[Any]:
 
 def _failing_node(roots: list[Any], needle: str) -> Any:
     """The first node of the graph whose saved tensors raise an error containing ``needle``."""
-    for node in _nodes(_root_nodes(roots)):
-        for attribute in dir(node):
-            if not attribute.startswith("_saved_"):
-                continue
-            try:
-                getattr(node, attribute)
-            except RuntimeError as error:
-                if needle in str(error):
-                    return node
-    return None
+    return next((node for node in _nodes(_root_nodes(roots)) if _fails(node, needle)), None)
+
+
+def _made_at(node: Any) -> Site | None:
+    """The line that made the node: in the loop's frame when known, else the innermost
+    user line (a value made inside ``forward`` crosses iterations in the loop's frame)."""
+    metadata = _metadata(node)
+    return metadata.get(LOOP_KEY) or metadata.get(SITE_KEY)
+
+
+def _fails(node: Any, needle: str) -> bool:
+    for attribute in dir(node):
+        if not attribute.startswith("_saved_"):
+            continue
+        try:
+            getattr(node, attribute)
+        except RuntimeError as error:
+            if needle in str(error):
+                return True
+    return False
 
 
 def _reaches(source: Any, leaf: torch.Tensor) -> bool:
