@@ -376,10 +376,8 @@ class BackwardTwice(Rule):
 
     # -- state carried across iterations ------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
-        reported = len(self.reports)
-        self._check_carried_state(node)
-        if len(self.reports) == reported:  # a run may show what the analysis could not
-            self._check_carried_at_run(node)
+        if not self._check_carried_at_run(node):  # a run's evidence first: its fix is rerun
+            self._check_carried_state(node)
 
     def _check_carried_state(self, node: ast.Assign) -> None:
         """``out, h = rnn(x, h)`` in a loop that calls ``backward()`` each iteration: ``h``
@@ -648,15 +646,17 @@ class BackwardTwice(Rule):
             return False
         return self._is_tensor_state_layer(binding.value.func, binding.node)
 
-    def _check_carried_at_run(self, node: ast.Assign) -> None:
+    def _check_carried_at_run(self, node: ast.Assign) -> bool:
         """A run saw the value this statement binds carry a freed graph into the next
         iteration (``out, h = rnn(x, h)``): detach the state it passes back in. Only on a
         run's evidence (``gradfix trace``), which then proves the fix by running again."""
         if not self.proven_at_run(node.lineno, "backward-twice"):
-            return
+            return False
         state = [name for name in _bound(node.targets) if name in _read(node.value)]
-        if state and self._in_loop(node):
-            self.report(node, fix=self._detach_fix(node, state))
+        if not state or not self._in_loop(node):
+            return False
+        self.report(node, fix=self._detach_fix(node, state))
+        return True
 
     def _in_loop(self, node: ast.AST) -> bool:
         scope = self.analysis.scope_of(node).node
