@@ -502,15 +502,22 @@ class BackwardTwice(Rule):
         """``h = h.detach()`` right after ``node``, when each ``h`` is shown a tensor."""
         if not all(self._carries_tensor(n, node) for n in carried):
             return None
-        lines = [f"{n.id} = {n.id}.detach()\n" for n in carried]
+        names = ", ".join(f"`{n.id}`" for n in carried)
+        return self._detach_plan(node, [n.id for n in carried], f"Detach {names} after each step")
 
-        def build(editor: Editor) -> list[Edit]:
+    def _detach_plan(self, node: ast.Assign, names: list[str], description: str) -> FixPlan:
+        """``h = h.detach()`` for each name, right after ``node``'s line (not after a
+        compound statement ``node`` sits in on one line: no fix then)."""
+        lines = [f"{name} = {name}.detach()\n" for name in names]
+
+        def build(editor: Editor) -> list[Edit] | None:
             line = editor.statement(node)
+            if not isinstance(line, cst.SimpleStatementLine):
+                return None
             added = [cst.parse_statement(text) for text in lines]
             return [Edit(line, cst.FlattenSentinel([line, *added]))]
 
-        names = ", ".join(f"`{n.id}`" for n in carried)
-        return self.plan(build, f"Detach {names} after each step")
+        return self.plan(build, description)
 
     def _carries_tensor(self, name: ast.Name, node: ast.Assign) -> bool:
         """``name`` is a tensor after ``node``: shown there, or its value before the loop
@@ -653,33 +660,15 @@ class BackwardTwice(Rule):
         if not self.proven_at_run(node.lineno, "backward-twice"):
             return False
         state = [name for name in _bound(node.targets) if name in _read(node.value)]
-        if not state or not self._in_loop(node):
+        if not state or self._innermost_loop(node) is None:
             return False
         self.report(node, fix=self._detach_fix(node, state))
         return True
 
-    def _in_loop(self, node: ast.AST) -> bool:
-        scope = self.analysis.scope_of(node).node
-        for ancestor in self.analysis.ancestors(node):
-            if ancestor is scope:
-                return False
-            if isinstance(ancestor, _LOOPS):
-                return True
-        return False
-
     def _detach_fix(self, node: ast.Assign, state: list[str]) -> FixPlan:
-        detach = f"{', '.join(state)} = {', '.join(f'{name}.detach()' for name in state)}\n"
-
-        def build(editor: Editor) -> list[Edit] | None:
-            line = editor.statement(node)
-            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
-                return None
-            after = cst.parse_statement(detach)
-            return [Edit(line, cst.FlattenSentinel([line, after]))]
-
-        names = ", ".join(f"`{name}`" for name in state)
         # offered only on a run's evidence, and written only once a run proved it
-        return self.plan(build, f"Detach {names} where the step ends")
+        names = ", ".join(f"`{name}`" for name in state)
+        return self._detach_plan(node, state, f"Detach {names} where the step ends")
 
     # -- which calls run a backward pass -------------------------------------------------
     def _positions(self, call: ast.Call) -> tuple[int, int] | None:
