@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.edits import Editor
+from gradfix.edits import Editor, as_receiver
 from gradfix.index_after import (
     NanMasked,
     SingularIndex,
@@ -609,10 +609,7 @@ _NAN_MESSAGE = (
 
 def _indexed(value: cst.BaseExpression, subscript: cst.Subscript) -> cst.Subscript:
     """``value[<the index of subscript>]``, ``value`` parenthesised unless it is an atom."""
-    atom = isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
-    if not atom and not value.lpar:
-        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return subscript.with_changes(value=value, lpar=[], rpar=[])
+    return subscript.with_changes(value=as_receiver(value), lpar=[], rpar=[])
 
 
 def _index_first_builder(node: ast.Subscript, argument: ast.expr) -> Callable[[Editor], list[Edit]]:

@@ -6,7 +6,7 @@ import ast
 
 import libcst as cst
 
-from gradfix.edits import Editor, cst_argument
+from gradfix.edits import Editor, as_receiver, cst_argument
 from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
@@ -307,7 +307,7 @@ def _detached_copy(node: cst.Call, requires_grad: bool) -> cst.BaseExpression | 
         return None
     receiver = _receiver_keeping_layout(node, data)
     if receiver is None:  # one line; the engine moves the call's comments to its front
-        receiver = _receiver(data.value)
+        receiver = as_receiver(data.value)
     new = _method(receiver, "detach")
     new = _method(new, "clone")
     for arg in node.args:
@@ -332,7 +332,7 @@ def _receiver_keeping_layout(node: cst.Call, data: cst.Arg) -> cst.BaseExpressio
     if not _has_comment(
         node.with_changes(args=[placeholder if a is data else a for a in node.args])
     ):
-        return _receiver(data.value)  # nothing to keep but line breaks: one line
+        return as_receiver(data.value)  # nothing to keep but line breaks: one line
     others = [a for a in node.args if a is not data]
     if others and any(_has_comment(a.with_changes(value=cst.Name("_"))) for a in others[:-1]):
         return None
@@ -362,13 +362,6 @@ def _whitespace_after(arg: cst.Arg) -> cst.BaseParenthesizableWhitespace:
 
 def _has_comment(node: cst.CSTNode) -> bool:
     return "#" in cst.Module([]).code_for_node(node)
-
-
-def _receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """``expr`` ready to take a method call: parenthesised unless it is an atom."""
-    if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or expr.lpar:
-        return expr
-    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _method(receiver: cst.BaseExpression, name: str, *args: cst.BaseExpression) -> cst.Call:

@@ -331,6 +331,14 @@ def _NodeReplacer() -> type:
     return NodeReplacer
 
 
+def as_receiver(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` ready to take ``.method()`` or ``[index]``: parenthesised unless it is an
+    atom (a name, attribute, call or subscript) or already in parentheses."""
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or expr.lpar:
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
 def cst_argument(call: cst.Call, keyword: str, position: int | None) -> cst.Arg | None:
     """The LibCST argument passed as ``keyword=`` or at ``position`` (positional only):
     the fix-side twin of :func:`gradfix.semantic.syntax.argument`."""
