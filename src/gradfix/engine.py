@@ -197,6 +197,7 @@ class Linted:
 
     reports: list[Report]
     source: str = ""
+    tree: ast.Module | None = None  # Python's ``ast`` of ``source``
     torch_alias: str | None = None
     module: cst.Module | None = None
     editor: Editor | None = None
@@ -261,7 +262,7 @@ def _collect_reports(
         assert issubclass(rule, Rule)
         crashed[rule] = RuleCrash.of(rule, error)
 
-    linted = Linted([], source)
+    linted = Linted([], source, tree)
     semantic = Semantic(tree, source)
     if semantic.imports_torch() and rules:
         linted.torch_alias = semantic.torch_alias()
@@ -357,8 +358,9 @@ class FileLint:
                 source, active, path, self.crashes, realise=not lazy_fixes
             )
         else:
-            _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
-            self._linted = Linted([])
+            # cheap: a file no rule looks at still gets its syntax checked
+            self._linted = Linted([], source, _check_syntax(source))
+        self.tree = self._linted.tree  # Python's ``ast`` of ``source``
         self.findings = [to_finding(r) for r in self._linted.reports]
         self._singles: list[SingleFix] | None = None
 

@@ -72,7 +72,7 @@ class GradQueries(LeafQueries):
             decorators = func.decorator_list  # type: ignore[attr-defined]
             result = any(self._decorator_disables_grad(d) for d in decorators)
             if not result and not any(self._decorator_enables_grad(d) for d in decorators):
-                sites = self._calls_by_name.get(func.name, [])  # type: ignore[attr-defined]
+                sites = self.call_sites(func)  # type: ignore[attr-defined, arg-type]
                 result = bool(sites) and all(self.in_no_grad(site) for site in sites)
         self._no_grad_cache[func] = result
         return result

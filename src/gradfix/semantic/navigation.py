@@ -41,6 +41,7 @@ class Navigation:
         self._by_type = collector.by_type
         self._scopes = collector.scopes
         self._calls_by_name = collector.calls_by_name
+        self._super_calls = collector.super_calls
         self._node_scopes = collector.node_scopes
         self._names = collector.names
         self._name_orders = collector.name_orders
@@ -210,6 +211,18 @@ class Navigation:
             return owner
         return None
 
+    def call_sites(self, func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
+        """The calls in this file that may run ``func``, in order: those by its name
+        (``f(x)``, ``obj.f(x)``, ``apply(f)``), and for a method, ``super().f(x)`` in the
+        classes that name its class as a base."""
+        sites = self._calls_by_name.get(func.name, [])
+        cls = self.method_class(func)
+        supers = self._super_calls.get(func.name) if cls is not None else None
+        if not supers:
+            return sites
+        derived = [s for s in supers if _derives(self.enclosing_class(s), cls.name)]  # type: ignore[union-attr]
+        return sorted(sites + derived, key=self._order.__getitem__) if derived else sites
+
     # -- names -----------------------------------------------------------------------------
     def bindings(self, name: ast.Name) -> list[Binding]:
         """All bindings of ``name`` in the scope Python would look it up in."""
@@ -357,3 +370,13 @@ class Navigation:
             text = self.source.replace("\r\n", "\n").replace("\r", "\n")
             lines = self.__dict__["_lines"] = text.split("\n")
         return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+def _derives(cls: ast.ClassDef | None, base: str) -> bool:
+    """``cls`` names ``base`` among its bases (``class B(A)``, ``class B(mod.A)``)."""
+    if cls is None:
+        return False
+    return any(
+        (type(b) is ast.Name and b.id == base) or (type(b) is ast.Attribute and b.attr == base)
+        for b in cls.bases
+    )
