@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gradfix.config import Config
@@ -76,6 +76,9 @@ class RunOptions:
     #: also each fix applied alone (``FileResult.singles``: the code frames of ``check``'s
     #: text format), from the same lint
     singles: bool = False
+    #: functions the other files of the run call only under ``no_grad``
+    #: (:mod:`gradfix.project`): a file linted with them is not cached
+    no_grad_callers: frozenset[str] = frozenset()
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -119,6 +122,9 @@ class FileResult:
     #: each fix applied alone to ``original`` (with ``RunOptions.singles``; None: not
     #: computed)
     singles: list[SingleFix] | None = None
+    #: functions around findings whose grad mode only other files' callers decide
+    #: (:mod:`gradfix.project`)
+    open_callers: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -193,7 +199,30 @@ def process_paths(
     advance = progress(len(to_process)) if progress is not None else None
     processed = iter(process_files(to_process, options, jobs=jobs, advance=advance))
     run.files = [slot if slot is not None else next(processed) for slot in slots]
+    _across_files(run, to_process, paths, options)
     return run
+
+
+def _across_files(
+    run: RunResult, paths: Sequence[str], arguments: Sequence[str], options: RunOptions
+) -> None:
+    """Lint again, knowing what the other files of their project say, the few files with
+    a finding in a function that only those files call (:mod:`gradfix.project`)."""
+    from gradfix.project import no_grad_callers, project_of
+
+    if not any(r.open_callers for r in run.files if r.findings):
+        return
+    by_project: dict[str, list[str]] = {}
+    for path in paths:
+        by_project.setdefault(project_of(path, arguments), []).append(path)
+    for position, result in enumerate(run.files):
+        if not (result.findings and result.open_callers):
+            continue
+        project = by_project.get(project_of(result.path, arguments), [])
+        known = no_grad_callers(result.open_callers, result.path, project)
+        if known:
+            informed = replace(options, no_grad_callers=frozenset(known))
+            run.files[position] = process_file(result.path, informed)
 
 
 def _skipped(
@@ -462,7 +491,12 @@ def process_text(
     result = FileResult(path, original=text, encoding=encoding)
     fix = options.fix or options.write
     try:
-        file_lint = FileLint(text, rules=options.rules_for(path), path=path)
+        file_lint = FileLint(
+            text,
+            rules=options.rules_for(path),
+            path=path,
+            no_grad_callers=options.no_grad_callers,
+        )
         lint = file_lint.fixed(unsafe_fixes=options.unsafe_fixes) if fix else file_lint.result()
         if options.singles and any(f.fix is not None for f in file_lint.findings):
             result.singles = file_lint.singles()
@@ -476,6 +510,7 @@ def process_text(
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
     result.applied = lint.applied
+    result.open_callers = file_lint.open_callers
     if lint.crashes:
         _rule_crashes(result, lint.crashes)
     return result
@@ -518,7 +553,7 @@ def python2_hint(text: str, line: int | None) -> str:
 def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding: str) -> FileResult:
     """:func:`process_text` through the content-hash cache of ``options.cache_dir``: one
     entry per text and rules serves ``check`` and ``fix`` (see :mod:`gradfix.cache`)."""
-    if options.cache_dir is None:
+    if options.cache_dir is None or options.no_grad_callers:
         return process_text(text, path, options, encoding=encoding)
     from gradfix.cache import ResultCache, cache_key
 
@@ -562,6 +597,7 @@ def _from_entry(
     result.remaining, result.fixed = list(result.findings), result.original
     result.error = entry["error"]
     result.skipped_cells = list(entry.get("skipped_cells", []))
+    result.open_callers = tuple(entry["open_callers"])
     if options.singles and any(f.fix is not None for f in result.findings):
         if entry.get("singles") is None:
             return None  # linted without them: lint again
@@ -601,6 +637,7 @@ def _to_entry(
         "findings": findings_to_json(result.findings),
         "error": result.error,
         "skipped_cells": result.skipped_cells,
+        "open_callers": list(result.open_callers),
         "fixes": fixes,
         "singles": singles,
     }

@@ -51,6 +51,12 @@ class Navigation:
         self._returns = collector.returns
         self._generators = collector.generators
         self._no_grad_cache: dict[ast.AST, bool] = {}
+        #: functions of other files' call sites all run under ``no_grad`` (by name: the
+        #: project pass of :mod:`gradfix.project`); empty when this file is checked alone
+        self.no_grad_callers: frozenset[str] = frozenset()
+        #: functions whose grad mode was asked and that no call site of this file decides:
+        #: what other files' callers could change (:mod:`gradfix.project`)
+        self.open_functions: set[ast.AST] = set()
         self._requires_grad_cache: dict[ast.AST, list[tuple[ast.AST, bool]]] = {}
         self._requires_grad_memo: dict[tuple[ast.AST, ast.AST, int], bool] = {}
         #: scope node -> (root, backward call) of the backward calls run in that scope
@@ -210,6 +216,11 @@ class Navigation:
         if type(owner) is ast.ClassDef and func in owner.body:
             return owner
         return None
+
+    def calls_named(self, name: str) -> list[ast.Call]:
+        """Every call in this file that may run a function called ``name`` defined
+        elsewhere: ``name(x)``, ``obj.name(x)``, ``super().name(x)``, ``apply(name)``."""
+        return [*self._calls_by_name.get(name, ()), *self._super_calls.get(name, ())]
 
     def call_sites(self, func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
         """The calls in this file that may run ``func``, in order: those by its name
