@@ -138,3 +138,15 @@ def test_an_importer_elsewhere_in_the_project_is_a_caller(tmp_path: Path) -> Non
     assert codes(tmp_path)["net.py"] == ["GF204"]
     (tmp_path / "train.py").write_text(train.replace("models.net", "other"), encoding="utf-8")
     assert codes(tmp_path)["net.py"] == []  # train.py imports another module
+
+
+def test_fix_write_leaves_a_function_only_called_under_no_grad(tmp_path: Path) -> None:
+    root = project(tmp_path, **{"model.py": MODEL, "main.py": NO_GRAD_CALLERS})
+    options = RunOptions(rules=select_rules(), fix=True, write=True, unsafe_fixes=True)
+    run = process_paths([str(root)], options)
+    assert (root / "model.py").read_text(encoding="utf-8") == MODEL
+    assert not any(r.written for r in run.files)
+    (root / "main.py").write_text(NO_GRAD_CALLERS + GRAD_CALLER, encoding="utf-8")
+    run = process_paths([str(root)], options)  # a caller with grad on: fixed and written
+    assert "scores = scores * keep" in (root / "model.py").read_text(encoding="utf-8")
+    assert [Path(r.path).name for r in run.files if r.written] == ["model.py"]

@@ -79,6 +79,10 @@ class RunOptions:
     #: functions the other files of the run call only under ``no_grad``
     #: (:mod:`gradfix.project`): a file linted with them is not cached
     no_grad_callers: frozenset[str] = frozenset()
+    #: with ``write``: leave unwritten the files whose findings other files may decide
+    #: (``FileResult.open_callers``); :func:`process_paths` writes them after its pass
+    #: over the project
+    defer_open: bool = False
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -197,7 +201,8 @@ def process_paths(
             slots.append(None)
             to_process.append(candidate.path)
     advance = progress(len(to_process)) if progress is not None else None
-    processed = iter(process_files(to_process, options, jobs=jobs, advance=advance))
+    first = replace(options, defer_open=options.write)
+    processed = iter(process_files(to_process, first, jobs=jobs, advance=advance))
     run.files = [slot if slot is not None else next(processed) for slot in slots]
     _across_files(run, to_process, paths, options)
     return run
@@ -207,7 +212,8 @@ def _across_files(
     run: RunResult, paths: Sequence[str], arguments: Sequence[str], options: RunOptions
 ) -> None:
     """Lint again, knowing what the other files of their project say, the few files with
-    a finding in a function that only those files call (:mod:`gradfix.project`)."""
+    a finding in a function that only those files call (:mod:`gradfix.project`); with
+    ``write``, they are written now (not before: :attr:`RunOptions.defer_open`)."""
     from gradfix.project import no_grad_callers, project_of
 
     if not any(r.open_callers for r in run.files if r.findings):
@@ -220,7 +226,7 @@ def _across_files(
             continue
         project = by_project.get(project_of(result.path, arguments), [])
         known = no_grad_callers(result.open_callers, result.path, project)
-        if known:
+        if known or (options.write and result.changed):
             informed = replace(options, no_grad_callers=frozenset(known))
             run.files[position] = process_file(result.path, informed)
 
@@ -444,7 +450,8 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
     if is_generated(source.text):
         return FileResult(path, original=source.text, fixed=source.text, skipped="generated")
     result = _cached_process_text(source.text, path, options, encoding=source.encoding)
-    if options.write and result.error is None and result.changed:
+    deferred = options.defer_open and bool(result.open_callers)
+    if options.write and result.error is None and result.changed and not deferred:
         _write(source, result)
     if not result.findings and not result.changed:
         # nothing to show: the text need not travel back from a worker (a batch over a
