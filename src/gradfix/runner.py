@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gradfix.config import Config
 from gradfix.engine import (
@@ -173,8 +173,24 @@ class RunResult:
 Progress = Callable[[int], Callable[[], None]]
 
 
+class Executor(Protocol):
+    """Where the files of a run are linted: this machine's process pool (the default,
+    :func:`process_files`' ``jobs``) or a cluster (:mod:`gradfix.ray_executor`). It
+    returns one result per path, in order; the run reads the cache's clean index and
+    goes over the project afterwards."""
+
+    def map(
+        self, paths: Sequence[str], options: RunOptions, tick: Callable[[], None]
+    ) -> list[FileResult]: ...
+
+
 def process_paths(
-    paths: Iterable[str], options: RunOptions, *, jobs: int = 1, progress: Progress | None = None
+    paths: Iterable[str],
+    options: RunOptions,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Discover the Python files under ``paths`` and process each of them.
 
@@ -202,7 +218,9 @@ def process_paths(
             to_process.append(candidate.path)
     advance = progress(len(to_process)) if progress is not None else None
     first = replace(options, defer_open=options.write)
-    processed = iter(process_files(to_process, first, jobs=jobs, advance=advance))
+    processed = iter(
+        process_files(to_process, first, jobs=jobs, advance=advance, executor=executor)
+    )
     run.files = [slot if slot is not None else next(processed) for slot in slots]
     _across_files(run, to_process, paths, options)
     return run
@@ -270,8 +288,10 @@ def process_files(
     *,
     jobs: int = 1,
     advance: Callable[[], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[FileResult]:
-    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes.
+    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes (or on
+    ``executor``).
 
     Files the cache's clean index knows unchanged are not read at all; the others are
     handed out largest first, so no worker is left with a big file at the end. A file
@@ -293,7 +313,12 @@ def process_files(
         else:
             stats[position] = None
     todo = sorted(stats, key=lambda i: -_size(paths[i], stats[i]))
-    for position, result in zip(todo, _process_all([paths[i] for i in todo], options, jobs, tick)):
+    pending = [paths[i] for i in todo]
+    if executor is not None:
+        done = executor.map(pending, options, tick)
+    else:
+        done = _process_all(pending, options, jobs, tick)
+    for position, result in zip(todo, done):
         results[position] = result
         if index is not None:
             _remember(index, result, stats[position], options)
@@ -437,10 +462,20 @@ def process_file(path: str, options: RunOptions) -> FileResult:
         with cyclic_gc_paused():  # reading, linting, building fixes: see the function
             return _process_file(path, options)
     except Exception as error:  # whatever happens to one file, the run goes on
-        return _internal_error(FileResult(path), error)
+        return internal_error(FileResult(path), error)
 
 
 def _process_file(path: str, options: RunOptions) -> FileResult:
+    source = read_for_run(path, options)
+    if isinstance(source, FileResult):
+        return source
+    result = _cached_process_text(source.text, path, options, encoding=source.encoding)
+    return finish_file(source, result, options)
+
+
+def read_for_run(path: str, options: RunOptions) -> SourceFile | FileResult:
+    """The file as read, or its result when it is not linted: too large, unreadable,
+    generated."""
     try:
         source = read_source(path, _size_limit(path, options))
     except FileTooLarge as error:
@@ -449,7 +484,12 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
         return FileResult(path, error=str(error))
     if is_generated(source.text):
         return FileResult(path, original=source.text, fixed=source.text, skipped="generated")
-    result = _cached_process_text(source.text, path, options, encoding=source.encoding)
+    return source
+
+
+def finish_file(source: SourceFile, result: FileResult, options: RunOptions) -> FileResult:
+    """Write the fixed text (with ``options.write``) where the process that read the
+    file is; drop the texts when there is nothing to show."""
     deferred = options.defer_open and bool(result.open_callers)
     if options.write and result.error is None and result.changed and not deferred:
         _write(source, result)
@@ -485,7 +525,7 @@ def process_bytes(data: bytes, path: str, options: RunOptions) -> FileResult:
     try:
         return process_text(decoded.text, path, options, encoding=decoded.encoding)
     except Exception as error:
-        return _internal_error(FileResult(path), error)
+        return internal_error(FileResult(path), error)
 
 
 def process_text(
@@ -511,7 +551,7 @@ def process_text(
         result.error = str(error) + python2_hint(text, error.line)
         return result
     except Exception as error:  # a bug in a rule or the engine must not stop the run
-        return _internal_error(result, error)
+        return internal_error(result, error)
     result.findings = sorted(lint.findings)
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
@@ -560,13 +600,32 @@ def python2_hint(text: str, line: int | None) -> str:
 def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding: str) -> FileResult:
     """:func:`process_text` through the content-hash cache of ``options.cache_dir``: one
     entry per text and rules serves ``check`` and ``fix`` (see :mod:`gradfix.cache`)."""
+    lookup = cache_lookup(text, path, options, encoding)
+    if isinstance(lookup, FileResult):
+        return lookup
+    result = process_text(text, path, options, encoding=encoding)
+    cache_store(lookup, result, options)
+    return result
+
+
+@dataclass
+class CacheMiss:
+    """Where the result of a text the cache lacks goes (:func:`cache_store`)."""
+
+    key: str | None = None  # None: no cache in this run
+    entry: dict[str, Any] | None = None  # an entry without what this run needs
+
+
+def cache_lookup(
+    text: str, path: str, options: RunOptions, encoding: str
+) -> FileResult | CacheMiss:
+    """The cached result of ``text``, or where to store it once computed."""
     if options.cache_dir is None or options.no_grad_callers:
-        return process_text(text, path, options, encoding=encoding)
+        return CacheMiss()
     from gradfix.cache import ResultCache, cache_key
 
     key = cache_key(text, [rule.code for rule in options.rules_for(path)])
-    cache = ResultCache(options.cache_dir)
-    entry = cache.get(key)
+    entry = ResultCache(options.cache_dir).get(key)
     if entry is not None:
         try:
             cached = _from_entry(entry, FileResult(path, original=text, encoding=encoding), options)
@@ -574,10 +633,15 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             entry = cached = None  # an entry of another layout: a miss
         if cached is not None:
             return cached
-    result = process_text(text, path, options, encoding=encoding)
-    if result.traceback is None:  # an internal error is not a property of the file
-        cache.put(key, _to_entry(result, entry, options))
-    return result
+    return CacheMiss(key, entry)
+
+
+def cache_store(miss: CacheMiss, result: FileResult, options: RunOptions) -> None:
+    if miss.key is None or options.cache_dir is None or result.traceback is not None:
+        return  # no cache; an internal error is not a property of the file
+    from gradfix.cache import ResultCache
+
+    ResultCache(options.cache_dir).put(miss.key, _to_entry(result, miss.entry, options))
 
 
 def _fix_mode(options: RunOptions) -> str | None:
@@ -693,7 +757,7 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
         result.error = str(error)
         return result
     except Exception as error:  # a bug in a rule or the engine must not stop the run
-        return _internal_error(result, error)
+        return internal_error(result, error)
     result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
     result.fixed, result.dropped = lint.text, lint.dropped
     result.skipped_cells = lint.skipped
@@ -751,7 +815,8 @@ def _write(source: SourceFile, result: FileResult) -> None:
     result.written = True
 
 
-def _internal_error(result: FileResult, error: Exception) -> FileResult:
+def internal_error(result: FileResult, error: Exception) -> FileResult:
+    """``result`` failed on a bug of gradfix: one line, the traceback for ``--verbose``."""
     lines = str(error).strip().splitlines()
     detail = f": {lines[0]}" if lines else ""
     result.error = f"internal error: {type(error).__name__}{detail}; please report"
