@@ -50,6 +50,7 @@ from gradfix.torch_facts import (
     FACTORIES,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
+    MULTI_OUTPUT_VIEW_OPS,
     is_inplace_method,
 )
 
@@ -143,7 +144,12 @@ class InplaceOnSaved(Rule):
     the previous iteration, and what saved `x` before `out = x; out[0] = v`. A module's
     `forward` that changes its input is reported when the module of the file calling it
     saved that tensor first (`a = self.branch(x); b = self.scale(x)`, through the
-    `forward` of `self.branch`). Rewrites the change out of place.
+    `forward` of `self.branch`). Also finds any in-place change of one of the views
+    `chunk`, `split` or `unbind` returned of a tensor that requires grad (`mu, log_std =
+    net(s).chunk(2, -1); log_std.clamp_(-5, 2)`, `for row in h.unbind(0): row.add_(1)`):
+    autograd refuses those at once, saved or not ("Output 1 of Split is a view and is
+    being modified inplace. This view is the output of a function that returns multiple
+    views"). Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -204,7 +210,12 @@ class InplaceOnSaved(Rule):
     `maps[i] = maps[i] + v` (unsafe) only when the list is only indexed, measured or
     returned (no other name holds the element). `out = x` becomes `out = x.clone()` when
     `x` is only measured (`x.size(0)`) after the change (unsafe for a parameter `x`).
-    Changes under `no_grad()` are reported without
+    A view of `chunk` / `split` / `unbind` is rebound (`log_std = log_std.clamp(-5, 2)`)
+    when nothing reads the tensor the views share after the change (it would have shown
+    the change) and the name holds one view, outside a loop over them; otherwise, and for
+    a tuple of views (`parts[0].mul_(2)`), the change is reported without a fix.
+    `tensor_split`, `hsplit`, `unsafe_chunk` return plain slices: their views follow the
+    rules above. Changes under `no_grad()` are reported without
     a fix: out of place they would cut the graph. Ops recorded under `no_grad()`, tensors
     that do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
@@ -227,6 +238,18 @@ class InplaceOnSaved(Rule):
         self._loop_backwards: dict[ast.AST, list[ast.Call]] = {}
 
     VALID = [
+        Valid(
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            first, second = (w + 1).tensor_split(2)  # plain slices
+            second.mul_(3)
+            with torch.no_grad():
+                low, high = torch.sigmoid(w).detach().split(2)
+            high.clamp_(0.1, 0.9)  # the base needs no grad
+            (first + second + high).sum().backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -447,6 +470,46 @@ class InplaceOnSaved(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Policy(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(3, 4)
+
+                def forward(self, s):
+                    mean, log_std = self.body(s).chunk(2, -1)
+                    log_std.clamp_(-5, 2)
+                    return mean + log_std.exp()
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Policy(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(3, 4)
+
+                def forward(self, s):
+                    mean, log_std = self.body(s).chunk(2, -1)
+                    log_std = log_std.clamp(-5, 2)
+                    return mean + log_std.exp()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(2, 3, requires_grad=True)
+            rows = torch.exp(w).unbind(0)
+            rows[1].mul_(0.5)  # the tuple holds the views: nothing to rebind
+            torch.stack(rows).sum().backward()
+            """,
+            report_only=True,
+        ),
         Invalid(
             """
             import torch
@@ -958,6 +1021,10 @@ class InplaceOnSaved(Rule):
         if _is_list_display(binding):
             self._check_element(mutation, binding)
             return
+        views = self._multi_output_views(binding)
+        if views is not None:
+            self._check_multi_output_view(mutation, binding, views)
+            return
         saver = self._saver(name, binding, statement)
         proven = self._saved_at_run(statement)  # the run stands in for what is not known
         if saver is None and proven:
@@ -970,6 +1037,82 @@ class InplaceOnSaved(Rule):
         assert saver is not None
         fix = self._fix(mutation, binding, proven)
         self.report(mutation.node, self._message(mutation, saver), fix=fix)
+
+    # -- one of the views of ``chunk`` / ``split`` / ``unbind`` -------------------------------
+    def _multi_output_views(self, binding: Binding, depth: int = 0) -> ast.Call | None:
+        """The recorded ``x.chunk(2)`` / ``torch.split(x, 1)`` / ``x.unbind(0)`` of a tensor
+        that requires grad whose views ``binding`` holds: unpacked (``a, b = x.chunk(2)``),
+        all of them (``parts = x.split(1)``), iterated (``for p in x.unbind(0)``) or one
+        taken (``q = x.chunk(2)[1]``, ``q = parts[0]``)."""
+        value = binding.value
+        if binding.kind not in ("assign", "for") or value is None or depth > 3:
+            return None
+        if binding.unpack_index is None and type(value) is ast.Subscript:
+            return self._views_taken(value.value, binding.node, depth)
+        if type(value) is not ast.Call:
+            return None
+        op = self.analysis.tensor_op(value, binding.node)
+        if op is None or op[0] not in MULTI_OUTPUT_VIEW_OPS:
+            return None
+        return value if self._recorded(value, binding.node) else None
+
+    def _views_taken(self, source: ast.expr, at: ast.AST, depth: int) -> ast.Call | None:
+        """The views call ``source`` is or names (the tuple one view is taken from)."""
+        if type(source) is ast.Call:
+            fake = Binding("", "assign", at, source, 0, 0)
+            return self._multi_output_views(fake, depth + 1)
+        if type(source) is not ast.Name:
+            return None
+        previous = self.analysis.reaching_binding(source, at)
+        if previous is None or previous.unpack_index is not None or previous.kind != "assign":
+            return None
+        return self._multi_output_views(previous, depth + 1)
+
+    def _check_multi_output_view(
+        self, mutation: Mutation, binding: Binding, views: ast.Call
+    ) -> None:
+        """Changing one of several views in place raises at once, whatever was saved."""
+        holds_all = binding.kind == "assign" and binding.unpack_index is None
+        holds_all = holds_all and binding.value is views  # ``parts = x.split(1)``
+        if holds_all and not _through_element(mutation):
+            return  # ``parts += (t,)`` builds another tuple
+        if self.analysis.in_no_grad(mutation.statement):
+            return  # allowed: autograd checks views only when it records the change
+        op = self.analysis.tensor_op(views, binding.node)
+        assert op is not None
+        code = " ".join(self._statement_code(mutation.statement).split())
+        code = code if len(code) <= 40 else code[:37] + "..."
+        message = (
+            f"`{code}` changes in place one of the views `{op[0]}` returned (line "
+            f"{views.lineno}) of a tensor that requires grad: autograd refuses it ('the "
+            "output of a function that returns multiple views'); use the out-of-place form"
+        )
+        fix = None if holds_all else self._multi_output_view_fix(mutation, binding, views)
+        self.report(mutation.node, message, fix=fix)
+
+    def _multi_output_view_fix(
+        self, mutation: Mutation, binding: Binding, views: ast.Call
+    ) -> FixPlan | None:
+        """Rebinding the view's name keeps what the code reads when nothing reads the
+        tensor the views share afterwards (it would have seen the change)."""
+        analysis = self.analysis
+        if binding.kind != "assign" or not self._no_alias_read_after(mutation, binding):
+            return None
+        if _loop_without(self, mutation.statement, binding.node) is not None:
+            return None
+        func = views.func
+        base = func.value if type(func) is ast.Attribute and func.value is not None else None
+        if analysis.call_name(views) is not None:
+            base = first_argument(views)
+        base_binding = analysis.reaching_binding(base, views) if type(base) is ast.Name else None
+        if type(base) is ast.Name and base_binding is None:
+            return None
+        if base_binding is not None:
+            scope = analysis.scope_of(mutation.statement).node
+            after = analysis.end_index(mutation.statement)
+            if any(reads_of(analysis, self.names, base_binding, scope, after, 1 << 62)):
+                return None
+        return self._rebinding_fix(mutation, binding)
 
     def _saved_at_run(self, statement: ast.stmt) -> bool:
         """A run of the program saw this statement change a tensor saved for backward."""
@@ -1775,6 +1918,21 @@ def _base_name(expr: ast.expr) -> ast.Name | None:
     while type(expr) is ast.Subscript or (type(expr) is ast.Attribute and expr.attr in ("T", "mT")):
         expr = expr.value  # type: ignore[attr-defined]
     return expr if type(expr) is ast.Name else None
+
+
+def _through_element(mutation: Mutation) -> bool:
+    """The change goes through an element of the name (``parts[0].mul_(2)``,
+    ``parts[0][1] = v``, ``parts[0] += v``), not the name itself."""
+    statement = mutation.statement
+    if mutation.form == "index" and type(statement) is ast.Assign:
+        target = statement.targets[0]
+        return type(target) is ast.Subscript and type(target.value) is ast.Subscript
+    if mutation.form == "index":
+        return True
+    changed = first_argument(mutation.call) if mutation.call is not None else None
+    if mutation.form == "method" and mutation.call is not None:
+        changed = mutation.call.func.value  # type: ignore[attr-defined]
+    return type(changed) is ast.Subscript
 
 
 def _is_list_display(binding: Binding) -> bool:

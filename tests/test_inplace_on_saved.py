@@ -277,3 +277,31 @@ def test_operand_of_the_changing_statement_is_saved_in_this_iteration() -> None:
     )
     assert [f.code for f in result.findings] == ["GF204"]
     assert "`norm` saved it for backward" in result.findings[0].message
+
+
+def test_view_of_chunk_is_rebound_only_when_the_base_is_not_read_after() -> None:
+    rebound = run(
+        """
+        import math
+        import torch
+        w = torch.randn(4, 2, requires_grad=True)
+        angle, shift = torch.split(w * 1, 1, -1)
+        angle *= 2 * math.pi
+        (torch.cos(angle) + shift).sum().backward()
+        """,
+        unsafe=False,
+    )
+    assert "angle = angle * (2 * math.pi)" in rebound.source
+    read_after = run(
+        """
+        import torch
+        w = torch.randn(4, 2, requires_grad=True)
+        h = w * 1
+        angle, shift = h.chunk(2, -1)
+        angle.mul_(2)
+        h.sum().backward()
+        """
+    )
+    assert [f.code for f in read_after.findings] == ["GF204"]
+    assert read_after.findings[0].fix is None
+    assert "views `chunk` returned" in read_after.findings[0].message
