@@ -1261,3 +1261,30 @@ model(torch.randn(3, 4)).pow(2).sum().backward()
     doubled = "return x * (self.w * 2 - self.w.detach())"
     wrong = verify(before, after.replace("return x * self.w", doubled))
     assert wrong.status == "rejected"
+
+
+# A weight filled in place before `requires_grad = False` (the fix wraps the fill in
+# no_grad); the word embedding's padding row gets no gradient by definition.
+FROZEN_TABLE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+words = nn.Embedding(6, 3, padding_idx=1)
+table = nn.Embedding(4, 3)
+weight = table.weight
+weight[:, 0] = 1.0
+weight.requires_grad = False
+ids = torch.tensor([[1, 2, 3]])
+out = (words(ids) + table(torch.tensor([[0, 1, 2]]))).pow(3).mean()
+out.backward()
+"""
+FROZEN_TABLE_FIX = FROZEN_TABLE.replace(
+    "weight[:, 0] = 1.0", "with torch.no_grad():\n    weight[:, 0] = 1.0"
+)
+
+
+def test_frozen_weights_and_padding_rows_are_not_compared_with_finite_differences() -> None:
+    verdict = verify(FROZEN_TABLE, FROZEN_TABLE_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert "frozen (requires_grad is False at the call)" in verdict.reason
