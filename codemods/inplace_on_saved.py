@@ -23,8 +23,14 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
+from gradfix.inplace_flags import FlagSet, flag_sets, sets_flag_of
 from gradfix.lazy import lazy_class
-from gradfix.module_outputs import OUTPUT_SAVING_MODULES, module_forwards, module_output_op
+from gradfix.module_outputs import (
+    OUTPUT_SAVING_MODULES,
+    function_value_op,
+    module_forwards,
+    module_output_op,
+)
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -149,7 +155,14 @@ class InplaceOnSaved(Rule):
     net(s).chunk(2, -1); log_std.clamp_(-5, 2)`, `for row in h.unbind(0): row.add_(1)`):
     autograd refuses those at once, saved or not ("Output 1 of Split is a view and is
     being modified inplace. This view is the output of a function that returns multiple
-    views"). Rewrites the change out of place.
+    views"). An in-place module or function applied straight to such a result counts
+    (`self.drop(F.relu(h))` with `nn.Dropout(inplace=True)`), and so does a module whose
+    `inplace` flag is set after it was built (`self.act.inplace = True`,
+    `setattr(m, "inplace", True)`, a loop over `model.modules()` setting it, filtered
+    by `isinstance` or not): that finding is on the statement setting the flag.
+    Functions held as attributes are their torch function (`self.act = F.relu`,
+    `self.act = get_activation("relu")` from a function of the file choosing it by
+    the literal). Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -210,7 +223,11 @@ class InplaceOnSaved(Rule):
     `maps[i] = maps[i] + v` (unsafe) only when the list is only indexed, measured or
     returned (no other name holds the element). `out = x` becomes `out = x.clone()` when
     `x` is only measured (`x.size(0)`) after the change (unsafe for a parameter `x`).
-    A view of `chunk` / `split` / `unbind` is rebound (`log_std = log_std.clamp(-5, 2)`)
+    `m.inplace = True` becomes `m.inplace = False` (unsafe: every module the statement
+    reaches stops changing its input, which code may read afterwards). An in-place
+    module applied to a temporary loses `inplace=True` when it is used once (safe:
+    nothing else holds the temporary). A view of `chunk` / `split` / `unbind` is
+    rebound (`log_std = log_std.clamp(-5, 2)`)
     when nothing reads the tensor the views share after the change (it would have shown
     the change) and the name holds one view, outside a loop over them; otherwise, and for
     a tuple of views (`parts[0].mul_(2)`), the change is reported without a fix.
@@ -236,8 +253,29 @@ class InplaceOnSaved(Rule):
         super().__init__(context)
         self.names = NameIndex(self.analysis)
         self._loop_backwards: dict[ast.AST, list[ast.Call]] = {}
+        self._flags_reported: set[int] = set()
 
     VALID = [
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+                    self.act = nn.ReLU()
+                    self.drop = nn.Dropout(0.1)
+                    for m in self.modules():
+                        if isinstance(m, nn.ReLU):
+                            m.inplace = True
+
+                def forward(self, x):
+                    h = self.act(self.fc(x))  # a Linear does not save its output
+                    return self.drop(torch.sigmoid(h))  # this Dropout stays out of place
+            """
+        ),
         Valid(
             """
             import torch
@@ -472,6 +510,66 @@ class InplaceOnSaved(Rule):
     INVALID = [
         Invalid(
             """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class FeedForward(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc1 = nn.Linear(4, 8)
+                    self.drop = nn.Dropout(0.1, inplace=True)
+                    self.fc2 = nn.Linear(8, 4)
+
+                def forward(self, x):
+                    return self.fc2(self.drop(F.relu(self.fc1(x))))
+            """,
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class FeedForward(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc1 = nn.Linear(4, 8)
+                    self.drop = nn.Dropout(0.1)
+                    self.fc2 = nn.Linear(8, 4)
+
+                def forward(self, x):
+                    return self.fc2(self.drop(F.relu(self.fc1(x))))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Squash(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+                    self.clip = nn.Hardtanh()
+                    self.clip.inplace = True  # no copy
+
+                def forward(self, x):
+                    return self.clip(torch.exp(self.fc(x)))
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Squash(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+                    self.clip = nn.Hardtanh()
+                    self.clip.inplace = False  # no copy
+
+                def forward(self, x):
+                    return self.clip(torch.exp(self.fc(x)))
+            """,
+        ),
+        Invalid(
+            """
             import torch
             from torch import nn
 
@@ -583,7 +681,7 @@ class InplaceOnSaved(Rule):
             w = torch.randn(3, requires_grad=True)
             e = w.exp()
             e = F.relu(e)
-            out = F.relu(torch.sigmoid(w), inplace=True)
+            out = F.relu(torch.sigmoid(w))
             (e + out).sum().backward()
             """,
         ),
@@ -987,11 +1085,15 @@ class InplaceOnSaved(Rule):
         first = first_argument(node)
         if form is None and first is not None and self._inplace_module(func):
             form = "module"
+        if form is None and first is not None and self._flag_sets:
+            self._check_flag_set(node, first)
         if form is not None and first is not None:
             base = _base_name(first)
             statement = small_statement(self.analysis, node)
             if base is not None and statement is not None:
                 self._check(Mutation(statement, node, base, form, node))
+            elif statement is not None:
+                self._check_nested(node, first, form, statement)
             return
         if type(func) is not ast.Attribute or not is_inplace_method(func.attr):
             return
@@ -1037,6 +1139,105 @@ class InplaceOnSaved(Rule):
         assert saver is not None
         fix = self._fix(mutation, binding, proven)
         self.report(mutation.node, self._message(mutation, saver), fix=fix)
+
+    # -- a temporary changed in place: ``self.drop(F.relu(h))`` --------------------------------
+    def _check_nested(
+        self, call: ast.Call, first: ast.expr, form: str, statement: ast.stmt
+    ) -> None:
+        """An in-place module or function applied to the result of an op that saved it."""
+        saver = self._nested_saver(first, statement)
+        if saver is None:
+            return
+        fix = None
+        if form == "module" and self._module_uses(call.func) == 1:
+            position = self._inplace_flag_position(call.func)
+            constructor = self._constructor(call.func)
+            if position is not None and constructor is not None:
+                fix = self._drop_flag(constructor, position)  # nothing else holds the result
+        elif form == "function" and _has_out_of_place(call):
+            fix = self._out_of_place_plan(call)
+        self.report(call, self._temporary_message(call, saver), fix=fix)
+
+    def _nested_saver(self, expr: ast.expr, statement: ast.stmt) -> Saver | None:
+        """``expr`` is a recorded op that saves its result (``F.relu(h)``, ``self.act(h)``)."""
+        op = self._output_saving_op(expr, expr)
+        if op is None or not self._recorded(expr, expr):
+            return None
+        return Saver(expr, statement, f"`{op}` saved its output", True)
+
+    def _temporary_message(self, call: ast.Call, saver: Saver) -> str:
+        label = self.analysis.segment(call.func)
+        return (
+            f"`{label}(...)` changes in place the result of the op inside it, but "
+            f"{saver.description} for backward: backward fails with 'modified by an "
+            "inplace operation'; apply it out of place"
+        )
+
+    def _out_of_place_plan(self, call: ast.Call) -> FixPlan:
+        def out_of_place(editor: Editor) -> list[Edit] | None:
+            old = editor.node(call)
+            new_call = _out_of_place_call(old)
+            return None if new_call is None else [Edit(old, new_call)]
+
+        return self.plan(out_of_place, "Call it out of place")
+
+    # -- ``inplace = True`` set on a module after it was built --------------------------------
+    @functools.cached_property
+    def _flag_sets(self) -> list[FlagSet]:
+        return flag_sets(self.analysis)
+
+    def _check_flag_set(self, call: ast.Call, first: ast.expr) -> None:
+        """``m.inplace = True`` reaches the module ``call`` runs, whose input was saved: the
+        finding goes to the statement setting the flag, where the fix is."""
+        analysis = self.analysis
+        module_class = analysis.nn_module_class(call.func, call)
+        if module_class not in INPLACE_MODULES:
+            return
+        flags = [
+            f for f in self._flag_sets if sets_flag_of(analysis, f, call.func, call, module_class)
+        ]
+        if not flags or any(id(f.statement) in self._flags_reported for f in flags):
+            return
+        saver = self._module_input_saver(call, first)
+        if saver is None:
+            return
+        flag = flags[0]
+        self._flags_reported.add(id(flag.statement))
+        code = " ".join(self._statement_code(flag.statement).split())
+        message = (
+            f"`{code}` makes `nn.{module_class}` change its input in place, but at line "
+            f"{call.lineno} (`{analysis.segment(call.func)}(...)`) {saver.description} "
+            "for backward: backward fails with 'modified by an inplace operation'; leave "
+            "`inplace` False"
+        )
+        self.report(flag.statement, message, fix=self._flag_off(flag))
+
+    def _module_input_saver(self, call: ast.Call, first: ast.expr) -> Saver | None:
+        analysis = self.analysis
+        statement = small_statement(analysis, call)
+        if statement is None or analysis.in_no_grad(call):
+            return None
+        if type(first) is not ast.Name:
+            return self._nested_saver(first, statement)
+        binding = analysis.reaching_binding(first, statement)
+        if binding is None or analysis.leaf_reason(first, statement) is not None:
+            return None
+        if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
+            return None
+        saver = self._saver(first, binding, statement)
+        mutation = Mutation(statement, call, first, "module", call)
+        return saver if saver is not None and self._graph_needed(saver, mutation) else None
+
+    def _flag_off(self, flag: FlagSet) -> FixPlan:
+        """``m.inplace = True`` -> ``m.inplace = False``: unsafe, every module the
+        statement reaches stops changing its input, which code may read afterwards."""
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(flag.value)
+            assert isinstance(old, cst.BaseExpression)
+            return [Edit(old, cst.Name("False", lpar=old.lpar, rpar=old.rpar))]
+
+        return self.plan(build, "Leave `inplace` False", safety=FixSafety.UNSAFE)
 
     # -- one of the views of ``chunk`` / ``split`` / ``unbind`` -------------------------------
     def _multi_output_views(self, binding: Binding, depth: int = 0) -> ast.Call | None:
@@ -1381,7 +1582,14 @@ class InplaceOnSaved(Rule):
 
     def _recorded(self, op: ast.expr, at: ast.AST) -> bool:
         analysis = self.analysis
-        return not analysis.in_no_grad(at) and analysis.requires_grad(op, at)
+        if analysis.in_no_grad(at):
+            return False
+        if analysis.requires_grad(op, at):
+            return True
+        # ``self.act(h)`` with ``self.act = F.relu``: the torch function of what it is given
+        if type(op) is not ast.Call or function_value_op(analysis, op.func, at) is None:
+            return False
+        return any(analysis.requires_grad(a, at) for a in op.args)
 
     def _output_saving_op(self, value: ast.expr, at: ast.AST) -> str | None:
         """The name of the op ``value`` applies when that op saves its result."""
@@ -1398,6 +1606,9 @@ class InplaceOnSaved(Rule):
             returned = module_output_op(analysis, value.func, at)
             if returned is not None:
                 return f"{returned}` in `{analysis.segment(value.func)}"
+            function = function_value_op(analysis, value.func, at)  # ``self.act = F.relu``
+            if function in SAVES_OUTPUT:
+                return f"{function}` in `{analysis.segment(value.func)}"
         return None
 
     def _module_class(self, func: ast.expr) -> str | None:
