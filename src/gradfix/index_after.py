@@ -166,18 +166,10 @@ def _same_bindings(expr: ast.expr, at: ast.AST, other_at: ast.AST, analysis: Sem
 def _only_indexed_by(binding: Binding, node: ast.Subscript, analysis: Semantic) -> bool:
     """Every read of the name ``binding`` binds is indexed by the same mask as ``node``
     (then guarding the bound value changes no value that is read)."""
-    scope = analysis.scope_of(binding.node)
-    for name in analysis.name_nodes_in(scope.node, binding.name):
-        if type(name.ctx) is not ast.Load or analysis.scope_of(name) is not scope:
-            continue
-        if analysis.reaching_binding(name) is not binding:
-            continue
-        parent = analysis.parent(name)
-        if type(parent) is not ast.Subscript or parent.value is not name:
-            return False
-        if not same_value(parent.slice, parent, node.slice, node, analysis):
-            return False
-    return True
+    reads = _subscript_reads(binding, analysis)
+    return reads is not None and all(
+        same_value(read.slice, read, node.slice, node, analysis) for read in reads
+    )
 
 
 # -- a constant divisor with zeros, then a plain index ------------------------------------------
@@ -223,7 +215,8 @@ def zero_divisor_before_index(node: ast.Subscript, analysis: Semantic) -> ZeroDi
         zeros = frozenset(i for i, v in enumerate(divisor or []) if v == 0)
         if divisor is None or not zeros or not may_require_grad(use.node, at, analysis):
             continue
-        reads = [node] if binding is None else _plain_reads(binding, analysis)
+        # a read of the whole result shows the division by zero in the forward
+        reads = [node] if binding is None else _subscript_reads(binding, analysis) or []
         vector = _is_vector(_numerator(use), at, len(divisor), analysis)
         if reads and all(_misses(r.slice, len(divisor), zeros, vector) for r in reads):
             return ZeroDivisorIndex(use, binding, zeros)
@@ -278,9 +271,9 @@ def _literal_vector(expr: ast.expr, at: ast.AST, analysis: Semantic) -> list[flo
     return numbers  # type: ignore[return-value]
 
 
-def _plain_reads(binding: Binding, analysis: Semantic) -> list[ast.Subscript]:
-    """The reads of the name ``binding`` binds, each the value of a subscript; empty when
-    one is not (the whole result is used: the forward shows the division by zero)."""
+def _subscript_reads(binding: Binding, analysis: Semantic) -> list[ast.Subscript] | None:
+    """The reads of the name ``binding`` binds, each the value of a subscript; None when
+    one is not (the whole value is used)."""
     scope = analysis.scope_of(binding.node)
     reads: list[ast.Subscript] = []
     for name in analysis.name_nodes_in(scope.node, binding.name):
@@ -290,7 +283,7 @@ def _plain_reads(binding: Binding, analysis: Semantic) -> list[ast.Subscript]:
             continue
         parent = analysis.parent(name)
         if type(parent) is not ast.Subscript or parent.value is not name:
-            return []
+            return None
         reads.append(parent)
     return reads
 
