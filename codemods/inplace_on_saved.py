@@ -31,6 +31,7 @@ from gradfix.module_outputs import (
     module_forwards,
     module_output_op,
 )
+from gradfix.rebuild import index_elements, is_basic_index
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -57,6 +58,7 @@ from gradfix.torch_facts import (
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     MULTI_OUTPUT_VIEW_OPS,
+    VIEW_METHODS,
     is_inplace_method,
 )
 
@@ -160,6 +162,8 @@ class InplaceOnSaved(Rule):
     `inplace` flag is set after it was built (`self.act.inplace = True`,
     `setattr(m, "inplace", True)`, a loop over `model.modules()` setting it, filtered
     by `isinstance` or not): that finding is on the statement setting the flag.
+    A name holding a view of a saved tensor (`top = h[:2]`, `h.T`, `h.view(-1)`) changed
+    in place is reported too, without a fix (the change is meant for `h`).
     Functions held as attributes are their torch function (`self.act = F.relu`,
     `self.act = get_activation("relu")` from a function of the file choosing it by
     the literal). Rewrites the change out of place.
@@ -256,6 +260,19 @@ class InplaceOnSaved(Rule):
         self._flags_reported: set[int] = set()
 
     VALID = [
+        Valid(
+            """
+            import torch
+            w = torch.randn(3, 4, requires_grad=True)
+            h = w @ torch.randn(4, 4)
+            rows = h[1:]
+            rows += 1  # matmul saved its inputs, not h
+            copy = h[:, :2].clone()
+            out = torch.sigmoid(copy)
+            copy.mul_(2)  # a copy, not a view of h; sigmoid saved its output, not `copy`
+            (h.sum() + out.sum()).backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -508,6 +525,19 @@ class InplaceOnSaved(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, 4, requires_grad=True)
+            v = torch.randn(3, 2, requires_grad=True)
+            h = torch.tanh(w)
+            out = h.T @ v  # saves h.T, a view of h
+            cols = h[:, 1:]
+            cols.zero_()  # changes h through the view
+            out.sum().backward()
+            """,
+            report_only=True,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -1129,6 +1159,8 @@ class InplaceOnSaved(Rule):
             return
         saver = self._saver(name, binding, statement)
         proven = self._saved_at_run(statement)  # the run stands in for what is not known
+        if saver is None and not proven and self._check_view_of_saved(mutation, binding):
+            return
         if saver is None and proven:
             saver = Saver(None, statement, "an op had saved it (seen in a run)", False)
         elif saver is None:
@@ -1238,6 +1270,45 @@ class InplaceOnSaved(Rule):
             return [Edit(old, cst.Name("False", lpar=old.lpar, rpar=old.rpar))]
 
         return self.plan(build, "Leave `inplace` False", safety=FixSafety.UNSAFE)
+
+    # -- a named view of a saved tensor: ``top = h[:2]; top.mul_(2)`` ---------------------------
+    def _check_view_of_saved(self, mutation: Mutation, binding: Binding) -> bool:
+        """The name holds a view (basic slicing, ``.T``, ``view``/``transpose``...) of a
+        tensor an op saved: the change bumps the version the view shares with it.
+        Reported without a fix: the change is meant for the base."""
+        base = self._viewed_name(binding)
+        previous = self.analysis.reaching_binding(base, binding.node) if base else None
+        if base is None or previous is None:
+            return False
+        statement = mutation.statement
+        saver = self._saver(base, previous, statement)
+        through_base = replace(mutation, name=base)
+        if saver is None or not self._graph_needed(saver, through_base):
+            return False
+        self.report(mutation.node, self._message(through_base, saver))
+        return True
+
+    def _viewed_name(self, binding: Binding) -> ast.Name | None:
+        """``h`` when ``binding`` binds a view of it: ``h[:2]``, ``h[0, 1:]``, ``h.T``,
+        ``h.view(-1)``, ``h.transpose(0, 1)``."""
+        value = binding.value
+        if binding.kind != "assign" or binding.unpack_index is not None or value is None:
+            return None
+        if type(value) is ast.Subscript:
+            elements = index_elements(self.analysis, value)
+            if not all(is_basic_index(e) for e in elements):
+                return None  # a tensor or list index copies
+            value = value.value
+        elif type(value) is ast.Call and type(value.func) is ast.Attribute:
+            receiver = value.func.value
+            if value.func.attr not in VIEW_METHODS or not self.analysis.is_tensor(receiver, value):
+                return None
+            value = receiver
+        elif type(value) is ast.Attribute and value.attr in ("T", "mT"):
+            value = value.value
+        else:
+            return None
+        return value if type(value) is ast.Name and value.id != binding.name else None
 
     # -- one of the views of ``chunk`` / ``split`` / ``unbind`` -------------------------------
     def _multi_output_views(self, binding: Binding, depth: int = 0) -> ast.Call | None:

@@ -377,3 +377,21 @@ def test_activation_chosen_by_a_literal_is_its_torch_function() -> None:
     )
     assert [(f.code, f.line) for f in result.findings] == [("GF204", 21)]
     assert "`relu` in `self.relu` saved its output" in result.findings[0].message
+
+
+def test_named_view_of_a_saved_tensor_is_reported_without_fix() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(4, 6, requires_grad=True)
+        h = torch.sigmoid(w)
+        top = h[:2]
+        top.mul_(2)
+        picked = h[[0, 2]]  # a list index copies
+        picked.mul_(2)
+        h.sum().backward()
+        """
+    )
+    assert [(f.code, f.line) for f in result.findings] == [("GF204", 5)]
+    assert result.findings[0].fix is None
+    assert "changes `h` in place, but `sigmoid` saved its output" in result.findings[0].message
