@@ -1288,3 +1288,22 @@ def test_frozen_weights_and_padding_rows_are_not_compared_with_finite_difference
     verdict = verify(FROZEN_TABLE, FROZEN_TABLE_FIX)
     assert verdict.status == "verified", verdict.reason
     assert "frozen (requires_grad is False at the call)" in verdict.reason
+
+
+# A leaf filled in place (raises) before a steep exponential: the central difference at the
+# oracle's step is 1.5 % off the derivative, its extrapolation with the half step is not.
+STEEP_AFTER_FILL = """\
+import torch
+
+w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+w.add_(0.01)
+torch.exp(300 * w).sum().backward()
+"""
+STEEP_AFTER_FILL_FIX = STEEP_AFTER_FILL.replace(
+    "w.add_(0.01)", "with torch.no_grad():\n    w.add_(0.01)"
+)
+
+
+def test_strong_curvature_is_extrapolated_out_of_the_finite_difference() -> None:
+    verdict = verify(STEEP_AFTER_FILL, STEEP_AFTER_FILL_FIX)
+    assert verdict.status == "verified", verdict.reason
