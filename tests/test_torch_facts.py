@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -166,3 +168,36 @@ def test_hand_families_disagree_with_torch_only_where_documented(
         line.split()[0] for line in compare.disagreements() if "no generated" not in line
     }
     assert disagreeing == {"hypot", "kron", "pow"}
+
+
+def _build_layer(torch: Any, name: str, **flags: bool) -> Any:
+    """One instance of the ``nn`` class ``name``, with small sizes."""
+    sized = {
+        "Bilinear": (4, 4, 4),
+        "PReLU": (),
+        "MultiheadAttention": (4, 2),
+        "Transformer": (4, 2, 1, 1, 8),
+        "TransformerEncoderLayer": (4, 2, 8),
+        "TransformerDecoderLayer": (4, 2, 8),
+        "GroupNorm": (2, 4),
+    }
+    if "Conv" in name:
+        args: tuple[int, ...] = (4, 3) if name.startswith("Lazy") else (4, 4, 3)
+    elif name in sized:
+        args = sized[name]
+    elif "Norm" in name or name.startswith("Lazy"):
+        args = (4,)
+    else:
+        args = (4, 4)
+    return getattr(torch.nn, name)(*args, **flags)
+
+
+def test_parameter_layers_own_parameters_unless_their_flag_is_off() -> None:
+    torch = pytest.importorskip("torch")
+    for name, flag in sorted(facts.NN_PARAMETER_LAYERS.items()):
+        assert list(_build_layer(torch, name).parameters()), name
+        if flag is not None:
+            keyword, position = flag
+            signature = list(inspect.signature(getattr(torch.nn, name).__init__).parameters)
+            assert signature.index(keyword) == position + 1, name  # after ``self``
+            assert not list(_build_layer(torch, name, **{keyword: False}).parameters()), name

@@ -154,6 +154,28 @@ NN_NON_LAYERS = frozenset(
     "Identity Flatten Unflatten Dropout ReLU GELU Tanh Sigmoid Softmax".split()
 )
 
+#: ``nn`` layer classes that own parameters when built with their defaults -> the
+#: ``(keyword, position)`` of the flag that builds them without any (None: always
+#: parameters). ``InstanceNorm*`` (``affine=False`` by default) is left out.
+#: ``tests/test_torch_facts.py`` builds each one to check it.
+NN_PARAMETER_LAYERS: dict[str, tuple[str, int] | None] = {
+    **dict.fromkeys(
+        "Linear LazyLinear Bilinear Embedding EmbeddingBag PReLU MultiheadAttention "
+        "RNN LSTM GRU RNNCell LSTMCell GRUCell Transformer TransformerEncoderLayer "
+        "TransformerDecoderLayer".split()
+    ),
+    **dict.fromkeys(
+        f"{lazy}{kind}{n}d"
+        for lazy in ("", "Lazy")
+        for kind in ("Conv", "ConvTranspose")
+        for n in (1, 2, 3)
+    ),
+    **dict.fromkeys("BatchNorm1d BatchNorm2d BatchNorm3d SyncBatchNorm".split(), ("affine", 3)),
+    "GroupNorm": ("affine", 3),
+    "LayerNorm": ("elementwise_affine", 2),
+    "RMSNorm": ("elementwise_affine", 2),
+}
+
 # -- shapes and graph flow of ops -----------------------------------------------------------
 
 #: Reductions that give a 0-d tensor when called without ``dim``.
