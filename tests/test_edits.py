@@ -86,6 +86,8 @@ def test_with_argument_keeps_the_layout(before: str, after: str) -> None:
         ("f(a, requires_grad=True, b=1)", "f(a, b=1)"),
         ("f(\n    a,\n    requires_grad=True,\n)", "f(\n    a,\n)"),
         ("f(a)", "f(a)"),
+        ("f(\n    a,  # why\n    requires_grad=True,\n)", "f(\n    a,  # why\n)"),
+        ("f(\n    a,  # why\n    requires_grad=True)", "f(\n    a,  # why\n    )"),
     ],
 )
 def test_without_argument_leaves_no_dangling_comma(before: str, after: str) -> None:

@@ -314,8 +314,26 @@ def without_argument(call: cst.Call, keyword: str) -> cst.Call:
     if len(kept) == len(args):
         return call
     if kept and args[-1] not in kept:
-        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+        kept[-1] = kept[-1].with_changes(comma=_closing_comma(kept[-1].comma, args[-1].comma))
     return call.with_changes(args=kept)
+
+
+def _closing_comma(
+    own: cst.Comma | cst.MaybeSentinel, removed: cst.Comma | cst.MaybeSentinel
+) -> cst.Comma | cst.MaybeSentinel:
+    """The comma of the new last argument: the removed last argument's, unless its own
+    carries a comment (``a,  # why``), which stays, with the removed comma's line end
+    before ``)`` when there is one (a trailing comma is valid)."""
+    after = own.whitespace_after if isinstance(own, cst.Comma) else None
+    if not isinstance(after, cst.ParenthesizedWhitespace) or after.first_line.comment is None:
+        return removed
+    assert isinstance(own, cst.Comma)
+    closing = removed.whitespace_after if isinstance(removed, cst.Comma) else None
+    if isinstance(closing, cst.ParenthesizedWhitespace):
+        after = after.with_changes(
+            empty_lines=closing.empty_lines, indent=closing.indent, last_line=closing.last_line
+        )
+    return own.with_changes(whitespace_after=after)
 
 
 @lazy_class
