@@ -201,3 +201,22 @@ def test_parameter_layers_own_parameters_unless_their_flag_is_off() -> None:
             signature = list(inspect.signature(getattr(torch.nn, name).__init__).parameters)
             assert signature.index(keyword) == position + 1, name  # after ``self``
             assert not list(_build_layer(torch, name, **{keyword: False}).parameters()), name
+
+
+def test_index_ops_and_integer_casts_give_results_without_gradient() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.rand(6, requires_grad=True)
+    for name in sorted(facts.INDEX_OPS):
+        args = (torch.tensor([0.5]),) if name in ("bucketize", "searchsorted") else ()
+        if name == "searchsorted":
+            result = torch.searchsorted(x.detach().sort().values, x)
+        elif name == "bucketize":
+            result = torch.bucketize(x, *args)
+        else:
+            result = getattr(x, name)()
+        assert not result.requires_grad and not result.is_floating_point(), name
+    for name in sorted(facts.INTEGER_CASTS):
+        assert not getattr(x, name)().requires_grad, name
+    for name in sorted(facts.VALUES_INDICES_OPS):
+        values, indices = getattr(torch, name)(x.view(2, 3), 1) if name != "topk" else x.topk(2)
+        assert values.requires_grad and not indices.requires_grad, name

@@ -176,6 +176,14 @@ NN_PARAMETER_LAYERS: dict[str, tuple[str, int] | None] = {
     "RMSNorm": ("elementwise_affine", 2),
 }
 
+#: Ops (torch functions and tensor methods) whose result is integer indices into their
+#: tensor input: no gradient flows through them back to the input.
+INDEX_OPS = frozenset("argmax argmin argsort nonzero bucketize searchsorted".split())
+#: Tensor methods that cast to an integer or bool dtype: the result has no gradient.
+INTEGER_CASTS = frozenset("long int short byte bool".split())
+#: Ops returning ``(values, indices)`` when given a dimension (``torch.max(x, 1)[1]``).
+VALUES_INDICES_OPS = frozenset("max min sort topk kthvalue mode median".split())
+
 # -- shapes and graph flow of ops -----------------------------------------------------------
 
 #: Reductions that give a 0-d tensor when called without ``dim``.
