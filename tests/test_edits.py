@@ -72,6 +72,7 @@ def test_torch_is_spelled_with_the_files_alias() -> None:
         ("f(a, b)", "f(a, b, dim=1)"),
         ("f(\n    a,\n    b,\n)", "f(\n    a,\n    b,\n    dim=1,\n)"),
         ("f(a, dim=0)", "f(a, dim=1)"),
+        ("f(\n    a,\n    b,  # why\n)", "f(\n    a,\n    b,  # why\n    dim=1,\n)"),
     ],
 )
 def test_with_argument_keeps_the_layout(before: str, after: str) -> None:
