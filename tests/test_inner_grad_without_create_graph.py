@@ -15,7 +15,7 @@ def _lines(source: str) -> list[int]:
 
 def test_an_adversarial_step_through_sign_is_not_an_inner_step() -> None:
     # FGSM: the input gradient's sign has no gradient of its own; nothing is lost
-    assert _lines(
+    found = _lines(
         """
         import torch
         import torch.nn.functional as F
@@ -26,11 +26,12 @@ def test_an_adversarial_step_through_sign_is_not_an_inner_step() -> None:
         x_adv = x + 0.03 * g.sign()
         F.cross_entropy(model(x_adv), torch.zeros(4).long()).backward()
         """
-    ) == []
+    )
+    assert found == []
 
 
 def test_new_weights_returned_by_a_helper_and_backpropagated_by_its_caller() -> None:
-    assert _lines(
+    found = _lines(
         """
         import torch
 
@@ -43,11 +44,12 @@ def test_new_weights_returned_by_a_helper_and_backpropagated_by_its_caller() -> 
         fast = adapt(torch.randn(2, 3))
         (torch.randn(2, 3) @ fast).sum().backward()
         """
-    ) == [7]
+    )
+    assert found == [7]
 
 
 def test_new_weights_that_are_never_backpropagated_are_not_reported() -> None:
-    assert _lines(
+    found = _lines(
         """
         import torch
 
@@ -56,4 +58,5 @@ def test_new_weights_that_are_never_backpropagated_are_not_reported() -> None:
         w_next = w - 0.5 * g
         print(w_next)
         """
-    ) == []
+    )
+    assert found == []
