@@ -62,8 +62,10 @@ class EvalWithoutNoGrad(Rule):
     `set_grad_enabled(False)`.
 
     ## Fix safety
-    Safe: the model computes the same outputs; they only stop recording the graph that
-    nothing backpropagates.
+    The model computes the same outputs; they only stop recording the graph that nothing
+    in the file backpropagates. Safe when the function returns nothing computed from the
+    kept outputs; unsafe when it does (`return torch.cat(outputs)`): a caller in another
+    file could backpropagate it, which the fix would stop.
     """
 
     code = "GF407"
@@ -73,6 +75,7 @@ class EvalWithoutNoGrad(Rule):
         "memory grows with every batch; run the model under `torch.no_grad()`"
     )
     fix_safety = FixSafety.SAFE
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
 
     VALID = [
         Valid(
@@ -178,6 +181,33 @@ class EvalWithoutNoGrad(Rule):
             print(evaluator.run([th.randn(3, 4)]).shape)
             """,
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            def val_loss(model, loader):
+                model.eval()
+                losses = []
+                for x, y in loader:
+                    loss = F.mse_loss(model(x), y)
+                    losses.append(loss)
+                return torch.stack(losses).mean().item()
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+
+            def val_loss(model, loader):
+                model.eval()
+                losses = []
+                for x, y in loader:
+                    with torch.no_grad():
+                        loss = F.mse_loss(model(x), y)
+                    losses.append(loss)
+                return torch.stack(losses).mean().item()
+            """,
+        ),
     ]
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -190,8 +220,10 @@ class EvalWithoutNoGrad(Rule):
             return
         for loop in self._loops(node):
             for statement, call in self._model_calls(loop, models):
-                if self._kept_across_iterations(statement, loop):
-                    self.report(call, fix=self._wrap(statement))
+                kept = self._kept_across_iterations(statement, loop)
+                if kept is not None:
+                    returned = self._returns_graph(node, {kept, statement.targets[0].id})  # type: ignore[attr-defined]
+                    self.report(call, fix=self._wrap(statement, returned))
 
     # -- the function ----------------------------------------------------------------------
     def _evaluated_models(self, function: ast.FunctionDef) -> set[str]:
@@ -269,47 +301,58 @@ class EvalWithoutNoGrad(Rule):
                     return False
         return True
 
-    def _kept_across_iterations(self, statement: ast.Assign, loop: ast.stmt) -> bool:
-        """The statement's value (an output of the model) is stored in something that
-        outlives the iteration: appended to a list, added to a total, concatenated."""
+    def _kept_across_iterations(self, statement: ast.Assign, loop: ast.stmt) -> str | None:
+        """The name of what keeps the statement's value (an output of the model) beyond
+        the iteration: a list it is appended to, a total it is added to, a tensor it is
+        concatenated to."""
         target = statement.targets[0]
         assert isinstance(target, ast.Name)
         for use in self.analysis.name_nodes_in(loop, target.id):
             binding = self.analysis.reaching_binding(use)
             if use is target or binding is None or binding.node is not statement:
                 continue
-            if self._stores(use, loop):
-                return True
-        return False
+            keeper = self._keeper(use, loop)
+            if keeper is not None:
+                return keeper
+        return None
 
-    def _stores(self, use: ast.Name, loop: ast.stmt) -> bool:
+    def _keeper(self, use: ast.Name, loop: ast.stmt) -> str | None:
         for ancestor in self.analysis.ancestors(use):
             if isinstance(ancestor, ast.stmt):
-                return self._accumulates(ancestor, use, loop)
+                return self._accumulator(ancestor, use, loop)
             if type(ancestor) is ast.Call and type(ancestor.func) is ast.Attribute:
-                method = ancestor.func.attr
+                method, receiver = ancestor.func.attr, ancestor.func.value
                 if method in GRAD_CUTTING_METHODS:
-                    return False  # ``.item()``, ``.detach()``, ``.argmax()``: no graph kept
+                    return None  # ``.item()``, ``.detach()``, ``.argmax()``: no graph kept
                 if method in _STORING_METHODS:
-                    return self._outside_receiver(ancestor.func.value, loop)
-        return False
+                    outside = type(receiver) is ast.Name and self._outside(receiver.id, loop)
+                    return receiver.id if outside else None  # type: ignore[attr-defined]
+        return None
 
-    def _outside_receiver(self, receiver: ast.expr, loop: ast.stmt) -> bool:
-        return type(receiver) is ast.Name and self._outside(receiver.id, loop)
-
-    def _accumulates(self, statement: ast.stmt, use: ast.Name, loop: ast.stmt) -> bool:
-        """``total += f(out)``, or ``acc = cat([acc, out])``, with the total bound before
-        the loop."""
-        if type(statement) is ast.AugAssign and type(statement.target) is ast.Name:
-            return self._outside(statement.target.id, loop)
-        if type(statement) is ast.Assign and len(statement.targets) == 1:
+    def _accumulator(self, statement: ast.stmt, use: ast.Name, loop: ast.stmt) -> str | None:
+        """``total`` of ``total += f(out)`` or of ``total = cat([total, out])``, bound
+        before the loop."""
+        target: ast.expr | None = None
+        if type(statement) is ast.AugAssign:
+            target = statement.target
+        elif type(statement) is ast.Assign and len(statement.targets) == 1:
             target = statement.targets[0]
-            if type(target) is ast.Name and target.id != use.id:
-                reads_itself = any(
-                    type(n) is ast.Name and n.id == target.id for n in ast.walk(statement.value)
-                )
-                return reads_itself and self._outside(target.id, loop)
-        return False
+            value = statement.value
+            if type(target) is not ast.Name or not _reads(value, target.id) or target.id == use.id:
+                return None
+        if type(target) is ast.Name and self._outside(target.id, loop):
+            return target.id
+        return None
+
+    def _returns_graph(self, function: ast.FunctionDef, kept: set[str]) -> bool:
+        """``function`` returns something computed from the kept outputs: a caller in
+        another file could backpropagate it."""
+        tainted = set(kept)
+        for statement in self.analysis.descendants(function, ast.Assign):
+            if any(_reads(statement.value, name) for name in tainted):
+                tainted |= {t.id for t in ast.walk(statement.targets[0]) if type(t) is ast.Name}
+        returns = self.analysis.descendants(function, ast.Return)
+        return any(r.value is not None and _returns_tensor_of(r.value, tainted) for r in returns)
 
     def _outside(self, name: str, loop: ast.stmt) -> bool:
         """``name`` is bound before the loop in the same function (it outlives it)."""
@@ -324,7 +367,7 @@ class EvalWithoutNoGrad(Rule):
         return False
 
     # -- the fix ---------------------------------------------------------------------------
-    def _wrap(self, statement: ast.Assign) -> FixPlan:
+    def _wrap(self, statement: ast.Assign, returned: bool) -> FixPlan:
         def build(editor: Editor) -> list[Edit] | None:
             line = editor.statement(statement)
             if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
@@ -332,4 +375,20 @@ class EvalWithoutNoGrad(Rule):
             return editor.wrap_in_no_grad([line])
 
         imports = () if self.analysis.torch_alias() else ("torch",)
-        return self.plan(build, "Run the model under `torch.no_grad()`", imports=imports)
+        safety = FixSafety.UNSAFE if returned else FixSafety.SAFE
+        description = "Run the model under `torch.no_grad()`"
+        return self.plan(build, description, imports=imports, safety=safety)
+
+
+def _reads(expr: ast.AST, name: str) -> bool:
+    return any(type(node) is ast.Name and node.id == name for node in ast.walk(expr))
+
+
+def _returns_tensor_of(expr: ast.AST, names: set[str]) -> bool:
+    """``expr`` reads one of ``names`` other than through ``.item()``, ``.detach()``..."""
+    if type(expr) is ast.Call and type(expr.func) is ast.Attribute:
+        if expr.func.attr in GRAD_CUTTING_METHODS:
+            return False
+    if type(expr) is ast.Name:
+        return expr.id in names
+    return any(_returns_tensor_of(child, names) for child in ast.iter_child_nodes(expr))
