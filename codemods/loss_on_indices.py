@@ -110,6 +110,20 @@ class LossOnIndices(Rule):
             straight.sum().backward()
             """
         ),
+        Valid(
+            """
+            import torch as th
+
+            w = th.tensor([0.5, 1.0, -0.25], requires_grad=True)
+            d = w * th.tensor([2.0, 1.0, 4.0]) - 1.0
+            core = (d.abs() < 0.1).float()
+            loss = (core * d ** 2 + (1 - core) * d.abs()).mean()
+            loss.backward()
+            p = w ** 2 / (w ** 2).sum()
+            entropy = -th.where(p > 0, p * th.log(p.clamp_min(1e-12)), th.zeros_like(p)).sum()
+            entropy.backward()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -249,7 +263,7 @@ class LossOnIndices(Rule):
         else:
             name = self.analysis.call_name(call) or ""
             if name in FACTORIES:
-                return False
+                return self.analysis.leaf_reason(call, at) is not None  # ``requires_grad=True``
             if not name.startswith("torch.") or _constructs_a_class(name):
                 return self.analysis.requires_grad(call, at)
             operands = argument_values(call)
