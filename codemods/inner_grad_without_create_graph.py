@@ -71,7 +71,6 @@ class InnerGradWithoutCreateGraph(Rule):
         "`create_graph=True`: the outer gradient silently drops the second-order term"
     )
     fix_safety = FixSafety.UNSAFE
-    fix_restores_gradient = True
 
     VALID = [
         Valid(
