@@ -72,6 +72,7 @@ def test_torch_is_spelled_with_the_files_alias() -> None:
         ("f(a, b)", "f(a, b, dim=1)"),
         ("f(\n    a,\n    b,\n)", "f(\n    a,\n    b,\n    dim=1,\n)"),
         ("f(a, dim=0)", "f(a, dim=1)"),
+        ("f(\n    a,\n    b,  # why\n)", "f(\n    a,\n    b,  # why\n    dim=1,\n)"),
     ],
 )
 def test_with_argument_keeps_the_layout(before: str, after: str) -> None:
@@ -86,6 +87,8 @@ def test_with_argument_keeps_the_layout(before: str, after: str) -> None:
         ("f(a, requires_grad=True, b=1)", "f(a, b=1)"),
         ("f(\n    a,\n    requires_grad=True,\n)", "f(\n    a,\n)"),
         ("f(a)", "f(a)"),
+        ("f(\n    a,  # why\n    requires_grad=True,\n)", "f(\n    a,  # why\n)"),
+        ("f(\n    a,  # why\n    requires_grad=True)", "f(\n    a,  # why\n    )"),
     ],
 )
 def test_without_argument_leaves_no_dangling_comma(before: str, after: str) -> None:

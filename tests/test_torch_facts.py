@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -188,3 +190,55 @@ def test_multi_output_views_are_those_autograd_refuses_to_change() -> None:
         except RuntimeError as error:
             refused = "returns multiple views" in str(error)
         assert refused == (name in facts.MULTI_OUTPUT_VIEW_OPS), name
+
+
+def _build_layer(torch: Any, name: str, **flags: bool) -> Any:
+    """One instance of the ``nn`` class ``name``, with small sizes."""
+    sized = {
+        "Bilinear": (4, 4, 4),
+        "PReLU": (),
+        "MultiheadAttention": (4, 2),
+        "Transformer": (4, 2, 1, 1, 8),
+        "TransformerEncoderLayer": (4, 2, 8),
+        "TransformerDecoderLayer": (4, 2, 8),
+        "GroupNorm": (2, 4),
+    }
+    if "Conv" in name:
+        args: tuple[int, ...] = (4, 3) if name.startswith("Lazy") else (4, 4, 3)
+    elif name in sized:
+        args = sized[name]
+    elif "Norm" in name or name.startswith("Lazy"):
+        args = (4,)
+    else:
+        args = (4, 4)
+    return getattr(torch.nn, name)(*args, **flags)
+
+
+def test_parameter_layers_own_parameters_unless_their_flag_is_off() -> None:
+    torch = pytest.importorskip("torch")
+    for name, flag in sorted(facts.NN_PARAMETER_LAYERS.items()):
+        assert list(_build_layer(torch, name).parameters()), name
+        if flag is not None:
+            keyword, position = flag
+            signature = list(inspect.signature(getattr(torch.nn, name).__init__).parameters)
+            assert signature.index(keyword) == position + 1, name  # after ``self``
+            assert not list(_build_layer(torch, name, **{keyword: False}).parameters()), name
+
+
+def test_index_ops_and_integer_casts_give_results_without_gradient() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.rand(6, requires_grad=True)
+    for name in sorted(facts.INDEX_OPS):
+        args = (torch.tensor([0.5]),) if name in ("bucketize", "searchsorted") else ()
+        if name == "searchsorted":
+            result = torch.searchsorted(x.detach().sort().values, x)
+        elif name == "bucketize":
+            result = torch.bucketize(x, *args)
+        else:
+            result = getattr(x, name)()
+        assert not result.requires_grad and not result.is_floating_point(), name
+    for name in sorted(facts.INTEGER_CASTS):
+        assert not getattr(x, name)().requires_grad, name
+    for name in sorted(facts.VALUES_INDICES_OPS):
+        values, indices = getattr(torch, name)(x.view(2, 3), 1) if name != "topk" else x.topk(2)
+        assert values.requires_grad and not indices.requires_grad, name

@@ -300,6 +300,24 @@ def with_argument(call: cst.Call, keyword: str, value: cst.BaseExpression | str)
         between = args[-2].comma if len(args) > 1 else cst.MaybeSentinel.DEFAULT
         if not isinstance(between, cst.Comma):
             between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        commented = _commented_line_break(last.comma)
+        if commented is not None and isinstance(
+            between.whitespace_after, cst.ParenthesizedWhitespace
+        ):
+            # ``b,  # why``: the comment stays after ``b``, the new argument gets a line
+            next_line = between.whitespace_after
+            kept = last.comma.with_changes(
+                whitespace_after=commented.with_changes(
+                    empty_lines=next_line.empty_lines,
+                    indent=next_line.indent,
+                    last_line=next_line.last_line,
+                )
+            )
+            closing = cst.Comma(
+                whitespace_after=commented.with_changes(first_line=cst.TrailingWhitespace())
+            )
+            args[-1] = last.with_changes(comma=kept)
+            return call.with_changes(args=[*args, new.with_changes(comma=closing)])
         args[-1] = last.with_changes(comma=between)
         return call.with_changes(args=[*args, new.with_changes(comma=last.comma)])
     args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
@@ -314,8 +332,36 @@ def without_argument(call: cst.Call, keyword: str) -> cst.Call:
     if len(kept) == len(args):
         return call
     if kept and args[-1] not in kept:
-        kept[-1] = kept[-1].with_changes(comma=args[-1].comma)
+        kept[-1] = kept[-1].with_changes(comma=_closing_comma(kept[-1].comma, args[-1].comma))
     return call.with_changes(args=kept)
+
+
+def _commented_line_break(
+    comma: cst.Comma | cst.MaybeSentinel,
+) -> cst.ParenthesizedWhitespace | None:
+    """The line break after ``comma`` when a comment ends its line (``a,  # why``)."""
+    after = comma.whitespace_after if isinstance(comma, cst.Comma) else None
+    if isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
+        return after
+    return None
+
+
+def _closing_comma(
+    own: cst.Comma | cst.MaybeSentinel, removed: cst.Comma | cst.MaybeSentinel
+) -> cst.Comma | cst.MaybeSentinel:
+    """The comma of the new last argument: the removed last argument's, unless its own
+    carries a comment (``a,  # why``), which stays, with the removed comma's line end
+    before ``)`` when there is one (a trailing comma is valid)."""
+    after = _commented_line_break(own)
+    if after is None:
+        return removed
+    assert isinstance(own, cst.Comma)
+    closing = removed.whitespace_after if isinstance(removed, cst.Comma) else None
+    if isinstance(closing, cst.ParenthesizedWhitespace):
+        after = after.with_changes(
+            empty_lines=closing.empty_lines, indent=closing.indent, last_line=closing.last_line
+        )
+    return own.with_changes(whitespace_after=after)
 
 
 @lazy_class

@@ -2,7 +2,7 @@
 
 source: https://github.com/LZGMatrix/BOP19_CDPN_2019ICCV/issues/4
 symptom: error
-rule: none
+rule: GF110
 shape: training step adapted from test code: per-axis `torch.argmax` over bins, rescaled to [-1, 1], then an L1 loss
 """
 import torch

@@ -2,7 +2,7 @@
 
 source: https://thecodeforge.io/ml-ai/pytorch-neural-network/
 symptom: no-training
-rule: none
+rule: GF108
 shape: nn.Module classifier whose output layer is (re)created in forward; Adam built once before the loop
 """
 import torch

@@ -2,7 +2,7 @@
 
 source: https://github.com/pytorch/pytorch/issues/1291
 symptom: no-training
-rule: none
+rule: GF108
 shape: nn.Module (ThreeLayerNet) building torch.nn.Linear(...) inline in forward
 """
 import torch

@@ -2,7 +2,7 @@
 
 source: https://github.com/dragen1860/MAML-Pytorch/issues/26
 symptom: wrong-value
-rule: none
+rule: GF406
 shape: Meta learner: functional net(x, vars), inner-loop update of fast_weights, query loss backpropagated to the meta parameters
 """
 import torch

@@ -2,7 +2,7 @@
 
 source: https://github.com/automan000/Convolutional_LSTM_PyTorch/issues/17
 symptom: no-training
-rule: none
+rule: GF109
 shape: nn.Module (Net) with a tensor attribute set up in __init__, optimizer built from model.parameters()
 """
 import torch

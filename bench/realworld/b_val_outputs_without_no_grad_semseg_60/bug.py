@@ -2,7 +2,7 @@
 
 source: https://github.com/hszhao/semseg/issues/60
 symptom: memory-growth
-rule: none
+rule: GF407
 shape: validate() function: model.eval(), loop over val_loader, outputs gathered and concatenated for the metric
 """
 import torch

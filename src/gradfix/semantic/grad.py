@@ -206,6 +206,12 @@ class GradQueries(LeafQueries):
             self.requires_grad(arg, site, depth + 1) for arg, site in self.passed_arguments(param)
         )
 
+    def index_assignments(self, name: ast.Name, at: ast.AST) -> list[tuple[ast.AST, ast.expr]]:
+        """``(statement, value)`` of each ``name[i] = value`` between the binding of
+        ``name`` that reaches ``at`` and ``at``."""
+        binding = self.reaching_binding(name, at)
+        return [] if binding is None else self._index_assignments(name.id, binding, at)
+
     def _index_assignments(
         self, name: str, binding: Binding, at: ast.AST
     ) -> list[tuple[ast.AST, ast.expr]]:

@@ -104,6 +104,12 @@ class ModuleQueries(ValueQueries):
             for base in bindings[0].node.bases
         )
 
+    def is_module_class(self, cls: ast.ClassDef) -> bool:
+        """``cls`` subclasses ``nn.Module`` (directly or through classes of this file)."""
+        return any(
+            self.is_module_base(base) or self._is_module_class(base, 0) for base in cls.bases
+        )
+
     def is_module_base(self, base: ast.AST) -> bool:
         """``base`` names a ``torch.nn`` class (``nn.Module``, ``nn.Linear``)."""
         name = self.qualified_name(base) or ""

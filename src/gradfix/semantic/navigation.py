@@ -155,6 +155,10 @@ class Navigation:
     def contains(self, outer: ast.AST, inner: ast.AST) -> bool:
         return self._order[outer] <= self._order[inner] <= self._last[outer]
 
+    def attributes_named(self, attr: str) -> list[ast.Attribute]:
+        """Every ``<expr>.<attr>`` of the file, in source order (from the index, no walk)."""
+        return list(self._attributes.get(attr, ()))
+
     def descendants(self, root: ast.AST, kind: type[_Node]) -> list[_Node]:
         """The nodes of exactly type ``kind`` in ``root``'s subtree (``root`` included), in
         pre-order: ``[n for n in ast.walk(root) if type(n) is kind]`` in source order,

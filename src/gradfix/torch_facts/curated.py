@@ -159,6 +159,36 @@ NN_NON_LAYERS = frozenset(
     "Identity Flatten Unflatten Dropout ReLU GELU Tanh Sigmoid Softmax".split()
 )
 
+#: ``nn`` layer classes that own parameters when built with their defaults -> the
+#: ``(keyword, position)`` of the flag that builds them without any (None: always
+#: parameters). ``InstanceNorm*`` (``affine=False`` by default) is left out.
+#: ``tests/test_torch_facts.py`` builds each one to check it.
+NN_PARAMETER_LAYERS: dict[str, tuple[str, int] | None] = {
+    **dict.fromkeys(
+        "Linear LazyLinear Bilinear Embedding EmbeddingBag PReLU MultiheadAttention "
+        "RNN LSTM GRU RNNCell LSTMCell GRUCell Transformer TransformerEncoderLayer "
+        "TransformerDecoderLayer".split()
+    ),
+    **dict.fromkeys(
+        f"{lazy}{kind}{n}d"
+        for lazy in ("", "Lazy")
+        for kind in ("Conv", "ConvTranspose")
+        for n in (1, 2, 3)
+    ),
+    **dict.fromkeys("BatchNorm1d BatchNorm2d BatchNorm3d SyncBatchNorm".split(), ("affine", 3)),
+    "GroupNorm": ("affine", 3),
+    "LayerNorm": ("elementwise_affine", 2),
+    "RMSNorm": ("elementwise_affine", 2),
+}
+
+#: Ops (torch functions and tensor methods) whose result is integer indices into their
+#: tensor input: no gradient flows through them back to the input.
+INDEX_OPS = frozenset("argmax argmin argsort nonzero bucketize searchsorted".split())
+#: Tensor methods that cast to an integer or bool dtype: the result has no gradient.
+INTEGER_CASTS = frozenset("long int short byte bool".split())
+#: Ops returning ``(values, indices)`` when given a dimension (``torch.max(x, 1)[1]``).
+VALUES_INDICES_OPS = frozenset("max min sort topk kthvalue mode median".split())
+
 # -- shapes and graph flow of ops -----------------------------------------------------------
 
 #: Reductions that give a 0-d tensor when called without ``dim``.
