@@ -140,6 +140,23 @@ class BackwardTwice(Rule):
         Valid(
             """
             import torch
+            import torch.nn.functional as F
+            model = torch.nn.Linear(4, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(3):  # adversarial training (FGSM)
+                x = torch.randn(8, 4, requires_grad=True)
+                y = torch.randint(0, 2, (8,))
+                loss = F.cross_entropy(model(x), y)
+                (g,) = torch.autograd.grad(loss, x)  # plain tensors: no graph
+                adv_loss = F.cross_entropy(model(x + 0.1 * g.sign()), y)
+                opt.zero_grad()
+                adv_loss.backward()
+                opt.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
             w = torch.randn(3, requires_grad=True)
             loss1 = (w * 2).sum()
             loss2 = w.exp().sum()
@@ -732,6 +749,8 @@ class BackwardTwice(Rule):
             seen.add(id(binding.node))
             self._collect_saving(binding.value, binding.node, recorded, found, seen, depth + 1)
             return
+        if type(expr) is ast.Call and self._gradients_without_graph(expr):
+            return  # ``autograd.grad`` without create_graph: plain tensors, no graph
         op = self._tensor_op(expr, at)
         if op is None:
             if self._opaque_call_saves(expr, at, recorded):
@@ -750,6 +769,14 @@ class BackwardTwice(Rule):
         for operand in operands:
             on_path = recorded and len(variables) == 1 and operand is variables[0]
             self._collect_saving(operand, at, on_path, found, seen, depth + 1)
+
+    def _gradients_without_graph(self, call: ast.Call) -> bool:
+        """``torch.autograd.grad(loss, x)`` without ``create_graph=True``: the gradients
+        it returns carry no graph (``x + eps * g.sign()`` of an adversarial step does not
+        reach ``loss``'s)."""
+        if self.analysis.call_name(call) != "torch.autograd.grad":
+            return False
+        return not is_true(argument(call, "create_graph", GRAD_FUNCTIONS["torch.autograd.grad"][1]))
 
     def _tensor_op(self, expr: ast.expr, at: ast.AST) -> tuple[str, list[ast.expr]] | None:
         """The analysis' op of ``expr``; also a known tensor method on an unproven receiver."""
