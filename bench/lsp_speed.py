@@ -4,11 +4,13 @@
     python bench/lsp_speed.py                 # a generated 5,000-line model file
     python bench/lsp_speed.py --file big.py   # any file
     python bench/lsp_speed.py --edits 30
+    python bench/lsp_speed.py --in method     # edit a line of a ``forward`` instead
 
 Starts ``python -m gradfix lsp`` and talks to it with the JSON-RPC client of the tests
 (``tests/test_lsp.py``): opens the file, then changes one line (a number in a comment-free
 statement, alternating) ``--edits`` times, each time measuring wall time from sending
-``didChange`` to receiving the ``publishDiagnostics`` of that version. Prints the median,
+``didChange`` to receiving the ``publishDiagnostics`` of that version (the server checks
+again only what the edit can change: ``gradfix.incremental``). Prints the median,
 the 90th percentile and the worst, and the findings of the file (so a server that finds
 nothing cannot look fast by accident).
 """
@@ -77,10 +79,18 @@ def main() -> int:
     parser.add_argument("--file", type=Path, help="the file to edit (default: generated)")
     parser.add_argument("--lines", type=int, default=5000)
     parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument(
+        "--in",
+        dest="where",
+        choices=("function", "method"),
+        default="function",
+        help="edit a training function's line (default) or a line of a module's forward",
+    )
     args = parser.parse_args()
     text = args.file.read_text(encoding="utf-8") if args.file else generated(args.lines)
     lines = text.splitlines(keepends=True)
-    target = next(i for i, line in enumerate(lines) if "lr=0." in line) if not args.file else 0
+    marker, old = ("lr=0.", "lr=0.") if args.where == "function" else ("h * self.scale", "h * ")
+    target = next(i for i, line in enumerate(lines) if marker in line) if not args.file else 0
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.py"
         path.write_text(text, encoding="utf-8")
@@ -102,7 +112,8 @@ def main() -> int:
             times = []
             for version in range(2, args.edits + 2):
                 edited = list(lines)
-                edited[target] = edited[target].replace("lr=0.", f"lr={version}.", 1)
+                new = f"lr={version}." if args.where == "function" else f"h * {version} * "
+                edited[target] = edited[target].replace(old, new, 1)
                 start = time.perf_counter()
                 client.change(uri, version, "".join(edited))
                 client.diagnostics(uri, version)

@@ -13,7 +13,13 @@ import libcst as cst
 
 from gradfix.edits import Editor, without_argument
 from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
-from gradfix.semantic import VIEW_ATTRIBUTES, argument, argument_value, call_arguments
+from gradfix.semantic import (
+    VIEW_ATTRIBUTES,
+    argument,
+    argument_value,
+    call_arguments,
+    normalized_code,
+)
 from gradfix.torch_facts import NON_TENSOR_METHODS, VIEW_METHODS
 
 #: Methods that move a tensor to a device or cast it: the values stay, so the fix keeps them.
@@ -124,6 +130,16 @@ class NonleafParameter(Rule):
         Valid(
             """
             import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            content = torch.rand(1, 3, 8, 8).to(device)
+            # already on the device: .to(device) returns the leaf itself
+            target = content.clone().requires_grad_(True).to(device)
+            bias = torch.zeros(3, device=device, requires_grad=True).to(device)
+            """
+        ),
+        Valid(
+            """
+            import torch
             w = torch.randn(3, requires_grad=True).float()  # the leaf itself
             v = torch.empty(3, requires_grad=True)
             with torch.no_grad():
@@ -193,6 +209,20 @@ class NonleafParameter(Rule):
         Invalid(
             """
             import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            content = torch.rand(1, 3, 8, 8)
+            target = content.clone().requires_grad_(True).to(device)
+            """,
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            content = torch.rand(1, 3, 8, 8)
+            target = content.clone().to(device).requires_grad_()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
             w = torch.randn(3, requires_grad=True).clamp(-1, 1)  # no fix: not a move or a scaling
             """,
             report_only=True,
@@ -232,13 +262,45 @@ class NonleafParameter(Rule):
         if not self._creates_leaves:
             return
         lost = self._lost_leaf(value, statement)
-        if lost is None or not lost.ops:
+        if lost is None or not lost.ops or self._moved_where_it_is(lost, statement):
             return
         if self._module_attribute(statement) is not None:
             fix = self._module_parameter_fix(value, lost)
         else:
             fix = self._fix(value, lost)
         self.report(value, self._message(statement, lost), fix=fix)
+
+    def _moved_where_it_is(self, lost: LostLeaf, at: ast.AST) -> bool:
+        """Every op is ``.to(d)`` and the leaf is made on ``d`` already: ``.to`` returns the
+        tensor itself, still the leaf (``content.clone().requires_grad_(True).to(device)``
+        after ``content = load(...).to(device)``; ``torch.ones(3, device=d,
+        requires_grad=True).to(d)``)."""
+        targets = {_moved_to(op) for op in lost.ops}
+        if len(targets) != 1 or None in targets:
+            return False
+        placed = self._placed_on(lost.creation, at)
+        return placed is not None and normalized_code(placed) in targets
+
+    def _placed_on(self, creation: ast.Call, at: ast.AST) -> ast.expr | None:
+        """The device ``creation`` makes its tensor on, when the code says it: its
+        ``device=``, or the ``.to(d)`` that made the tensor it copies (``x.clone()``,
+        ``x.detach()``, ``x.requires_grad_()``, chained, of a name bound to ``....to(d)``)."""
+        device = argument(creation, "device", None)
+        if device is not None:
+            return device
+        current: ast.expr = creation
+        while type(current) is ast.Call and type(current.func) is ast.Attribute:
+            if current.func.attr not in _SAME_DEVICE:
+                return None
+            current = current.func.value
+        if type(current) is not ast.Name:
+            return None
+        binding = self.analysis.reaching_binding(current, at)
+        value = binding.value if binding is not None and binding.kind == "assign" else None
+        if type(value) is not ast.Call or _moved_to(value) is None:
+            return None
+        assert isinstance(value.func, ast.Attribute)
+        return value.args[0]
 
     def _lost_leaf(self, expr: ast.expr, at: ast.AST) -> LostLeaf | None:
         """Peel ops off ``expr`` down to a call that creates a leaf; the other operand of
@@ -460,6 +522,19 @@ class NonleafParameter(Rule):
 #: A value of a folded factory argument: the ``ast`` expression the user wrote (its LibCST
 #: node is reused) or a builder of a new one (``torch.float64``, ``"cuda"``).
 KeywordValue = ast.expr | Callable[[Editor], "cst.BaseExpression"]
+
+
+#: methods whose result is on the device of their receiver
+_SAME_DEVICE = frozenset({"clone", "detach", "requires_grad_", "contiguous", "float"})
+
+
+def _moved_to(op: ast.expr) -> str | None:
+    """``x.to(d)`` (one argument, the device or a tensor): ``d``'s code, else ``None``."""
+    if type(op) is not ast.Call or type(op.func) is not ast.Attribute or op.func.attr != "to":
+        return None
+    if len(op.args) != 1 or op.keywords or type(op.args[0]) is ast.Starred:
+        return None
+    return normalized_code(op.args[0])
 
 
 def _fold_into_factory(

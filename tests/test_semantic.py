@@ -471,6 +471,31 @@ def test_function_nested_in_a_method_is_not_a_method() -> None:
     assert passed == ["torch.rand(3, requires_grad=True)"]
 
 
+def test_super_calls_reach_the_methods_of_base_classes_only() -> None:
+    analysis, tree = analyse(
+        """
+        import torch
+        class Base:
+            def __init__(self, w):
+                self.w = w
+        class Derived(Base):
+            def __init__(self):
+                super().__init__(torch.ones(2, requires_grad=True))
+        class Other:
+            def __init__(self, w):
+                super().__init__()
+                self.w = w
+        class Unrelated(torch.nn.Module):
+            def __init__(self):
+                super().__init__(torch.zeros(3))
+        """
+    )
+    inits = {analysis.enclosing_class(f).name: f for f in find(tree, ast.FunctionDef)}
+    base = [ast.unparse(a) for a, _ in analysis.passed_arguments(inits["Base"].args.args[1])]
+    assert base == ["torch.ones(2, requires_grad=True)"]
+    assert analysis.passed_arguments(inits["Other"].args.args[1]) == []
+
+
 def _requires_grad_walk(root: ast.AST) -> list[tuple[ast.AST, bool]]:
     """The reference: every ``x.requires_grad = flag`` / ``x.requires_grad_(flag)`` by a
     walk of the scope."""

@@ -197,6 +197,9 @@ class Linted:
 
     reports: list[Report]
     source: str = ""
+    tree: ast.Module | None = None  # Python's ``ast`` of ``source``
+    #: functions holding a finding whose grad mode only other files' callers could decide
+    open_callers: tuple[str, ...] = ()
     torch_alias: str | None = None
     module: cst.Module | None = None
     editor: Editor | None = None
@@ -233,6 +236,7 @@ def collect_reports(
     crashes: list[RuleCrash] | None = None,
     *,
     realise: bool = True,
+    no_grad_callers: frozenset[str] = frozenset(),
 ) -> Linted:
     """Run ``rules`` over ``source`` in one batched walk of its ``ast`` (the analysis's
     pre-order); then, only when some finding has a planned fix, parse with LibCST and
@@ -242,7 +246,9 @@ def collect_reports(
     propagates) and reports nothing; the other rules go on. Without the cyclic garbage
     collector (:func:`cyclic_gc_paused`)."""
     with cyclic_gc_paused():
-        return _collect_reports(source, rules, path, crashes, realise=realise)
+        return _collect_reports(
+            source, rules, path, crashes, realise=realise, no_grad_callers=no_grad_callers
+        )
 
 
 def _collect_reports(
@@ -252,6 +258,7 @@ def _collect_reports(
     crashes: list[RuleCrash] | None = None,
     *,
     realise: bool = True,
+    no_grad_callers: frozenset[str] = frozenset(),
 ) -> Linted:
     tree = _check_syntax(source)
     crashed: dict[type[Rule], RuleCrash] = {}
@@ -261,8 +268,8 @@ def _collect_reports(
         assert issubclass(rule, Rule)
         crashed[rule] = RuleCrash.of(rule, error)
 
-    linted = Linted([], source)
-    semantic = Semantic(tree, source)
+    linted = Linted([], source, tree)
+    semantic = Semantic(tree, source, no_grad_callers)
     if semantic.imports_torch() and rules:
         linted.torch_alias = semantic.torch_alias()
         context = RuleContext(path=path, source=source, semantic=semantic)
@@ -280,12 +287,26 @@ def _collect_reports(
             lines = {id(r.node): _statement_line(semantic, r.node) for r in reports}
             reports = unsuppressed(reports, source, lambda r: lines.get(id(r.node)))
         linted.reports = reports
+        if reports and semantic.open_functions:
+            linted.open_callers = _open_callers(semantic, reports)
     if realise:
         linted.realise()
     if crashes is not None:
         crashes.extend(c for c in crashed.values() if c.code not in {k.code for k in crashes})
     linted.reports.sort(key=lambda r: (r.position.start.line, r.position.start.column, r.rule.code))
     return linted
+
+
+def _open_callers(semantic: Semantic, reports: list[Report]) -> tuple[str, ...]:
+    """The names of the functions around the reports whose grad mode no call site of
+    this file decides (other files' callers may: :mod:`gradfix.project`)."""
+    names = {
+        ancestor.name  # type: ignore[attr-defined]
+        for report in reports
+        for ancestor in semantic.ancestors(report.node)  # type: ignore[arg-type]
+        if ancestor in semantic.open_functions
+    }
+    return tuple(sorted(names))
 
 
 def _statement_line(semantic: Semantic, node: object) -> int | None:
@@ -343,22 +364,33 @@ class FileLint:
         rules: Sequence[type[Rule]],
         path: str = "<stdin>",
         lazy_fixes: bool = False,
+        no_grad_callers: frozenset[str] = frozenset(),
     ) -> None:
         """``lazy_fixes``: build the fixes only when :meth:`singles` or :meth:`fixed` asks
         (the editor's diagnostics); a finding then says it has a fix when a rule planned
-        one, even if building it fails later (it would delete a comment)."""
+        one, even if building it fails later (it would delete a comment).
+        ``no_grad_callers``: functions other files call only under ``no_grad``
+        (:mod:`gradfix.project`)."""
         self.source = source
         self.rules = rules
         self.path = path
+        self.no_grad_callers = no_grad_callers
         self.crashes: list[RuleCrash] = []
         active = active_rules(rules, source)
         if active:
             self._linted = collect_reports(
-                source, active, path, self.crashes, realise=not lazy_fixes
+                source,
+                active,
+                path,
+                self.crashes,
+                realise=not lazy_fixes,
+                no_grad_callers=no_grad_callers,
             )
         else:
-            _check_syntax(source)  # cheap: a file no rule looks at still gets its syntax checked
-            self._linted = Linted([])
+            # cheap: a file no rule looks at still gets its syntax checked
+            self._linted = Linted([], source, _check_syntax(source))
+        self.tree = self._linted.tree  # Python's ``ast`` of ``source``
+        self.open_callers = self._linted.open_callers
         self.findings = [to_finding(r) for r in self._linted.reports]
         self._singles: list[SingleFix] | None = None
 
@@ -400,7 +432,9 @@ class FileLint:
                 break
             result.applied += applied
             result.source = new_source
-            linted = collect_reports(new_source, self.rules, self.path, crashes)
+            linted = collect_reports(
+                new_source, self.rules, self.path, crashes, no_grad_callers=self.no_grad_callers
+            )
         result.remaining = [to_finding(r) for r in linted.reports]
         return result
 

@@ -61,6 +61,7 @@ from pygls.workspace import PositionCodec, TextDocument
 
 from gradfix.config import ConfigError, find_config, load_config, resolve_rules
 from gradfix.engine import FileLint, SingleFix, SourceError
+from gradfix.incremental import Snapshot, relint
 from gradfix.noqa import LINE, LINE_BREAK, noqa_edit
 from gradfix.notebook import Cell, NotebookError, Program, code_cell, locate
 from gradfix.proof import FixVerdict, finding_key, torch_available, verify_fixes
@@ -74,6 +75,8 @@ SECTION = "gradfix"
 SETTINGS = ("the editor setting gradfix.select", "the editor setting gradfix.ignore")
 FIX_ALL_KIND = "source.fixAll.gradfix"
 MAX_REASON = 80  # characters of a verdict's reason in a quick fix title
+#: seconds without an edit before an incremental lint is checked against a full one
+CONFIRM_DELAY = 0.5
 #: the notebooks whose cells the client sends: any notebook, its Python cells
 NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[
@@ -358,7 +361,11 @@ class DocumentLint(ABC):
 @dataclass
 class BufferLint(DocumentLint):
     """What gradfix says about one text of a buffer; fixes are computed on first request
-    (code actions come on every cursor move: each text is linted and fixed once)."""
+    (code actions come on every cursor move: each text is linted and fixed once).
+
+    After an edit of a text that was linted, only what the edit can change is checked
+    again (:mod:`gradfix.incremental`): the findings come at once, and the whole text is
+    linted when a fix is asked for or typing pauses (:meth:`confirm`)."""
 
     uri: str
     text: ClientText
@@ -366,28 +373,78 @@ class BufferLint(DocumentLint):
     rules: Sequence[type[Rule]]
     findings: list[Finding] = field(default_factory=list)
     error: SourceError | None = None
+    snapshot: Snapshot | None = None  # what the next edit's lint starts from
+    incremental: bool = False  # the findings come from :func:`relint`, not yet confirmed
     _lint: FileLint | None = None  # the one lint: quick fixes and fix-all reuse its parse
     _singles: list[SingleFix] | None = None
     _fixed_safe: str | None = None
 
     @classmethod
-    def of(cls, uri: str, text: ClientText, path: str, rules: Sequence[type[Rule]]) -> BufferLint:
+    def of(
+        cls,
+        uri: str,
+        text: ClientText,
+        path: str,
+        rules: Sequence[type[Rule]],
+        previous: Snapshot | None = None,
+    ) -> BufferLint:
+        """The lint of ``text``; after ``previous`` (the buffer's last lint, with the same
+        rules), only the part the edit can change is checked again."""
+        if previous is not None and previous.rules == tuple(rules) and previous.path == path:
+            try:
+                snapshot = relint(previous, text.source)
+            except Exception:  # a bug in the incremental lint: the full one is right
+                logger.exception("checking %s again failed", path)
+                snapshot = None
+            if snapshot is not None:
+                return cls(uri, text, path, rules, list(snapshot.findings), None, snapshot, True)
         lint = cls(uri, text, path, rules)
-        try:
-            lint._lint = FileLint(text.source, rules=rules, path=path, lazy_fixes=True)
-        except SourceError as error:
-            lint.error = error
-        except Exception:  # a bug in the engine: no findings, the server goes on
-            logger.exception("checking %s failed", path)
-        else:
-            lint.findings = lint._lint.findings  # a rule that raised: the others' findings
-            for crash in lint._lint.crashes:
-                logger.error("%s: %s\n%s", path, crash.line(), crash.traceback)
+        lint.full_lint()
         return lint
+
+    def full_lint(self) -> FileLint | None:
+        """The lint of the whole text (made once); ``None`` when it does not parse. An
+        incremental lint takes its findings (they are the same unless a dependency the
+        edit reached escaped :mod:`gradfix.incremental`'s links)."""
+        if self._lint is not None or self.error is not None:
+            return self._lint
+        try:
+            self._lint = FileLint(self.source, rules=self.rules, path=self.path, lazy_fixes=True)
+        except SourceError as error:
+            self.error = error
+            return None
+        except Exception:  # a bug in the engine: no findings, the server goes on
+            logger.exception("checking %s failed", self.path)
+            return None
+        self.findings = self._lint.findings  # a rule that raised: the others' findings
+        for crash in self._lint.crashes:
+            logger.error("%s: %s\n%s", self.path, crash.line(), crash.traceback)
+        tree = self._lint.tree
+        self.snapshot = (
+            None
+            if tree is None or self._lint.crashes
+            else Snapshot.of(self.source, tree, self.findings, self.rules, self.path)
+        )
+        return self._lint
+
+    def confirm(self) -> bool:
+        """Lint the whole text of an incremental lint; whether its findings differ."""
+        if not self.incremental:
+            return False
+        self.incremental = False
+        before = [_published(f) for f in self.findings]
+        self.full_lint()
+        if self.error is not None:
+            return True
+        changed = [_published(f) for f in self.findings] != before
+        if changed:
+            logger.warning("%s: the incremental lint missed a change; published again", self.path)
+        return changed
 
     def singles(self) -> list[SingleFix]:
         if self._singles is None:
             self._singles = []
+            self.confirm()
             if self._lint is not None and any(f.fix for f in self.findings):
                 try:
                     self._singles = self._lint.singles()
@@ -404,6 +461,7 @@ class BufferLint(DocumentLint):
         """The source with every safe fix applied (the source itself when there is none)."""
         if self._fixed_safe is None:
             self._fixed_safe = self.source
+            self.confirm()
             if self._lint is not None and any(f.fix for f in self.findings):
                 try:
                     self._fixed_safe = self._lint.fixed().source
@@ -622,6 +680,8 @@ class GradfixServer(LanguageServer):
         self.notebooks: dict[str, tuple[Any, asyncio.Future[NotebookCheck]]] = {}
         #: per buffer or cell: its last text that parsed and the findings there
         self.last_good: dict[str, tuple[str, list[Finding]]] = {}
+        #: per buffer: the last lint's snapshot, where the next edit's lint starts
+        self.snapshots: dict[str, Snapshot] = {}
         self.broken: set[str] = set()  # the buffers and cells that do not parse now
         self.verification: dict[str, VerificationState] = {}
         self.linting: set[str] = set()  # the buffers and notebooks being linted after a change
@@ -653,6 +713,7 @@ class GradfixServer(LanguageServer):
         self.notebooks.clear()
         self.verification.clear()
         self.last_good.clear()  # findings of other rules
+        self.snapshots.clear()
         for document in list(self.workspace.text_documents.values()):
             if self.workspace.get_notebook_document(cell_uri=document.uri) is None:
                 self.spawn(self.lint(document.uri, verify=True))
@@ -709,14 +770,34 @@ class GradfixServer(LanguageServer):
         return asyncio.shield(entry[1])
 
     async def buffer(self, document: TextDocument) -> BufferLint:
-        """The lint of the buffer's current text, computed once per text and settings."""
+        """The lint of the buffer's current text, computed once per text and settings
+        (after an edit, from the last lint: :mod:`gradfix.incremental`)."""
         text = ClientText(document.source, document.position_codec)
+        uri = document.uri
 
         def start() -> asyncio.Future[BufferLint]:
             path = _path(document)
-            return self.in_engine(BufferLint.of, document.uri, text, path, self.rules_for(path))
+            previous = self.snapshots.get(uri)
+            return self.in_engine(BufferLint.of, uri, text, path, self.rules_for(path), previous)
 
-        return await self.computed(self.buffers, document.uri, text.source, start)
+        lint = await self.computed(self.buffers, uri, text.source, start)
+        if lint.snapshot is not None:
+            self.snapshots[uri] = lint.snapshot
+        return lint
+
+    async def confirm_soon(self, uri: str, lint: BufferLint) -> None:
+        """Once typing pauses, lint the whole text of an incremental lint (the quick fixes
+        need it) and publish again if the findings differ."""
+        await asyncio.sleep(CONFIRM_DELAY)
+        document = self.open_document(uri)
+        if document is None or document.source != lint.source or not lint.incremental:
+            return  # changed meanwhile (its own lint confirms), closed, or confirmed
+        published = self.last_good.get(uri, ("", []))[1]
+        await self.in_engine(lint.confirm)
+        if lint.snapshot is not None:
+            self.snapshots[uri] = lint.snapshot
+        if [_published(f) for f in lint.findings] != [_published(f) for f in published]:
+            await self.lint(uri, verify=False)
 
     def notebook_cells(
         self, notebook: types.NotebookDocument
@@ -789,6 +870,8 @@ class GradfixServer(LanguageServer):
             self.publish(document, unchecked + kept + run_diagnostics(lint.path, lint.text))
             return
         self.publish_lint(document, lint)
+        if isinstance(lint, BufferLint) and lint.incremental:
+            self.spawn(self.confirm_soon(uri, lint))
         if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
             self.start_verification(document)
 
@@ -842,7 +925,8 @@ class GradfixServer(LanguageServer):
     def forget(self, uri: str) -> None:
         """A closed buffer, cell or notebook: no pending lint, no cache, no diagnostics."""
         self.changed_again.discard(uri)  # a lint running ends without publishing
-        for cache in (self.buffers, self.notebooks, self.verification, self.last_good):
+        caches = (self.buffers, self.notebooks, self.verification, self.last_good, self.snapshots)
+        for cache in caches:
             cache.pop(uri, None)
         self.broken.discard(uri)
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, []))
@@ -979,6 +1063,19 @@ def suppress_action(
         kind=types.CodeActionKind.QuickFix,
         diagnostics=[diagnostic],
         edit=workspace_edit(lint.uri, [types.TextEdit(types.Range(at, at), comment)]),
+    )
+
+
+def _published(finding: Finding) -> tuple[object, ...]:
+    """What a diagnostic shows of a finding (``Finding`` equality ignores the message)."""
+    return (
+        finding.line,
+        finding.col,
+        finding.end_line,
+        finding.end_col,
+        finding.code,
+        finding.message,
+        finding.fix,
     )
 
 

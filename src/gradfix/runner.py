@@ -22,8 +22,8 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gradfix.config import Config
 from gradfix.engine import (
@@ -76,6 +76,13 @@ class RunOptions:
     #: also each fix applied alone (``FileResult.singles``: the code frames of ``check``'s
     #: text format), from the same lint
     singles: bool = False
+    #: functions the other files of the run call only under ``no_grad``
+    #: (:mod:`gradfix.project`): a file linted with them is not cached
+    no_grad_callers: frozenset[str] = frozenset()
+    #: with ``write``: leave unwritten the files whose findings other files may decide
+    #: (``FileResult.open_callers``); :func:`process_paths` writes them after its pass
+    #: over the project
+    defer_open: bool = False
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -119,6 +126,9 @@ class FileResult:
     #: each fix applied alone to ``original`` (with ``RunOptions.singles``; None: not
     #: computed)
     singles: list[SingleFix] | None = None
+    #: functions around findings whose grad mode only other files' callers decide
+    #: (:mod:`gradfix.project`)
+    open_callers: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -163,8 +173,24 @@ class RunResult:
 Progress = Callable[[int], Callable[[], None]]
 
 
+class Executor(Protocol):
+    """Where the files of a run are linted: this machine's process pool (the default,
+    :func:`process_files`' ``jobs``) or a cluster (:mod:`gradfix.ray_executor`). It
+    returns one result per path, in order; the run reads the cache's clean index and
+    goes over the project afterwards."""
+
+    def map(
+        self, paths: Sequence[str], options: RunOptions, tick: Callable[[], None]
+    ) -> list[FileResult]: ...
+
+
 def process_paths(
-    paths: Iterable[str], options: RunOptions, *, jobs: int = 1, progress: Progress | None = None
+    paths: Iterable[str],
+    options: RunOptions,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> RunResult:
     """Discover the Python files under ``paths`` and process each of them.
 
@@ -191,9 +217,36 @@ def process_paths(
             slots.append(None)
             to_process.append(candidate.path)
     advance = progress(len(to_process)) if progress is not None else None
-    processed = iter(process_files(to_process, options, jobs=jobs, advance=advance))
+    first = replace(options, defer_open=options.write)
+    processed = iter(
+        process_files(to_process, first, jobs=jobs, advance=advance, executor=executor)
+    )
     run.files = [slot if slot is not None else next(processed) for slot in slots]
+    _across_files(run, to_process, paths, options)
     return run
+
+
+def _across_files(
+    run: RunResult, paths: Sequence[str], arguments: Sequence[str], options: RunOptions
+) -> None:
+    """Lint again, knowing what the other files of their project say, the few files with
+    a finding in a function that only those files call (:mod:`gradfix.project`); with
+    ``write``, they are written now (not before: :attr:`RunOptions.defer_open`)."""
+    from gradfix.project import no_grad_callers, project_of
+
+    if not any(r.open_callers for r in run.files if r.findings):
+        return
+    by_project: dict[str, list[str]] = {}
+    for path in paths:
+        by_project.setdefault(project_of(path, arguments), []).append(path)
+    for position, result in enumerate(run.files):
+        if not (result.findings and result.open_callers):
+            continue
+        project = by_project.get(project_of(result.path, arguments), [])
+        known = no_grad_callers(result.open_callers, result.path, project)
+        if known or (options.write and result.changed):
+            informed = replace(options, no_grad_callers=frozenset(known))
+            run.files[position] = process_file(result.path, informed)
 
 
 def _skipped(
@@ -235,8 +288,10 @@ def process_files(
     *,
     jobs: int = 1,
     advance: Callable[[], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[FileResult]:
-    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes.
+    """:func:`process_file` over ``paths``, in order, in up to ``jobs`` processes (or on
+    ``executor``).
 
     Files the cache's clean index knows unchanged are not read at all; the others are
     handed out largest first, so no worker is left with a big file at the end. A file
@@ -258,7 +313,12 @@ def process_files(
         else:
             stats[position] = None
     todo = sorted(stats, key=lambda i: -_size(paths[i], stats[i]))
-    for position, result in zip(todo, _process_all([paths[i] for i in todo], options, jobs, tick)):
+    pending = [paths[i] for i in todo]
+    if executor is not None:
+        done = executor.map(pending, options, tick)
+    else:
+        done = _process_all(pending, options, jobs, tick)
+    for position, result in zip(todo, done):
         results[position] = result
         if index is not None:
             _remember(index, result, stats[position], options)
@@ -402,10 +462,20 @@ def process_file(path: str, options: RunOptions) -> FileResult:
         with cyclic_gc_paused():  # reading, linting, building fixes: see the function
             return _process_file(path, options)
     except Exception as error:  # whatever happens to one file, the run goes on
-        return _internal_error(FileResult(path), error)
+        return internal_error(FileResult(path), error)
 
 
 def _process_file(path: str, options: RunOptions) -> FileResult:
+    source = read_for_run(path, options)
+    if isinstance(source, FileResult):
+        return source
+    result = _cached_process_text(source.text, path, options, encoding=source.encoding)
+    return finish_file(source, result, options)
+
+
+def read_for_run(path: str, options: RunOptions) -> SourceFile | FileResult:
+    """The file as read, or its result when it is not linted: too large, unreadable,
+    generated."""
     try:
         source = read_source(path, _size_limit(path, options))
     except FileTooLarge as error:
@@ -414,8 +484,14 @@ def _process_file(path: str, options: RunOptions) -> FileResult:
         return FileResult(path, error=str(error))
     if is_generated(source.text):
         return FileResult(path, original=source.text, fixed=source.text, skipped="generated")
-    result = _cached_process_text(source.text, path, options, encoding=source.encoding)
-    if options.write and result.error is None and result.changed:
+    return source
+
+
+def finish_file(source: SourceFile, result: FileResult, options: RunOptions) -> FileResult:
+    """Write the fixed text (with ``options.write``) where the process that read the
+    file is; drop the texts when there is nothing to show."""
+    deferred = options.defer_open and bool(result.open_callers)
+    if options.write and result.error is None and result.changed and not deferred:
         _write(source, result)
     if not result.findings and not result.changed:
         # nothing to show: the text need not travel back from a worker (a batch over a
@@ -449,7 +525,7 @@ def process_bytes(data: bytes, path: str, options: RunOptions) -> FileResult:
     try:
         return process_text(decoded.text, path, options, encoding=decoded.encoding)
     except Exception as error:
-        return _internal_error(FileResult(path), error)
+        return internal_error(FileResult(path), error)
 
 
 def process_text(
@@ -462,7 +538,12 @@ def process_text(
     result = FileResult(path, original=text, encoding=encoding)
     fix = options.fix or options.write
     try:
-        file_lint = FileLint(text, rules=options.rules_for(path), path=path)
+        file_lint = FileLint(
+            text,
+            rules=options.rules_for(path),
+            path=path,
+            no_grad_callers=options.no_grad_callers,
+        )
         lint = file_lint.fixed(unsafe_fixes=options.unsafe_fixes) if fix else file_lint.result()
         if options.singles and any(f.fix is not None for f in file_lint.findings):
             result.singles = file_lint.singles()
@@ -470,12 +551,13 @@ def process_text(
         result.error = str(error) + python2_hint(text, error.line)
         return result
     except Exception as error:  # a bug in a rule or the engine must not stop the run
-        return _internal_error(result, error)
+        return internal_error(result, error)
     result.findings = sorted(lint.findings)
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
     result.dropped = list(lint.dropped)
     result.applied = lint.applied
+    result.open_callers = file_lint.open_callers
     if lint.crashes:
         _rule_crashes(result, lint.crashes)
     return result
@@ -518,13 +600,32 @@ def python2_hint(text: str, line: int | None) -> str:
 def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding: str) -> FileResult:
     """:func:`process_text` through the content-hash cache of ``options.cache_dir``: one
     entry per text and rules serves ``check`` and ``fix`` (see :mod:`gradfix.cache`)."""
-    if options.cache_dir is None:
-        return process_text(text, path, options, encoding=encoding)
+    lookup = cache_lookup(text, path, options, encoding)
+    if isinstance(lookup, FileResult):
+        return lookup
+    result = process_text(text, path, options, encoding=encoding)
+    cache_store(lookup, result, options)
+    return result
+
+
+@dataclass
+class CacheMiss:
+    """Where the result of a text the cache lacks goes (:func:`cache_store`)."""
+
+    key: str | None = None  # None: no cache in this run
+    entry: dict[str, Any] | None = None  # an entry without what this run needs
+
+
+def cache_lookup(
+    text: str, path: str, options: RunOptions, encoding: str
+) -> FileResult | CacheMiss:
+    """The cached result of ``text``, or where to store it once computed."""
+    if options.cache_dir is None or options.no_grad_callers:
+        return CacheMiss()
     from gradfix.cache import ResultCache, cache_key
 
     key = cache_key(text, [rule.code for rule in options.rules_for(path)])
-    cache = ResultCache(options.cache_dir)
-    entry = cache.get(key)
+    entry = ResultCache(options.cache_dir).get(key)
     if entry is not None:
         try:
             cached = _from_entry(entry, FileResult(path, original=text, encoding=encoding), options)
@@ -532,10 +633,15 @@ def _cached_process_text(text: str, path: str, options: RunOptions, *, encoding:
             entry = cached = None  # an entry of another layout: a miss
         if cached is not None:
             return cached
-    result = process_text(text, path, options, encoding=encoding)
-    if result.traceback is None:  # an internal error is not a property of the file
-        cache.put(key, _to_entry(result, entry, options))
-    return result
+    return CacheMiss(key, entry)
+
+
+def cache_store(miss: CacheMiss, result: FileResult, options: RunOptions) -> None:
+    if miss.key is None or options.cache_dir is None or result.traceback is not None:
+        return  # no cache; an internal error is not a property of the file
+    from gradfix.cache import ResultCache
+
+    ResultCache(options.cache_dir).put(miss.key, _to_entry(result, miss.entry, options))
 
 
 def _fix_mode(options: RunOptions) -> str | None:
@@ -562,6 +668,7 @@ def _from_entry(
     result.remaining, result.fixed = list(result.findings), result.original
     result.error = entry["error"]
     result.skipped_cells = list(entry.get("skipped_cells", []))
+    result.open_callers = tuple(entry["open_callers"])
     if options.singles and any(f.fix is not None for f in result.findings):
         if entry.get("singles") is None:
             return None  # linted without them: lint again
@@ -601,6 +708,7 @@ def _to_entry(
         "findings": findings_to_json(result.findings),
         "error": result.error,
         "skipped_cells": result.skipped_cells,
+        "open_callers": list(result.open_callers),
         "fixes": fixes,
         "singles": singles,
     }
@@ -649,7 +757,7 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
         result.error = str(error)
         return result
     except Exception as error:  # a bug in a rule or the engine must not stop the run
-        return _internal_error(result, error)
+        return internal_error(result, error)
     result.findings, result.remaining = sorted(lint.findings), sorted(lint.remaining)
     result.fixed, result.dropped = lint.text, lint.dropped
     result.skipped_cells = lint.skipped
@@ -707,7 +815,8 @@ def _write(source: SourceFile, result: FileResult) -> None:
     result.written = True
 
 
-def _internal_error(result: FileResult, error: Exception) -> FileResult:
+def internal_error(result: FileResult, error: Exception) -> FileResult:
+    """``result`` failed on a bug of gradfix: one line, the traceback for ``--verbose``."""
     lines = str(error).strip().splitlines()
     detail = f": {lines[0]}" if lines else ""
     result.error = f"internal error: {type(error).__name__}{detail}; please report"

@@ -30,11 +30,14 @@ from gradfix.cli.options import (
     CheckFormat,
     CheckReportOption,
     ConfigOption,
+    ExecutorKind,
+    ExecutorOption,
     IgnoreOption,
     JobsOption,
     NoCacheOption,
     PathsArgument,
     QuietOption,
+    RayAddressOption,
     SelectOption,
     StdinFilenameOption,
     VerboseOption,
@@ -79,6 +82,8 @@ def check(
     config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
+    executor: ExecutorOption = ExecutorKind.local,
+    ray_address: RayAddressOption = None,
     changed_since: ChangedSinceOption = None,
     report: CheckReportOption = None,
     no_cache: NoCacheOption = False,
@@ -109,7 +114,7 @@ def check(
         # the text format's code frames show each fix alone: made by the same lint
         singles=output_format is CheckFormat.text and not statistics,
     )
-    run, _ = run_files(paths, options, stdin_filename, jobs)
+    run, _ = run_files(paths, options, stdin_filename, jobs, executor, ray_address)
     if add_noqa:
         _add_noqa(run, quiet)
     report_problems(run, verbose, notes=not quiet)

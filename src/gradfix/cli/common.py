@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from gradfix.cli.options import ExecutorKind
     from gradfix.config import Config
     from gradfix.proof import FixVerdict
     from gradfix.rule import Rule
-    from gradfix.runner import Progress, RunOptions, RunResult
+    from gradfix.runner import Executor, Progress, RunOptions, RunResult
 
 
 STDIN_PATH = "-"
@@ -94,15 +95,23 @@ def paths_or_default(paths: list[str] | None, stdin_filename: str | None) -> lis
 
 
 def run_files(
-    paths: list[str] | None, options: RunOptions, stdin_filename: str | None, jobs: int = 1
+    paths: list[str] | None,
+    options: RunOptions,
+    stdin_filename: str | None,
+    jobs: int = 1,
+    executor: ExecutorKind | None = None,
+    ray_address: str | None = None,
 ) -> tuple[RunResult, bytes | None]:
-    """Process ``paths`` (or stdin); the stdin bytes are returned for ``fix -``."""
+    """Process ``paths`` (or stdin) on this machine or on Ray (``executor``); the stdin
+    bytes are returned for ``fix -``."""
     from gradfix.runner import RunResult, process_bytes, process_paths
 
     paths = paths_or_default(paths, stdin_filename)
     if STDIN_PATH not in paths:
-        with progress_bar() as progress:
-            run = process_paths(paths, options, jobs=jobs or _cpu_count(), progress=progress)
+        with cluster(executor, ray_address) as on, progress_bar() as progress:
+            run = process_paths(
+                paths, options, jobs=jobs or _cpu_count(), progress=progress, executor=on
+            )
         return run, None
     if len(paths) > 1:
         echo_stderr("error: `-` (stdin) cannot be combined with other paths")
@@ -110,6 +119,36 @@ def run_files(
     data = sys.stdin.buffer.read()
     result = process_bytes(data, stdin_filename or DEFAULT_STDIN_NAME, options)
     return RunResult(files=[result]), data
+
+
+@contextlib.contextmanager
+def cluster(executor: ExecutorKind | None, address: str | None) -> Iterator[Executor | None]:
+    """The Ray executor of ``--executor ray`` for the run (``None``: the local pool);
+    one line and exit 2 when Ray is missing or the cluster cannot be reached."""
+    from gradfix.cli.options import ExecutorKind
+
+    if executor is not ExecutorKind.ray:
+        if address is not None:
+            echo_stderr("error: --ray-address needs --executor ray")
+            raise typer.Exit(EXIT_ERROR)
+        yield None
+        return
+    from gradfix.ray_executor import RayExecutor, RayMissing
+
+    try:
+        ray_executor = RayExecutor(address)
+        ray_executor.__enter__()
+    except RayMissing as error:
+        echo_stderr(f"error: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
+    except Exception as error:  # ConnectionError, Ray's own: one line
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        echo_stderr(f"error: cannot start or reach the Ray cluster: {first}")
+        raise typer.Exit(EXIT_ERROR) from None
+    try:
+        yield ray_executor
+    finally:
+        ray_executor.__exit__(None, None, None)
 
 
 @contextlib.contextmanager

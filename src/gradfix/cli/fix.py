@@ -29,12 +29,15 @@ from gradfix.cli.common import (
 from gradfix.cli.options import (
     ChangedSinceOption,
     ConfigOption,
+    ExecutorKind,
+    ExecutorOption,
     IgnoreOption,
     JobsOption,
     MaxStepsOption,
     NoCacheOption,
     PathsArgument,
     QuietOption,
+    RayAddressOption,
     ReportOption,
     SelectOption,
     StdinFilenameOption,
@@ -76,6 +79,8 @@ def fix(
     config: ConfigOption = None,
     stdin_filename: StdinFilenameOption = None,
     jobs: JobsOption = 0,
+    executor: ExecutorOption = ExecutorKind.local,
+    ray_address: RayAddressOption = None,
     changed_since: ChangedSinceOption = None,
     report: ReportOption = None,
     no_cache: NoCacheOption = False,
@@ -125,7 +130,7 @@ def fix(
         first = dataclasses.replace(options, unsafe_fixes=True, write=False)
     elif mode is VerifyMode.default:
         first = dataclasses.replace(options, write=False)  # written once proven
-    run, stdin_data = run_files(paths, first, stdin_filename, jobs)
+    run, stdin_data = run_files(paths, first, stdin_filename, jobs, executor, ray_address)
     if interactive:
         report_problems(run, verbose)
         _interactive(run, options, timeout if mode is VerifyMode.strict else None)

@@ -24,6 +24,11 @@ class CheckFormat(str, enum.Enum):
     github = "github"
 
 
+class ExecutorKind(str, enum.Enum):
+    local = "local"
+    ray = "ray"
+
+
 class VerifyFormat(str, enum.Enum):
     text = "text"
     json = "json"
@@ -77,6 +82,25 @@ JobsOption = Annotated[
         "-j",
         min=0,
         help="Worker processes for many files; 0: one per CPU, 1: no workers.",
+    ),
+]
+ExecutorOption = Annotated[
+    ExecutorKind,
+    typer.Option(
+        "--executor",
+        help="Where files are linted and fixed: local (this machine's worker processes, "
+        "--jobs) or ray (a Ray cluster: --ray-address or RAY_ADDRESS, else a Ray started "
+        "for the run; needs `pip install 'gradfix[ray]'`). This process reads and writes "
+        "every file either way.",
+    ),
+]
+RayAddressOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="The Ray cluster for --executor ray (default: RAY_ADDRESS, else a local Ray).",
+        show_default=False,
     ),
 ]
 TimeoutOption = Annotated[

@@ -100,8 +100,13 @@ _is_false = is_false
 class Semantic(TensorQueries):
     """Facts about one module parsed with ``ast.parse``; see the module docstring."""
 
-    def __init__(self, tree: ast.Module, source: str = "") -> None:
+    def __init__(
+        self, tree: ast.Module, source: str = "", no_grad_callers: frozenset[str] = frozenset()
+    ) -> None:
+        """``no_grad_callers``: the names of functions that other files call only under
+        ``no_grad`` (see :attr:`~.navigation.Navigation.no_grad_callers`)."""
         super().__init__(tree, source)
+        self.no_grad_callers = no_grad_callers
 
 
 __all__ = [

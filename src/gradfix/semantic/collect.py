@@ -10,6 +10,7 @@ from gradfix.semantic.syntax import (
     argument_values,
     call_arguments,
     is_function,
+    is_super_call,
     parameter_defaults,
     source_children,
     string_value,
@@ -34,6 +35,8 @@ class Collector:
         #: every ``x.<attr>`` by attribute name, in order (``requires_grad`` marks)
         self.attributes: dict[str, list[ast.Attribute]] = {}
         self.calls_by_name: dict[str, list[ast.Call]] = {}
+        #: ``super().name(...)`` by name: they run the method of a base class only
+        self.super_calls: dict[str, list[ast.Call]] = {}
         self.subscript_assigns: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
         self.class_attrs: dict[ast.AST, dict[str, list[tuple[ast.expr, Binding]]]] = {}
         self.returns: dict[ast.AST, list[ast.Return]] = {}
@@ -276,7 +279,8 @@ class Collector:
         if type(func) is ast.Name:
             self.calls_by_name.setdefault(func.id, []).append(node)
         elif type(func) is ast.Attribute:
-            self.calls_by_name.setdefault(func.attr, []).append(node)
+            by_name = self.super_calls if is_super_call(func.value) else self.calls_by_name
+            by_name.setdefault(func.attr, []).append(node)
             arguments = call_arguments(node)
             if func.attr == "register_parameter" and len(arguments) >= 2:
                 attr = string_value(argument_value(arguments[0]))

@@ -33,7 +33,8 @@ class GradQueries(LeafQueries):
     def in_no_grad(self, node: ast.AST) -> bool:
         """``node`` runs with autograd recording off: in ``with torch.no_grad():`` (or
         ``inference_mode``, ``set_grad_enabled(False)``), in a ``@torch.no_grad()``
-        function, or in a function only ever called from such places."""
+        function, or in a function only ever called from such places (in this file, or,
+        when it has no call site here, in the other files: ``no_grad_callers``)."""
         for ancestor in self.ancestors(node):
             kind = type(ancestor)
             if kind is ast.With or kind is ast.AsyncWith:
@@ -72,8 +73,11 @@ class GradQueries(LeafQueries):
             decorators = func.decorator_list  # type: ignore[attr-defined]
             result = any(self._decorator_disables_grad(d) for d in decorators)
             if not result and not any(self._decorator_enables_grad(d) for d in decorators):
-                sites = self._calls_by_name.get(func.name, [])  # type: ignore[attr-defined]
+                sites = self.call_sites(func)  # type: ignore[attr-defined, arg-type]
                 result = bool(sites) and all(self.in_no_grad(site) for site in sites)
+                if not sites:  # called from other files, if at all
+                    self.open_functions.add(func)
+                    result = func.name in self.no_grad_callers  # type: ignore[attr-defined]
         self._no_grad_cache[func] = result
         return result
 

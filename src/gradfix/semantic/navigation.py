@@ -41,6 +41,7 @@ class Navigation:
         self._by_type = collector.by_type
         self._scopes = collector.scopes
         self._calls_by_name = collector.calls_by_name
+        self._super_calls = collector.super_calls
         self._node_scopes = collector.node_scopes
         self._names = collector.names
         self._name_orders = collector.name_orders
@@ -50,6 +51,12 @@ class Navigation:
         self._returns = collector.returns
         self._generators = collector.generators
         self._no_grad_cache: dict[ast.AST, bool] = {}
+        #: functions of other files' call sites all run under ``no_grad`` (by name: the
+        #: project pass of :mod:`gradfix.project`); empty when this file is checked alone
+        self.no_grad_callers: frozenset[str] = frozenset()
+        #: functions whose grad mode was asked and that no call site of this file decides:
+        #: what other files' callers could change (:mod:`gradfix.project`)
+        self.open_functions: set[ast.AST] = set()
         self._requires_grad_cache: dict[ast.AST, list[tuple[ast.AST, bool]]] = {}
         self._requires_grad_memo: dict[tuple[ast.AST, ast.AST, int], bool] = {}
         #: scope node -> (root, backward call) of the backward calls run in that scope
@@ -210,6 +217,23 @@ class Navigation:
             return owner
         return None
 
+    def calls_named(self, name: str) -> list[ast.Call]:
+        """Every call in this file that may run a function called ``name`` defined
+        elsewhere: ``name(x)``, ``obj.name(x)``, ``super().name(x)``, ``apply(name)``."""
+        return [*self._calls_by_name.get(name, ()), *self._super_calls.get(name, ())]
+
+    def call_sites(self, func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
+        """The calls in this file that may run ``func``, in order: those by its name
+        (``f(x)``, ``obj.f(x)``, ``apply(f)``), and for a method, ``super().f(x)`` in the
+        classes that name its class as a base."""
+        sites = self._calls_by_name.get(func.name, [])
+        cls = self.method_class(func)
+        supers = self._super_calls.get(func.name) if cls is not None else None
+        if not supers:
+            return sites
+        derived = [s for s in supers if _derives(self.enclosing_class(s), cls.name)]  # type: ignore[union-attr]
+        return sorted(sites + derived, key=self._order.__getitem__) if derived else sites
+
     # -- names -----------------------------------------------------------------------------
     def bindings(self, name: ast.Name) -> list[Binding]:
         """All bindings of ``name`` in the scope Python would look it up in."""
@@ -357,3 +381,13 @@ class Navigation:
             text = self.source.replace("\r\n", "\n").replace("\r", "\n")
             lines = self.__dict__["_lines"] = text.split("\n")
         return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+def _derives(cls: ast.ClassDef | None, base: str) -> bool:
+    """``cls`` names ``base`` among its bases (``class B(A)``, ``class B(mod.A)``)."""
+    if cls is None:
+        return False
+    return any(
+        (type(b) is ast.Name and b.id == base) or (type(b) is ast.Attribute and b.attr == base)
+        for b in cls.bases
+    )

@@ -373,3 +373,8 @@ def arguments_in_source_order(call: ast.Call) -> list[CallArgument]:
     if call.args and call.keywords:
         arguments.sort(key=lambda a: (a.lineno, a.col_offset))
     return arguments
+
+
+def is_super_call(node: ast.expr) -> bool:
+    """``super()`` (the receiver of ``super().f(x)``)."""
+    return type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "super"

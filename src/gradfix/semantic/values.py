@@ -102,7 +102,7 @@ class ValueQueries(NameQueries):
             type(d) is ast.Name and d.id == "staticmethod" for d in func.decorator_list
         )
         passed: list[tuple[ast.expr, ast.Call]] = []
-        for site in self._calls_by_name.get(func.name, []):
+        for site in self.call_sites(func):
             callee = site.func
             if is_method and type(callee) is ast.Attribute:
                 index = position - 1

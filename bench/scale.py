@@ -1,0 +1,134 @@
+"""Ray against the local process pool, and throughput per simulated node (issue 15).
+
+    python bench/scale.py                      # 600 files of transformers, seed 0
+    python bench/scale.py --files 1200 --fix   # fix previews instead of checks
+    python bench/scale.py --paths src/         # any files
+
+Each row lints the same files with the cache off, in this process (no start-up counted
+in the figures, which the table gives apart):
+
+- local `-j 2`: the process pool of `gradfix check -j 2`;
+- Ray, 2 CPUs: a local Ray of 2 CPUs, started before the clock (a migration runs on a
+  cluster that is up); the driver reads the files and the workers lint;
+- Ray on 1, 2 and 3 simulated nodes of one CPU each (`ray.cluster_utils.Cluster`, a head
+  without CPUs): files per second, and per node. The nodes share this machine's cores,
+  so past its core count the figure measures the machine, not Ray.
+
+The results of every row are compared with the local row: a row that differs fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from speed import PINNED  # noqa: E402
+
+from gradfix.ray_executor import RayExecutor, import_ray  # noqa: E402
+from gradfix.registry import select_rules  # noqa: E402
+from gradfix.runner import FileResult, RunOptions, process_paths  # noqa: E402
+
+
+def corpus_files(paths: Sequence[str], count: int, seed: int) -> list[str]:
+    if paths:
+        found: list[str] = []
+        for path in map(Path, paths):
+            found += map(str, sorted(path.rglob("*.py")) if path.is_dir() else [path])
+        return found
+    import corpus
+
+    (root,) = corpus.fetch([f"transformers=={PINNED['transformers']}"], corpus.cache_dir())
+    every = sorted(map(str, (root / "transformers").rglob("*.py")))
+    return sorted(random.Random(seed).sample(every, min(count, len(every))))
+
+
+def answers(files: list[FileResult]) -> list[tuple[object, ...]]:
+    return [(r.path, [dataclasses.astuple(f) for f in r.findings], r.fixed, r.error) for r in files]
+
+
+def timed(run: Callable[[], list[FileResult]]) -> tuple[float, float, list[FileResult]]:
+    """Wall and CPU seconds (this process and its finished children) of ``run``."""
+    before = os.times()
+    start = time.perf_counter()
+    results = run()
+    wall = time.perf_counter() - start
+    after = os.times()
+    cpu = sum(after[:4]) - sum(before[:4])
+    return wall, cpu, results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paths", nargs="*", default=[])
+    parser.add_argument("--files", type=int, default=600, help="sample size (default 600)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fix", action="store_true", help="fix previews (unsafe fixes too)")
+    parser.add_argument("--nodes", type=int, default=3, help="simulated nodes, up to (3)")
+    args = parser.parse_args()
+    ray = import_ray()
+    from ray.cluster_utils import Cluster
+
+    files = corpus_files(args.paths, args.files, args.seed)
+    lines = sum(Path(f).read_bytes().count(b"\n") for f in files)
+    options = RunOptions(rules=select_rules(), fix=args.fix, unsafe_fixes=args.fix)
+    print(
+        f"{len(files):,} files, {lines:,} lines; {'fix' if args.fix else 'check'}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print()
+    print("| run | wall s | files/s | vs local | start-up s |")
+    print("|---|---:|---:|---:|---:|")
+    local_wall, _, local = timed(lambda: process_paths(files, options, jobs=2).files)
+    reference = answers(local)
+    print(f"| local `-j 2` | {local_wall:.2f} | {len(files) / local_wall:.0f} | 1.00x | - |")
+
+    start = time.perf_counter()
+    with RayExecutor(num_cpus=2) as executor:
+        startup = time.perf_counter() - start
+        wall, _, results = timed(lambda: process_paths(files, options, executor=executor).files)
+    if answers(results) != reference:
+        sys.exit("Ray, 2 CPUs: results differ from the local executor")
+    print(
+        f"| Ray, 2 CPUs (local) | {wall:.2f} | {len(files) / wall:.0f} | "
+        f"{wall / local_wall:.2f}x | {startup:.1f} |"
+    )
+    for count in range(1, args.nodes + 1):
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0}, connect=False)
+        for _ in range(count):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        try:
+            with RayExecutor() as executor:
+                wall, _, results = timed(
+                    lambda: process_paths(files, options, executor=executor).files  # noqa: B023
+                )
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+        if answers(results) != reference:
+            sys.exit(f"{count} nodes: results differ from the local executor")
+        rate = len(files) / wall
+        print(
+            f"| Ray, {count} simulated node{'s' if count > 1 else ''} of 1 CPU | {wall:.2f} | "
+            f"{rate:.0f} ({rate / count:.0f} per node) | {wall / local_wall:.2f}x | - |"
+        )
+    again, _, _ = timed(lambda: process_paths(files, options, jobs=2).files)
+    print(
+        f"| local `-j 2` again (drift) | {again:.2f} | {len(files) / again:.0f} | "
+        f"{again / local_wall:.2f}x | - |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""``--executor ray``: lint and fix the files of a run on a Ray cluster (issue 15).
+
+The driver (the ``gradfix`` process) reads every file, asks the cache, writes every fixed
+file and keeps the order of the results; Ray workers only compute: source text travels
+to them in batches and results come back, so no shared filesystem is needed. The results
+are the local executor's, byte for byte (the same :func:`gradfix.runner.process_text`).
+
+    with RayExecutor(address=None) as executor:         # None: RAY_ADDRESS, else a local Ray
+        run = process_paths(paths, options, executor=executor)
+
+Faults: a batch whose worker or node dies is retried by Ray (``max_retries``); a batch
+that keeps failing is split and each of its files tried alone, and a file that still
+fails gets a one-line error while the run goes on. Ctrl-C cancels the tasks in flight;
+a file is written by the driver once its whole result is back, atomically, or not at all.
+
+Ray is an optional extra (``pip install 'gradfix[ray]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gradfix.engine import cyclic_gc_paused
+from gradfix.runner import (
+    CacheMiss,
+    FileResult,
+    RunOptions,
+    cache_lookup,
+    cache_store,
+    finish_file,
+    internal_error,
+    process_text,
+    read_for_run,
+)
+
+if TYPE_CHECKING:
+    from gradfix.fileio.files import SourceFile
+
+#: characters of source text per task: enough to make a task's overhead small, small
+#: enough to spread a run over the cluster's CPUs
+BATCH_CHARS = 200_000
+BATCH_FILES = 32
+#: tasks in flight per CPU of the cluster: the driver keeps the workers busy while it
+#: reads the next files, without holding the whole tree's text at once
+IN_FLIGHT_PER_CPU = 4
+#: Ray retries a task whose worker or node died this many times
+MAX_RETRIES = 3
+#: the error of a file that failed alone after its batch kept failing
+CRASHED = "crashed a Ray worker {attempts} times (skipped; the run goes on)"
+
+
+class RayMissing(Exception):
+    """``ray`` cannot be imported (one line for the user)."""
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayMissing(
+            "--executor ray needs Ray: pip install 'gradfix[ray]' (or pip install ray)"
+        ) from None
+    return ray
+
+
+@dataclass
+class _Pending:
+    """A file read by the driver and sent to the cluster."""
+
+    position: int
+    source: SourceFile
+    miss: CacheMiss
+
+
+@dataclass
+class _Batch:
+    items: list[_Pending] = field(default_factory=list)
+    chars: int = 0
+
+
+class RayExecutor:
+    """Runs the files of a run on Ray (see the module docstring). As a context manager it
+    connects to ``address`` (``None``: ``RAY_ADDRESS``, else a Ray started for the run and
+    stopped after it)."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self.ray = import_ray()
+        self._started = False
+
+    def __enter__(self) -> RayExecutor:
+        ray = self.ray
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS") or None
+            if address is not None:
+                _check_reachable(address)
+            kwargs: dict[str, Any] = {
+                "address": address,
+                "include_dashboard": False,
+                "log_to_driver": False,  # the workers print nothing the user needs
+                "logging_level": logging.ERROR,  # nor do Ray's own start-up notes
+            }
+            if address is None and self.num_cpus is not None:
+                kwargs["num_cpus"] = self.num_cpus
+            ray.init(**kwargs)
+            self._started = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._started:
+            self.ray.shutdown()
+
+    def cpus(self) -> int:
+        return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+
+    def map(
+        self, paths: Sequence[str], options: RunOptions, tick: Callable[[], None]
+    ) -> list[FileResult]:
+        """One result per path, in order (see :class:`gradfix.runner.Executor`)."""
+        ray = self.ray
+        results: list[FileResult | None] = [None] * len(paths)
+        options_ref = ray.put(options)
+        remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(_lint_batch)
+        in_flight: dict[Any, _Batch] = {}
+        limit = IN_FLIGHT_PER_CPU * self.cpus()
+
+        def settle(batch: _Batch, computed: list[FileResult]) -> None:
+            for item, result in zip(batch.items, computed):
+                cache_store(item.miss, result, options)
+                results[item.position] = finish_file(item.source, result, options)
+                tick()
+
+        def collect(block: bool) -> None:
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=None if block else 0)
+            for ref in ready:
+                batch = in_flight.pop(ref)
+                settle(batch, self._batch_results(ref, batch, options_ref, remote))
+
+        try:
+            for batch in self._batches(paths, options, results, tick):
+                in_flight[remote.remote(_payload(batch), options_ref)] = batch
+                while len(in_flight) >= limit:
+                    collect(block=True)
+            while in_flight:
+                collect(block=True)
+        except KeyboardInterrupt:
+            for ref in in_flight:
+                ray.cancel(ref, force=True)
+            raise
+        return [r for r in results if r is not None]
+
+    def _batches(
+        self,
+        paths: Sequence[str],
+        options: RunOptions,
+        results: list[FileResult | None],
+        tick: Callable[[], None],
+    ) -> Iterator[_Batch]:
+        """The files to compute, read by the driver, in batches; the others (unreadable,
+        too large, generated, cached) get their result here."""
+        batch = _Batch()
+        for position, path in enumerate(paths):
+            source = read_for_run(path, options)
+            if isinstance(source, FileResult):
+                results[position] = source
+                tick()
+                continue
+            lookup = cache_lookup(source.text, path, options, source.encoding)
+            if isinstance(lookup, FileResult):
+                results[position] = finish_file(source, lookup, options)
+                tick()
+                continue
+            batch.items.append(_Pending(position, source, lookup))
+            batch.chars += len(source.text)
+            if batch.chars >= BATCH_CHARS or len(batch.items) >= BATCH_FILES:
+                yield batch
+                batch = _Batch()
+        if batch.items:
+            yield batch
+
+    def _batch_results(
+        self, ref: Any, batch: _Batch, options_ref: Any, remote: Any
+    ) -> list[FileResult]:
+        """The batch's results; when it kept failing, each file tried alone."""
+        ray = self.ray
+        try:
+            computed: list[FileResult] = ray.get(ref)
+            return computed
+        except (ray.exceptions.RayError, OSError):
+            if len(batch.items) == 1:
+                item = batch.items[0]
+                crashed = CRASHED.format(attempts=MAX_RETRIES + 1)
+                return [FileResult(item.source.path, error=crashed)]
+        alone = []
+        for item in batch.items:
+            single = _Batch([item], len(item.source.text))
+            alone += self._batch_results(
+                remote.remote(_payload(single), options_ref), single, options_ref, remote
+            )
+        return alone
+
+
+#: seconds to wait for a cluster's address to answer (Ray itself would wait for minutes)
+CONNECT_TIMEOUT = 5.0
+
+
+def _check_reachable(address: str) -> None:
+    """Raise :class:`ConnectionError` when nothing answers at ``host:port`` (also
+    ``ray://host:port``); ``auto`` and ``local`` are Ray's to resolve."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as error:
+        raise ConnectionError(f"nothing answers at {address} ({error.strerror or error})") from None
+
+
+def _payload(batch: _Batch) -> list[tuple[str, str, str]]:
+    return [(i.source.path, i.source.text, i.source.encoding) for i in batch.items]
+
+
+def _lint_batch(items: list[tuple[str, str, str]], options: RunOptions) -> list[FileResult]:
+    """Run on a Ray worker: each (path, text, encoding) linted and fixed as
+    :func:`gradfix.runner.process_text` does, nothing read or written."""
+    results = []
+    with cyclic_gc_paused():
+        for path, text, encoding in items:
+            try:
+                results.append(process_text(text, path, options, encoding=encoding))
+            except Exception as error:  # whatever happens to one file, the run goes on
+                results.append(internal_error(FileResult(path), error))
+    return results
