@@ -23,8 +23,15 @@ from gradfix.inplace import (
     reads_of,
     small_statement,
 )
+from gradfix.inplace_flags import FlagSet, flag_sets, sets_flag_of
 from gradfix.lazy import lazy_class
-from gradfix.module_outputs import OUTPUT_SAVING_MODULES, module_forwards, module_output_op
+from gradfix.module_outputs import (
+    OUTPUT_SAVING_MODULES,
+    function_value_op,
+    module_forwards,
+    module_output_op,
+)
+from gradfix.rebuild import index_elements, is_basic_index
 from gradfix.rule import (
     Edit,
     FixAvailability,
@@ -50,6 +57,8 @@ from gradfix.torch_facts import (
     FACTORIES,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
+    MULTI_OUTPUT_VIEW_OPS,
+    VIEW_METHODS,
     is_inplace_method,
 )
 
@@ -143,7 +152,21 @@ class InplaceOnSaved(Rule):
     the previous iteration, and what saved `x` before `out = x; out[0] = v`. A module's
     `forward` that changes its input is reported when the module of the file calling it
     saved that tensor first (`a = self.branch(x); b = self.scale(x)`, through the
-    `forward` of `self.branch`). Rewrites the change out of place.
+    `forward` of `self.branch`). Also finds any in-place change of one of the views
+    `chunk`, `split` or `unbind` returned of a tensor that requires grad (`mu, log_std =
+    net(s).chunk(2, -1); log_std.clamp_(-5, 2)`, `for row in h.unbind(0): row.add_(1)`):
+    autograd refuses those at once, saved or not ("Output 1 of Split is a view and is
+    being modified inplace. This view is the output of a function that returns multiple
+    views"). An in-place module or function applied straight to such a result counts
+    (`self.drop(F.relu(h))` with `nn.Dropout(inplace=True)`), and so does a module whose
+    `inplace` flag is set after it was built (`self.act.inplace = True`,
+    `setattr(m, "inplace", True)`, a loop over `model.modules()` setting it, filtered
+    by `isinstance` or not): that finding is on the statement setting the flag.
+    A name holding a view of a saved tensor (`top = h[:2]`, `h.T`, `h.view(-1)`) changed
+    in place is reported too, without a fix (the change is meant for `h`).
+    Functions held as attributes are their torch function (`self.act = F.relu`,
+    `self.act = get_activation("relu")` from a function of the file choosing it by
+    the literal). Rewrites the change out of place.
 
     ## Why is this bad?
     Autograd keeps the tensors an op needs for its backward and checks their version
@@ -204,7 +227,16 @@ class InplaceOnSaved(Rule):
     `maps[i] = maps[i] + v` (unsafe) only when the list is only indexed, measured or
     returned (no other name holds the element). `out = x` becomes `out = x.clone()` when
     `x` is only measured (`x.size(0)`) after the change (unsafe for a parameter `x`).
-    Changes under `no_grad()` are reported without
+    `m.inplace = True` becomes `m.inplace = False` (unsafe: every module the statement
+    reaches stops changing its input, which code may read afterwards). An in-place
+    module applied to a temporary loses `inplace=True` when it is used once (safe:
+    nothing else holds the temporary). A view of `chunk` / `split` / `unbind` is
+    rebound (`log_std = log_std.clamp(-5, 2)`)
+    when nothing reads the tensor the views share after the change (it would have shown
+    the change) and the name holds one view, outside a loop over them; otherwise, and for
+    a tuple of views (`parts[0].mul_(2)`), the change is reported without a fix.
+    `tensor_split`, `hsplit`, `unsafe_chunk` return plain slices: their views follow the
+    rules above. Changes under `no_grad()` are reported without
     a fix: out of place they would cut the graph. Ops recorded under `no_grad()`, tensors
     that do not require grad, a backward call between the op and the change, eval-only
     branches (`if not self.training:`), the inside of a custom `torch.autograd.Function`
@@ -225,8 +257,54 @@ class InplaceOnSaved(Rule):
         super().__init__(context)
         self.names = NameIndex(self.analysis)
         self._loop_backwards: dict[ast.AST, list[ast.Call]] = {}
+        self._flags_reported: set[int] = set()
 
     VALID = [
+        Valid(
+            """
+            import torch
+            w = torch.randn(3, 4, requires_grad=True)
+            h = w @ torch.randn(4, 4)
+            rows = h[1:]
+            rows += 1  # matmul saved its inputs, not h
+            copy = h[:, :2].clone()
+            out = torch.sigmoid(copy)
+            copy.mul_(2)  # a copy, not a view of h; sigmoid saved its output, not `copy`
+            (h.sum() + out.sum()).backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+                    self.act = nn.ReLU()
+                    self.drop = nn.Dropout(0.1)
+                    for m in self.modules():
+                        if isinstance(m, nn.ReLU):
+                            m.inplace = True
+
+                def forward(self, x):
+                    h = self.act(self.fc(x))  # a Linear does not save its output
+                    return self.drop(torch.sigmoid(h))  # this Dropout stays out of place
+            """
+        ),
+        Valid(
+            """
+            import torch
+            w = torch.randn(4, requires_grad=True)
+            first, second = (w + 1).tensor_split(2)  # plain slices
+            second.mul_(3)
+            with torch.no_grad():
+                low, high = torch.sigmoid(w).detach().split(2)
+            high.clamp_(0.1, 0.9)  # the base needs no grad
+            (first + second + high).sum().backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -450,6 +528,119 @@ class InplaceOnSaved(Rule):
         Invalid(
             """
             import torch
+            w = torch.randn(3, 4, requires_grad=True)
+            v = torch.randn(3, 2, requires_grad=True)
+            h = torch.tanh(w)
+            out = h.T @ v  # saves h.T, a view of h
+            cols = h[:, 1:]
+            cols.zero_()  # changes h through the view
+            out.sum().backward()
+            """,
+            report_only=True,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class FeedForward(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc1 = nn.Linear(4, 8)
+                    self.drop = nn.Dropout(0.1, inplace=True)
+                    self.fc2 = nn.Linear(8, 4)
+
+                def forward(self, x):
+                    return self.fc2(self.drop(F.relu(self.fc1(x))))
+            """,
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class FeedForward(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc1 = nn.Linear(4, 8)
+                    self.drop = nn.Dropout(0.1)
+                    self.fc2 = nn.Linear(8, 4)
+
+                def forward(self, x):
+                    return self.fc2(self.drop(F.relu(self.fc1(x))))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Squash(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+                    self.clip = nn.Hardtanh()
+                    self.clip.inplace = True  # no copy
+
+                def forward(self, x):
+                    return self.clip(torch.exp(self.fc(x)))
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Squash(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+                    self.clip = nn.Hardtanh()
+                    self.clip.inplace = False  # no copy
+
+                def forward(self, x):
+                    return self.clip(torch.exp(self.fc(x)))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Policy(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(3, 4)
+
+                def forward(self, s):
+                    mean, log_std = self.body(s).chunk(2, -1)
+                    log_std.clamp_(-5, 2)
+                    return mean + log_std.exp()
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Policy(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(3, 4)
+
+                def forward(self, s):
+                    mean, log_std = self.body(s).chunk(2, -1)
+                    log_std = log_std.clamp(-5, 2)
+                    return mean + log_std.exp()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(2, 3, requires_grad=True)
+            rows = torch.exp(w).unbind(0)
+            rows[1].mul_(0.5)  # the tuple holds the views: nothing to rebind
+            torch.stack(rows).sum().backward()
+            """,
+            report_only=True,
+        ),
+        Invalid(
+            """
+            import torch
             x = torch.FloatTensor([[1., 2.]])
             w1 = torch.FloatTensor([[2.], [1.]])
             w2 = torch.FloatTensor([3.])
@@ -520,7 +711,7 @@ class InplaceOnSaved(Rule):
             w = torch.randn(3, requires_grad=True)
             e = w.exp()
             e = F.relu(e)
-            out = F.relu(torch.sigmoid(w), inplace=True)
+            out = F.relu(torch.sigmoid(w))
             (e + out).sum().backward()
             """,
         ),
@@ -924,11 +1115,15 @@ class InplaceOnSaved(Rule):
         first = first_argument(node)
         if form is None and first is not None and self._inplace_module(func):
             form = "module"
+        if form is None and first is not None and self._flag_sets:
+            self._check_flag_set(node, first)
         if form is not None and first is not None:
             base = _base_name(first)
             statement = small_statement(self.analysis, node)
             if base is not None and statement is not None:
                 self._check(Mutation(statement, node, base, form, node))
+            elif statement is not None:
+                self._check_nested(node, first, form, statement)
             return
         if type(func) is not ast.Attribute or not is_inplace_method(func.attr):
             return
@@ -958,8 +1153,14 @@ class InplaceOnSaved(Rule):
         if _is_list_display(binding):
             self._check_element(mutation, binding)
             return
+        views = self._multi_output_views(binding)
+        if views is not None:
+            self._check_multi_output_view(mutation, binding, views)
+            return
         saver = self._saver(name, binding, statement)
         proven = self._saved_at_run(statement)  # the run stands in for what is not known
+        if saver is None and not proven and self._check_view_of_saved(mutation, binding):
+            return
         if saver is None and proven:
             saver = Saver(None, statement, "an op had saved it (seen in a run)", False)
         elif saver is None:
@@ -970,6 +1171,220 @@ class InplaceOnSaved(Rule):
         assert saver is not None
         fix = self._fix(mutation, binding, proven)
         self.report(mutation.node, self._message(mutation, saver), fix=fix)
+
+    # -- a temporary changed in place: ``self.drop(F.relu(h))`` --------------------------------
+    def _check_nested(
+        self, call: ast.Call, first: ast.expr, form: str, statement: ast.stmt
+    ) -> None:
+        """An in-place module or function applied to the result of an op that saved it."""
+        saver = self._nested_saver(first, statement)
+        if saver is None:
+            return
+        fix = None
+        if form == "module" and self._module_uses(call.func) == 1:
+            position = self._inplace_flag_position(call.func)
+            constructor = self._constructor(call.func)
+            if position is not None and constructor is not None:
+                fix = self._drop_flag(constructor, position)  # nothing else holds the result
+        elif form == "function" and _has_out_of_place(call):
+            fix = self._out_of_place_plan(call)
+        self.report(call, self._temporary_message(call, saver), fix=fix)
+
+    def _nested_saver(self, expr: ast.expr, statement: ast.stmt) -> Saver | None:
+        """``expr`` is a recorded op that saves its result (``F.relu(h)``, ``self.act(h)``)."""
+        op = self._output_saving_op(expr, expr)
+        if op is None or not self._recorded(expr, expr):
+            return None
+        return Saver(expr, statement, f"`{op}` saved its output", True)
+
+    def _temporary_message(self, call: ast.Call, saver: Saver) -> str:
+        label = self.analysis.segment(call.func)
+        return (
+            f"`{label}(...)` changes in place the result of the op inside it, but "
+            f"{saver.description} for backward: backward fails with 'modified by an "
+            "inplace operation'; apply it out of place"
+        )
+
+    def _out_of_place_plan(self, call: ast.Call) -> FixPlan:
+        def out_of_place(editor: Editor) -> list[Edit] | None:
+            old = editor.node(call)
+            new_call = _out_of_place_call(old)
+            return None if new_call is None else [Edit(old, new_call)]
+
+        return self.plan(out_of_place, "Call it out of place")
+
+    # -- ``inplace = True`` set on a module after it was built --------------------------------
+    @functools.cached_property
+    def _flag_sets(self) -> list[FlagSet]:
+        return flag_sets(self.analysis)
+
+    def _check_flag_set(self, call: ast.Call, first: ast.expr) -> None:
+        """``m.inplace = True`` reaches the module ``call`` runs, whose input was saved: the
+        finding goes to the statement setting the flag, where the fix is."""
+        analysis = self.analysis
+        module_class = analysis.nn_module_class(call.func, call)
+        if module_class not in INPLACE_MODULES:
+            return
+        flags = [
+            f for f in self._flag_sets if sets_flag_of(analysis, f, call.func, call, module_class)
+        ]
+        if not flags or any(id(f.statement) in self._flags_reported for f in flags):
+            return
+        saver = self._module_input_saver(call, first)
+        if saver is None:
+            return
+        flag = flags[0]
+        self._flags_reported.add(id(flag.statement))
+        code = " ".join(self._statement_code(flag.statement).split())
+        message = (
+            f"`{code}` makes `nn.{module_class}` change its input in place, but at line "
+            f"{call.lineno} (`{analysis.segment(call.func)}(...)`) {saver.description} "
+            "for backward: backward fails with 'modified by an inplace operation'; leave "
+            "`inplace` False"
+        )
+        self.report(flag.statement, message, fix=self._flag_off(flag))
+
+    def _module_input_saver(self, call: ast.Call, first: ast.expr) -> Saver | None:
+        analysis = self.analysis
+        statement = small_statement(analysis, call)
+        if statement is None or analysis.in_no_grad(call):
+            return None
+        if type(first) is not ast.Name:
+            return self._nested_saver(first, statement)
+        binding = analysis.reaching_binding(first, statement)
+        if binding is None or analysis.leaf_reason(first, statement) is not None:
+            return None
+        if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
+            return None
+        saver = self._saver(first, binding, statement)
+        mutation = Mutation(statement, call, first, "module", call)
+        return saver if saver is not None and self._graph_needed(saver, mutation) else None
+
+    def _flag_off(self, flag: FlagSet) -> FixPlan:
+        """``m.inplace = True`` -> ``m.inplace = False``: unsafe, every module the
+        statement reaches stops changing its input, which code may read afterwards."""
+
+        def build(editor: Editor) -> list[Edit]:
+            old = editor.node(flag.value)
+            assert isinstance(old, cst.BaseExpression)
+            return [Edit(old, cst.Name("False", lpar=old.lpar, rpar=old.rpar))]
+
+        return self.plan(build, "Leave `inplace` False", safety=FixSafety.UNSAFE)
+
+    # -- a named view of a saved tensor: ``top = h[:2]; top.mul_(2)`` ---------------------------
+    def _check_view_of_saved(self, mutation: Mutation, binding: Binding) -> bool:
+        """The name holds a view (basic slicing, ``.T``, ``view``/``transpose``...) of a
+        tensor an op saved: the change bumps the version the view shares with it.
+        Reported without a fix: the change is meant for the base."""
+        base = self._viewed_name(binding)
+        previous = self.analysis.reaching_binding(base, binding.node) if base else None
+        if base is None or previous is None:
+            return False
+        statement = mutation.statement
+        saver = self._saver(base, previous, statement)
+        through_base = replace(mutation, name=base)
+        if saver is None or not self._graph_needed(saver, through_base):
+            return False
+        self.report(mutation.node, self._message(through_base, saver))
+        return True
+
+    def _viewed_name(self, binding: Binding) -> ast.Name | None:
+        """``h`` when ``binding`` binds a view of it: ``h[:2]``, ``h[0, 1:]``, ``h.T``,
+        ``h.view(-1)``, ``h.transpose(0, 1)``."""
+        value = binding.value
+        if binding.kind != "assign" or binding.unpack_index is not None or value is None:
+            return None
+        if type(value) is ast.Subscript:
+            elements = index_elements(self.analysis, value)
+            if not all(is_basic_index(e) for e in elements):
+                return None  # a tensor or list index copies
+            value = value.value
+        elif type(value) is ast.Call and type(value.func) is ast.Attribute:
+            receiver = value.func.value
+            if value.func.attr not in VIEW_METHODS or not self.analysis.is_tensor(receiver, value):
+                return None
+            value = receiver
+        elif type(value) is ast.Attribute and value.attr in ("T", "mT"):
+            value = value.value
+        else:
+            return None
+        return value if type(value) is ast.Name and value.id != binding.name else None
+
+    # -- one of the views of ``chunk`` / ``split`` / ``unbind`` -------------------------------
+    def _multi_output_views(self, binding: Binding, depth: int = 0) -> ast.Call | None:
+        """The recorded ``x.chunk(2)`` / ``torch.split(x, 1)`` / ``x.unbind(0)`` of a tensor
+        that requires grad whose views ``binding`` holds: unpacked (``a, b = x.chunk(2)``),
+        all of them (``parts = x.split(1)``), iterated (``for p in x.unbind(0)``) or one
+        taken (``q = x.chunk(2)[1]``, ``q = parts[0]``)."""
+        value = binding.value
+        if binding.kind not in ("assign", "for") or value is None or depth > 3:
+            return None
+        if binding.unpack_index is None and type(value) is ast.Subscript:
+            return self._views_taken(value.value, binding.node, depth)
+        if type(value) is not ast.Call:
+            return None
+        op = self.analysis.tensor_op(value, binding.node)
+        if op is None or op[0] not in MULTI_OUTPUT_VIEW_OPS:
+            return None
+        return value if self._recorded(value, binding.node) else None
+
+    def _views_taken(self, source: ast.expr, at: ast.AST, depth: int) -> ast.Call | None:
+        """The views call ``source`` is or names (the tuple one view is taken from)."""
+        if type(source) is ast.Call:
+            fake = Binding("", "assign", at, source, 0, 0)
+            return self._multi_output_views(fake, depth + 1)
+        if type(source) is not ast.Name:
+            return None
+        previous = self.analysis.reaching_binding(source, at)
+        if previous is None or previous.unpack_index is not None or previous.kind != "assign":
+            return None
+        return self._multi_output_views(previous, depth + 1)
+
+    def _check_multi_output_view(
+        self, mutation: Mutation, binding: Binding, views: ast.Call
+    ) -> None:
+        """Changing one of several views in place raises at once, whatever was saved."""
+        holds_all = binding.kind == "assign" and binding.unpack_index is None
+        holds_all = holds_all and binding.value is views  # ``parts = x.split(1)``
+        if holds_all and not _through_element(mutation):
+            return  # ``parts += (t,)`` builds another tuple
+        if self.analysis.in_no_grad(mutation.statement):
+            return  # allowed: autograd checks views only when it records the change
+        op = self.analysis.tensor_op(views, binding.node)
+        assert op is not None
+        code = " ".join(self._statement_code(mutation.statement).split())
+        code = code if len(code) <= 40 else code[:37] + "..."
+        message = (
+            f"`{code}` changes in place one of the views `{op[0]}` returned (line "
+            f"{views.lineno}) of a tensor that requires grad: autograd refuses it ('the "
+            "output of a function that returns multiple views'); use the out-of-place form"
+        )
+        fix = None if holds_all else self._multi_output_view_fix(mutation, binding, views)
+        self.report(mutation.node, message, fix=fix)
+
+    def _multi_output_view_fix(
+        self, mutation: Mutation, binding: Binding, views: ast.Call
+    ) -> FixPlan | None:
+        """Rebinding the view's name keeps what the code reads when nothing reads the
+        tensor the views share afterwards (it would have seen the change)."""
+        analysis = self.analysis
+        if binding.kind != "assign" or not self._no_alias_read_after(mutation, binding):
+            return None
+        if _loop_without(self, mutation.statement, binding.node) is not None:
+            return None
+        func = views.func
+        base = func.value if type(func) is ast.Attribute and func.value is not None else None
+        if analysis.call_name(views) is not None:
+            base = first_argument(views)
+        base_binding = analysis.reaching_binding(base, views) if type(base) is ast.Name else None
+        if type(base) is ast.Name and base_binding is None:
+            return None
+        if base_binding is not None:
+            scope = analysis.scope_of(mutation.statement).node
+            after = analysis.end_index(mutation.statement)
+            if any(reads_of(analysis, self.names, base_binding, scope, after, 1 << 62)):
+                return None
+        return self._rebinding_fix(mutation, binding)
 
     def _saved_at_run(self, statement: ast.stmt) -> bool:
         """A run of the program saw this statement change a tensor saved for backward."""
@@ -1238,7 +1653,14 @@ class InplaceOnSaved(Rule):
 
     def _recorded(self, op: ast.expr, at: ast.AST) -> bool:
         analysis = self.analysis
-        return not analysis.in_no_grad(at) and analysis.requires_grad(op, at)
+        if analysis.in_no_grad(at):
+            return False
+        if analysis.requires_grad(op, at):
+            return True
+        # ``self.act(h)`` with ``self.act = F.relu``: the torch function of what it is given
+        if type(op) is not ast.Call or function_value_op(analysis, op.func, at) is None:
+            return False
+        return any(analysis.requires_grad(a, at) for a in op.args)
 
     def _output_saving_op(self, value: ast.expr, at: ast.AST) -> str | None:
         """The name of the op ``value`` applies when that op saves its result."""
@@ -1255,6 +1677,9 @@ class InplaceOnSaved(Rule):
             returned = module_output_op(analysis, value.func, at)
             if returned is not None:
                 return f"{returned}` in `{analysis.segment(value.func)}"
+            function = function_value_op(analysis, value.func, at)  # ``self.act = F.relu``
+            if function in SAVES_OUTPUT:
+                return f"{function}` in `{analysis.segment(value.func)}"
         return None
 
     def _module_class(self, func: ast.expr) -> str | None:
@@ -1775,6 +2200,21 @@ def _base_name(expr: ast.expr) -> ast.Name | None:
     while type(expr) is ast.Subscript or (type(expr) is ast.Attribute and expr.attr in ("T", "mT")):
         expr = expr.value  # type: ignore[attr-defined]
     return expr if type(expr) is ast.Name else None
+
+
+def _through_element(mutation: Mutation) -> bool:
+    """The change goes through an element of the name (``parts[0].mul_(2)``,
+    ``parts[0][1] = v``, ``parts[0] += v``), not the name itself."""
+    statement = mutation.statement
+    if mutation.form == "index" and type(statement) is ast.Assign:
+        target = statement.targets[0]
+        return type(target) is ast.Subscript and type(target.value) is ast.Subscript
+    if mutation.form == "index":
+        return True
+    changed = first_argument(mutation.call) if mutation.call is not None else None
+    if mutation.form == "method" and mutation.call is not None:
+        changed = mutation.call.func.value  # type: ignore[attr-defined]
+    return type(changed) is ast.Subscript
 
 
 def _is_list_display(binding: Binding) -> bool:

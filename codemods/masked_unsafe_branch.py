@@ -12,9 +12,11 @@ from gradfix.edits import Editor, as_receiver
 from gradfix.index_after import (
     NanMasked,
     SingularIndex,
+    ZeroDivisorIndex,
     mask_expression,
     nan_data_before_index,
     singular_before_index,
+    zero_divisor_before_index,
 )
 from gradfix.rule import (
     Edit,
@@ -80,7 +82,11 @@ class MaskedUnsafeBranch(Rule):
     keep the finite entries (`~isnan(t)`, `isfinite(t)`, `t == t`) of one of the loss's
     inputs; the fix masks every input first, `loss(pred[m], t[m])`. These rewrites keep
     the forward exactly, so a tensor that may require grad (a function argument) is
-    enough.
+    enough. A division by a tensor built from a literal list with zeros whose result
+    is only read at plain indices (integers, slices) that miss the zeros (`r = w /
+    torch.tensor([1., 0., 1.]); r[0]`) is reported at the division, and the divisor is
+    1 where it is 0 (`torch.where(d != 0, d, torch.ones_like(d))`): those positions are
+    never read.
 
     ## Why is this bad?
     Both branches are computed and differentiated; the gradient of the discarded one is
@@ -120,7 +126,8 @@ class MaskedUnsafeBranch(Rule):
     safe (an elementwise op of one tensor commutes with indexing); the guard of a name's
     binding needs every read of the name indexed by the same mask, else no fix. Masking
     a loss's inputs first is unsafe: it assumes every input has the mask's shape (not
-    broadcast).
+    broadcast). Dividing by 1 where a literal divisor is 0 is safe: only positions
+    the index never reads change.
     """
 
     code = "GF301"
@@ -134,6 +141,19 @@ class MaskedUnsafeBranch(Rule):
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
 
     VALID = [
+        Valid(
+            """
+            import torch
+            w = torch.ones(4, requires_grad=True)
+            scale = torch.tensor([2.0, 0.0, 4.0, 1.0])
+            shown = w / scale
+            print(shown[1])  # reads the division by zero: the forward shows inf
+            whole = (w / scale).sum()
+            ok = (w / torch.tensor([2.0, 3.0, 4.0, 1.0]))[0]
+            i = 2
+            unknown = (w / scale)[i]
+            """
+        ),
         Valid(
             """
             import torch
@@ -229,6 +249,28 @@ class MaskedUnsafeBranch(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch as th
+
+            def head(w):
+                scale = th.tensor([0.5, 2.0, 0.0])
+                rates = w / scale
+                return rates[..., :2].sum() + rates[..., -2]
+
+            head(th.rand(3, requires_grad=True)).backward()
+            """,
+            """
+            import torch as th
+
+            def head(w):
+                scale = th.tensor([0.5, 2.0, 0.0])
+                rates = w / th.where(scale != 0, scale, th.ones_like(scale))
+                return rates[..., :2].sum() + rates[..., -2]
+
+            head(th.rand(3, requires_grad=True)).backward()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -473,6 +515,13 @@ class MaskedUnsafeBranch(Rule):
                 self._reported_ops.add(id(where))
                 self.report(where, _INDEX_MESSAGE, fix=self._index_fix(node, found))
             return
+        zero = zero_divisor_before_index(node, self.analysis)
+        if zero is not None:
+            where = zero.use.node if zero.binding is not None else node
+            if id(where) not in self._reported_ops:
+                self._reported_ops.add(id(where))
+                self.report(where, _ZERO_MESSAGE, fix=self._zero_divisor_fix(zero))
+            return
         nan = nan_data_before_index(node, self.analysis)
         if nan is not None:
             self.report(node, _NAN_MESSAGE, fix=self._nan_fix(node, nan))
@@ -494,6 +543,22 @@ class MaskedUnsafeBranch(Rule):
         return self.plan(
             build, description, safety=None if safe else FixSafety.UNSAFE, imports=imports
         )
+
+    def _zero_divisor_fix(self, zero: ZeroDivisorIndex) -> FixPlan:
+        """The divisor is 1 where it is 0: those positions are never read."""
+        divisor = zero.use.argument
+
+        def build(editor: Editor) -> list[Edit]:
+            argument = expression_node(editor, divisor)
+            nonzero = cst.Comparison(
+                strip_parens(argument),
+                [cst.ComparisonTarget(cst.NotEqual(), cst.Integer("0"))],
+            )
+            return [Edit(argument, guard(argument, zero.use.function, nonzero, True, editor))]
+
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        description = "Divide by 1 where the divisor is 0 (positions the index never reads)"
+        return self.plan(build, description, imports=imports)
 
     def _nan_fix(self, node: ast.Subscript, nan: NanMasked) -> FixPlan | None:
         if not nan.fixable or not is_pure(node.slice, self.analysis):
@@ -604,6 +669,11 @@ _INDEX_MESSAGE = (
 _NAN_MESSAGE = (
     "Masking a loss after computing it on `nan` data keeps the `nan` in its gradient; "
     "mask the inputs first"
+)
+_ZERO_MESSAGE = (
+    "Division by a tensor with zeros whose result is only read at other positions: the "
+    "forward is finite, but the gradient there is 0 / 0 = nan; divide by 1 where the "
+    "divisor is 0, or index the operands first"
 )
 
 

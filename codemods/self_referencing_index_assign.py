@@ -19,10 +19,10 @@ from gradfix.rebuild import (
     names_in,
     rebindable,
 )
-from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Binding, Semantic
 from gradfix.semantic.syntax import argument_value, is_number_literal, literal_items
-from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES
+from gradfix.torch_facts import LIKE_FACTORIES, SIZED_FACTORIES, VIEW_ATTRIBUTES
 
 #: Longest tensor rebuilt element by element with ``torch.stack``; longer ones use ``cat``.
 MAX_STACK_ELEMENTS = 8
@@ -58,8 +58,11 @@ class SelfReferencingIndexAssign(Rule):
     param = torch.stack([param[0], param[1], param[0] / param[1]])  # k = R1 / R2
     ```
     When the length of `p` is unknown (or large):
-    `p = torch.cat([p[:k], (f(p)).reshape(1), p[k + 1:]])`. Detaching the right-hand side
-    also silences the error but drops that gradient branch: it is not a fix.
+    `p = torch.cat([p[:k], (f(p)).reshape(1), p[k + 1:]])`. With slices or several
+    dimensions (`x[0, :, 0] = x[0, :, 0] * v`), or when `p` cannot be rebound, the op
+    saves a copy of what it reads: `x[0, :, 0] = x[0, :, 0].clone() * v`. Detaching the
+    right-hand side also silences the error but drops that gradient branch: it is not a
+    fix.
 
     ## Fix safety
     Safe when `p` is a fresh 1-D tensor of known length (a sized constructor, a literal,
@@ -67,9 +70,11 @@ class SelfReferencingIndexAssign(Rule):
     the right-hand side is computed from elements of `p` and numbers only (so it is 0-d
     with the dtype of `p`), and nothing else holds `p` (no alias, no loop carrying it).
     Unsafe otherwise: the `cat` form is only right for a 1-D `p`, and a right-hand side
-    with other tensors may have another dtype or shape. Slices, multi-dimensional or
-    negative indices of unknown length, and `p` that may be a view of another tensor
-    are reported without a fix.
+    with other tensors may have another dtype or shape. The `.clone()` of the saved
+    reads is safe: the values, the dtype and the in-place change of `p` (which every
+    alias sees) stay as they were; it is not offered when an op saved `p` itself
+    (`p = torch.sigmoid(w)`: the change still breaks that save, GF204), and then the
+    finding is reported without a fix.
     """
 
     code = "GF202"
@@ -228,7 +233,12 @@ class SelfReferencingIndexAssign(Rule):
             h = w * 3.0
             h[0, 2] = h[0, 0] / h[1, 1]
             """,
-            report_only=True,
+            """
+            import torch
+            w = torch.nn.Parameter(torch.rand(2, 3))
+            h = w * 3.0
+            h[0, 2] = h[0, 0].clone() / h[1, 1].clone()
+            """,
         ),
         Invalid(
             """
@@ -270,7 +280,7 @@ class SelfReferencingIndexAssign(Rule):
         self, node: ast.Assign, base: ast.Name, binding: Binding, index: int | str
     ) -> FixPlan | None:
         if not isinstance(index, int) or not rebindable(self.analysis, node, binding):
-            return None
+            return self._clone_fix(node, base, binding)
         length = _vector_length(self.analysis, base, node)
         if length is not None:
             index = index + length if index < 0 else index
@@ -308,6 +318,29 @@ class SelfReferencingIndexAssign(Rule):
             safety=None if safe else FixSafety.UNSAFE,
         )
 
+    def _clone_fix(self, node: ast.Assign, base: ast.Name, binding: Binding) -> FixPlan | None:
+        """``x[0, :, 0] = x[0, :, 0] * v`` -> ``x[0, :, 0] = x[0, :, 0].clone() * v``: the op
+        saves a copy, and ``x`` is still changed in place (every alias sees what it saw).
+        Not when an op saved ``x`` itself (``x = torch.sigmoid(...)``): the change would
+        still break that save (GF204)."""
+        analysis = self.analysis
+        value = binding.value
+        if binding.kind == "assign" and value is not None and analysis.saves_output(value, node):
+            return None
+        views = _SelfReads(analysis, base.id, binding).saved_views(node.value)
+        if not views:
+            return None
+
+        def build(editor: Editor) -> list[Edit]:
+            edits = []
+            for view in views:
+                old = editor.node(view)
+                assert isinstance(old, cst.BaseExpression)
+                edits.append(Edit(old, cst.Call(cst.Attribute(_atomic(old), cst.Name("clone")))))
+            return edits
+
+        return self.plan(build, "Let the op save a copy: `.clone()` the element it reads")
+
 
 def _stacked(
     editor: Editor, name: str, value: cst.BaseExpression, index: int, length: int
@@ -333,6 +366,21 @@ def _concatenated(
 
 class _SelfReads(SelfReads):
     """Reads of the tensor, and whether a right-hand side is made of its single elements."""
+
+    def saved_views(self, expr: ast.expr) -> list[ast.expr]:
+        """The reads of the tensor that the ops of ``expr`` save for backward."""
+        if self.is_view(expr):
+            return []
+        if type(expr) is ast.Subscript or (
+            type(expr) is ast.Attribute and expr.attr in VIEW_ATTRIBUTES
+        ):
+            return self.saved_views(expr.value)
+        op = self.analysis.tensor_op(expr, expr)
+        saved = self.analysis.saved_operands(expr, expr)
+        if op is None or saved is None or op[0] == "detach":
+            return []
+        views = [o for o in saved if self.is_view(o)]
+        return views + [v for o in op[1] for v in self.saved_views(o) if v not in views]
 
     def element_only(self, expr: ast.expr) -> bool:
         """``expr`` is computed elementwise from single elements ``p[i]`` and numbers."""

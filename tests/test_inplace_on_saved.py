@@ -277,3 +277,121 @@ def test_operand_of_the_changing_statement_is_saved_in_this_iteration() -> None:
     )
     assert [f.code for f in result.findings] == ["GF204"]
     assert "`norm` saved it for backward" in result.findings[0].message
+
+
+def test_view_of_chunk_is_rebound_only_when_the_base_is_not_read_after() -> None:
+    rebound = run(
+        """
+        import math
+        import torch
+        w = torch.randn(4, 2, requires_grad=True)
+        angle, shift = torch.split(w * 1, 1, -1)
+        angle *= 2 * math.pi
+        (torch.cos(angle) + shift).sum().backward()
+        """,
+        unsafe=False,
+    )
+    assert "angle = angle * (2 * math.pi)" in rebound.source
+    read_after = run(
+        """
+        import torch
+        w = torch.randn(4, 2, requires_grad=True)
+        h = w * 1
+        angle, shift = h.chunk(2, -1)
+        angle.mul_(2)
+        h.sum().backward()
+        """
+    )
+    assert [f.code for f in read_after.findings] == ["GF204"]
+    assert read_after.findings[0].fix is None
+    assert "views `chunk` returned" in read_after.findings[0].message
+
+
+def test_inplace_flag_set_after_construction_reaches_the_walked_model_only() -> None:
+    result = run(
+        """
+        import torch
+        from torch import nn
+
+        class Inner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.ReLU()
+
+            def forward(self, x):
+                return self.act(torch.sigmoid(x))
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Inner()
+
+            def forward(self, x):
+                return self.inner(x)
+
+        class Apart(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.ReLU()
+
+            def forward(self, x):
+                return self.act(torch.tanh(x))
+
+        net = Net()
+        for m in net.modules():
+            setattr(m, "inplace", True)
+        """
+    )
+    assert [(f.code, f.line) for f in result.findings] == [("GF204", 30)]
+    assert 'setattr(m, "inplace", False)' in result.source
+
+
+def test_activation_chosen_by_a_literal_is_its_torch_function() -> None:
+    result = run(
+        """
+        import torch
+        from torch import nn
+        import torch.nn.functional as F
+
+        def activation(name):
+            if name == "relu":
+                return F.relu
+            elif name == "gelu":
+                return F.gelu
+            raise ValueError(name)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 3)
+                self.relu = activation("relu")
+                self.gelu = activation("gelu")
+
+            def forward(self, x):
+                a = self.relu(self.fc(x))
+                a += 1
+                b = self.gelu(self.fc(x))
+                b += 1
+                return a + b
+        """
+    )
+    assert [(f.code, f.line) for f in result.findings] == [("GF204", 21)]
+    assert "`relu` in `self.relu` saved its output" in result.findings[0].message
+
+
+def test_named_view_of_a_saved_tensor_is_reported_without_fix() -> None:
+    result = run(
+        """
+        import torch
+        w = torch.randn(4, 6, requires_grad=True)
+        h = torch.sigmoid(w)
+        top = h[:2]
+        top.mul_(2)
+        picked = h[[0, 2]]  # a list index copies
+        picked.mul_(2)
+        h.sum().backward()
+        """
+    )
+    assert [(f.code, f.line) for f in result.findings] == [("GF204", 5)]
+    assert result.findings[0].fix is None
+    assert "changes `h` in place, but `sigmoid` saved its output" in result.findings[0].message

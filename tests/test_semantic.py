@@ -722,3 +722,33 @@ def test_evidence_from_use_a_backpropagated_value_requires_grad() -> None:
     assert not semantic.backpropagated(out, ret)
     assert semantic.backpropagated(out, ret, holding=True)
     assert not semantic.backpropagated(loss, ret)  # an alias of the root is not followed
+
+
+def test_a_function_of_the_file_returning_a_module_builds_a_module() -> None:
+    analysis, tree = analyse(
+        """
+        import torch
+        from torch import nn
+
+        def build(n):
+            layers = [nn.Linear(n, n)]
+            return nn.Sequential(*layers)
+
+        def numbers(n):
+            return [n]
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = build(3)
+                self.other = numbers(3)
+
+            def forward(self, x):
+                return self.net(x).chunk(2), self.other
+        """
+    )
+    net, other = find(tree, ast.Attribute, lambda n: n.attr in ("net", "other"))[2:]
+    assert analysis.is_module(net, net)
+    assert not analysis.is_module(other, other)
+    chunk = find(tree, ast.Call, lambda n: getattr(n.func, "attr", "") == "chunk")[0]
+    assert analysis.requires_grad(chunk, chunk)

@@ -166,3 +166,25 @@ def test_hand_families_disagree_with_torch_only_where_documented(
         line.split()[0] for line in compare.disagreements() if "no generated" not in line
     }
     assert disagreeing == {"hypot", "kron", "pow"}
+
+
+def test_multi_output_views_are_those_autograd_refuses_to_change() -> None:
+    import torch
+
+    base = torch.randn(4, 4, requires_grad=True) * 1
+    splitters = {
+        "chunk": lambda t: t.chunk(2),
+        "split": lambda t: t.split(2),
+        "split_with_sizes": lambda t: t.split_with_sizes([2, 2]),
+        "unbind": lambda t: t.unbind(0),
+        "tensor_split": lambda t: t.tensor_split(2),
+        "unsafe_chunk": lambda t: t.unsafe_chunk(2),
+        "hsplit": lambda t: t.hsplit(2),
+    }
+    for name, split in splitters.items():
+        try:
+            split(base)[1].mul_(2)
+            refused = False
+        except RuntimeError as error:
+            refused = "returns multiple views" in str(error)
+        assert refused == (name in facts.MULTI_OUTPUT_VIEW_OPS), name

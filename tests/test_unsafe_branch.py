@@ -251,3 +251,29 @@ def test_nan_mask_of_an_abs_helper_is_not_reported() -> None:
         MaskedUnsafeBranch,
     )
     assert codes == []
+
+
+def test_division_by_a_literal_with_zeros_read_only_elsewhere_is_guarded() -> None:
+    codes, fixed = run(
+        """
+        import torch
+        w = torch.ones(4, requires_grad=True)
+        d = torch.tensor([1.0, 0.0, 2.0, 0.0])
+        r = w / d
+        out = r[0] + r[2:3].sum() + r[-2]
+        """,
+        MaskedUnsafeBranch,
+    )
+    assert codes == ["GF301"]
+    assert "r = w / torch.where(d != 0, d, torch.ones_like(d))" in fixed
+    for read in ("r[1]", "r[1:]", "r[1::2]", "r"):
+        codes, _ = run(
+            f"""
+            import torch
+            w = torch.ones(4, requires_grad=True)
+            r = w / torch.tensor([1.0, 0.0, 2.0, 0.0])
+            out = r[0] + {read}.sum()
+            """,
+            MaskedUnsafeBranch,
+        )
+        assert codes == [], read

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gradfix.semantic import Semantic
 from gradfix.semantic.scopes import Binding
-from gradfix.semantic.syntax import argument, argument_values
+from gradfix.semantic.syntax import argument, argument_values, literal_items
 from gradfix.unsafe_branch import (
     DIVISION,
     Mask,
@@ -166,7 +166,116 @@ def _same_bindings(expr: ast.expr, at: ast.AST, other_at: ast.AST, analysis: Sem
 def _only_indexed_by(binding: Binding, node: ast.Subscript, analysis: Semantic) -> bool:
     """Every read of the name ``binding`` binds is indexed by the same mask as ``node``
     (then guarding the bound value changes no value that is read)."""
+    reads = _subscript_reads(binding, analysis)
+    return reads is not None and all(
+        same_value(read.slice, read, node.slice, node, analysis) for read in reads
+    )
+
+
+# -- a constant divisor with zeros, then a plain index ------------------------------------------
+
+#: Constructors of a tensor from a literal list of numbers (``torch.tensor([1., 0., 1.])``).
+_LITERAL_TENSORS = frozenset(
+    "torch." + n for n in "tensor Tensor FloatTensor DoubleTensor as_tensor".split()
+)
+
+
+#: Constructors of a tensor whose one size argument gives a vector's length.
+_SIZED_VECTORS = _LITERAL_TENSORS | frozenset(
+    "torch." + n for n in "ones zeros rand randn empty full".split()
+)
+
+
+@dataclass(frozen=True)
+class ZeroDivisorIndex:
+    """``index`` (integers or a slice) reads only positions of ``use`` (a division) where
+    its divisor, a literal tensor, is not zero; ``zeros`` are the positions where it is."""
+
+    use: UnsafeUse
+    binding: Binding | None  # the name's binding when the indexed value is a name
+    zeros: frozenset[int]
+
+
+def zero_divisor_before_index(node: ast.Subscript, analysis: Semantic) -> ZeroDivisorIndex | None:
+    """``(w / torch.tensor([1., 0., 1.]))[0]``, or ``r = w / d`` whose every read is a
+    plain index of the positions where ``d`` is not zero: the forward never shows the
+    division by zero, the gradient of ``w`` there is ``0 / 0 = nan``."""
+    value: ast.expr = node.value
+    binding, at = None, node
+    if type(value) is ast.Name:
+        binding = analysis.reaching_binding(value, node)
+        assigned = assigned_value(value, node, analysis)
+        if binding is None or assigned is None:
+            return None
+        value, at = assigned  # type: ignore[assignment]
+    for use in unsafe_uses(value, analysis):
+        if use.function is not DIVISION or not _elementwise_path(value, use.node):
+            continue
+        divisor = _literal_vector(use.argument, at, analysis)
+        zeros = frozenset(i for i, v in enumerate(divisor or []) if v == 0)
+        if divisor is None or not zeros or not may_require_grad(use.node, at, analysis):
+            continue
+        # a read of the whole result shows the division by zero in the forward
+        reads = [node] if binding is None else _subscript_reads(binding, analysis) or []
+        vector = _is_vector(_numerator(use), at, len(divisor), analysis)
+        if reads and all(_misses(r.slice, len(divisor), zeros, vector) for r in reads):
+            return ZeroDivisorIndex(use, binding, zeros)
+    return None
+
+
+def _numerator(use: UnsafeUse) -> ast.expr | None:
+    node = use.node
+    if type(node) is ast.BinOp:
+        return node.left
+    values = argument_values(node) if type(node) is ast.Call else []
+    return values[0] if len(values) == 2 and values[1] is use.argument else None
+
+
+def _is_vector(expr: ast.expr | None, at: ast.AST, length: int, analysis: Semantic) -> bool:
+    """``expr`` is a 1-D tensor of ``length`` (``torch.ones(3)``, a name bound to one):
+    its division by the literal vector is indexed along that one dimension."""
+    if type(expr) is ast.Name:
+        assigned = assigned_value(expr, at, analysis)
+        if assigned is None:
+            return False
+        expr, at = assigned
+    if type(expr) is not ast.Call or (analysis.call_name(expr) or "") not in _SIZED_VECTORS:
+        return False
+    sizes = expr.args  # keywords (``requires_grad=True``, ``dtype``) give no size
+    if analysis.call_name(expr) in _LITERAL_TENSORS:
+        items = literal_items(sizes[0]) if sizes else None
+        return items is not None and len(items) == length
+    return len(sizes) == 1 and literal_number(sizes[0]) == length
+
+
+def _literal_vector(expr: ast.expr, at: ast.AST, analysis: Semantic) -> list[float] | None:
+    """The numbers of a 1-D tensor built from a literal list (or a name or a ``self.``
+    attribute bound to one)."""
+    if type(expr) is ast.Name:
+        assigned = assigned_value(expr, at, analysis)
+        if assigned is None:
+            return None
+        expr, at = assigned  # type: ignore[assignment]
+    elif type(expr) is ast.Attribute:
+        values = analysis.self_attribute_values(expr, at)
+        if len(values) != 1:
+            return None
+        expr = values[0][0]
+    if type(expr) is not ast.Call or analysis.call_name(expr) not in _LITERAL_TENSORS:
+        return None
+    values = argument_values(expr)
+    items = literal_items(values[0]) if len(values) == 1 else None
+    numbers = [literal_number(item) for item in items or []]
+    if not numbers or any(n is None for n in numbers):
+        return None
+    return numbers  # type: ignore[return-value]
+
+
+def _subscript_reads(binding: Binding, analysis: Semantic) -> list[ast.Subscript] | None:
+    """The reads of the name ``binding`` binds, each the value of a subscript; None when
+    one is not (the whole value is used)."""
     scope = analysis.scope_of(binding.node)
+    reads: list[ast.Subscript] = []
     for name in analysis.name_nodes_in(scope.node, binding.name):
         if type(name.ctx) is not ast.Load or analysis.scope_of(name) is not scope:
             continue
@@ -174,10 +283,34 @@ def _only_indexed_by(binding: Binding, node: ast.Subscript, analysis: Semantic) 
             continue
         parent = analysis.parent(name)
         if type(parent) is not ast.Subscript or parent.value is not name:
+            return None
+        reads.append(parent)
+    return reads
+
+
+def _misses(index: ast.expr, length: int, zeros: frozenset[int], vector: bool) -> bool:
+    """The integer or slice ``index`` (of literals) along the last dimension, of
+    ``length``, reads none of the positions ``zeros``: ``[..., k]``, or ``[k]`` when the
+    result is a ``vector``."""
+    if type(index) is ast.Tuple and len(index.elts) == 2:
+        first, index = index.elts
+        if not (type(first) is ast.Constant and first.value is Ellipsis):
             return False
-        if not same_value(parent.slice, parent, node.slice, node, analysis):
-            return False
-    return True
+    elif not vector:
+        return False
+    number = literal_number(index)
+    if number is not None:
+        position = int(number) + length if number < 0 else int(number)
+        return number == int(number) and 0 <= position < length and position not in zeros
+    if type(index) is not ast.Slice:
+        return False
+    bounds = [index.lower, index.upper, index.step]
+    numbers = [None if b is None else literal_number(b) for b in bounds]
+    if any(b is not None and n is None for b, n in zip(bounds, numbers)):
+        return False
+    start, stop, step = (None if n is None else int(n) for n in numbers)
+    selected = range(length)[slice(start, stop, step)]
+    return len(selected) > 0 and not zeros.intersection(selected)
 
 
 # -- nan in the data ---------------------------------------------------------------------------

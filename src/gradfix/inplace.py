@@ -48,6 +48,10 @@ AUGMENTED_SYMBOLS: dict[type[ast.operator], str] = {
 }  # fmt: skip
 #: Line ends as ``ast`` counts lines.
 _NEWLINE = re.compile(rb"\r\n|\r|\n")
+#: Python floats of the standard library and numpy (``x *= 2 * math.pi`` keeps the dtype).
+MATH_CONSTANTS = frozenset(
+    f"{module}.{name}" for module in ("math", "numpy") for name in ("pi", "e", "tau", "inf")
+)
 #: Statements that hold a block of statements (LibCST's ``BaseCompoundStatement``).
 _COMPOUND = (
     ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
@@ -326,12 +330,14 @@ def _is_constant_literal(expr: ast.expr) -> bool:
 
 
 def is_constant(analysis: Semantic, expr: ast.expr) -> bool:
-    """A Python number, bool, None or string literal, arithmetic of those, or a name
-    bound only to a number (``eps = 1e-6``, ``def f(x, eps=1e-6)``)."""
+    """A Python number, bool, None or string literal, arithmetic of those, a name bound
+    only to a number (``eps = 1e-6``, ``def f(x, eps=1e-6)``), or ``math.pi``."""
     if _is_constant_literal(expr):
         return True
     if type(expr) is ast.BinOp:
         return is_constant(analysis, expr.left) and is_constant(analysis, expr.right)
+    if type(expr) is ast.Attribute:
+        return analysis.qualified_name(expr) in MATH_CONSTANTS
     if type(expr) is ast.Name:
         binding = analysis.reaching_binding(expr, expr)
         if binding is None or binding.unpack_index is not None:

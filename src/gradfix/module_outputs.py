@@ -45,6 +45,99 @@ def module_forwards(analysis: Semantic, func: ast.expr, at: ast.AST) -> list[ast
     return forwards
 
 
+def function_value_op(analysis: Semantic, func: ast.expr, at: ast.AST) -> str | None:
+    """The torch op a function object held by a name or a ``self.`` attribute applies:
+    ``self.act = F.relu``, or ``self.activation = _get_activation_fn("relu")`` (a function
+    of this file returning torch functions, the one chosen by the literal it is passed).
+    None when unknown or when the candidates differ."""
+    if type(func) is ast.Name:
+        binding = analysis.reaching_binding(func, at)
+        ok = binding is not None and binding.kind == "assign" and binding.unpack_index is None
+        values = [(binding.value, binding.node)] if ok and binding.value is not None else []  # type: ignore[union-attr]
+    elif type(func) is ast.Attribute and analysis.is_self(func.value, at):
+        values = [(v, b.node) for v, b in analysis.self_attribute_values(func, at)]
+    else:
+        return None
+    return (
+        _agreed(_function_op(analysis, value, node) for value, node in values) if values else None
+    )
+
+
+def _function_op(analysis: Semantic, value: ast.expr, at: ast.AST) -> str | None:
+    if type(value) is ast.Call:
+        chosen = _chosen_returns(analysis, value)
+        return _agreed(_torch_function(analysis, v) for v in chosen) if chosen else None
+    return _torch_function(analysis, value)
+
+
+def _torch_function(analysis: Semantic, expr: ast.expr) -> str | None:
+    """``relu`` for ``F.relu`` / ``torch.relu`` / ``torch.nn.functional.relu``."""
+    name = analysis.qualified_name(expr) or ""
+    head, _, short = name.rpartition(".")
+    return short if head in ("torch", "torch.nn.functional", "torch.special") else None
+
+
+def _chosen_returns(analysis: Semantic, call: ast.Call) -> list[ast.expr]:
+    """What ``call`` of a function of this file may return, leaving out the ``return``s
+    under ``if name == "literal":`` tests the literal ``call`` passes for ``name`` fails."""
+    function = analysis.local_function(call.func, call)
+    returned = analysis.returned_values(call, call) if function is not None else None
+    if function is None or not returned:
+        return []
+    passed = {
+        param.arg: argument(call, param.arg, position) or default_of(function, param)
+        for position, param in enumerate(function.args.args)
+    }
+    chosen = []
+    for value, ret in returned:
+        if all(
+            _branch_may_run(analysis, ret, test, passed)
+            for test in _tests_above(analysis, ret, function)
+        ):
+            chosen.append(value)
+    return chosen
+
+
+def _tests_above(
+    analysis: Semantic, node: ast.AST, function: ast.FunctionDef
+) -> list[tuple[ast.expr, bool]]:
+    """The tests of the ``if`` statements of ``function`` around ``node``, each with
+    whether ``node`` is in its body (True) or its ``else`` (False)."""
+    tests = []
+    child = node
+    for ancestor in analysis.ancestors(node):
+        if ancestor is function:
+            break
+        if type(ancestor) is ast.If:
+            tests.append((ancestor.test, any(child is s for s in ancestor.body)))
+        child = ancestor
+    return tests
+
+
+def _branch_may_run(
+    analysis: Semantic,
+    ret: ast.AST,
+    test: tuple[ast.expr, bool],
+    passed: dict[str, ast.expr | None],
+) -> bool:
+    """False only when the test is ``param == "literal"`` and the call's literal for
+    ``param`` decides it against the branch ``ret`` is in."""
+    condition, in_body = test
+    if type(condition) is not ast.Compare or len(condition.ops) != 1:
+        return True
+    left, right = condition.left, condition.comparators[0]
+    if type(right) is ast.Name:
+        left, right = right, left
+    if type(left) is not ast.Name or type(right) is not ast.Constant:
+        return True
+    given = passed.get(left.id)
+    if type(given) is not ast.Constant or type(condition.ops[0]) not in (ast.Eq, ast.NotEq):
+        return True
+    equal = given.value == right.value
+    holds = equal if type(condition.ops[0]) is ast.Eq else not equal
+    return holds == in_body
+
+
 class _Follower:
     def __init__(self, analysis: Semantic) -> None:
         self.analysis = analysis

@@ -18,6 +18,7 @@ Ray is an optional extra (``pip install 'gradfix[ray]'``), imported only here.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -88,11 +89,19 @@ class RayExecutor:
     connects to ``address`` (``None``: ``RAY_ADDRESS``, else a Ray started for the run and
     stopped after it)."""
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+    def __init__(
+        self, address: str | None = None, num_cpus: int | None = None, ship: str | None = None
+    ) -> None:
+        """``ship``: the project directory the cluster's workers run in (verification
+        executes the project's code where it expects its files), shipped once when the
+        run connects (Ray's ``runtime_env`` working directory)."""
         self.address = address
         self.num_cpus = num_cpus
         self.ray = import_ray()
         self._started = False
+        self.ship = None if ship is None else os.path.abspath(ship)
+        #: the directory the workers run in, when it was shipped
+        self.shipped: str | None = None
 
     def __enter__(self) -> RayExecutor:
         ray = self.ray
@@ -108,8 +117,13 @@ class RayExecutor:
             }
             if address is None and self.num_cpus is not None:
                 kwargs["num_cpus"] = self.num_cpus
+            if self.ship is not None:
+                _check_snapshot(self.ship)
+                excludes = list(SNAPSHOT_EXCLUDES)
+                kwargs["runtime_env"] = {"working_dir": self.ship, "excludes": excludes}
             ray.init(**kwargs)
             self._started = True
+            self.shipped = self.ship
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -237,4 +251,127 @@ def _lint_batch(items: list[tuple[str, str, str]], options: RunOptions) -> list[
                 results.append(process_text(text, path, options, encoding=encoding))
             except Exception as error:  # whatever happens to one file, the run goes on
                 results.append(internal_error(FileResult(path), error))
+    return results
+
+
+# --- verification on the cluster --------------------------------------------------------
+
+#: the project shipped to the cluster for verification, at most (Ray's working directory)
+MAX_SNAPSHOT_BYTES = 100 * 2**20
+#: never shipped: version control, caches, environments
+SNAPSHOT_EXCLUDES = (
+    ".git",
+    ".hg",
+    ".gradfix_cache",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".tox",
+)
+
+
+class SnapshotTooLarge(Exception):
+    """The project is too large to ship to the cluster (one line for the user)."""
+
+
+def snapshot_bytes(root: str) -> int:
+    """The bytes of ``root`` that would be shipped (:data:`SNAPSHOT_EXCLUDES` left out)."""
+    total = 0
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [d for d in subdirectories if d not in SNAPSHOT_EXCLUDES]
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _verify_file(
+    relative: str,
+    source: str,
+    rules: Sequence[type],
+    unsafe: bool,
+    limits: dict[str, Any],
+    command: tuple[str, float, int, int | None] | None,
+) -> list[Any] | Exception:
+    """Run on a Ray worker, in the shipped project: :func:`gradfix.proof.verify_fixes` of
+    one file; an error of the file (it does not parse, a bad ``--entry``) is returned."""
+    from gradfix.proof import verify_fixes
+    from gradfix.verify.command import CommandHarness
+
+    harness = None
+    if command is not None:
+        text, timeout, seed, max_steps = command
+        harness = CommandHarness(text, timeout=timeout, seed=seed, max_steps=max_steps)
+    try:
+        return verify_fixes(
+            relative, source, rules=rules, unsafe=unsafe, jobs=1, command=harness, **limits
+        )
+    except Exception as error:  # SourceError, EntryError: the driver reports them
+        return error
+    finally:
+        if harness is not None:
+            harness.close()
+
+
+def _check_snapshot(root: str) -> None:
+    size = snapshot_bytes(root)
+    if size > MAX_SNAPSHOT_BYTES:
+        raise SnapshotTooLarge(
+            f"{root} is {size / 2**20:.0f} MB, over the {MAX_SNAPSHOT_BYTES // 2**20} MB "
+            "that can be shipped to the cluster for verification: verify from a "
+            "subdirectory, or without --executor ray"
+        )
+
+
+def verify_on(
+    executor: RayExecutor,
+    files: Sequence[tuple[str, str]],
+    *,
+    rules: Sequence[type],
+    unsafe: bool,
+    limits: dict[str, Any],
+) -> list[list[Any] | Exception | None]:
+    """:func:`gradfix.proof.verify_fixes` of each (path, source) on the cluster, in the
+    project the executor shipped (each program runs where it expects its files); the
+    verdicts name the driver's paths. ``None`` for a file the cluster cannot run (outside
+    the shipped directory, or nothing shipped: a Ray started by someone else in this
+    process): the caller verifies it here."""
+    ray = executor.ray
+    root = executor.shipped
+    if root is None:
+        return [None] * len(files)
+    limits = dict(limits)
+    harness = limits.pop("command", None)
+    command = None
+    if harness is not None:
+        command = (harness.command, harness.timeout, harness.seed, harness.max_steps)
+    remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(_verify_file)
+    refs: list[Any] = []
+    for path, source in files:
+        relative = os.path.relpath(os.path.abspath(path), root)
+        outside = relative.startswith(os.pardir + os.sep)
+        refs.append(
+            None if outside else remote.remote(relative, source, rules, unsafe, limits, command)
+        )
+    results: list[list[Any] | Exception | None] = []
+    for (path, _), ref in zip(files, refs):
+        if ref is None:
+            results.append(None)
+            continue
+        try:
+            found = ray.get(ref)
+        except ray.exceptions.RayError as error:
+            results.append(
+                RuntimeError(f"crashed a Ray worker while verifying: {type(error).__name__}")
+            )
+            continue
+        if isinstance(found, list):
+            found = [dataclasses.replace(v, path=path) for v in found]
+        results.append(found)
     return results

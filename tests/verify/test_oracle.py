@@ -1261,3 +1261,49 @@ model(torch.randn(3, 4)).pow(2).sum().backward()
     doubled = "return x * (self.w * 2 - self.w.detach())"
     wrong = verify(before, after.replace("return x * self.w", doubled))
     assert wrong.status == "rejected"
+
+
+# A weight filled in place before `requires_grad = False` (the fix wraps the fill in
+# no_grad); the word embedding's padding row gets no gradient by definition.
+FROZEN_TABLE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+words = nn.Embedding(6, 3, padding_idx=1)
+table = nn.Embedding(4, 3)
+weight = table.weight
+weight[:, 0] = 1.0
+weight.requires_grad = False
+ids = torch.tensor([[1, 2, 3]])
+out = (words(ids) + table(torch.tensor([[0, 1, 2]]))).pow(3).mean()
+out.backward()
+"""
+FROZEN_TABLE_FIX = FROZEN_TABLE.replace(
+    "weight[:, 0] = 1.0", "with torch.no_grad():\n    weight[:, 0] = 1.0"
+)
+
+
+def test_frozen_weights_and_padding_rows_are_not_compared_with_finite_differences() -> None:
+    verdict = verify(FROZEN_TABLE, FROZEN_TABLE_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert "frozen (requires_grad is False at the call)" in verdict.reason
+
+
+# A leaf filled in place (raises) before a steep exponential: the central difference at the
+# oracle's step is 1.5 % off the derivative, its extrapolation with the half step is not.
+STEEP_AFTER_FILL = """\
+import torch
+
+w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+w.add_(0.01)
+torch.exp(300 * w).sum().backward()
+"""
+STEEP_AFTER_FILL_FIX = STEEP_AFTER_FILL.replace(
+    "w.add_(0.01)", "with torch.no_grad():\n    w.add_(0.01)"
+)
+
+
+def test_strong_curvature_is_extrapolated_out_of_the_finite_difference() -> None:
+    verdict = verify(STEEP_AFTER_FILL, STEEP_AFTER_FILL_FIX)
+    assert verdict.status == "verified", verdict.reason

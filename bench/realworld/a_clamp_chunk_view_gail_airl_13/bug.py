@@ -2,7 +2,7 @@
 
 source: https://github.com/toshikwa/gail-airl-ppo.pytorch/issues/13
 symptom: error
-rule: none
+rule: GF204
 shape: nn.Module method of a policy network: `means, log_stds = self.net(states).chunk(2, dim=-1)` then `log_stds.clamp_(-20, 2)`
 """
 import math

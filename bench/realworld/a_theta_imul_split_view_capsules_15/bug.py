@@ -2,7 +2,7 @@
 
 source: https://github.com/phanideepgampa/stacked-capsule-networks/issues/15
 symptom: error
-rule: none
+rule: GF204
 shape: helper function called from a model: `torch.split(pose_tensor, 1, -1)` then `theta *= ...` under `if nonlinear:`
 """
 import math

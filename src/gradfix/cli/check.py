@@ -15,6 +15,7 @@ from gradfix.cli.common import (
     STDIN_PATH,
     cache_dir,
     changed_files,
+    cluster,
     configure,
     count_of,
     count_skipped_cells,
@@ -114,7 +115,8 @@ def check(
         # the text format's code frames show each fix alone: made by the same lint
         singles=output_format is CheckFormat.text and not statistics,
     )
-    run, _ = run_files(paths, options, stdin_filename, jobs, executor, ray_address)
+    with cluster(executor, ray_address) as on:
+        run, _ = run_files(paths, options, stdin_filename, jobs, on)
     if add_noqa:
         _add_noqa(run, quiet)
     report_problems(run, verbose, notes=not quiet)

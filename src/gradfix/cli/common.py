@@ -99,18 +99,17 @@ def run_files(
     options: RunOptions,
     stdin_filename: str | None,
     jobs: int = 1,
-    executor: ExecutorKind | None = None,
-    ray_address: str | None = None,
+    executor: Executor | None = None,
 ) -> tuple[RunResult, bytes | None]:
-    """Process ``paths`` (or stdin) on this machine or on Ray (``executor``); the stdin
-    bytes are returned for ``fix -``."""
+    """Process ``paths`` (or stdin) on this machine or on a cluster (``executor``, from
+    :func:`cluster`); the stdin bytes are returned for ``fix -``."""
     from gradfix.runner import RunResult, process_bytes, process_paths
 
     paths = paths_or_default(paths, stdin_filename)
     if STDIN_PATH not in paths:
-        with cluster(executor, ray_address) as on, progress_bar() as progress:
+        with progress_bar() as progress:
             run = process_paths(
-                paths, options, jobs=jobs or _cpu_count(), progress=progress, executor=on
+                paths, options, jobs=jobs or _cpu_count(), progress=progress, executor=executor
             )
         return run, None
     if len(paths) > 1:
@@ -122,9 +121,13 @@ def run_files(
 
 
 @contextlib.contextmanager
-def cluster(executor: ExecutorKind | None, address: str | None) -> Iterator[Executor | None]:
-    """The Ray executor of ``--executor ray`` for the run (``None``: the local pool);
-    one line and exit 2 when Ray is missing or the cluster cannot be reached."""
+def cluster(
+    executor: ExecutorKind | None, address: str | None, ship: str | None = None
+) -> Iterator[Executor | None]:
+    """The Ray executor of ``--executor ray`` for the run (``None``: the local pool),
+    with the project directory ``ship`` shipped to it to verify fixes there; one line
+    and exit 2 when Ray is missing, the cluster cannot be reached or the project is too
+    large to ship."""
     from gradfix.cli.options import ExecutorKind
 
     if executor is not ExecutorKind.ray:
@@ -133,12 +136,12 @@ def cluster(executor: ExecutorKind | None, address: str | None) -> Iterator[Exec
             raise typer.Exit(EXIT_ERROR)
         yield None
         return
-    from gradfix.ray_executor import RayExecutor, RayMissing
+    from gradfix.ray_executor import RayExecutor, RayMissing, SnapshotTooLarge
 
     try:
-        ray_executor = RayExecutor(address)
+        ray_executor = RayExecutor(address, ship=ship)
         ray_executor.__enter__()
-    except RayMissing as error:
+    except (RayMissing, SnapshotTooLarge) as error:
         echo_stderr(f"error: {error}")
         raise typer.Exit(EXIT_ERROR) from None
     except Exception as error:  # ConnectionError, Ray's own: one line

@@ -16,6 +16,7 @@ from gradfix.cli.common import (
     STDIN_PATH,
     cache_dir,
     changed_files,
+    cluster,
     configure,
     count_of,
     count_skipped_cells,
@@ -130,14 +131,17 @@ def fix(
         first = dataclasses.replace(options, unsafe_fixes=True, write=False)
     elif mode is VerifyMode.default:
         first = dataclasses.replace(options, write=False)  # written once proven
-    run, stdin_data = run_files(paths, first, stdin_filename, jobs, executor, ray_address)
-    if interactive:
-        report_problems(run, verbose)
-        _interactive(run, options, timeout if mode is VerifyMode.strict else None)
-    verdicts = {}
-    if mode is not VerifyMode.off:
-        harness = harness_limits(timeout, max_steps)
-        verdicts = verify_run(run, options, harness, strict=mode is VerifyMode.strict)
+    ship = "." if mode is not VerifyMode.off else None  # the fixes are run there
+    with cluster(executor, ray_address, ship) as on:
+        run, stdin_data = run_files(paths, first, stdin_filename, jobs, on)
+        if interactive:
+            report_problems(run, verbose)
+            _interactive(run, options, timeout if mode is VerifyMode.strict else None)
+        verdicts = {}
+        if mode is not VerifyMode.off:
+            harness = harness_limits(timeout, max_steps)
+            strict = mode is VerifyMode.strict
+            verdicts = verify_run(run, options, harness, strict=strict, executor=on)
     # stdin is an editor's filter (vim's `:%!`): stdout is the buffer, and whatever goes
     # to stderr may end up in it too, so only errors are reported
     quiet = quiet or stdin_data is not None

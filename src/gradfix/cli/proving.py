@@ -12,7 +12,7 @@ from gradfix.cli.common import EXIT_ERROR, echo_stderr
 
 if TYPE_CHECKING:
     from gradfix.proof import FixVerdict
-    from gradfix.runner import FileResult, RunOptions, RunResult
+    from gradfix.runner import Executor, FileResult, RunOptions, RunResult
 
 
 class VerifyMode(enum.Enum):
@@ -30,6 +30,7 @@ def verify_run(
     *,
     strict: bool = True,
     jobs: int = 2,
+    executor: Executor | None = None,
 ) -> dict[str, list[FixVerdict]]:
     """Judge every fix of every changed file (alone, with the file's other fixes, and
     across files with the project's other fixes), then keep (and with --write, write)
@@ -38,12 +39,15 @@ def verify_run(
     accepted (unverified ones too with --unsafe-fixes); otherwise (``fix --write``'s
     default) only the fixes the safety classes apply are judged, and only rejected ones
     are dropped. ``harness``: keyword arguments of :func:`gradfix.proof.verify_fixes`.
-    Verdict lines go to stderr when writing."""
+    Verdict lines go to stderr when writing. On a Ray ``executor`` each file's fixes are
+    judged on the cluster (:func:`gradfix.ray_executor.verify_on`)."""
     from gradfix.proof import one_run
     from gradfix.runner import write_result
 
     with one_run():
-        verdicts, candidates = _judge_files(run, options, harness, strict=strict, jobs=jobs)
+        verdicts, candidates = _judge_files(
+            run, options, harness, strict=strict, jobs=jobs, executor=executor
+        )
         _judge_across_files(run, verdicts, candidates, harness)
         for result in run.files:
             found = verdicts.get(result.path)
@@ -58,10 +62,16 @@ def verify_run(
 
 
 def _judge_files(
-    run: RunResult, options: RunOptions, harness: dict[str, Any], *, strict: bool, jobs: int
+    run: RunResult,
+    options: RunOptions,
+    harness: dict[str, Any],
+    *,
+    strict: bool,
+    jobs: int,
+    executor: Executor | None = None,
 ) -> tuple[dict[str, list[FixVerdict]], dict[str, str]]:
-    """The verdicts of each changed file's fixes (``jobs`` fixes judged at once), and its
-    text with all of them."""
+    """The verdicts of each changed file's fixes (``jobs`` fixes judged at once, or each
+    file on the cluster of a Ray ``executor``), and its text with all of them."""
     from gradfix.engine import SourceError
     from gradfix.notebook import is_notebook
     from gradfix.proof import verify_fixes
@@ -70,6 +80,7 @@ def _judge_files(
 
     verdicts: dict[str, list[FixVerdict]] = {}
     candidates: dict[str, str] = {}
+    remote = _judged_on_cluster(run, options, harness, strict=strict, executor=executor)
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
             continue
@@ -82,20 +93,54 @@ def _judge_files(
             continue
         unsafe = strict or options.unsafe_fixes
         try:
-            found = verify_fixes(
-                result.path,
-                result.original,
-                rules=options.rules,
-                unsafe=unsafe,
-                jobs=jobs,
-                **harness,
-            )
+            found = remote.get(result.path)
+            if isinstance(found, Exception):
+                raise found
+            if found is None:
+                found = verify_fixes(
+                    result.path,
+                    result.original,
+                    rules=options.rules,
+                    unsafe=unsafe,
+                    jobs=jobs,
+                    **harness,
+                )
         except (SourceError, EntryError) as error:
+            result.error = str(error)
+            continue
+        except RuntimeError as error:  # the cluster lost the file's verification
             result.error = str(error)
             continue
         verdicts[result.path] = found
         candidates[result.path] = result.fixed or result.original
     return verdicts, candidates
+
+
+def _judged_on_cluster(
+    run: RunResult,
+    options: RunOptions,
+    harness: dict[str, Any],
+    *,
+    strict: bool,
+    executor: Executor | None,
+) -> dict[str, Any]:
+    """path -> the verdicts (or the error) of each changed file's fixes judged on a Ray
+    ``executor``; empty without one."""
+    if executor is None:
+        return {}
+    from gradfix.notebook import is_notebook
+    from gradfix.ray_executor import RayExecutor, verify_on
+
+    if not isinstance(executor, RayExecutor):
+        return {}
+    files = [
+        (r.path, r.original)
+        for r in run.files
+        if r.error is None and r.changed and r.original is not None and not is_notebook(r.path)
+    ]
+    unsafe = strict or options.unsafe_fixes
+    found = verify_on(executor, files, rules=options.rules, unsafe=unsafe, limits=harness)
+    return {path: verdicts for (path, _), verdicts in zip(files, found)}
 
 
 def _judge_across_files(

@@ -14,6 +14,7 @@ from gradfix.cli.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     check_entry,
+    cluster,
     configure,
     count_of,
     echo_stderr,
@@ -25,9 +26,12 @@ from gradfix.cli.options import (
     CommandOption,
     ConfigOption,
     EntryOption,
+    ExecutorKind,
+    ExecutorOption,
     IgnoreOption,
     MaxStepsOption,
     PathsArgument,
+    RayAddressOption,
     SelectOption,
     TimeoutOption,
     VerboseOption,
@@ -63,6 +67,8 @@ def verify(
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", min=1, help="Fixes verified at the same time.")
     ] = 2,
+    executor: ExecutorOption = ExecutorKind.local,
+    ray_address: RayAddressOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Prove each fix by execution; nothing is written.
@@ -94,7 +100,6 @@ def verify(
     # every fix is judged, the unsafe ones included: that is what verification is for
     rules, settings = configure(select, ignore, config)
     options = RunOptions(rules=rules, fix=True, unsafe_fixes=True, config=settings)
-    run, _ = run_files(paths, options, None, 1)
     harness = None
     if command is not None:
         from gradfix.proof import DEFAULT_MAX_STEPS
@@ -103,8 +108,10 @@ def verify(
         steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps or None
         harness = CommandHarness(command, timeout=timeout, seed=seed, max_steps=steps)
     try:
-        limits = harness_limits(timeout, max_steps, entry=entry, command=harness)
-        verdicts = verify_run(run, options, limits, jobs=jobs)
+        with cluster(executor, ray_address, ship=".") as on:
+            run, _ = run_files(paths, options, None, 1, on)
+            limits = harness_limits(timeout, max_steps, entry=entry, command=harness)
+            verdicts = verify_run(run, options, limits, jobs=jobs, executor=on)
     finally:
         if harness is not None:
             harness.close()

@@ -67,7 +67,7 @@ class ModuleQueries(ValueQueries):
         if type(expr) is ast.Call:
             if (self.call_name(expr) or "") in NN_CONTAINERS:
                 return True
-            return self._is_module_class(expr.func, _depth)
+            return self._is_module_class(expr.func, _depth) or self._returns_module(expr, _depth)
         if type(expr) is ast.Name:
             binding = self.reaching_binding(expr, at)
             if binding is None or binding.unpack_index is not None:
@@ -82,6 +82,14 @@ class ModuleQueries(ValueQueries):
             return False
         values = self.self_attribute_values(expr, at) if type(expr) is ast.Attribute else []
         return bool(values) and all(self.is_module(v, b.node, _depth + 1) for v, b in values)
+
+    def _returns_module(self, call: ast.Call, depth: int) -> bool:
+        """``call`` runs a function of this file every ``return`` of which hands back a
+        module (``def build_mlp(...): ... return nn.Sequential(*layers)``)."""
+        returned = self.returned_values(call, call)
+        return bool(returned) and all(
+            self.is_module(value, ret, depth + 1) for value, ret in returned or ()
+        )
 
     def _is_module_class(self, func: ast.AST, depth: int) -> bool:
         """``func`` names a class of this file that subclasses ``nn.Module`` (directly or

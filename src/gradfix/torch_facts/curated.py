@@ -98,6 +98,11 @@ MAY_RETURN_INPUT = frozenset(
 #: Ops whose result may share storage with their operand: views, tuples of views
 #: (``chunk``, ``split``, ``unbind``) and ops that may return the operand itself.
 MAY_ALIAS_OPS = VIEW_OPS | MAY_RETURN_INPUT | frozenset("chunk split unbind tensor_split".split())
+#: Ops returning several views that autograd forbids changing in place while their base
+#: requires grad ("Output 1 of Split is a view and is being modified inplace. This view is
+#: the output of a function that returns multiple views"). ``tensor_split``, ``hsplit``,
+#: ``unsafe_split`` and ``unsafe_chunk`` return plain slices: changing them is allowed.
+MULTI_OUTPUT_VIEW_OPS = frozenset("chunk split split_with_sizes unbind".split())
 
 #: Calls (short name) that turn a tensor that requires grad into a constant, with the rule
 #: that reports the cut: copying the values (GF101) or detaching (GF104).

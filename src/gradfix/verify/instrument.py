@@ -207,6 +207,7 @@ class Recorder:
                 record["bound_values"] = self._bound_values()
             if record:
                 record["frozen"] = self._frozen_leaves()
+                record["padding_rows"] = self._padding_rows()
                 self._name_parameters()
         finally:
             self.internal = False
@@ -263,6 +264,24 @@ class Recorder:
     def _frozen_leaves(self) -> list[int]:
         """Leaves that no longer require grad: frozen on purpose, no gradient expected."""
         return [k for k, leaf in enumerate(self.leaves) if not _BASE_REQUIRES_GRAD.__get__(leaf)]
+
+    def _padding_rows(self) -> dict[str, list[int]]:
+        """Leaf -> the elements of the ``padding_idx`` row of an embedding's weight the
+        script holds: their gradient is zero by definition, whatever the forward does with
+        them (finite differences of the values disagree on purpose)."""
+        rows: dict[str, list[int]] = {}
+        for _, held in self._held_modules():
+            for module in held.modules():
+                if not isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+                    continue
+                weight: torch.Tensor = module.weight
+                padding = module.padding_idx
+                k = self.leaf_index(weight)
+                if k is None or padding is None or weight.dim() != 2:
+                    continue
+                width = weight.shape[1]
+                rows[str(k)] = list(range(padding * width, (padding + 1) * width))
+        return rows
 
     def _name_parameters(self) -> None:
         """Name the leaves that are parameters of the modules the script holds (its

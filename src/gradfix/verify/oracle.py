@@ -98,7 +98,9 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
 
 ``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``;
 ``bound_grads`` the gradient w.r.t. each module-level non-leaf that requires grad;
-``frozen`` the leaves that do not require grad at the call.
+``frozen`` the leaves that do not require grad at the call; ``padding_rows`` the elements
+of each embedding weight's ``padding_idx`` row (zero gradient by definition: not compared
+with finite differences).
 """
 
 from __future__ import annotations
@@ -1054,6 +1056,11 @@ class _Comparison:
         label: str,
     ) -> None:
         """Compare AFTER's gradient with a finite-difference estimate (of ``source``)."""
+        events = self.after.get("events") or []
+        if grad_a is None and i < len(events) and k in (events[i].get("frozen") or []):
+            # ``E.requires_grad = False`` before the call: no gradient is expected
+            self.not_compared.setdefault(k, "frozen (requires_grad is False at the call)")
+            return
         self._require_finite(grad_a, k, label)
         entry = self._fd_entry(source, i, k, elements)
         if entry is None:
@@ -1079,11 +1086,12 @@ class _Comparison:
                     self._check_fd_element(k, j, value, 0.0, 0.0, source, label)
             return
         done = set()
+        padding = set(self._padding_elements(source, i, k))
         intervals = entry.get("intervals") or [None] * len(entry["indices"])
         for j, value, method, noise, interval in zip(
             entry["indices"], entry["values"], entry["methods"], entry["noise"], intervals
         ):
-            if wanted is not None and j not in wanted:
+            if (wanted is not None and j not in wanted) or j in padding:
                 continue
             done.add(j)
             a = actual[j] if actual is not None and j < len(actual) else None
@@ -1092,6 +1100,13 @@ class _Comparison:
             )
         requested = entry.get("requested", 0) if wanted is None else len(wanted)
         self.fd_details["uncompared"] += max(0, requested - len(done))
+
+    def _padding_elements(self, source: str, i: int, k: int) -> list[int]:
+        """The elements of leaf ``k`` in an embedding's ``padding_idx`` row at call ``i``."""
+        trace = self.before if source == "before" else self.after
+        events = trace.get("events") or []
+        event = events[i] if i < len(events) else {}
+        return list((event.get("padding_rows") or {}).get(str(k), []))
 
     def _check_fd_estimate(
         self,
