@@ -31,6 +31,8 @@ rate to the whole corpus, labelled as extrapolated.
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import os
 import platform
 import random
@@ -53,9 +55,10 @@ TORCHFIX_VERSION = "0.7.0"
 RUNS = ("cold", "warm", "fix", "torchfix", "verify")
 VERIFY_SCRIPT = Path(__file__).resolve().parent / "verify_speed.py"
 
-# the targets of issue 6 (verification: issue 4); the time targets are for transformers
+# the targets of issue 6 (verification: issue 4; warm: issue 12's ≤ 0.5 s, issue 6 asked ≤ 1 s);
+# the time targets are for transformers
 COLD_TARGET_S = 15.0
-WARM_TARGET_S = 1.0
+WARM_TARGET_S = 0.5
 MEMORY_TARGET_MB = 500.0
 RATIO_TARGET = 60.0
 VERIFY_TARGET_S = 0.3
@@ -708,12 +711,32 @@ def source_revision() -> str:
     return result.stdout.strip() or "unknown"
 
 
+def compile_bytecode(package: str = "gradfix") -> list[str]:
+    """Compile the bytecode of ``package`` (as imported here: an editable install's source
+    folders), as ``pip install`` of a wheel does. Without it, an environment with
+    ``PYTHONDONTWRITEBYTECODE=1`` compiles gradfix's ~250 modules from source at every
+    start (0.2 s of each warm run, measured 2026-11-23), which no installed copy pays.
+    Returns the folders compiled."""
+    folders: list[str] = []
+    for name in (package, f"{package}.codemods"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError:
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if os.path.isdir(folder) and folder not in folders:
+                compileall.compile_dir(folder, quiet=1)
+                folders.append(folder)
+    return folders
+
+
 def run_benchmark(corpus: Corpus, commands: Commands, settings: Settings) -> Report:
     """Every requested run, from an empty temporary directory (the warm run's cache lives
     there and is deleted with it)."""
     report = Report(corpus, settings, load_before=os.getloadavg())
     env = dict(os.environ)
     env.pop("GRADFIX_NO_CACHE", None)  # the warm run needs the cache
+    compile_bytecode()
     report.gradfix_version = gradfix_version(commands.gradfix)
     report.revision = source_revision()
     with tempfile.TemporaryDirectory(prefix="gradfix-speed-") as directory:

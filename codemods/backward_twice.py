@@ -361,6 +361,8 @@ class BackwardTwice(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
+        if not self._runs_backward:
+            return  # both checks start from a backward call
         self._check_retained_state(node)
         root = self._first_pass_root(node)
         if root is None or self.analysis.in_no_grad(node) or not self.analysis.imports_torch():
@@ -399,7 +401,9 @@ class BackwardTwice(Rule):
     def _check_carried_state(self, node: ast.Assign) -> None:
         """``out, h = rnn(x, h)`` in a loop that calls ``backward()`` each iteration: ``h``
         carries the previous iteration's graph, freed by its backward, into the next one."""
-        if not self.analysis.imports_torch() or self.analysis.in_no_grad(node):
+        if not self._runs_backward or not self.analysis.imports_torch():
+            return
+        if self.analysis.in_no_grad(node):
             return
         loop = self._innermost_loop(node)
         if loop is None or not self._backward_after(node, loop):
@@ -417,6 +421,13 @@ class BackwardTwice(Rule):
             "boundary"
         )
         self.report(node, message, fix=self._detach_after(node, carried))
+
+    @functools.cached_property
+    def _runs_backward(self) -> bool:
+        """Some call of the file runs a backward pass: most files (models) have none, and
+        every check of this rule needs one."""
+        calls = self.analysis.by_type.get(ast.Call, [])
+        return any(self._positions(call) is not None for call in calls)  # type: ignore[arg-type]
 
     @functools.cached_property
     def _bodies(self) -> dict[int, _CallCollector]:

@@ -404,6 +404,7 @@ class LossAccumulation(Rule):
             or type(func.value) is not ast.Name
             or not node.args
             or type(node.args[0]) is ast.Starred
+            or func.attr not in RECORDING_METHODS  # cheap first: most calls are none of these
             or not self._is_statement_line(node)
         ):
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from collections.abc import Callable
@@ -250,7 +251,16 @@ class NonleafParameter(Rule):
                 self._check(argument_value(arguments[-1]), node)  # ``params.append(...)``
 
     # -- deciding --------------------------------------------------------------------------
+    @functools.cached_property
+    def _creates_leaves(self) -> bool:
+        """Some call of the file may create a leaf (``_may_create_leaf``): what every
+        finding peels down to; many files have none."""
+        calls = self.analysis.by_type.get(ast.Call, [])
+        return any(_may_create_leaf(call) for call in calls)  # type: ignore[arg-type]
+
     def _check(self, value: ast.expr, statement: ast.AST) -> None:
+        if not self._creates_leaves:
+            return
         lost = self._lost_leaf(value, statement)
         if lost is None or not lost.ops or self._moved_where_it_is(lost, statement):
             return

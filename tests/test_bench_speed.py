@@ -295,3 +295,20 @@ def test_process_tree_from_children_files_and_from_a_scan_agree(speed: ModuleTyp
 def test_markdown_table_escapes_pipes(speed: ModuleType) -> None:
     table = speed.markdown_table(["a", "b"], [["x|y", "1"]])
     assert table.splitlines() == ["| a | b |", "|---|---:|", "| x\\|y | 1 |"]
+
+
+def test_bytecode_is_compiled_before_timing(
+    speed: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environment that writes no bytecode (``PYTHONDONTWRITEBYTECODE``) would compile
+    every module of gradfix at every timed start; the benchmark compiles them once."""
+    package = tmp_path / "speedpkg"
+    (package / "codemods").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "codemods" / "__init__.py").write_text("")
+    (package / "rule.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    folders = speed.compile_bytecode("speedpkg")
+    assert folders == [str(package), str(package / "codemods")]
+    assert list((package / "__pycache__").glob("rule.*.pyc"))
+    assert list((package / "codemods" / "__pycache__").glob("__init__.*.pyc"))

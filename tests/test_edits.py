@@ -94,3 +94,34 @@ def test_with_argument_keeps_the_layout(before: str, after: str) -> None:
 def test_without_argument_leaves_no_dangling_comma(before: str, after: str) -> None:
     call = cst.ensure_type(cst.parse_expression(before), cst.Call)
     assert cst.Module([]).code_for_node(without_argument(call, "requires_grad")) == after
+
+
+LAYOUTS = [
+    "# header\n\n\nimport torch\n\n\n@deco(a)\nclass A:\n    '''doc\n    lines'''\n\n"
+    "    x = f(\n        1)\n\n\n# between\ny = A()\n",
+    "import torch\nw = torch.ones(2)\nw.add_(1)",  # no newline at the end
+    "import torch\r\nw = torch.ones(2)\r\n\r\nw.add_(1)\r\n",  # \r\n: the whole module's ranges
+    "x = 1; y = (x +\n  2)\nif x:\n    z = [\n        y for y in x\n    ]\n# footer\n",
+    "s = '''a\nb'''\nt = s\n\x0c\ndef f(a=s):\n    return a\n",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("source", LAYOUTS)
+def test_nodes_found_by_statement_are_those_of_the_whole_module(source: str) -> None:
+    """The editor resolves ranges one top-level statement at a time: the same nodes, at
+    the same ranges, as LibCST's ranges of the whole module give."""
+    from gradfix.edits import _cst_types
+
+    by_statement = Editor(parse(source), source, "torch")
+    whole = Editor(parse(source), source, "torch")
+    whole._statements.index_at = lambda line: None  # type: ignore[method-assign]
+    tree, found = ast.parse(source), 0
+    for node in ast.walk(tree):
+        if type(node) not in _cst_types() or isinstance(node, ast.Module):
+            continue
+        ours, theirs = by_statement.node(node), whole.node(node)
+        assert whole.positions[theirs] == by_statement.positions[ours]
+        assert by_statement.module.code_for_node(ours) == whole.module.code_for_node(theirs)
+        found += 1
+    assert found > 5
+    assert bool(by_statement._statements._first_lines) == ("\r" not in source)

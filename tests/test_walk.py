@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 # -- the walk of the rules on ``ast`` ---------------------------------------------------------
 
 
@@ -51,6 +53,20 @@ def test_ast_walk_drops_a_visitor_that_raises_and_goes_on() -> None:
     walk_ast_batched(ast.parse(AST_SOURCE), [bad, good], lambda v, e: failures.append((v, str(e))))
     assert failures == [(bad, "deco")]
     assert good.events[-1] == "last" and bad.events == ["visit outer"]  # nothing after
+    alone = _Events()
+    walk_ast_batched(ast.parse(AST_SOURCE), [alone])
+    assert good.events == alone.events  # the node a visitor raised on is not lost to the next
+
+
+def test_ast_walk_raises_without_on_error() -> None:
+    from gradfix.walk import walk_ast_batched
+
+    class Raises(_Events):
+        def visit_Name(self, node: ast.Name) -> None:
+            raise ValueError(node.id)
+
+    with pytest.raises(ValueError, match="deco"):
+        walk_ast_batched(ast.parse(AST_SOURCE), [_Events(), Raises()])
 
 
 class _Calls:

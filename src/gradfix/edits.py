@@ -23,8 +23,9 @@ fix needs (``FixPlan.imports``, added by the engine).
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -141,15 +142,18 @@ class Editor:
         self._positions: Mapping[cst.CSTNode, CodeRange] | None = None
         self._index: dict[Span, list[cst.CSTNode]] | None = None
         self._parents: dict[int, cst.CSTNode] | None = None
+        self._statements = _TopLevelStatements(module)
 
     # -- finding nodes -----------------------------------------------------------------
     @property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        if self._positions is None:
-            from libcst.metadata import MetadataWrapper, PositionProvider
+        """Every node's range: the ranges resolved for the statements where fixes were
+        built, the whole module's only when asked for another node."""
+        return _Positions(self._statements, self._all_positions)
 
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
+    def _all_positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        if self._positions is None:
+            self._positions = _resolve_positions(self.module)
         return self._positions
 
     def node(self, node: ast.AST) -> cst.CSTNode:
@@ -157,19 +161,21 @@ class Editor:
         there is none (the plan then offers no fix)."""
         if isinstance(node, ast.Module):
             return self.module
-        if self._index is None:
-            index: dict[Span, list[cst.CSTNode]] = {}
-            for cst_node, where in self.positions.items():
-                span = (where.start.line, where.start.column, where.end.line, where.end.column)
-                index.setdefault(span, []).append(cst_node)
-            self._index = index
         where = ast_range(node, self.lines)
         span = (where.start.line, where.start.column, where.end.line, where.end.column)
+        index = self._statements.index_at(where.start.line)
+        if index is None:  # no top-level statement holds the line alone: the whole module
+            index = self._whole_index()
         wanted = _cst_types().get(type(node), ())
-        for candidate in self._index.get(span, ()):
+        for candidate in index.get(span, ()):
             if isinstance(candidate, wanted):
                 return candidate
         raise LookupError(f"no LibCST node for {type(node).__name__} at {span}")
+
+    def _whole_index(self) -> dict[Span, list[cst.CSTNode]]:
+        if self._index is None:
+            self._index = _span_index(self._all_positions())
+        return self._index
 
     def statement(self, node: ast.stmt) -> cst.BaseStatement:
         """The statement of the block holding ``node``: its ``SimpleStatementLine`` for a
@@ -402,3 +408,108 @@ def as_keyword(arg: cst.Arg, keyword: str) -> cst.Arg:
     """``arg`` passed as ``keyword=`` (no spaces around ``=``), its value and comma kept."""
     equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
     return arg.with_changes(keyword=cst.Name(keyword), equal=equal)
+
+
+def _resolve_positions(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
+def _span_index(positions: Mapping[cst.CSTNode, CodeRange]) -> dict[Span, list[cst.CSTNode]]:
+    index: dict[Span, list[cst.CSTNode]] = {}
+    for cst_node, where in positions.items():
+        span = (where.start.line, where.start.column, where.end.line, where.end.column)
+        index.setdefault(span, []).append(cst_node)
+    return index
+
+
+class _TopLevelStatements:
+    """The ranges of a module's nodes, resolved one top-level statement at a time.
+
+    LibCST's ``PositionProvider`` over a whole module costs about twice its parse; a fix
+    needs the nodes of one statement. A top-level statement starts a line at column 0, so
+    its nodes' ranges within a module of that statement alone are the same, shifted by
+    the lines before it (its text, from ``code_for_node``, follows the header and the
+    statements before it; when the texts do not add up to the module's code, nothing is
+    resolved this way)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self._first_lines: list[int] | None = None  # of each statement's text, 1-based
+        self._resolved: dict[int, dict[Span, list[cst.CSTNode]]] = {}  # statement -> index
+        self.ranges: dict[cst.CSTNode, CodeRange] = {}  # every node of those statements
+
+    def index_at(self, line: int) -> dict[Span, list[cst.CSTNode]] | None:
+        """Spans -> nodes of the statement whose text holds ``line`` (None: unknown)."""
+        first_lines = self._statement_lines()
+        position = bisect.bisect_right(first_lines, line) - 1
+        if not 0 <= position < len(self.module.body):
+            return None
+        if position not in self._resolved:
+            self._resolved[position] = self._resolve(position, first_lines[position] - 1)
+        return self._resolved[position]
+
+    def _statement_lines(self) -> list[int]:
+        if self._first_lines is None:
+            self._first_lines = _first_lines(self.module)
+        return self._first_lines
+
+    def _resolve(self, position: int, shift: int) -> dict[Span, list[cst.CSTNode]]:
+        from libcst.metadata import CodePosition, CodeRange
+
+        module = self.module
+        alone = module.with_changes(body=[module.body[position]], header=[], footer=[])
+        shifted = {
+            node: CodeRange(
+                CodePosition(where.start.line + shift, where.start.column),
+                CodePosition(where.end.line + shift, where.end.column),
+            )
+            for node, where in _resolve_positions(alone).items()
+            if node is not alone
+        }
+        self.ranges.update(shifted)
+        return _span_index(shifted)
+
+
+def _first_lines(module: cst.Module) -> list[int]:
+    """The first line of each top-level statement's text (its comments and blank lines
+    before it included); empty when the pieces do not give the module's code, or when it
+    has ``\\r`` line ends (LibCST counts a ``\\r`` and a ``\\n`` of two tokens as two
+    lines: only ``\\n`` alone is counted here)."""
+    code = module.code
+    if "\r" in code:
+        return []
+    header = "".join(module.code_for_node(line) for line in module.header)
+    texts = [module.code_for_node(statement) for statement in module.body]
+    footer = "".join(module.code_for_node(line) for line in module.footer)
+    whole = header + "".join(texts) + footer
+    if code != whole and not (whole.endswith("\n") and code == whole[:-1]):
+        return []
+    first_lines, line = [], 1 + header.count("\n")
+    for text in texts:
+        first_lines.append(line)
+        line += text.count("\n")
+    return first_lines
+
+
+class _Positions(Mapping["cst.CSTNode", "CodeRange"]):
+    """Ranges by node: those of the resolved statements, else the whole module's."""
+
+    def __init__(
+        self,
+        statements: _TopLevelStatements,
+        whole: Callable[[], Mapping[cst.CSTNode, CodeRange]],
+    ) -> None:
+        self.statements = statements
+        self.whole = whole
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        found = self.statements.ranges.get(node)
+        return found if found is not None else self.whole()[node]
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self.whole())
+
+    def __len__(self) -> int:
+        return len(self.whole())

@@ -14,6 +14,8 @@ next to each other end up in one block whichever rule or pass fixed them.
 from __future__ import annotations
 
 import ast
+import functools
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -70,10 +72,14 @@ class SourceText:
 
     def __init__(self, source: str) -> None:
         self.data = source.encode("utf-8")
-        starts = [0]
-        for line in self.data.splitlines(keepends=True):
-            starts.append(starts[-1] + len(line))
-        self.starts = starts
+        lengths = map(len, self.data.splitlines(keepends=True))
+        self.starts = list(itertools.accumulate(lengths, initial=0))
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1)
+    def of(source: str) -> SourceText:
+        """The text of ``source``, built once for the rules that share it (read only)."""
+        return SourceText(source)
 
     def start(self, node: ast.AST) -> int:
         return self.starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
@@ -199,7 +205,7 @@ class NoGradBlockRule(Rule):
 
     def __init__(self, context: RuleContext) -> None:
         super().__init__(context)
-        self.source = SourceText(context.source)
+        self.source = SourceText.of(context.source)
         self._wrapped_blocks: set[int] = set()
 
     def site(self, small: ast.stmt) -> Site | None:

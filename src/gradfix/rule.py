@@ -287,11 +287,12 @@ class RuleContext:
     path: str
     source: str
     semantic: Semantic
-    lines: list[str] = field(default_factory=list, repr=False)
 
-    def __post_init__(self) -> None:
-        if not self.lines:
-            self.lines = source_lines(self.source)
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        """The source's lines, split when a rule first asks (at its first report: most
+        files have none)."""
+        return source_lines(self.source)
 
 
 class Rule(BaseRule):

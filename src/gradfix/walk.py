@@ -176,6 +176,17 @@ def walk_ast_batched(
         return found
 
     def call(found: tuple[Callable[[ast.AST], object], ...], node: ast.AST) -> None:
+        if not dead:
+            try:  # no visitor has raised yet (the usual case): no bookkeeping per handler
+                for handler in found:
+                    handler(node)
+                return
+            except Exception as error:
+                if on_error is None:
+                    raise
+                failed = handler.__self__  # type: ignore[attr-defined]
+                drop(failed, error)
+                found = found[found.index(handler) + 1 :]  # the others still see ``node``
         for handler in found:
             visitor = handler.__self__  # type: ignore[attr-defined]
             if dead and id(visitor) in dead:
@@ -185,11 +196,15 @@ def walk_ast_batched(
             except Exception as error:
                 if on_error is None:
                     raise
-                on_error(visitor, error)
-                dead.add(id(visitor))
-                live.remove(visitor)
-                visits.clear()  # rebuilt without it
-                leaves.clear()
+                drop(visitor, error)
+
+    def drop(visitor: object, error: Exception) -> None:
+        assert on_error is not None
+        on_error(visitor, error)
+        dead.add(id(visitor))
+        live.remove(visitor)
+        visits.clear()  # rebuilt without it
+        leaves.clear()
 
     open_nodes: list[ast.AST] = []  # nodes whose ``leave_`` is due after their subtree
     for node in nodes:

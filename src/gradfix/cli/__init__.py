@@ -27,9 +27,11 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from gradfix.cli.coercion import install as install_plain_coercion
 from gradfix.lazy import defer_libcst
 
 defer_libcst()  # before the commands import the engine: most runs build no fix
+install_plain_coercion()  # typer's option checks without Pydantic for plain values
 
 from gradfix.cli import check, fix, rules, server, trace, verify  # noqa: E402
 from gradfix.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, echo_stderr  # noqa: E402

@@ -14,6 +14,7 @@ _UNKNOWN = object()  # not asked yet (``None`` is an answer: not an imported nam
 class NameQueries(Navigation):
     #: the answer of ``torch_alias`` once asked (False: not yet)
     _torch_alias: str | None | bool = False
+    _imports_torch: bool | None = None  # the answer of ``imports_torch`` once asked
 
     def qualified_name(self, expr: ast.AST) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
@@ -51,12 +52,14 @@ class NameQueries(Navigation):
 
     def imports_torch(self) -> bool:
         """The file imports torch somewhere (rules find nothing in files that do not)."""
-        return any(
-            b.kind == "import" and (b.qualified or "").split(".")[0] == "torch"
-            for scope in self._scopes.values()
-            for bindings in scope.bindings.values()
-            for b in bindings
-        )
+        if self._imports_torch is None:  # asked by most rules at most nodes: answered once
+            self._imports_torch = any(
+                b.kind == "import" and (b.qualified or "").split(".")[0] == "torch"
+                for scope in self._scopes.values()
+                for bindings in scope.bindings.values()
+                for b in bindings
+            )
+        return self._imports_torch
 
     def torch_alias(self) -> str | None:
         """The module-level name bound to the ``torch`` module, if any (``torch``, ``th``)."""

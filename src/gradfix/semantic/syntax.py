@@ -82,6 +82,29 @@ _SPECIAL_CHILDREN: dict[type[ast.AST], Callable[[Any], list[ast.AST]]] = {
     ast.IfExp: lambda node: [node.body, node.test, node.orelse],
     ast.Dict: _dict_children,
     ast.Call: _call_children,
+    # the most frequent node types, spelled out: what the loop below would find, faster
+    # (the analysis asks for the children of every node once)
+    ast.Attribute: lambda node: [node.value],
+    ast.Assign: lambda node: [*node.targets, node.value],
+    ast.arg: lambda node: [] if node.annotation is None else [node.annotation],
+    ast.keyword: lambda node: [node.value],
+    ast.BinOp: lambda node: [node.left, node.right],
+    ast.Subscript: lambda node: [node.value, node.slice],
+    ast.Compare: lambda node: [node.left, *node.comparators],
+    ast.Expr: lambda node: [node.value],
+    ast.Tuple: lambda node: list(node.elts),
+    ast.UnaryOp: lambda node: [node.operand],
+    ast.Return: lambda node: [] if node.value is None else [node.value],
+    ast.If: lambda node: [node.test, *node.body, *node.orelse],
+    ast.List: lambda node: list(node.elts),
+    ast.BoolOp: lambda node: list(node.values),
+    ast.Starred: lambda node: [node.value],
+    ast.alias: lambda node: [],
+    ast.AugAssign: lambda node: [node.target, node.value],
+    ast.Slice: lambda node: [n for n in (node.lower, node.upper, node.step) if n is not None],
+    ast.AnnAssign: lambda node: [
+        n for n in (node.target, node.annotation, node.value) if n is not None
+    ],
 }
 
 
