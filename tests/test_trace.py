@@ -61,8 +61,11 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("tensor_from_tensors.py", "GF101", 5),
         ("nan_where.py", "GF301", 4),
         ("nan_where_exp.py", "GF301", 4),  # an overflow, not a singular point
+        ("nan_data_masked.py", "GF301", 5),  # nan in the data, dropped by a mask
+        ("nan_data_masked_in_helper.py", "GF301", 10),  # the mask's line, not the helper's
         ("data_cut.py", "GF205", 6),
         ("nonleaf_grad.py", "GF106", 6),
+        ("nonleaf_made_on_creation.py", "GF103", 3),  # where the leaf was lost, not read
         ("loss_total.py", "GF403", 8),
         ("loss_history.py", "GF403", 12),
         ("trainer_history.py", "GF403", 12),

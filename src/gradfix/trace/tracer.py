@@ -54,6 +54,7 @@ CUT_PRIORITY = (
 )  # fmt: skip
 INPLACE_OPERATORS = INPLACE_DUNDERS | {"__setitem__"}
 ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
+MASKING = frozenset({"__getitem__", "masked_select"})  # ops that can drop elements by a mask
 MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
 MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
@@ -226,6 +227,8 @@ class Tracer:
             node.register_hook(functools.partial(self._check_finite, site, type(node).__name__))
         if name in ACCUMULATING and self.steps:
             self._check_accumulation(args, site)
+        if name in MASKING and _masked_by_bool(args):
+            self._watch_masked(args[0], site)
 
     def _stamp(self, node: Any) -> Site | None:
         """Note on the node the user's line that made it, how many backward calls had run,
@@ -238,6 +241,16 @@ class Tracer:
         if frame is not None and self.loop_code is not None and frame.f_code is not self.loop_code:
             metadata[LOOP_KEY] = line_in(frame.f_back, self.loop_code)  # made inside a call
         return site
+
+    def _watch_masked(self, masked: Any, site: Site | None) -> None:
+        """The op that made the values a mask selects from: where its backward turns the
+        mask's zeros into nan (``0 * nan``: nan or inf in the dropped elements, e.g. in the
+        data), the bug is at the mask's line (mask the op's inputs instead)."""
+        node = masked.grad_fn if isinstance(masked, torch.Tensor) else None
+        if node is None or type(node).__name__ == "AccumulateGrad":
+            return
+        name = type(node).__name__
+        node.register_hook(functools.partial(self._check_finite, site, name, masked=True))
 
     def _after_tuple_op(self, result: tuple[Any, ...]) -> None:
         nodes = {id(t.grad_fn): t.grad_fn for t in result if isinstance(t, torch.Tensor)}
@@ -255,6 +268,9 @@ class Tracer:
         node = tensor.grad_fn
         made_at = _metadata(node).get(SITE_KEY) if node is not None else None
         site = self.frames.site()
+        if made_at is not None and made_at in self._leaf_sites_feeding(node):
+            self._leaf_lost_on_creation(node, made_at, site)
+            return
         self.report(
             "nonleaf-grad",
             "GF106",
@@ -262,6 +278,26 @@ class Tracer:
             f"`.grad` of a non-leaf tensor is read: it is None (the tensor was made by "
             f"{type(node).__name__}{_at(made_at, site)}); only leaves get `.grad`",
             {"grad_fn": type(node).__name__, "made_at": _site_dict(made_at)},
+        )
+
+    def _leaf_sites_feeding(self, node: Any) -> set[Site | None]:
+        """Where the leaves that ``node`` takes directly were created."""
+        leaves = [getattr(n, "variable", None) for n, _ in node.next_functions if n is not None]
+        known = {id(leaf): k for k, leaf in enumerate(self.recorder.leaves)}
+        return {self.recorder.leaf_sites[known[id(v)]] for v in leaves if id(v) in known}
+
+    def _leaf_lost_on_creation(self, node: Any, made_at: Site, read_at: Site | None) -> None:
+        """``w = torch.randn(3, requires_grad=True) / 2``: the name holds the op's result,
+        the leaf that trains is out of reach; the fix goes where it was made (GF103)."""
+        name = type(node).__name__
+        self.report(
+            "nonleaf-grad",
+            "GF103",
+            made_at,
+            f"the leaf created with requires_grad here is lost: {name} made the value kept, "
+            f"a non-leaf whose `.grad`{_at(read_at, made_at)} is None; apply the op before "
+            "asking for grad",
+            {"grad_fn": name, "read_at": _site_dict(read_at)},
         )
 
     def _before_inplace(self, target: torch.Tensor) -> InplaceChange:
@@ -345,18 +381,30 @@ class Tracer:
                     return
 
     def _check_finite(
-        self, site: Site | None, node_name: str, grad_inputs: Any, grad_outputs: Any
+        self,
+        site: Site | None,
+        node_name: str,
+        grad_inputs: Any,
+        grad_outputs: Any,
+        *,
+        masked: bool = False,
     ) -> None:
         self.busy = True
         try:
             if _all_finite(grad_outputs) and not _all_finite(grad_inputs):
+                why = (
+                    "a mask here drops nan/inf values: their zero gradient times nan is nan; "
+                    "mask the inputs of the op instead"
+                    if masked
+                    else "a singular point of this op is reached, e.g. masked out"
+                )
                 self.report(
                     "nonfinite",
                     "GF301",
                     site,
                     f"the backward of {node_name} turned finite gradients into nan/inf here "
-                    "(a singular point of this op is reached, e.g. masked out)",
-                    {"grad_fn": node_name},
+                    f"({why})",
+                    {"grad_fn": node_name, **({"masked": True} if masked else {})},
                 )
         except Exception as error:  # noqa: BLE001
             self.note_internal_error("finite check", error)
@@ -731,6 +779,14 @@ def _is_inplace(name: str) -> bool:
     if name.endswith("_") and not name.endswith("__"):
         return not name.startswith("_")
     return name in INPLACE_OPERATORS
+
+
+def _masked_by_bool(args: tuple[Any, ...]) -> bool:
+    """``x[mask]``, ``x[:, mask]``, ``x.masked_select(mask)``: a boolean tensor selects."""
+    if len(args) < 2:
+        return False
+    index = args[1] if isinstance(args[1], tuple) else (args[1],)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
 
 
 def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
