@@ -747,6 +747,9 @@ class _Comparison:
             bound = self._bound_value(eb, ea, k)
             if bound is not None:
                 self._compare_to_bound_value(k, bound, eb["bound_grads"][bound], grad_a, label)
+                # before's program reads None from `.grad` of its non-leaf: it cannot train
+                # the value, so its later trajectory is no reference for the fix's
+                self._mark_broken(i)
                 continue
             grad_b = eb.get("grads", {}).get(key)
             if grad_b is None and grad_a is None:
