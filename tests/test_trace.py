@@ -72,6 +72,7 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("step_between_backwards.py", "GF204", 9),
         ("inplace_after_other_changes.py", "GF204", 5),  # the first change after the save
         ("inplace_rebased.py", "GF204", 6),  # autograd names the in-place op's node
+        ("inplace_flag_set_later.py", "GF204", 7),  # where the module was made in-place
         ("split_view_inplace.py", "GF204", 5),  # raised by the op, not by backward
         ("uncaught_only.py", "GF201", 6),  # read from the uncaught error's traceback
     ],
@@ -317,6 +318,26 @@ def test_a_rule_takes_the_runs_facts_only_at_their_line() -> None:
     assert single_fixes(source, rules=[knowing(rule, {4: {"inplace-saved"}})]) == []
     (fix,) = single_fixes(source, rules=[knowing(rule, {5: {"inplace-saved"}})])
     assert fix.source is not None and "x = x / x.norm()" in fix.source
+
+
+def test_an_inplace_flag_set_after_construction_is_turned_off_where_it_was_set(
+    tmp_path: Path,
+) -> None:
+    from gradfix.engine import single_fixes
+    from gradfix.registry import find_rule
+    from gradfix.trace.link import knowing
+
+    source = (DATA / "inplace_flag_set_later.py").read_text(encoding="utf-8")
+    rule = find_rule("GF204")
+    assert single_fixes(source, rules=[knowing(rule, {9: {"inplace-saved"}})]) == []
+    (fix,) = single_fixes(source, rules=[knowing(rule, {7: {"inplace-saved"}})])
+    assert fix.source is not None and "        m.inplace = False  # after" in fix.source
+    script = tmp_path / "inplace_flag_set_later.py"
+    script.write_text(source, encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script.name,
+                         cwd=tmp_path)  # fmt: skip
+    assert "inplace_flag_set_later.py:7:" in done.stdout and " GF204 verified" in done.stdout
+    assert "m.inplace = False" in script.read_text(encoding="utf-8")
 
 
 def test_the_verified_fixes_of_one_file_are_proven_and_written_together(tmp_path: Path) -> None:

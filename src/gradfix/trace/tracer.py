@@ -83,6 +83,7 @@ class InplaceChange:
     version: int  # the tensor's version after the change
     op: str
     result: str | None = None  # the grad_fn name after the change (autograd may name it)
+    flag_site: Site | None = None  # where the module making the change was set in place
 
 
 @dataclass
@@ -123,6 +124,8 @@ class Tracer:
         self.loop_code: CodeType | None = None  # the code of the frame calling backward
         self.kept_reported: set[tuple[str, str]] = set()  # (file, name) found keeping graphs
         self.notes: list[str] = []
+        #: id of a module -> (the module, where the program set its ``inplace`` flag)
+        self.inplace_flags: dict[int, tuple[Any, Site]] = {}
         self._ops: dict[Any, Op] = {}
         self.mode: TraceMode | None = None
         self.recorder = TraceRecorder(self)
@@ -319,9 +322,28 @@ class Tracer:
         change.op = name
         node = target.grad_fn
         change.result = type(node).__name__ if node is not None else None
+        if self.inplace_flags:
+            change.flag_site = self._flag_site()
         self._note_change(target, change)
         if node is not None and change.site is not None:
             _metadata(node)[SITE_KEY] = change.site
+
+    def _flag_site(self) -> Site | None:
+        """Where the program set ``inplace = True`` on the module whose ``forward`` (a
+        library's, between here and the user's frame) makes the current change."""
+        frame = sys._getframe(1)
+        while frame is not None and not self.frames.is_user_file(frame.f_code.co_filename):
+            held = self.inplace_flags.get(id(frame.f_locals.get("self")))
+            if held is not None and held[0] is frame.f_locals.get("self"):
+                return held[1]
+            frame = frame.f_back  # type: ignore[assignment]
+        return None
+
+    def inplace_flag_set(self, module: Any, value: Any) -> None:
+        """``m.inplace = True`` in the program's code (not a constructor's own)."""
+        caller = sys._getframe(3)  # the program's frame: here <- _guarded <- __setattr__
+        if value is True and self.frames.is_user_file(caller.f_code.co_filename):
+            self.inplace_flags[id(module)] = (module, (caller.f_code.co_filename, caller.f_lineno))
 
     def _note_change(self, tensor: torch.Tensor, change: InplaceChange) -> None:
         """Keep the changes of each tensor (autograd names the first one after the save,
@@ -479,11 +501,27 @@ class Tracer:
         )
         here = change.site
         saver_name = type(saver).__name__ if saver is not None else "an op"
+        if change.flag_site is not None:
+            self._inplace_flag_broke(error, change, saver_name, evidence)
+            return
         made = f"{change.producer or 'a leaf'}{_at(change.producer_site, here)}"
         message = (
             f"in-place `{change.op}` changes a tensor that {saver_name}{_at(saver_site, here)} "
             f"saved for backward (made by {made}); the backward{_at(site, here)} raises"
         )
+        self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
+
+    def _inplace_flag_broke(
+        self, error: RuntimeError, change: InplaceChange, saver: str, evidence: dict[str, Any]
+    ) -> None:
+        """The change is a module's, made in place by ``m.inplace = True``: the fix is there."""
+        here = change.flag_site
+        message = (
+            f"`inplace = True` set here makes `{change.op}`{_at(change.site, here)} change a "
+            f"tensor that {saver} saved for backward; the backward raises: keep the module "
+            "out of place"
+        )
+        evidence["changed_at"] = _site_dict(change.site)
         self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
 
     def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
@@ -736,6 +774,21 @@ class TraceMode(TorchFunctionMode):
         if tracer.busy or tracer.recorder.internal:
             return func(*args, **kwargs)
         return tracer.observe(func, args, kwargs)
+
+
+def watch_inplace_flags(tracer: Tracer) -> None:
+    """Tell the tracer where the program sets a module's ``inplace`` flag after building
+    it (``for m in model.modules(): m.inplace = True``): the line a fix must change."""
+    module_class: Any = torch.nn.Module
+    setattr_ = module_class.__setattr__
+
+    @functools.wraps(setattr_)
+    def noting(self: Any, name: str, value: Any) -> None:
+        if name == "inplace":
+            tracer._guarded(tracer.inplace_flag_set, self, value)
+        setattr_(self, name, value)
+
+    module_class.__setattr__ = noting
 
 
 def untraced_optimizer_steps(mode: TraceMode) -> None:
