@@ -58,6 +58,7 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("carried_graph.py", "GF401", 6),  # where the value of the earlier step is used
         ("carried_state_in_module.py", "GF401", 17),  # in the loop, not inside forward
         ("backward_same_graph_twice.py", "GF401", 5),  # the backward that freed the graph
+        ("forward_before_loop.py", "GF401", 5),  # a loop reruns one backward: its forward
         ("tensor_from_tensors.py", "GF101", 5),
         ("nan_where.py", "GF301", 4),
         ("nan_where_exp.py", "GF301", 4),  # an overflow, not a singular point
@@ -338,6 +339,27 @@ def test_an_inplace_flag_set_after_construction_is_turned_off_where_it_was_set(
                          cwd=tmp_path)  # fmt: skip
     assert "inplace_flag_set_later.py:7:" in done.stdout and " GF204 verified" in done.stdout
     assert "m.inplace = False" in script.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("script", "moved"),
+    [
+        ("forward_before_loop.py", "for step in range(3):\n    hidden = torch.tanh(x * w)"),
+        ("value_before_loop.py", "for step in range(2):\n    y = t @ a  # made once"),
+    ],
+)
+def test_a_graph_built_before_the_loop_is_moved_into_it_on_the_runs_evidence(
+    tmp_path: Path, script: str, moved: str
+) -> None:
+    path = tmp_path / script
+    path.write_text((DATA / script).read_text(encoding="utf-8"), encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script,
+                         cwd=tmp_path)  # fmt: skip
+    assert " GF401 verified" in done.stdout, done.stdout
+    fixed = path.read_text(encoding="utf-8")
+    assert moved in fixed
+    ran = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, check=False)
+    assert ran.returncode == 0
 
 
 def test_the_verified_fixes_of_one_file_are_proven_and_written_together(tmp_path: Path) -> None:

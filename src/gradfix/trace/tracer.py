@@ -552,7 +552,15 @@ class Tracer:
             "freed_by_backward_at": _site_dict(freeing),
         }
         here: Site | None = site
-        if freeing is not None:
+        built = self._built_once(roots, site) if freeing == site else None
+        if built is not None:
+            here = built
+            message = (
+                f"the graph the backward{_at(site, here)} runs through is built once, from "
+                "here, and that backward freed it: a loop reruns the backward, not the "
+                "forward (build the graph inside the loop)"
+            )
+        elif freeing is not None:
             here = freeing
             message = (
                 "the backward here frees the graph a later backward"
@@ -569,6 +577,18 @@ class Tracer:
         else:
             message = "a second backward through a graph the first one freed"
         self.report_error(error, "backward-twice", "GF401", here, message, evidence)
+
+    def _built_once(self, roots: list[Any], site: Site | None) -> Site | None:
+        """The first line, in the backward's file, of the graph a loop backpropagates
+        again (one backward line run twice: the forward ran once, before the loop)."""
+        if site is None:
+            return None
+        lines = {
+            made[1]
+            for node in _nodes(_root_nodes(roots))
+            if (made := _metadata(node).get(SITE_KEY)) is not None and made[0] == site[0]
+        }
+        return (site[0], min(lines)) if lines and min(lines) < site[1] else None
 
     def _carried_node(self, roots: list[Any]) -> tuple[Any, Any]:
         """The first node of the failing graph made before the latest backward call, and
