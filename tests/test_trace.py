@@ -114,6 +114,11 @@ def test_a_history_of_detached_losses_keeps_no_graph(tmp_path: Path) -> None:
     assert result.findings == [] and result.steps == 4
 
 
+def test_a_sum_of_losses_rebuilt_each_step_keeps_no_graph_across_steps() -> None:
+    result = trace_script("sum_of_backpropagated_losses.py")
+    assert result.findings == [] and result.steps == 6
+
+
 def test_nan_is_pinned_to_the_op_whose_backward_made_it_not_to_the_leaf() -> None:
     (finding,) = trace_script("nan_where.py").findings
     assert finding.evidence["grad_fn"] == "SqrtBackward0"

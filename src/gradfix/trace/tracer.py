@@ -389,6 +389,12 @@ class Tracer:
         self.cuts[site] = Cut(kind, code, site, next(self.order), sources)
 
     def _check_accumulation(self, args: tuple[Any, ...], site: Site | None) -> None:
+        """A sum that grows from step to step (an operand is this line's own earlier
+        result) over a graph a backward already used keeps every step's graph alive; a sum
+        of this step's losses (``first + second``) is rebuilt each step and does not."""
+        nodes = [v.grad_fn for v in args if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+        if not any(_metadata(node).get(SITE_KEY) == site for node in nodes):
+            return
         for value in args:
             if isinstance(value, torch.Tensor) and value.grad_fn is not None:
                 if _consumed_graph(value.grad_fn):
@@ -652,13 +658,15 @@ class Tracer:
 
     def _check_kept_graphs(self) -> None:
         """Report each name the program holds whose graph keeps the roots of two or more
-        earlier backward calls (a running total, a list of losses): memory grows per step."""
+        earlier backward calls of one line (a running total, a list of losses: memory grows
+        per iteration; the sum of one step's two losses does not grow)."""
         for held in kept.held_values(self.frames, sys._getframe(1)):
             key = (held.frame.f_code.co_filename, held.name)
             if key in self.kept_reported:
                 continue
             steps = sorted(kept.earlier_roots(held.tensors, ROOT_KEY, self.steps))
-            if len(steps) >= 2:
+            sites = [self.backward_sites.get(step) for step in steps]
+            if len(set(sites)) < len(sites):  # one backward line's roots of two iterations
                 self.kept_reported.add(key)
                 self._report_kept(held, steps)
 
