@@ -59,6 +59,7 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("carried_state_in_module.py", "GF401", 17),  # in the loop, not inside forward
         ("backward_same_graph_twice.py", "GF401", 5),  # the backward that freed the graph
         ("forward_before_loop.py", "GF401", 5),  # a loop reruns one backward: its forward
+        ("shared_between_two_losses.py", "GF401", 7),  # the use the first backward freed
         ("tensor_from_tensors.py", "GF101", 5),
         ("nan_where.py", "GF301", 4),
         ("nan_where_exp.py", "GF301", 4),  # an overflow, not a singular point

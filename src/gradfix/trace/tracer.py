@@ -59,6 +59,7 @@ MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
 MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
 MAX_BACKWARD_SITES = 64  # the lines of the latest backward calls kept
+MAX_RECENT_ROOTS = 4  # the root nodes of the latest backward calls kept
 MAX_CHANGES_PER_TENSOR = 64  # the first changes of one tensor since its last save matter
 
 
@@ -121,6 +122,8 @@ class Tracer:
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
         self.backward_sites: dict[int, Site | None] = {}  # backward call number -> its line
+        #: (backward call number, its root nodes) of the latest calls (their buffers are freed)
+        self.recent_roots: deque[tuple[int, list[Any]]] = deque(maxlen=MAX_RECENT_ROOTS)
         self.loop_code: CodeType | None = None  # the code of the frame calling backward
         self.kept_reported: set[tuple[str, str]] = set()  # (file, name) found keeping graphs
         self.notes: list[str] = []
@@ -573,6 +576,14 @@ class Tracer:
                 f"{_at(site, here)} runs through again (retain the graph here, or build the "
                 "graph anew before the second backward)"
             )
+        elif (shared := self._earlier_use(old, site)) is not None:
+            here, freed_at = shared
+            message = (
+                f"the value made{_at(carried, here)} goes into this loss, whose backward"
+                f"{_at(freed_at, here)} frees its graph, and again into the loss of the "
+                f"backward{_at(site, here)}, which raises: detach it here if this loss must "
+                "not train what made it (or retain the graph)"
+            )
         elif used is not None and self.steps:
             here = used
             message = (
@@ -595,6 +606,22 @@ class Tracer:
             if (made := _metadata(node).get(SITE_KEY)) is not None and made[0] == site[0]
         }
         return (site[0], min(lines)) if lines and min(lines) < site[1] else None
+
+    def _earlier_use(self, old: Any, site: Site | None) -> tuple[Site, Site | None] | None:
+        """Where a graph of an earlier backward call *of another line* took ``old`` (one
+        step's two losses share a value: a GAN's fake batch in D's and G's loss), and the
+        line of that backward."""
+        if old is None or site is None:
+            return None
+        for step, nodes in reversed(self.recent_roots):
+            freed_at = self.backward_sites.get(step)
+            if freed_at == site:
+                continue  # the same backward line: a state carried across iterations
+            for node in _nodes(nodes):
+                use = _metadata(node).get(SITE_KEY)
+                if use is not None and use[0] == site[0] and _takes(node, old):
+                    return use, freed_at
+        return None
 
     def _carried_node(self, roots: list[Any]) -> tuple[Any, Any]:
         """The first node of the failing graph made before the latest backward call, and
@@ -653,6 +680,7 @@ class Tracer:
         for root in roots:
             if isinstance(root, torch.Tensor) and root.grad_fn is not None:
                 _metadata(root.grad_fn)[ROOT_KEY] = self.steps
+        self.recent_roots.append((self.steps, _root_nodes(roots)))
         if self.steps >= 3:  # two earlier backward calls to keep
             self._check_kept_graphs()
 
@@ -888,6 +916,10 @@ def _nodes(start: list[Any]) -> Iterator[Any]:
         seen.add(id(node))
         yield node
         queue.extend(next_node for next_node, _ in node.next_functions)
+
+
+def _takes(node: Any, old: Any) -> bool:
+    return any(next_node is old for next_node, _ in node.next_functions)
 
 
 def _root_nodes(roots: list[Any]) -> list[Any]:
