@@ -95,7 +95,9 @@ class BackwardTwice(Rule):
     (an optimizer `step()`, an in-place op): the retained graph would then fail its version
     check, and the code needs a new forward pass instead. No fix for a loop that calls
     `backward()` on a loss computed once before the loop: that graph is stale after the
-    first update, and the forward pass belongs inside the loop. Only graphs with an op
+    first update, and the forward pass belongs inside the loop (on a run's evidence,
+    `gradfix trace` moves its chain of assignments to the top of the loop's body and
+    writes it once the rerun proves it). Only graphs with an op
     shown to save tensors are reported (`a + b` and `x.sum()` save nothing and can be
     back-propagated twice).
     """
@@ -371,8 +373,8 @@ class BackwardTwice(Rule):
         if not any(self.analysis.is_tensor(expr, at) for expr, at in saving.values()):
             return  # no op of the graph is shown to be a torch op: another library's backward
         stale = self._stale_forward(node, saving)
-        if stale is not None:
-            self.report(stale, self._stale_message(node))  # the forward belongs in the loop
+        if stale is not None:  # the forward belongs in the loop
+            self.report(stale, self._stale_message(node), fix=self._moved_into_loop(stale, node))
             return
         for later in self._later_backward_calls(node):
             later_root = self._root(later)
@@ -861,6 +863,41 @@ class BackwardTwice(Rule):
         first = min(before, key=self.analysis.index)
         return self.analysis.enclosing_statement(first)
 
+    def _moved_into_loop(self, stale: ast.stmt, call: ast.Call) -> FixPlan | None:
+        """Where a run saw the loop backpropagate this freed graph again: the assignments
+        from ``stale`` to the loop (a chain, each reading the one before) moved to the top
+        of its body, when the loop rebinds nothing they read or bind. Only on a run's
+        evidence, and written only once the rerun proves it."""
+        loop = self._innermost_loop(call)
+        block = self.analysis.statement_block(stale)
+        if loop is None or block is None or not self.proven_at_run(stale.lineno, "backward-twice"):
+            return None
+        start = next(i for i, s in enumerate(block) if s is stale)
+        end = next((i for i, s in enumerate(block) if s is loop), None)
+        moved = block[start:end] if end is not None else []
+        if not moved or not all(_plain_assignment(s) for s in moved):
+            return None
+        bound = set(_bound(stale.targets))  # type: ignore[attr-defined]
+        for statement in moved[1:]:
+            if not _read(statement.value) & bound:  # type: ignore[attr-defined]
+                return None  # not the forward's chain: it may not belong in the loop
+            bound |= set(_bound(statement.targets))  # type: ignore[attr-defined]
+        read = set().union(*(_read(s.value) for s in moved))  # type: ignore[attr-defined]
+        header = loop.test if type(loop) is ast.While else loop.iter  # type: ignore[union-attr]
+        if _rebound_in(loop) & (read | bound) or _read(header) & bound:
+            return None
+
+        def build(editor: Editor) -> list[Edit]:
+            statements = [editor.statement(s) for s in moved]
+            target = editor.node(loop)
+            assert isinstance(target, (cst.For, cst.While))
+            body = target.body.with_changes(body=[*statements, *target.body.body])
+            edits = [Edit(target, target.with_changes(body=body))]
+            return edits + [Edit(s, cst.RemovalSentinel.REMOVE) for s in statements]
+
+        lines = f"{moved[0].lineno}-{moved[-1].lineno}" if len(moved) > 1 else moved[0].lineno
+        return self.plan(build, f"Move the forward (line {lines}) into the loop")
+
     def _leaves_loop_after(self, call: ast.Call) -> bool:
         """``call``'s block leaves the loop after it (``break``, ``return``): it runs once."""
         statement = self.analysis.enclosing_statement(call)
@@ -936,6 +973,16 @@ def _bound(targets: list[ast.expr]) -> list[str]:
         elif isinstance(target, (ast.Tuple, ast.List)):
             names += _bound(target.elts)
     return names
+
+
+def _plain_assignment(statement: ast.stmt) -> bool:
+    """``a = <expr>`` or ``a = b = <expr>``, to plain names."""
+    return type(statement) is ast.Assign and all(type(t) is ast.Name for t in statement.targets)
+
+
+def _rebound_in(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    """The names a loop binds (its target, its body's assignments, nested ones too)."""
+    return {n.id for n in ast.walk(loop) if type(n) is ast.Name and type(n.ctx) is ast.Store}
 
 
 def _read(value: ast.expr) -> set[str]:

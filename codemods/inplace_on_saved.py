@@ -92,6 +92,17 @@ METADATA = frozenset(
 
 
 @functools.cache
+def _sets_inplace_flag(node: ast.Assign) -> bool:
+    """``module.inplace = True``."""
+    target = node.targets[0]
+    return (
+        type(target) is ast.Attribute
+        and target.attr == "inplace"
+        and type(node.value) is ast.Constant
+        and node.value.value is True
+    )
+
+
 def _augmented() -> dict[type[ast.operator], cst.BaseBinaryOp]:
     """The binary operator of each augmented assignment the fix rewrites (``h += v``)."""
     return {
@@ -1099,6 +1110,8 @@ class InplaceOnSaved(Rule):
                 self._check(Mutation(node, node, base, "index"))
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and _sets_inplace_flag(node):
+            self._check_inplace_flag(node)
         if len(node.targets) != 1 or type(node.targets[0]) is not ast.Subscript:
             return
         base = _base_name(node.targets[0])
@@ -1136,6 +1149,24 @@ class InplaceOnSaved(Rule):
         statement = small_statement(self.analysis, node)
         if base is not None and statement is not None:
             self._check(Mutation(statement, node, base, "method", node))
+
+    def _check_inplace_flag(self, node: ast.Assign) -> None:
+        """``m.inplace = True`` on a built module, where a run saw that module's in-place
+        change break a tensor saved for backward (static analysis cannot tell which
+        modules the loop reaches): set the flag False."""
+        if not self.proven_at_run(node.lineno, "inplace-saved"):
+            return
+
+        def build(editor: Editor) -> list[Edit]:
+            value = editor.node(node.value)
+            return [Edit(value, cst.Name("False"))]
+
+        message = (
+            "`inplace = True` makes the module overwrite its input, which an op saved for "
+            "backward (seen in a run): backward fails with 'modified by an inplace "
+            "operation'; keep the module out of place"
+        )
+        self.report(node, message, fix=self.plan(build, "Set `inplace = False`"))
 
     # -- deciding ----------------------------------------------------------------------------
     def _check(self, mutation: Mutation) -> None:

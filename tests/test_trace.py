@@ -58,17 +58,23 @@ def located(result: TraceResult) -> set[tuple[str, str, int]]:
         ("carried_graph.py", "GF401", 6),  # where the value of the earlier step is used
         ("carried_state_in_module.py", "GF401", 17),  # in the loop, not inside forward
         ("backward_same_graph_twice.py", "GF401", 5),  # the backward that freed the graph
+        ("forward_before_loop.py", "GF401", 5),  # a loop reruns one backward: its forward
+        ("shared_between_two_losses.py", "GF401", 7),  # the use the first backward freed
         ("tensor_from_tensors.py", "GF101", 5),
         ("nan_where.py", "GF301", 4),
         ("nan_where_exp.py", "GF301", 4),  # an overflow, not a singular point
+        ("nan_data_masked.py", "GF301", 5),  # nan in the data, dropped by a mask
+        ("nan_data_masked_in_helper.py", "GF301", 10),  # the mask's line, not the helper's
         ("data_cut.py", "GF205", 6),
         ("nonleaf_grad.py", "GF106", 6),
+        ("nonleaf_made_on_creation.py", "GF103", 3),  # where the leaf was lost, not read
         ("loss_total.py", "GF403", 8),
         ("loss_history.py", "GF403", 12),
         ("trainer_history.py", "GF403", 12),
         ("step_between_backwards.py", "GF204", 9),
         ("inplace_after_other_changes.py", "GF204", 5),  # the first change after the save
         ("inplace_rebased.py", "GF204", 6),  # autograd names the in-place op's node
+        ("inplace_flag_set_later.py", "GF204", 7),  # where the module was made in-place
         ("split_view_inplace.py", "GF204", 5),  # raised by the op, not by backward
         ("uncaught_only.py", "GF201", 6),  # read from the uncaught error's traceback
     ],
@@ -107,6 +113,11 @@ def test_a_history_of_detached_losses_keeps_no_graph(tmp_path: Path) -> None:
     detached.write_text(script.replace("losses.append(loss)", "losses.append(loss.detach())"))
     result = run_trace([sys.executable, str(detached)], stdout=subprocess.DEVNULL)
     assert result.findings == [] and result.steps == 4
+
+
+def test_a_sum_of_losses_rebuilt_each_step_keeps_no_graph_across_steps() -> None:
+    result = trace_script("sum_of_backpropagated_losses.py")
+    assert result.findings == [] and result.steps == 6
 
 
 def test_nan_is_pinned_to_the_op_whose_backward_made_it_not_to_the_leaf() -> None:
@@ -314,6 +325,47 @@ def test_a_rule_takes_the_runs_facts_only_at_their_line() -> None:
     assert single_fixes(source, rules=[knowing(rule, {4: {"inplace-saved"}})]) == []
     (fix,) = single_fixes(source, rules=[knowing(rule, {5: {"inplace-saved"}})])
     assert fix.source is not None and "x = x / x.norm()" in fix.source
+
+
+def test_an_inplace_flag_set_after_construction_is_turned_off_where_it_was_set(
+    tmp_path: Path,
+) -> None:
+    from gradfix.engine import single_fixes
+    from gradfix.registry import find_rule
+    from gradfix.trace.link import knowing
+
+    source = (DATA / "inplace_flag_set_later.py").read_text(encoding="utf-8")
+    rule = find_rule("GF204")
+    assert single_fixes(source, rules=[knowing(rule, {9: {"inplace-saved"}})]) == []
+    (fix,) = single_fixes(source, rules=[knowing(rule, {7: {"inplace-saved"}})])
+    assert fix.source is not None and "        m.inplace = False  # after" in fix.source
+    script = tmp_path / "inplace_flag_set_later.py"
+    script.write_text(source, encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script.name,
+                         cwd=tmp_path)  # fmt: skip
+    assert "inplace_flag_set_later.py:7:" in done.stdout and " GF204 verified" in done.stdout
+    assert "m.inplace = False" in script.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("script", "moved"),
+    [
+        ("forward_before_loop.py", "for step in range(3):\n    hidden = torch.tanh(x * w)"),
+        ("value_before_loop.py", "for step in range(2):\n    y = t @ a  # made once"),
+    ],
+)
+def test_a_graph_built_before_the_loop_is_moved_into_it_on_the_runs_evidence(
+    tmp_path: Path, script: str, moved: str
+) -> None:
+    path = tmp_path / script
+    path.write_text((DATA / script).read_text(encoding="utf-8"), encoding="utf-8")
+    done = gradfix_trace("--write", "--format", "concise", "--", sys.executable, script,
+                         cwd=tmp_path)  # fmt: skip
+    assert " GF401 verified" in done.stdout, done.stdout
+    fixed = path.read_text(encoding="utf-8")
+    assert moved in fixed
+    ran = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, check=False)
+    assert ran.returncode == 0
 
 
 def test_the_verified_fixes_of_one_file_are_proven_and_written_together(tmp_path: Path) -> None:

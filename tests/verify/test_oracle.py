@@ -1210,6 +1210,67 @@ def test_leaf_made_from_the_bound_value_with_a_changed_gradient_is_rejected() ->
     assert "bound to 'w'" in verdict.reason
 
 
+BOUND_NONLEAF_TRAINED = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(5, 3)
+w = torch.randn(3, requires_grad=True).double()
+for step in range(3):
+    loss = (x.double() @ w).pow(2).sum()
+    loss.backward()
+    with torch.no_grad():
+        if w.grad is not None:  # always None: the program never trains w
+            w -= 0.01 * w.grad
+            w.grad.zero_()
+"""
+
+
+def test_leaf_made_from_the_bound_value_may_train_where_before_could_not() -> None:
+    # Before's program reads None for w.grad (its leaf is unreachable): its gradient is
+    # broken from the first call, so after's trajectory may part from before's there.
+    after = BOUND_NONLEAF_TRAINED.replace(
+        "torch.randn(3, requires_grad=True).double()",
+        "torch.randn(3).double().requires_grad_()",
+    )
+    verdict = verify(BOUND_NONLEAF_TRAINED, after)
+    assert verdict.status == "verified", verdict.reason
+    assert "before's gradient is broken at backward call #1" in verdict.reason
+    doubled = after.replace("w -= 0.01 * w.grad", "w -= 0.02 * w.grad")
+    # the fix's own gradients are still checked against finite differences
+    wrong = after.replace("(x.double() @ w)", "(x.double() @ (w * 2 - w.detach()))")
+    assert verify(BOUND_NONLEAF_TRAINED, doubled).status == "verified"
+    assert verify(BOUND_NONLEAF_TRAINED, wrong).status == "rejected"
+
+
+FORWARD_BEFORE_LOOP = """
+import torch
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+x = torch.randn(3)
+loss = torch.tanh(x * w).pow(2).sum()
+for step in range(3):
+    w.grad = None
+    loss.backward()
+    w.data -= 0.1 * w.grad
+"""
+
+
+def test_a_forward_moved_into_the_loop_may_part_from_befores_stale_result() -> None:
+    # Before's second call backpropagates the first step's freed graph: its result is
+    # stale (the forward did not run again), so after's new result is no change.
+    lines = FORWARD_BEFORE_LOOP.split("\n")
+    forward = lines.index("loss = torch.tanh(x * w).pow(2).sum()")
+    loop = lines.index("for step in range(3):")
+    moved = [*lines[:forward], lines[loop], "    " + lines[forward], *lines[loop + 1 :]]
+    after = "\n".join(moved)
+    verdict = verify(FORWARD_BEFORE_LOOP, after)
+    assert verdict.status == "verified", verdict.reason
+    assert "before's gradient is broken at backward call #2" in verdict.reason
+    # the first step must still match: a forward changed from the start is rejected
+    changed = after.replace("pow(2)", "pow(3)")
+    assert verify(FORWARD_BEFORE_LOOP, changed).status == "rejected"
+
+
 def test_gradient_moved_away_from_a_named_leaf_is_rejected() -> None:
     before = BOUND_NONLEAF.replace(
         "w = torch.randn(4, 3, requires_grad=True).t() * 0.01",

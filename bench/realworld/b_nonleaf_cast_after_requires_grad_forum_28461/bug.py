@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 np.random.seed(0)
+torch.manual_seed(0)  # (added: the report draws w unseeded; the measure needs one result)
 X = torch.from_numpy(np.random.randn(16, 3))  # float64 data from numpy
 y = X @ torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64)
 

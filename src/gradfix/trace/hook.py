@@ -69,7 +69,12 @@ def _start_guarded() -> None:
 
 
 def _start_tracer() -> None:
-    from gradfix.trace.tracer import TraceMode, Tracer, untraced_optimizer_steps
+    from gradfix.trace.tracer import (
+        TraceMode,
+        Tracer,
+        untraced_optimizer_steps,
+        watch_inplace_flags,
+    )
     from gradfix.verify import instrument
 
     config = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")
@@ -84,6 +89,7 @@ def _start_tracer() -> None:
     mode = TraceMode(tracer)
     mode.__enter__()  # on for the rest of the process
     untraced_optimizer_steps(mode)
+    watch_inplace_flags(tracer)
     state: dict[str, Any] = {"outcome": {"status": "ok"}}
     _chain_excepthook(tracer, state)
     _warnings_at_user_lines(tracer.frames)

@@ -87,7 +87,8 @@ def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
     codes = sorted({code for f in findings for code in FAMILIES.get(f.kind, (f.code,))})
     facts: dict[int, set[str]] = {}
     for finding in findings:
-        facts.setdefault(finding.line, set()).add(finding.kind)
+        for line in fix_lines(finding):
+            facts.setdefault(line, set()).add(finding.kind)
     rules = [knowing(find_rule(code), facts) for code in codes]
     try:
         original = read_source(path)
@@ -102,6 +103,16 @@ def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
     return linked
 
 
+def fix_lines(finding: RuntimeFinding) -> list[int]:
+    """The lines a fix of ``finding`` may change: its own, and for a graph carried across
+    iterations the line that made the carried value (computed once before the loop, it
+    is computed anew in each step there)."""
+    carried = finding.evidence.get("carried_from") if finding.kind == "backward-twice" else None
+    if isinstance(carried, dict) and carried.get("path") == finding.path:
+        return [finding.line, int(carried["line"])]
+    return [finding.line]
+
+
 def knowing(rule: type[Rule], facts: Mapping[int, set[str]]) -> type[Rule]:
     """The rule, told what the run proved at the lines of the file (:attr:`Rule.runtime`)."""
     runtime = MappingProxyType({line: frozenset(kinds) for line, kinds in facts.items()})
@@ -113,12 +124,13 @@ def _covering(
 ) -> tuple[SingleFix, Finding] | None:
     """The fix whose finding covers the runtime finding's line, in the likeliest rule."""
     family = FAMILIES.get(runtime.kind, (runtime.code,))
+    lines = fix_lines(runtime)
     candidates = [
         (single, static)
         for single in singles
         if single.source is not None
         for static in single.findings
-        if static.code in family and static.line <= runtime.line <= static.end_line
+        if static.code in family and any(static.line <= n <= static.end_line for n in lines)
     ]
     if not candidates:
         return None

@@ -54,10 +54,12 @@ CUT_PRIORITY = (
 )  # fmt: skip
 INPLACE_OPERATORS = INPLACE_DUNDERS | {"__setitem__"}
 ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
+MASKING = frozenset({"__getitem__", "masked_select"})  # ops that can drop elements by a mask
 MAX_GRAPH_NODES = 20_000
 STEP = "optimizer.step"
 MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
 MAX_BACKWARD_SITES = 64  # the lines of the latest backward calls kept
+MAX_RECENT_ROOTS = 4  # the root nodes of the latest backward calls kept
 MAX_CHANGES_PER_TENSOR = 64  # the first changes of one tensor since its last save matter
 
 
@@ -82,6 +84,7 @@ class InplaceChange:
     version: int  # the tensor's version after the change
     op: str
     result: str | None = None  # the grad_fn name after the change (autograd may name it)
+    flag_site: Site | None = None  # where the module making the change was set in place
 
 
 @dataclass
@@ -119,9 +122,13 @@ class Tracer:
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
         self.backward_sites: dict[int, Site | None] = {}  # backward call number -> its line
+        #: (backward call number, its root nodes) of the latest calls (their buffers are freed)
+        self.recent_roots: deque[tuple[int, list[Any]]] = deque(maxlen=MAX_RECENT_ROOTS)
         self.loop_code: CodeType | None = None  # the code of the frame calling backward
         self.kept_reported: set[tuple[str, str]] = set()  # (file, name) found keeping graphs
         self.notes: list[str] = []
+        #: id of a module -> (the module, where the program set its ``inplace`` flag)
+        self.inplace_flags: dict[int, tuple[Any, Site]] = {}
         self._ops: dict[Any, Op] = {}
         self.mode: TraceMode | None = None
         self.recorder = TraceRecorder(self)
@@ -226,6 +233,8 @@ class Tracer:
             node.register_hook(functools.partial(self._check_finite, site, type(node).__name__))
         if name in ACCUMULATING and self.steps:
             self._check_accumulation(args, site)
+        if name in MASKING and _masked_by_bool(args):
+            self._watch_masked(args[0], site)
 
     def _stamp(self, node: Any) -> Site | None:
         """Note on the node the user's line that made it, how many backward calls had run,
@@ -238,6 +247,16 @@ class Tracer:
         if frame is not None and self.loop_code is not None and frame.f_code is not self.loop_code:
             metadata[LOOP_KEY] = line_in(frame.f_back, self.loop_code)  # made inside a call
         return site
+
+    def _watch_masked(self, masked: Any, site: Site | None) -> None:
+        """The op that made the values a mask selects from: where its backward turns the
+        mask's zeros into nan (``0 * nan``: nan or inf in the dropped elements, e.g. in the
+        data), the bug is at the mask's line (mask the op's inputs instead)."""
+        node = masked.grad_fn if isinstance(masked, torch.Tensor) else None
+        if node is None or type(node).__name__ == "AccumulateGrad":
+            return
+        name = type(node).__name__
+        node.register_hook(functools.partial(self._check_finite, site, name, masked=True))
 
     def _after_tuple_op(self, result: tuple[Any, ...]) -> None:
         nodes = {id(t.grad_fn): t.grad_fn for t in result if isinstance(t, torch.Tensor)}
@@ -255,6 +274,9 @@ class Tracer:
         node = tensor.grad_fn
         made_at = _metadata(node).get(SITE_KEY) if node is not None else None
         site = self.frames.site()
+        if made_at is not None and made_at in self._leaf_sites_feeding(node):
+            self._leaf_lost_on_creation(node, made_at, site)
+            return
         self.report(
             "nonleaf-grad",
             "GF106",
@@ -262,6 +284,26 @@ class Tracer:
             f"`.grad` of a non-leaf tensor is read: it is None (the tensor was made by "
             f"{type(node).__name__}{_at(made_at, site)}); only leaves get `.grad`",
             {"grad_fn": type(node).__name__, "made_at": _site_dict(made_at)},
+        )
+
+    def _leaf_sites_feeding(self, node: Any) -> set[Site | None]:
+        """Where the leaves that ``node`` takes directly were created."""
+        leaves = [getattr(n, "variable", None) for n, _ in node.next_functions if n is not None]
+        known = {id(leaf): k for k, leaf in enumerate(self.recorder.leaves)}
+        return {self.recorder.leaf_sites[known[id(v)]] for v in leaves if id(v) in known}
+
+    def _leaf_lost_on_creation(self, node: Any, made_at: Site, read_at: Site | None) -> None:
+        """``w = torch.randn(3, requires_grad=True) / 2``: the name holds the op's result,
+        the leaf that trains is out of reach; the fix goes where it was made (GF103)."""
+        name = type(node).__name__
+        self.report(
+            "nonleaf-grad",
+            "GF103",
+            made_at,
+            f"the leaf created with requires_grad here is lost: {name} made the value kept, "
+            f"a non-leaf whose `.grad`{_at(read_at, made_at)} is None; apply the op before "
+            "asking for grad",
+            {"grad_fn": name, "read_at": _site_dict(read_at)},
         )
 
     def _before_inplace(self, target: torch.Tensor) -> InplaceChange:
@@ -283,9 +325,28 @@ class Tracer:
         change.op = name
         node = target.grad_fn
         change.result = type(node).__name__ if node is not None else None
+        if self.inplace_flags:
+            change.flag_site = self._flag_site()
         self._note_change(target, change)
         if node is not None and change.site is not None:
             _metadata(node)[SITE_KEY] = change.site
+
+    def _flag_site(self) -> Site | None:
+        """Where the program set ``inplace = True`` on the module whose ``forward`` (a
+        library's, between here and the user's frame) makes the current change."""
+        frame = sys._getframe(1)
+        while frame is not None and not self.frames.is_user_file(frame.f_code.co_filename):
+            held = self.inplace_flags.get(id(frame.f_locals.get("self")))
+            if held is not None and held[0] is frame.f_locals.get("self"):
+                return held[1]
+            frame = frame.f_back  # type: ignore[assignment]
+        return None
+
+    def inplace_flag_set(self, module: Any, value: Any) -> None:
+        """``m.inplace = True`` in the program's code (not a constructor's own)."""
+        caller = sys._getframe(3)  # the program's frame: here <- _guarded <- __setattr__
+        if value is True and self.frames.is_user_file(caller.f_code.co_filename):
+            self.inplace_flags[id(module)] = (module, (caller.f_code.co_filename, caller.f_lineno))
 
     def _note_change(self, tensor: torch.Tensor, change: InplaceChange) -> None:
         """Keep the changes of each tensor (autograd names the first one after the save,
@@ -331,6 +392,12 @@ class Tracer:
         self.cuts[site] = Cut(kind, code, site, next(self.order), sources)
 
     def _check_accumulation(self, args: tuple[Any, ...], site: Site | None) -> None:
+        """A sum that grows from step to step (an operand is this line's own earlier
+        result) over a graph a backward already used keeps every step's graph alive; a sum
+        of this step's losses (``first + second``) is rebuilt each step and does not."""
+        nodes = [v.grad_fn for v in args if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+        if not any(_metadata(node).get(SITE_KEY) == site for node in nodes):
+            return
         for value in args:
             if isinstance(value, torch.Tensor) and value.grad_fn is not None:
                 if _consumed_graph(value.grad_fn):
@@ -345,18 +412,30 @@ class Tracer:
                     return
 
     def _check_finite(
-        self, site: Site | None, node_name: str, grad_inputs: Any, grad_outputs: Any
+        self,
+        site: Site | None,
+        node_name: str,
+        grad_inputs: Any,
+        grad_outputs: Any,
+        *,
+        masked: bool = False,
     ) -> None:
         self.busy = True
         try:
             if _all_finite(grad_outputs) and not _all_finite(grad_inputs):
+                why = (
+                    "a mask here drops nan/inf values: their zero gradient times nan is nan; "
+                    "mask the inputs of the op instead"
+                    if masked
+                    else "a singular point of this op is reached, e.g. masked out"
+                )
                 self.report(
                     "nonfinite",
                     "GF301",
                     site,
                     f"the backward of {node_name} turned finite gradients into nan/inf here "
-                    "(a singular point of this op is reached, e.g. masked out)",
-                    {"grad_fn": node_name},
+                    f"({why})",
+                    {"grad_fn": node_name, **({"masked": True} if masked else {})},
                 )
         except Exception as error:  # noqa: BLE001
             self.note_internal_error("finite check", error)
@@ -431,11 +510,27 @@ class Tracer:
         )
         here = change.site
         saver_name = type(saver).__name__ if saver is not None else "an op"
+        if change.flag_site is not None:
+            self._inplace_flag_broke(error, change, saver_name, evidence)
+            return
         made = f"{change.producer or 'a leaf'}{_at(change.producer_site, here)}"
         message = (
             f"in-place `{change.op}` changes a tensor that {saver_name}{_at(saver_site, here)} "
             f"saved for backward (made by {made}); the backward{_at(site, here)} raises"
         )
+        self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
+
+    def _inplace_flag_broke(
+        self, error: RuntimeError, change: InplaceChange, saver: str, evidence: dict[str, Any]
+    ) -> None:
+        """The change is a module's, made in place by ``m.inplace = True``: the fix is there."""
+        here = change.flag_site
+        message = (
+            f"`inplace = True` set here makes `{change.op}`{_at(change.site, here)} change a "
+            f"tensor that {saver} saved for backward; the backward raises: keep the module "
+            "out of place"
+        )
+        evidence["changed_at"] = _site_dict(change.site)
         self.report_error(error, "inplace-saved", "GF204", here, message, evidence)
 
     def _find_change(self, details: errors.SavedTensorError) -> InplaceChange | None:
@@ -466,12 +561,28 @@ class Tracer:
             "freed_by_backward_at": _site_dict(freeing),
         }
         here: Site | None = site
-        if freeing is not None:
+        built = self._built_once(roots, site) if freeing == site else None
+        if built is not None:
+            here = built
+            message = (
+                f"the graph the backward{_at(site, here)} runs through is built once, from "
+                "here, and that backward freed it: a loop reruns the backward, not the "
+                "forward (build the graph inside the loop)"
+            )
+        elif freeing is not None:
             here = freeing
             message = (
                 "the backward here frees the graph a later backward"
                 f"{_at(site, here)} runs through again (retain the graph here, or build the "
                 "graph anew before the second backward)"
+            )
+        elif (shared := self._earlier_use(old, site)) is not None:
+            here, freed_at = shared
+            message = (
+                f"the value made{_at(carried, here)} goes into this loss, whose backward"
+                f"{_at(freed_at, here)} frees its graph, and again into the loss of the "
+                f"backward{_at(site, here)}, which raises: detach it here if this loss must "
+                "not train what made it (or retain the graph)"
             )
         elif used is not None and self.steps:
             here = used
@@ -483,6 +594,34 @@ class Tracer:
         else:
             message = "a second backward through a graph the first one freed"
         self.report_error(error, "backward-twice", "GF401", here, message, evidence)
+
+    def _built_once(self, roots: list[Any], site: Site | None) -> Site | None:
+        """The first line, in the backward's file, of the graph a loop backpropagates
+        again (one backward line run twice: the forward ran once, before the loop)."""
+        if site is None:
+            return None
+        lines = {
+            made[1]
+            for node in _nodes(_root_nodes(roots))
+            if (made := _metadata(node).get(SITE_KEY)) is not None and made[0] == site[0]
+        }
+        return (site[0], min(lines)) if lines and min(lines) < site[1] else None
+
+    def _earlier_use(self, old: Any, site: Site | None) -> tuple[Site, Site | None] | None:
+        """Where a graph of an earlier backward call *of another line* took ``old`` (one
+        step's two losses share a value: a GAN's fake batch in D's and G's loss), and the
+        line of that backward."""
+        if old is None or site is None:
+            return None
+        for step, nodes in reversed(self.recent_roots):
+            freed_at = self.backward_sites.get(step)
+            if freed_at == site:
+                continue  # the same backward line: a state carried across iterations
+            for node in _nodes(nodes):
+                use = _metadata(node).get(SITE_KEY)
+                if use is not None and use[0] == site[0] and _takes(node, old):
+                    return use, freed_at
+        return None
 
     def _carried_node(self, roots: list[Any]) -> tuple[Any, Any]:
         """The first node of the failing graph made before the latest backward call, and
@@ -541,18 +680,21 @@ class Tracer:
         for root in roots:
             if isinstance(root, torch.Tensor) and root.grad_fn is not None:
                 _metadata(root.grad_fn)[ROOT_KEY] = self.steps
+        self.recent_roots.append((self.steps, _root_nodes(roots)))
         if self.steps >= 3:  # two earlier backward calls to keep
             self._check_kept_graphs()
 
     def _check_kept_graphs(self) -> None:
         """Report each name the program holds whose graph keeps the roots of two or more
-        earlier backward calls (a running total, a list of losses): memory grows per step."""
+        earlier backward calls of one line (a running total, a list of losses: memory grows
+        per iteration; the sum of one step's two losses does not grow)."""
         for held in kept.held_values(self.frames, sys._getframe(1)):
             key = (held.frame.f_code.co_filename, held.name)
             if key in self.kept_reported:
                 continue
             steps = sorted(kept.earlier_roots(held.tensors, ROOT_KEY, self.steps))
-            if len(steps) >= 2:
+            sites = [self.backward_sites.get(step) for step in steps]
+            if len(set(sites)) < len(sites):  # one backward line's roots of two iterations
                 self.kept_reported.add(key)
                 self._report_kept(held, steps)
 
@@ -690,6 +832,21 @@ class TraceMode(TorchFunctionMode):
         return tracer.observe(func, args, kwargs)
 
 
+def watch_inplace_flags(tracer: Tracer) -> None:
+    """Tell the tracer where the program sets a module's ``inplace`` flag after building
+    it (``for m in model.modules(): m.inplace = True``): the line a fix must change."""
+    module_class: Any = torch.nn.Module
+    setattr_ = module_class.__setattr__
+
+    @functools.wraps(setattr_)
+    def noting(self: Any, name: str, value: Any) -> None:
+        if name == "inplace":
+            tracer._guarded(tracer.inplace_flag_set, self, value)
+        setattr_(self, name, value)
+
+    module_class.__setattr__ = noting
+
+
 def untraced_optimizer_steps(mode: TraceMode) -> None:
     """Run every optimizer step without the mode: a step is dozens of torch calls per
     parameter under no_grad, none of which builds a graph (most of the tracing cost of a
@@ -733,6 +890,14 @@ def _is_inplace(name: str) -> bool:
     return name in INPLACE_OPERATORS
 
 
+def _masked_by_bool(args: tuple[Any, ...]) -> bool:
+    """``x[mask]``, ``x[:, mask]``, ``x.masked_select(mask)``: a boolean tensor selects."""
+    if len(args) < 2:
+        return False
+    index = args[1] if isinstance(args[1], tuple) else (args[1],)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
+
+
 def _tensors_in(value: Any) -> Iterator[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         yield value
@@ -751,6 +916,10 @@ def _nodes(start: list[Any]) -> Iterator[Any]:
         seen.add(id(node))
         yield node
         queue.extend(next_node for next_node, _ in node.next_functions)
+
+
+def _takes(node: Any, old: Any) -> bool:
+    return any(next_node is old for next_node, _ in node.next_functions)
 
 
 def _root_nodes(roots: list[Any]) -> list[Any]:

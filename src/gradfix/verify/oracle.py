@@ -111,6 +111,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradfix.trace.errors import BACKWARD_TWICE
+
 FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 FD_RTOL, FD_ATOL = 1e-2, 1e-3
@@ -221,6 +223,13 @@ def plan_fd(
     if verdict.status == "rejected":
         return {}
     return {source: targets for source, targets in comparison.needs.items() if targets}
+
+
+def _reran_freed_graph(event: dict[str, Any]) -> bool:
+    """The call raised "backward through the graph a second time": its root is a value an
+    earlier call already backpropagated (made once, before a loop), not a new result."""
+    error = event.get("error") or {}
+    return BACKWARD_TWICE in str(error.get("message", ""))
 
 
 def _values(tensor: dict[str, Any]) -> list[float]:
@@ -659,6 +668,8 @@ class _Comparison:
             self._compare_event_grads(i, eb, ea, label)
             self.events_compared += 1
             return
+        if _reran_freed_graph(eb):
+            self._mark_broken(i)  # before's forward did not run again: its result is stale
         if self.broken_at is None:
             raise _Rejected(mismatch)
         # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
@@ -749,6 +760,9 @@ class _Comparison:
             bound = self._bound_value(eb, ea, k)
             if bound is not None:
                 self._compare_to_bound_value(k, bound, eb["bound_grads"][bound], grad_a, label)
+                # before's program reads None from `.grad` of its non-leaf: it cannot train
+                # the value, so its later trajectory is no reference for the fix's
+                self._mark_broken(i)
                 continue
             grad_b = eb.get("grads", {}).get(key)
             if grad_b is None and grad_a is None:
