@@ -91,7 +91,6 @@ METADATA = frozenset(
 )
 
 
-@functools.cache
 def _sets_inplace_flag(node: ast.Assign) -> bool:
     """``module.inplace = True``."""
     target = node.targets[0]
@@ -103,6 +102,7 @@ def _sets_inplace_flag(node: ast.Assign) -> bool:
     )
 
 
+@functools.cache
 def _augmented() -> dict[type[ast.operator], cst.BaseBinaryOp]:
     """The binary operator of each augmented assignment the fix rewrites (``h += v``)."""
     return {
