@@ -37,7 +37,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "view-leaf-inplace": ("GF206", "GF201"),
     "integer-grad": ("GF105",),
     "backward-twice": ("GF401",),
-    "graph-cut": ("GF101", "GF104", "GF205", "GF102", "GF103"),
+    "graph-cut": ("GF101", "GF104", "GF205", "GF102", "GF103", "GF110"),
     "grad-none": ("GF101", "GF104", "GF205", "GF102", "GF103"),
     "nonfinite": ("GF302", "GF301", "GF303"),
     "nonleaf-grad": ("GF106", "GF102", "GF103"),

@@ -25,24 +25,27 @@ inside the instrumentation is noted and never changes what the program sees.
 
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
 import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import CodeType
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gradfix.torch_facts import GRAPH_CUTS, INPLACE_DUNDERS
+from gradfix.torch_facts import GRAPH_CUTS, INDEX_OPS, INPLACE_DUNDERS
 from gradfix.trace import errors, kept
 from gradfix.trace.sites import Site, UserFrames, line_in
 from gradfix.verify import instrument
 
+#: index cuts kept (the latest): a program takes argmax at every step
+MAX_INDEX_CUTS = 64
 SITE_KEY = "gradfix_site"  # node.metadata key: the user line that made the node
 ROOT_KEY = "gradfix_backward"  # node.metadata key: the backward call that consumed it
 MADE_KEY = "gradfix_made"  # node.metadata key: how many backward calls had run when made
@@ -119,6 +122,9 @@ class Tracer:
         self.reported: set[tuple[str, str, int]] = set()
         self.inplace: dict[int, deque[InplaceChange]] = {}  # id of a tensor -> its changes
         self.cuts: dict[Site, Cut] = {}
+        #: ``argmax`` and the like of a tensor that requires grad (indices: no gradient);
+        #: named only when a backward finds no graph and no copy or detach explains it
+        self.index_cuts: dict[Site, Cut] = {}
         self.order = itertools.count()
         self.leaves_with_grad: set[int] = set()
         self.backward_sites: dict[int, Site | None] = {}  # backward call number -> its line
@@ -189,6 +195,8 @@ class Tracer:
             self._guarded(self._after_inplace, target, before, op.name)
         elif op.name in GRAPH_CUTS:
             self._guarded(self._maybe_cut, op.name, args, result)
+        elif op.name in INDEX_OPS:
+            self._guarded(self._maybe_index_cut, op.name, args)
         elif isinstance(result, torch.Tensor) and result.grad_fn is not None:
             self._guarded(self._after_op, op.name, args, result)
         elif isinstance(result, tuple) and result:  # split, chunk, lstm, max(dim)...
@@ -383,6 +391,15 @@ class Tracer:
         if sources:
             single = name in ("tensor", "as_tensor") and isinstance(args[0], torch.Tensor)
             self._add_cut(name, "GF104" if single else GRAPH_CUTS[name], sources)
+
+    def _maybe_index_cut(self, name: str, args: tuple[Any, ...]) -> None:
+        sources = [t for t in _tensors_in(args[0]) if t.requires_grad] if args else []
+        site = self.frames.site()
+        if sources and site is not None:
+            grads = [t.grad_fn if t.grad_fn is not None else t for t in sources[:8]]
+            self.index_cuts[site] = Cut(name, "GF110", site, next(self.order), grads)
+            if len(self.index_cuts) > MAX_INDEX_CUTS:
+                del self.index_cuts[next(iter(self.index_cuts))]
 
     def _add_cut(self, kind: str, code: str, tensors: list[torch.Tensor]) -> None:
         site = self.frames.site()
@@ -666,13 +683,20 @@ class Tracer:
 
     def _likely_cut(self) -> Cut | None:
         if not self.cuts:
-            return None
+            # no copy or detach: the statement of the latest indices this step took of a
+            # tensor that requires grad (a loss on argmax; a metric's argmax comes before)
+            latest = max(self.index_cuts.values(), key=lambda c: c.order, default=None)
+            if latest is None:
+                return None
+            path, line = latest.site
+            return replace(latest, site=(path, _statement_start(path, line)))
         return min(self.cuts.values(), key=lambda c: (CUT_PRIORITY.index(c.kind), -c.order))
 
     def backward_done(self, kind: str, roots: list[Any], objective: float | None) -> None:
         if kind == "backward":
             self._check_leaf_grads(objective)
         self.steps += 1
+        self.index_cuts.clear()  # a step's argmax did not cut the graph that just ran
         frame = self.frames.frame()
         self.loop_code = frame.f_code if frame is not None else None
         self.backward_sites[self.steps] = self.frames.site()
@@ -997,3 +1021,30 @@ def _at(site: Site | None, here: Site | None) -> str:
 
 def _site_dict(site: Site | None) -> dict[str, Any] | None:
     return None if site is None else {"path": site[0], "line": site[1]}
+
+
+@functools.lru_cache(maxsize=32)
+def _statement_starts(path: str) -> dict[int, int]:
+    """Each line of the file at ``path`` -> the first line of the innermost statement
+    holding it (a call on the third line of a statement is pinned where it starts)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return {}
+    starts: dict[int, int] = {}
+    for node in ast.walk(tree):  # breadth first: inner statements come later and win
+        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND):
+            for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                starts[line] = node.lineno
+    return starts
+
+
+_COMPOUND = (
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
+    ast.If, ast.With, ast.AsyncWith, ast.Try,
+)  # fmt: skip
+
+
+def _statement_start(path: str, line: int) -> int:
+    return _statement_starts(path).get(line, line)
