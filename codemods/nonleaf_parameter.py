@@ -275,11 +275,22 @@ class NonleafParameter(Rule):
         tensor itself, still the leaf (``content.clone().requires_grad_(True).to(device)``
         after ``content = load(...).to(device)``; ``torch.ones(3, device=d,
         requires_grad=True).to(d)``)."""
-        targets = {_moved_to(op) for op in lost.ops}
-        if len(targets) != 1 or None in targets:
+        devices = [self._moved_to(op) for op in lost.ops]
+        targets = {normalized_code(d) for d in devices if d is not None}
+        if len(targets) != 1 or None in devices:
             return False
         placed = self._placed_on(lost.creation, at)
         return placed is not None and normalized_code(placed) in targets
+
+    def _moved_to(self, op: ast.expr) -> ast.expr | None:
+        """``x.to(d)`` / ``x.to(device=d)`` where ``d`` is a device (the fix's own reading,
+        :meth:`_move_keyword`): ``d``, else ``None``."""
+        if type(op) is not ast.Call or type(op.func) is not ast.Attribute:
+            return None
+        move = self._move_keyword(op) if op.func.attr == "to" else None
+        if move is None or move[0] != "device" or not isinstance(move[1], ast.expr):
+            return None
+        return move[1]
 
     def _placed_on(self, creation: ast.Call, at: ast.AST) -> ast.expr | None:
         """The device ``creation`` makes its tensor on, when the code says it: its
@@ -297,10 +308,7 @@ class NonleafParameter(Rule):
             return None
         binding = self.analysis.reaching_binding(current, at)
         value = binding.value if binding is not None and binding.kind == "assign" else None
-        if type(value) is not ast.Call or _moved_to(value) is None:
-            return None
-        assert isinstance(value.func, ast.Attribute)
-        return value.args[0]
+        return None if value is None else self._moved_to(value)
 
     def _lost_leaf(self, expr: ast.expr, at: ast.AST) -> LostLeaf | None:
         """Peel ops off ``expr`` down to a call that creates a leaf; the other operand of
@@ -526,15 +534,6 @@ KeywordValue = ast.expr | Callable[[Editor], "cst.BaseExpression"]
 
 #: methods whose result is on the device of their receiver
 _SAME_DEVICE = frozenset({"clone", "detach", "requires_grad_", "contiguous", "float"})
-
-
-def _moved_to(op: ast.expr) -> str | None:
-    """``x.to(d)`` (one argument, the device or a tensor): ``d``'s code, else ``None``."""
-    if type(op) is not ast.Call or type(op.func) is not ast.Attribute or op.func.attr != "to":
-        return None
-    if len(op.args) != 1 or op.keywords or type(op.args[0]) is ast.Starred:
-        return None
-    return normalized_code(op.args[0])
 
 
 def _fold_into_factory(
