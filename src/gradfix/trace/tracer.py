@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradfix.fileio.files import FileError, read_source
 from gradfix.torch_facts import GRAPH_CUTS, INDEX_OPS, INPLACE_DUNDERS
 from gradfix.trace import errors, kept
 from gradfix.trace.sites import Site, UserFrames, line_in
@@ -394,19 +395,24 @@ class Tracer:
 
     def _maybe_index_cut(self, name: str, args: tuple[Any, ...]) -> None:
         sources = [t for t in _tensors_in(args[0]) if t.requires_grad] if args else []
-        site = self.frames.site()
-        if sources and site is not None:
-            grads = [t.grad_fn if t.grad_fn is not None else t for t in sources[:8]]
-            self.index_cuts[site] = Cut(name, "GF110", site, next(self.order), grads)
+        if sources:
+            self._add_cut(name, "GF110", sources, self.index_cuts)
             if len(self.index_cuts) > MAX_INDEX_CUTS:
                 del self.index_cuts[next(iter(self.index_cuts))]
 
-    def _add_cut(self, kind: str, code: str, tensors: list[torch.Tensor]) -> None:
+    def _add_cut(
+        self,
+        kind: str,
+        code: str,
+        tensors: list[torch.Tensor],
+        into: dict[Site, Cut] | None = None,
+    ) -> None:
         site = self.frames.site()
         if site is None:
             return
         sources = [t.grad_fn if t.grad_fn is not None else t for t in tensors[:8]]
-        self.cuts[site] = Cut(kind, code, site, next(self.order), sources)
+        cuts = self.cuts if into is None else into
+        cuts[site] = Cut(kind, code, site, next(self.order), sources)
 
     def _check_accumulation(self, args: tuple[Any, ...], site: Site | None) -> None:
         """A sum that grows from step to step (an operand is this line's own earlier
@@ -1028,9 +1034,8 @@ def _statement_starts(path: str) -> dict[int, int]:
     """Each line of the file at ``path`` -> the first line of the innermost statement
     holding it (a call on the third line of a statement is pinned where it starts)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        tree = ast.parse(read_source(path).text)
+    except (FileError, SyntaxError, ValueError):
         return {}
     starts: dict[int, int] = {}
     for node in ast.walk(tree):  # breadth first: inner statements come later and win
