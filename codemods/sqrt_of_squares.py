@@ -9,14 +9,20 @@ import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
 from gradfix.index_after import mean_squared_error
-from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
     argument,
     call_arguments,
     is_unpacked,
 )
-from gradfix.unsafe_branch import may_require_grad
+from gradfix.unsafe_branch import (
+    double_where,
+    expression_node,
+    is_pure,
+    may_require_grad,
+    strip_parens,
+)
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (ast.Name, ast.Attribute, ast.Subscript)
@@ -67,8 +73,20 @@ class SqrtOfSquares(Rule):
     a tensor (a number among them keeps the sum away from 0) and one is shown to require
     grad.
     An RMSE, `torch.sqrt(F.mse_loss(a, b))` or the `sqrt` of an `nn.MSELoss()` module's
-    result, is reported without a fix: an eps under the root changes the value, and
-    `vector_norm(a - b) / n ** 0.5` only equals it to rounding.
+    result, has the same `nan` once the error is exactly 0 (`inf * 0` through the loss).
+    The error is computed once on a line of its own and its root taken behind a "double
+    where" (the guard of GF302 where-unsafe-branch):
+    ```python
+    mse = criterion(pred, target)
+    rmse = torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, torch.ones_like(mse))), 0)
+    ```
+    Safe: every value is the same (the root of 0 is 0) and the gradient at 0 becomes 0,
+    what finite differences give there, instead of `nan`; elsewhere it is unchanged. An eps
+    under the root would change the value, and `vector_norm(a - b) / n ** 0.5` only equals
+    it to rounding. The name is `mse` (numbered when the file uses it). Reported without a
+    fix when the line cannot take a statement before it (a lambda, a comprehension, an
+    `elif` test, several statements on one line) or when something else on the line calls
+    an unknown or random function, which would then run after the error instead of before.
 
     The rewrite keeps the forward, so no proof that the tensor requires grad is needed: a
     tensor that may require grad is enough, such as an argument of an `nn.Module` method or
@@ -267,8 +285,36 @@ class SqrtOfSquares(Rule):
             pred = torch.randn(3, requires_grad=True)
             target = torch.randn(3)
             criterion = nn.MSELoss()
-            rmse = torch.sqrt(criterion(pred, target))  # nan gradient once pred == target
+            # nan gradient once pred == target
+            r = torch.sqrt(criterion(pred, target))
             rmse_f = F.mse_loss(pred, target).sqrt()
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+            pred = torch.randn(3, requires_grad=True)
+            target = torch.randn(3)
+            criterion = nn.MSELoss()
+            # nan gradient once pred == target
+            mse = criterion(pred, target)
+            r = torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, torch.ones_like(mse))), 0)
+            mse = F.mse_loss(pred, target)
+            rmse_f = torch.where(mse > 0, torch.where(mse > 0, mse, torch.ones_like(mse)).sqrt(), 0)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            w = torch.randn(3, requires_grad=True)
+            x, y = torch.randn(8, 3), torch.randn(8)
+            # `penalty` runs first on this line: computing the error before it is not proven safe
+            loss = penalty(w) + torch.sqrt(F.mse_loss(x @ w, y))
+            for batch in [x]:
+                rmse = [torch.sqrt(F.mse_loss(b @ w, y[:1])) for b in batch.split(1)]
             """,
             report_only=True,
         ),
@@ -304,14 +350,69 @@ class SqrtOfSquares(Rule):
         self.report(node, fix=None if dims is None else self._fix(node, base, dims))
 
     def _check_rmse(self, node: ast.expr, mse: ast.expr) -> None:
-        """`sqrt(mse_loss(a, b))`: the same `nan` where the error is 0 (`a == b`). Reported
-        without a fix: `vector_norm(a - b) / n ** 0.5` rounds differently and an eps
-        under the root changes the value."""
+        """`sqrt(mse_loss(a, b))`: the same `nan` where the error is 0 (`a == b`). The fix
+        is the double `where` on the error, computed once on a line of its own
+        (`vector_norm(a - b) / n ** 0.5` rounds differently, an eps under the root changes
+        the value)."""
         if type(mse) is not ast.Call or self.analysis.in_no_grad(node):
             return
         inputs = mean_squared_error(mse, node, self.analysis)
         if inputs and any(may_require_grad(i, node, self.analysis) for i in inputs):
-            self.report(node, _RMSE_MESSAGE)
+            self.report(node, _RMSE_MESSAGE, fix=self._rmse_fix(node, mse))
+
+    def _rmse_fix(self, node: ast.expr, mse: ast.Call) -> FixPlan | None:
+        """``mse = <the error>`` on its own line before the statement, then
+        ``torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, torch.ones_like(mse))),
+        0)``: the same value everywhere, and a gradient of 0 (the subgradient) at 0."""
+        statement = self.analysis.enclosing_statement(node)
+        if statement is None or not self._hoistable(node, mse, statement):
+            return None
+        name = _fresh_name("mse", self.analysis.module)
+
+        def build(editor: Editor) -> list[Edit] | None:
+            line = editor.statement(statement)
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                return None  # ``a = 1; b = sqrt(...)``, ``if c: b = sqrt(...)``
+            if not isinstance(editor.parent(line), (cst.IndentedBlock, cst.Module)):
+                return None
+            error = expression_node(editor, mse)
+            old = expression_node(editor, node)
+            assigned = cst.Assign([cst.AssignTarget(cst.Name(name))], strip_parens(error))
+            hoisted = cst.SimpleStatementLine([assigned], leading_lines=line.leading_lines)
+            guarded = double_where(old, error, cst.Name(name), editor)
+            rewritten = editor.replace_nodes(line, {old: guarded})
+            assert isinstance(rewritten, cst.SimpleStatementLine)
+            kept = rewritten.with_changes(leading_lines=())
+            return [Edit(line, cst.FlattenSentinel([hoisted, kept]))]
+
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        description = (
+            f"Compute the error once (`{name}`) and take its root with a double `torch.where`"
+        )
+        return self.plan(build, description, imports=imports)
+
+    def _hoistable(self, node: ast.expr, mse: ast.Call, statement: ast.stmt) -> bool:
+        """The error can be computed on a line before ``statement``: the root is in the
+        statement's own expression (not a lambda or a comprehension), the statement is an
+        assignment, a return or an expression in a block, and nothing the statement
+        evaluates besides the error calls an unknown or random function (moving the error
+        first keeps the order of what has an effect)."""
+        if (
+            type(statement) not in _SIMPLE_STATEMENTS
+            or self.analysis.statement_block(statement) is None
+        ):
+            return False
+        for ancestor in self.analysis.ancestors(node):
+            if ancestor is statement:
+                break
+            if type(ancestor) in _OWN_SCOPES:
+                return False
+        for call in ast.walk(statement):
+            if type(call) is not ast.Call or call is node or self.analysis.contains(mse, call):
+                continue
+            if not is_pure(ast.Call(func=call.func, args=[], keywords=[]), self.analysis):
+                return False
+        return True
 
     def _check_added_squares(self, node: ast.expr, added: ast.expr) -> None:
         """`sqrt(x ** 2 + y ** 2)`: the norm of the stacked values, `nan` gradient where all
@@ -436,8 +537,26 @@ class SqrtOfSquares(Rule):
 
 _RMSE_MESSAGE = (
     "`sqrt` of a mean squared error (RMSE) has a `nan` gradient where the error is 0; "
-    "add an eps under the root, or use `torch.linalg.vector_norm(a - b) / n ** 0.5`"
+    "take the root under a double `torch.where` (`torch.where(mse > 0, torch.sqrt("
+    "torch.where(mse > 0, mse, torch.ones_like(mse))), 0)`)"
 )
+#: Statements an error can be computed before, on a line of its own.
+_SIMPLE_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+#: Expressions with a scope of their own: a name bound before them may not be theirs.
+_OWN_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _fresh_name(wanted: str, module: ast.Module) -> str:
+    """``wanted``, numbered (``mse2``) when the file already uses it for anything."""
+    used = {n.id for n in ast.walk(module) if type(n) is ast.Name}
+    used |= {n.arg for n in ast.walk(module) if type(n) is ast.arg}
+    used |= {getattr(n, "name", None) or "" for n in ast.walk(module)}
+    used |= {a.asname or a.name.partition(".")[0] for a in ast.walk(module) if type(a) is ast.alias}
+    name, counter = wanted, 2
+    while name in used:
+        name, counter = f"{wanted}{counter}", counter + 1
+    return name
+
 
 #: The ``dim=`` and ``keepdim=`` of the norm: (its keyword, the sum's keyword, the sum's
 #: position) of each (``("dim", "axis", None)`` for ``sum(axis=1)``).
