@@ -1,6 +1,6 @@
-"""``gradfix trace --write`` fixes the nan gradients a run shows at a square root of an
-error that reaches 0 (GF303) and at an angle whose cosine reaches ±1 (GF304), and proves
-the fix by running the program again."""
+"""``gradfix trace --write`` fixes what a run shows: the nan gradients of a square root of
+an error that reaches 0 (GF303) and of an angle whose cosine reaches ±1 (GF304), a `.data`
+read that cuts a decoder's graph (GF205); each fix is proven by running the program again."""
 
 from __future__ import annotations
 
@@ -55,16 +55,50 @@ out.backward()
 print(round(out.item(), 4), T.isnan(x.grad).any().item())
 """
 
+DECODER = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Decoder(nn.Module):
+    def __init__(self, size, vocab, steps=3):
+        super().__init__()
+        self.cell = nn.GRUCell(vocab, size)
+        self.out = nn.Linear(size, vocab)
+        self.steps = steps
+
+    def sample(self, h):
+        logits = []
+        token = torch.zeros(h.shape[0], self.out.out_features)
+        for _ in range(self.steps):
+            h = self.cell(token, h)
+            step = self.out(h)
+            logits.append(step)
+            token = F.one_hot(step.argmax(-1), self.out.out_features).float()
+        return torch.stack(logits, 1).data  # the logits leave the graph
+
+
+torch.manual_seed(0)
+decoder = Decoder(4, 5)
+target = torch.randint(0, 5, (2, 3))
+logits = decoder.sample(torch.randn(2, 4))
+loss = F.cross_entropy(logits.reshape(-1, 5), target.reshape(-1))
+loss.backward()
+print(round(loss.item(), 4), decoder.out.weight.grad is None)
+"""
+
 
 @pytest.mark.parametrize(
     ("source", "code", "fixed"),
     [
         (RMSE, "GF303", "    return torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, "),
         (MARGIN, "GF304", "        return 2 * cos_theta ** 2 - 1\n"),
+        (DECODER, "GF205", "        return torch.stack(logits, 1)  # the logits"),
     ],
-    ids=["rmse", "angular-margin"],
+    ids=["rmse", "angular-margin", "data-in-decoder"],
 )
-def test_trace_write_fixes_the_nan_gradient_the_run_shows(
+def test_trace_write_fixes_what_the_run_shows(
     tmp_path: Path, source: str, code: str, fixed: str
 ) -> None:
     script = tmp_path / "train.py"
