@@ -93,10 +93,12 @@ class SqrtOfSquares(Rule):
     Safe: every value is the same (the root of 0 is 0) and the gradient at 0 becomes 0,
     what finite differences give there, instead of `nan`; elsewhere it is unchanged. An eps
     under the root would change the value, and `vector_norm(a - b) / n ** 0.5` only equals
-    it to rounding. The name is `mse` (numbered when the file uses it). Reported without a
+    it to rounding. The name is `mse` (numbered when the file uses it); several RMSEs on
+    one line are fixed together (`mse`, `mse2`, in the order they run). Reported without a
     fix when the line cannot take a statement before it (a lambda, a comprehension, an
-    `elif` test, several statements on one line) or when something else on the line calls
-    an unknown or random function, which would then run after the error instead of before.
+    `elif` test, several statements on one line), when the root may not run (under `x if c
+    else y`, `and`, `or`) or when something else on the line calls an unknown or random
+    function, which would then run after the error instead of before.
 
     The rewrite keeps the forward, so no proof that the tensor requires grad is needed: a
     tensor that may require grad is enough, such as an argument of an `nn.Module` method or
