@@ -123,6 +123,14 @@ class DataMutation(NoGradBlockRule):
     `w.data.clamp(...)`, `torch.randn_like(w)`); other assignments can change shape,
     dtype or device and are reported without a fix: use `copy_` for values, a new
     `nn.Parameter` or `module.to(...)` for the rest.
+
+    Under `gradfix trace --write`, a read at a line where the run showed the graph cut
+    (weights before the read that never get a gradient, or a backward that finds no graph:
+    `return torch.stack(logits, 1).data` in a decoder whose loss is trained) has `.data`
+    dropped instead: the value is the same and the weights get their gradient back. Unsafe
+    (what trains changes), and written only when running the program again proves it
+    (gradients compared with finite differences of the forward). A static `gradfix fix`,
+    which cannot tell a cut meant to freeze from one that loses training, keeps `.detach()`.
     """
 
     code = "GF205"
@@ -398,6 +406,11 @@ class DataMutation(NoGradBlockRule):
         fix = self.plan_replace(
             node, _detached_keeping_parentheses, "Use `.detach()`", safety=safety
         )
+        if self.proven_at_run(node.lineno, "graph-cut", "grad-none"):
+            # the run showed that weights before this read never get a gradient
+            fix = self.plan_replace(
+                node, _owner_keeping_parentheses, _RECONNECT, safety=FixSafety.UNSAFE
+            )
         self.report(node, message, fix=fix)
 
     def _report_mutation_argument(self, data: ast.Attribute, owner: ast.expr) -> None:
@@ -727,6 +740,9 @@ def _detached_keeping_parentheses(editor: Editor, data: cst.CSTNode) -> cst.Call
     """``(w.data)`` -> ``(w.detach())``."""
     assert isinstance(data, cst.Attribute)
     return cst.Call(cst.Attribute(data.value, cst.Name("detach")), lpar=data.lpar, rpar=data.rpar)
+
+
+_RECONNECT = "Drop `.data`: a run showed it cuts the graph of weights that get no gradient"
 
 
 def _detached(editor: Editor, data: cst.CSTNode) -> cst.Call:

@@ -4,19 +4,35 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import libcst as cst
 
 from gradfix.edits import Editor, cst_argument, with_argument
 from gradfix.index_after import mean_squared_error
-from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import (
+    Edit,
+    FixAvailability,
+    FixPlan,
+    FixSafety,
+    Invalid,
+    Rule,
+    RuleContext,
+    Valid,
+)
 from gradfix.semantic.syntax import (
     CallArgument,
     argument,
     call_arguments,
     is_unpacked,
 )
-from gradfix.unsafe_branch import may_require_grad
+from gradfix.unsafe_branch import (
+    double_where,
+    expression_node,
+    is_pure,
+    may_require_grad,
+    strip_parens,
+)
 
 #: Expressions safe to read twice in ``x * x`` (no side effect, no fresh random values).
 _PURE = (ast.Name, ast.Attribute, ast.Subscript)
@@ -67,8 +83,22 @@ class SqrtOfSquares(Rule):
     a tensor (a number among them keeps the sum away from 0) and one is shown to require
     grad.
     An RMSE, `torch.sqrt(F.mse_loss(a, b))` or the `sqrt` of an `nn.MSELoss()` module's
-    result, is reported without a fix: an eps under the root changes the value, and
-    `vector_norm(a - b) / n ** 0.5` only equals it to rounding.
+    result, has the same `nan` once the error is exactly 0 (`inf * 0` through the loss).
+    The error is computed once on a line of its own and its root taken behind a "double
+    where" (the guard of GF302 where-unsafe-branch):
+    ```python
+    mse = criterion(pred, target)
+    rmse = torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, torch.ones_like(mse))), 0)
+    ```
+    Safe: every value is the same (the root of 0 is 0) and the gradient at 0 becomes 0,
+    what finite differences give there, instead of `nan`; elsewhere it is unchanged. An eps
+    under the root would change the value, and `vector_norm(a - b) / n ** 0.5` only equals
+    it to rounding. The name is `mse` (numbered when the file uses it); several RMSEs on
+    one line are fixed together (`mse`, `mse2`, in the order they run). Reported without a
+    fix when the line cannot take a statement before it (a lambda, a comprehension, an
+    `elif` test, several statements on one line), when the root may not run (under `x if c
+    else y`, `and`, `or`) or when something else on the line calls an unknown or random
+    function, which would then run after the error instead of before.
 
     The rewrite keeps the forward, so no proof that the tensor requires grad is needed: a
     tensor that may require grad is enough, such as an argument of an `nn.Module` method or
@@ -267,30 +297,74 @@ class SqrtOfSquares(Rule):
             pred = torch.randn(3, requires_grad=True)
             target = torch.randn(3)
             criterion = nn.MSELoss()
-            rmse = torch.sqrt(criterion(pred, target))  # nan gradient once pred == target
+            # nan gradient once pred == target
+            r = torch.sqrt(criterion(pred, target))
             rmse_f = F.mse_loss(pred, target).sqrt()
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+            pred = torch.randn(3, requires_grad=True)
+            target = torch.randn(3)
+            criterion = nn.MSELoss()
+            # nan gradient once pred == target
+            mse = criterion(pred, target)
+            r = torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, torch.ones_like(mse))), 0)
+            mse = F.mse_loss(pred, target)
+            rmse_f = torch.where(mse > 0, torch.where(mse > 0, mse, torch.ones_like(mse)).sqrt(), 0)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            w = torch.randn(3, requires_grad=True)
+            x, y = torch.randn(8, 3), torch.randn(8)
+            # `penalty` runs first on this line: computing the error before it is not proven safe
+            loss = penalty(w) + torch.sqrt(F.mse_loss(x @ w, y))
+            for batch in [x]:
+                rmse = [torch.sqrt(F.mse_loss(b @ w, y[:1])) for b in batch.split(1)]
+            # only run when `w` is not None: the error cannot move before the line
+            r = torch.sqrt(F.mse_loss(x @ w, y)) if w is not None else None
             """,
             report_only=True,
         ),
     ]
 
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__(context)
+        # one fix per statement for all its RMSE roots (each alone leaves the others' nan)
+        self._rmse_plans: dict[ast.stmt, FixPlan | None] = {}
+
     def visit_Call(self, node: ast.Call) -> None:
-        if self.analysis.call_name(node) == "torch.sqrt":
-            if len(node.args) == 1 and not node.keywords and type(node.args[0]) is not ast.Starred:
-                self._check(node, node.args[0])
-        elif type(node.func) is ast.Attribute and node.func.attr == "sqrt":
-            if (
-                not node.args
-                and not node.keywords
-                and self.analysis.qualified_name(node.func) is None
-            ):
-                self._check(node, node.func.value)
+        rooted = self._rooted(node)
+        if rooted is not None:
+            self._check(node, rooted)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        exponent = node.right
-        if type(node.op) is ast.Pow and type(exponent) is ast.Constant:
-            if type(exponent.value) is float and exponent.value == 0.5:
-                self._check(node, node.left)
+        rooted = self._rooted(node)
+        if rooted is not None:
+            self._check(node, rooted)
+
+    def _rooted(self, node: ast.AST) -> ast.expr | None:
+        """``x`` for ``torch.sqrt(x)``, ``x.sqrt()``, ``x ** 0.5``."""
+        if type(node) is ast.Call:
+            if self.analysis.call_name(node) == "torch.sqrt":
+                if len(node.args) == 1 and not node.keywords:
+                    return node.args[0] if type(node.args[0]) is not ast.Starred else None
+            elif type(node.func) is ast.Attribute and node.func.attr == "sqrt":
+                if not node.args and not node.keywords:
+                    return (
+                        node.func.value if self.analysis.qualified_name(node.func) is None else None
+                    )
+        elif type(node) is ast.BinOp and type(node.op) is ast.Pow:
+            exponent = node.right
+            if type(exponent) is ast.Constant and type(exponent.value) is float:
+                return node.left if exponent.value == 0.5 else None
+        return None
 
     def _check(self, node: ast.expr, summed: ast.expr) -> None:
         parts = self._sum_of_squares(summed)
@@ -304,14 +378,101 @@ class SqrtOfSquares(Rule):
         self.report(node, fix=None if dims is None else self._fix(node, base, dims))
 
     def _check_rmse(self, node: ast.expr, mse: ast.expr) -> None:
-        """`sqrt(mse_loss(a, b))`: the same `nan` where the error is 0 (`a == b`). Reported
-        without a fix: `vector_norm(a - b) / n ** 0.5` rounds differently and an eps
-        under the root changes the value."""
+        """`sqrt(mse_loss(a, b))`: the same `nan` where the error is 0 (`a == b`). The fix
+        is the double `where` on the error, computed once on a line of its own
+        (`vector_norm(a - b) / n ** 0.5` rounds differently, an eps under the root changes
+        the value)."""
+        if self._is_rmse(node, mse):
+            self.report(node, _RMSE_MESSAGE, fix=self._rmse_fix(node))
+
+    def _is_rmse(self, node: ast.expr, mse: ast.expr) -> TypeGuard[ast.Call]:
         if type(mse) is not ast.Call or self.analysis.in_no_grad(node):
-            return
+            return False
         inputs = mean_squared_error(mse, node, self.analysis)
-        if inputs and any(may_require_grad(i, node, self.analysis) for i in inputs):
-            self.report(node, _RMSE_MESSAGE)
+        return bool(inputs) and any(may_require_grad(i, node, self.analysis) for i in inputs)
+
+    def _rmse_fix(self, node: ast.expr) -> FixPlan | None:
+        """``mse = <the error>`` on its own line before the statement, then
+        ``torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, torch.ones_like(mse))),
+        0)``: the same value everywhere, and a gradient of 0 (the subgradient) at 0; every
+        RMSE of the statement in one fix (``mse``, ``mse2``, ... in the order they run)."""
+        statement = self.analysis.enclosing_statement(node)
+        if statement is None:
+            return None
+        if statement not in self._rmse_plans:
+            roots = self._rmse_roots(statement)
+            hoistable = self._hoistable(roots, statement)
+            self._rmse_plans[statement] = self._hoist_plan(roots, statement) if hoistable else None
+        return self._rmse_plans[statement]
+
+    def _rmse_roots(self, statement: ast.stmt) -> list[tuple[ast.expr, ast.Call]]:
+        """The RMSE roots of ``statement`` and their errors, in source order."""
+        roots = []
+        for node in ast.walk(statement):
+            rooted = self._rooted(node)
+            if rooted is not None and self._is_rmse(node, rooted):  # type: ignore[arg-type]
+                roots.append((node, rooted))
+        return sorted(roots, key=lambda root: self.analysis.index(root[0]))  # type: ignore[arg-type]
+
+    def _hoist_plan(self, roots: list[tuple[ast.expr, ast.Call]], statement: ast.stmt) -> FixPlan:
+        names = _fresh_names("mse", len(roots), self.analysis.module)
+
+        def build(editor: Editor) -> list[Edit] | None:
+            line = editor.statement(statement)
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                return None  # ``a = 1; b = sqrt(...)``, ``if c: b = sqrt(...)``
+            if not isinstance(editor.parent(line), (cst.IndentedBlock, cst.Module)):
+                return None
+            hoisted: list[cst.SimpleStatementLine] = []
+            guarded: dict[cst.CSTNode, cst.CSTNode] = {}
+            for (node, mse), name in zip(roots, names):
+                error = expression_node(editor, mse)
+                old = expression_node(editor, node)
+                assigned = cst.Assign([cst.AssignTarget(cst.Name(name))], strip_parens(error))
+                hoisted.append(cst.SimpleStatementLine([assigned]))
+                guarded[old] = double_where(old, error, cst.Name(name), editor)
+            hoisted[0] = hoisted[0].with_changes(leading_lines=line.leading_lines)
+            rewritten = editor.replace_nodes(line, guarded)
+            assert isinstance(rewritten, cst.SimpleStatementLine)
+            kept = rewritten.with_changes(leading_lines=())
+            return [Edit(line, cst.FlattenSentinel([*hoisted, kept]))]
+
+        imports = () if self.analysis.torch_alias() else ("torch",)
+        spelled = ", ".join(f"`{name}`" for name in names)
+        description = (
+            f"Compute the error once ({spelled}) and take its root with a double `torch.where`"
+        )
+        return self.plan(build, description, imports=imports)
+
+    def _hoistable(self, roots: list[tuple[ast.expr, ast.Call]], statement: ast.stmt) -> bool:
+        """The errors can be computed on lines before ``statement``: each root is in the
+        statement's own expression and always evaluated (not in a lambda, a comprehension,
+        a conditional expression or `and`/`or`), the statement is an assignment, a return
+        or an expression in a block, no root holds another, and nothing else the statement
+        evaluates calls an unknown or random function (moving the errors first keeps the
+        order of what has an effect)."""
+        if (
+            type(statement) not in _SIMPLE_STATEMENTS
+            or self.analysis.statement_block(statement) is None
+        ):
+            return False
+        contains = self.analysis.contains
+        for node, _ in roots:
+            for ancestor in self.analysis.ancestors(node):
+                if ancestor is statement:
+                    break
+                if type(ancestor) in _NOT_ALWAYS_EVALUATED:
+                    return False
+            if any(other is not node and contains(node, other) for other, _ in roots):
+                return False
+        for call in ast.walk(statement):
+            if type(call) is not ast.Call or any(
+                call is node or contains(mse, call) for node, mse in roots
+            ):
+                continue
+            if not is_pure(ast.Call(func=call.func, args=[], keywords=[]), self.analysis):
+                return False
+        return True
 
     def _check_added_squares(self, node: ast.expr, added: ast.expr) -> None:
         """`sqrt(x ** 2 + y ** 2)`: the norm of the stacked values, `nan` gradient where all
@@ -436,8 +597,38 @@ class SqrtOfSquares(Rule):
 
 _RMSE_MESSAGE = (
     "`sqrt` of a mean squared error (RMSE) has a `nan` gradient where the error is 0; "
-    "add an eps under the root, or use `torch.linalg.vector_norm(a - b) / n ** 0.5`"
+    "take the root under a double `torch.where` (`torch.where(mse > 0, torch.sqrt("
+    "torch.where(mse > 0, mse, torch.ones_like(mse))), 0)`)"
 )
+#: Statements an error can be computed before, on a line of its own.
+_SIMPLE_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+#: Expressions a root inside may not be evaluated by (or that have a scope of their own).
+_NOT_ALWAYS_EVALUATED = (
+    ast.Lambda,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.IfExp,
+    ast.BoolOp,
+)
+
+
+def _fresh_names(wanted: str, count: int, module: ast.Module) -> list[str]:
+    """``count`` names ``wanted``, ``wanted2``, ... that the file uses for nothing."""
+    used = {n.id for n in ast.walk(module) if type(n) is ast.Name}
+    used |= {n.arg for n in ast.walk(module) if type(n) is ast.arg}
+    used |= {getattr(n, "name", None) or "" for n in ast.walk(module)}
+    used |= {a.asname or a.name.partition(".")[0] for a in ast.walk(module) if type(a) is ast.alias}
+    names: list[str] = []
+    counter = 1
+    while len(names) < count:
+        name = wanted if counter == 1 else f"{wanted}{counter}"
+        if name not in used:
+            names.append(name)
+        counter += 1
+    return names
+
 
 #: The ``dim=`` and ``keepdim=`` of the norm: (its keyword, the sum's keyword, the sum's
 #: position) of each (``("dim", "axis", None)`` for ``sum(axis=1)``).

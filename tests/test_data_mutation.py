@@ -247,3 +247,20 @@ def test_data_that_is_not_tensor_data_is_not_reported(code: str) -> None:
 )
 def test_tensor_data_next_to_packed_and_keyed_data_is_reported(code: str) -> None:
     assert [f.code for f in run(code).findings] == ["GF205"]
+
+
+def test_a_read_the_run_showed_cutting_the_graph_has_data_dropped() -> None:
+    """Only where a run proved the cut (``gradfix trace``) is ``.data`` dropped, which gives
+    the weights their gradient back; elsewhere the read keeps its ``.detach()``."""
+    from gradfix.trace.link import knowing
+
+    code = "logits = torch.stack([w, w * 2], 1).data  # sampled logits\nloss = logits.sum()\n"
+    source = PRELUDE + code
+    static = lint_source(source, rules=[DataMutation], fix=True, unsafe_fixes=True).source
+    assert "torch.stack([w, w * 2], 1).detach()  # sampled logits" in static
+    for kind in ("graph-cut", "grad-none"):
+        rule = knowing(DataMutation, {4: {kind}})
+        result = lint_source(source, rules=[rule], fix=True, unsafe_fixes=True)
+        assert "logits = torch.stack([w, w * 2], 1)  # sampled logits\n" in result.source
+        (finding,) = lint_source(source, rules=[rule]).findings
+        assert finding.fix is not None and str(finding.fix.safety) == "unsafe"

@@ -881,6 +881,24 @@ def guard(
     return cst.Call(editor.torch_attr("where"), arguments)
 
 
+def double_where(
+    root: cst.BaseExpression,
+    argument: cst.BaseExpression,
+    value: cst.Name,
+    editor: Editor,
+) -> cst.Call:
+    """``root`` (a square root of ``argument``, which ``value`` names) behind a double
+    where: `torch.where(v > 0, torch.sqrt(torch.where(v > 0, v, torch.ones_like(v))), 0)`.
+    The same values (the root of 0 is 0), and a gradient of 0 instead of `inf * 0` at 0."""
+    positive = cst.Comparison(value, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])
+    guarded = guard(value, SQRT, positive, True, editor)
+    inner = editor.replace_nodes(root, {argument: guarded})
+    assert isinstance(inner, cst.BaseExpression)
+    kept = inner.with_changes(lpar=[], rpar=[]) if isinstance(inner, cst.Call) else inner
+    arguments = [cst.Arg(positive), cst.Arg(kept), cst.Arg(cst.Integer("0"))]
+    return cst.Call(editor.torch_attr("where"), arguments, lpar=root.lpar, rpar=root.rpar)
+
+
 #: Random or stateful torch functions: a condition calling them cannot be evaluated twice.
 _IMPURE_TORCH = frozenset(
     "rand rand_like randn randn_like randint randint_like randperm bernoulli multinomial "

@@ -39,7 +39,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "backward-twice": ("GF401",),
     "graph-cut": ("GF101", "GF104", "GF205", "GF102", "GF103", "GF110"),
     "grad-none": ("GF101", "GF104", "GF205", "GF102", "GF103"),
-    "nonfinite": ("GF302", "GF301", "GF303"),
+    "nonfinite": ("GF302", "GF301", "GF303", "GF304"),
     "nonleaf-grad": ("GF106", "GF102", "GF103"),
     "graph-kept": ("GF403",),
 }
