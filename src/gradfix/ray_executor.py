@@ -336,12 +336,14 @@ def verify_on(
     rules: Sequence[type],
     unsafe: bool,
     limits: dict[str, Any],
+    judged: Callable[[int], None] = lambda count: None,
 ) -> list[list[Any] | Exception | None]:
     """:func:`gradfix.proof.verify_fixes` of each (path, source) on the cluster, in the
     project the executor shipped (each program runs where it expects its files); the
     verdicts name the driver's paths. ``None`` for a file the cluster cannot run (outside
     the shipped directory, or nothing shipped: a Ray started by someone else in this
-    process): the caller verifies it here."""
+    process): the caller verifies it here. ``judged(n)`` is called as each file's n
+    verdicts come back, in the order the cluster finishes them."""
     ray = executor.ray
     root = executor.shipped
     if root is None:
@@ -352,26 +354,30 @@ def verify_on(
     if harness is not None:
         command = (harness.command, harness.timeout, harness.seed, harness.max_steps)
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(_verify_file)
-    refs: list[Any] = []
-    for path, source in files:
+    results: list[list[Any] | Exception | None] = [None] * len(files)
+    pending: dict[Any, int] = {}
+    for index, (path, source) in enumerate(files):
         relative = os.path.relpath(os.path.abspath(path), root)
-        outside = relative.startswith(os.pardir + os.sep)
-        refs.append(
-            None if outside else remote.remote(relative, source, rules, unsafe, limits, command)
-        )
-    results: list[list[Any] | Exception | None] = []
-    for (path, _), ref in zip(files, refs):
-        if ref is None:
-            results.append(None)
-            continue
-        try:
-            found = ray.get(ref)
-        except ray.exceptions.RayError as error:
-            results.append(
-                RuntimeError(f"crashed a Ray worker while verifying: {type(error).__name__}")
-            )
-            continue
+        if not relative.startswith(os.pardir + os.sep):
+            ref = remote.remote(relative, source, rules, unsafe, limits, command)
+            pending[ref] = index
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        index = pending.pop(done[0])
+        found = _verdicts_of(ray, done[0], files[index][0])
         if isinstance(found, list):
-            found = [dataclasses.replace(v, path=path) for v in found]
-        results.append(found)
+            judged(len(found))
+        results[index] = found
     return results
+
+
+def _verdicts_of(ray: Any, ref: Any, path: str) -> list[Any] | Exception:
+    """The verdicts of one file's remote verification, naming the driver's ``path``, or
+    its error (a worker lost more often than Ray retries, one line)."""
+    try:
+        found = ray.get(ref)
+    except ray.exceptions.RayError as error:
+        return RuntimeError(f"crashed a Ray worker while verifying: {type(error).__name__}")
+    if isinstance(found, list):
+        found = [dataclasses.replace(v, path=path) for v in found]
+    return found
