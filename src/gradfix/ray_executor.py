@@ -124,7 +124,15 @@ class RayExecutor:
             ray.init(**kwargs)
             self._started = True
             self.shipped = self.ship
+        self._warm_workers()
         return self
+
+    def _warm_workers(self) -> None:
+        """Start one worker per CPU and import the rules there now, while the cluster
+        comes up, not during the first batches of the run (a fresh Ray worker does not
+        inherit the driver's modules as a forked pool worker does)."""
+        warm = self.ray.remote(_import_rules)
+        self.ray.get([warm.remote() for _ in range(self.cpus())])
 
     def __exit__(self, *exc: object) -> None:
         if self._started:
@@ -222,6 +230,12 @@ class RayExecutor:
 
 #: seconds to wait for a cluster's address to answer (Ray itself would wait for minutes)
 CONNECT_TIMEOUT = 5.0
+
+
+def _import_rules() -> int:
+    from gradfix.registry import all_rules
+
+    return len(all_rules())
 
 
 def _check_reachable(address: str) -> None:
