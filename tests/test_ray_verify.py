@@ -131,6 +131,11 @@ def test_a_command_harness_on_ray_gives_the_local_verdicts_fix_by_fix(
     assert local.stdout.count(" verified") == 2, local.stdout
     counted = CountedProgress()
     monkeypatch.setattr(verify_command, "progress_bar", counted)
+
+    def not_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the driver ran again a change a worker proved")
+
+    monkeypatch.setattr(proof._Prover, "_prove", not_again)  # the fixes together, too
     on_ray = invoke("verify", "--executor", "ray", *harness, ".")
     assert (on_ray.exit_code, on_ray.stdout) == (local.exit_code, local.stdout)
     assert (counted.total, counted.advanced) == (2, 2)  # by fix, not by file

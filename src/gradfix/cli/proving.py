@@ -163,14 +163,24 @@ def _judged_on_cluster(
 
     if not isinstance(executor, RayExecutor):
         return {}
-    files = [
-        (r.path, r.original)
+    judged_files = [
+        r
         for r in run.files
         if r.error is None and r.changed and r.original is not None and not is_notebook(r.path)
     ]
+    files = [(r.path, r.original or "") for r in judged_files]
     unsafe = strict or options.unsafe_fixes
+    # what _keep_accepted will prove of each file, proven on the cluster beside the rest
+    unverified = options.unsafe_fixes or not strict
+    together = [(options.rules_for(r.path), options.unsafe_fixes, unverified) for r in judged_files]
     found = verify_on(
-        executor, files, rules=options.rules, unsafe=unsafe, limits=harness, judged=judged
+        executor,
+        files,
+        rules=options.rules,
+        unsafe=unsafe,
+        limits=harness,
+        judged=judged,
+        together=together,
     )
     return {path: verdicts for (path, _), verdicts in zip(files, found)}
 
