@@ -116,6 +116,10 @@ class RayExecutor:
                 "log_to_driver": False,  # the workers print nothing the user needs
                 "logging_level": logging.ERROR,  # nor do Ray's own start-up notes
             }
+            if address is None:
+                # a Ray started for this run: no metrics for a dashboard nobody opens (its
+                # agents took about a tenth of two cores during a run)
+                kwargs["_system_config"] = {"enable_metrics_collection": False}
             if address is None and self.num_cpus is not None:
                 kwargs["num_cpus"] = self.num_cpus
             if self.ship is not None:
