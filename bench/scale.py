@@ -3,6 +3,7 @@
     python bench/scale.py                      # 600 files of transformers, seed 0
     python bench/scale.py --files 1200 --fix   # fix previews instead of checks
     python bench/scale.py --paths src/         # any files
+    python bench/scale.py --no-verify          # without the verification batch
 
 Each row lints the same files with the cache off, in this process (no start-up counted
 in the figures, which the table gives apart):
@@ -14,6 +15,11 @@ in the figures, which the table gives apart):
   without CPUs): files per second, and per node. The nodes share this machine's cores,
   so past its core count the figure measures the machine, not Ray.
 
+Then a verification batch: every fix of the fixtures' ``*.before.py`` files, proven with
+the script harness (each before/after run in a subprocess) by the local verifier (two fixes
+at once) and on a local Ray of 2 CPUs (the batch's directory shipped once, each file's
+fixes judged on a worker), start-up apart as above.
+
 The results of every row are compared with the local row: a row that differs fails.
 """
 
@@ -23,7 +29,9 @@ import argparse
 import dataclasses
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,6 +74,58 @@ def timed(run: Callable[[], list[FileResult]]) -> tuple[float, float, list[FileR
     return wall, cpu, results
 
 
+def verification_batch(directory: Path) -> list[str]:
+    """Copies every fixture with a fix into ``directory`` (one file per fixture)."""
+    names = []
+    for before in sorted((ROOT / "fixtures").glob("*/*.before.py")):
+        name = f"{before.parent.name}__{before.name.removesuffix('.before.py')}.py"
+        shutil.copyfile(before, directory / name)
+        names.append(str(directory / name))
+    return names
+
+
+def verify_rows(jobs: int) -> None:
+    """The verification batch's table: local verifier against Ray, 2 CPUs."""
+    from gradfix.cli.proving import harness_limits, verify_run
+    from gradfix.proof import DEFAULT_MAX_STEPS
+
+    options = RunOptions(rules=select_rules(["ALL"]), fix=True, unsafe_fixes=True)
+    limits = harness_limits(120.0, DEFAULT_MAX_STEPS)
+    with tempfile.TemporaryDirectory(prefix="gradfix-scale-") as tmp:
+        files = verification_batch(Path(tmp))
+        run = process_paths(files, options, jobs=jobs)
+        fixes = sum(r.applied_count for r in run.files)
+        print()
+        print(f"verification batch: {len(files)} fixture files, {fixes} fixes (script harness)")
+        print()
+        print("| run | wall s | fixes/s | vs local | start-up s |")
+        print("|---|---:|---:|---:|---:|")
+        local_wall, local = timed_verdicts(lambda: verify_run(run, options, limits, jobs=jobs))
+        rate = fixes / local_wall
+        print(f"| local, {jobs} at once | {local_wall:.2f} | {rate:.2f} | 1.00x | - |")
+        start = time.perf_counter()
+        with RayExecutor(num_cpus=2, ship=tmp) as executor:
+            startup = time.perf_counter() - start
+            run = process_paths(files, options, executor=executor)
+            wall, remote = timed_verdicts(
+                lambda: verify_run(run, options, limits, executor=executor)
+            )
+    if remote != local:
+        sys.exit("verification on Ray, 2 CPUs: verdicts differ from the local verifier")
+    print(
+        f"| Ray, 2 CPUs (local) | {wall:.2f} | {fixes / wall:.2f} | {wall / local_wall:.2f}x | "
+        f"{startup:.1f} |"
+    )
+
+
+def timed_verdicts(run: Callable[[], dict[str, list[object]]]) -> tuple[float, list[str]]:
+    """Wall seconds of ``run`` and its verdicts' lines (for comparing two runs)."""
+    start = time.perf_counter()
+    verdicts = run()
+    wall = time.perf_counter() - start
+    return wall, [v.line() for path in sorted(verdicts) for v in verdicts[path]]  # type: ignore[attr-defined]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paths", nargs="*", default=[])
@@ -73,6 +133,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fix", action="store_true", help="fix previews (unsafe fixes too)")
     parser.add_argument("--nodes", type=int, default=3, help="simulated nodes, up to (3)")
+    parser.add_argument(
+        "--no-verify", dest="verify", action="store_false", help="skip the verification batch"
+    )
     args = parser.parse_args()
     ray = import_ray()
     from ray.cluster_utils import Cluster
@@ -127,6 +190,8 @@ def main() -> int:
         f"| local `-j 2` again (drift) | {again:.2f} | {len(files) / again:.0f} | "
         f"{again / local_wall:.2f}x | - |"
     )
+    if args.verify:
+        verify_rows(jobs=2)
     return 0
 
 

@@ -82,3 +82,60 @@ def test_a_project_too_large_to_ship_is_one_line(
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and "over the 0 MB that can be shipped" in line
+
+
+TWO_FIXES = """\
+import torch
+
+w = torch.ones(3, requires_grad=True) - 0.5
+b = torch.zeros(3, requires_grad=True) + 1.0
+loss = (w * 2 + b).sum()
+loss.backward()
+print(loss.item())
+"""
+
+
+class CountedProgress:
+    """Stands for the progress bar: the total it was given and each advance."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.advanced = 0
+
+    def __call__(self, label: str = "", minimum: int = 0):  # type: ignore[no-untyped-def]
+        import contextlib
+
+        @contextlib.contextmanager
+        def bar():  # type: ignore[no-untyped-def]
+            def start(total: int):  # type: ignore[no-untyped-def]
+                self.total = total
+                return self.advance
+
+            yield start
+
+        return bar()
+
+    def advance(self) -> None:
+        self.advanced += 1
+
+
+def test_a_command_harness_on_ray_gives_the_local_verdicts_fix_by_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gradfix.cli import verify as verify_command
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(TWO_FIXES)
+    harness = ("--cmd", "python train.py")
+    local = invoke("verify", *harness, ".")
+    assert local.stdout.count(" verified") == 2, local.stdout
+    counted = CountedProgress()
+    monkeypatch.setattr(verify_command, "progress_bar", counted)
+
+    def not_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the driver ran again a change a worker proved")
+
+    monkeypatch.setattr(proof._Prover, "_prove", not_again)  # the fixes together, too
+    on_ray = invoke("verify", "--executor", "ray", *harness, ".")
+    assert (on_ray.exit_code, on_ray.stdout) == (local.exit_code, local.stdout)
+    assert (counted.total, counted.advanced) == (2, 2)  # by fix, not by file

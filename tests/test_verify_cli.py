@@ -328,6 +328,31 @@ def test_command_harness_records_every_backward_of_the_users_command(tmp_path: P
     assert left == ["loop.py", "run.py"]  # the patched copy lived elsewhere
 
 
+SCALED_LEAF = """import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True) * 0.5
+loss = (w * 2).sum()
+loss.backward()
+print(loss.item(), w.grad)
+"""
+
+
+def test_a_gradient_only_finite_differences_could_judge_is_unverified_under_cmd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GF103's fix makes ``w`` the leaf: its gradient (2) is not the leaf's of BEFORE (1).
+    The script harness proves it by finite differences; a command cannot be
+    differentiated, so the verdict is unverified with the reason, never rejected."""
+    (tmp_path / "train.py").write_text(SCALED_LEAF, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # the command's project
+    code, out, _ = invoke("verify", "--cmd", "python train.py", "train.py")
+    assert " GF103 unverified: gradient changed" in out, out
+    assert "cannot run under --cmd" in out and code == 1
+    code, out, _ = invoke("verify", "train.py")
+    assert " GF103 verified" in out, out
+
+
 PROJECT = Path(__file__).resolve().parent / "data" / "projects" / "regression"
 
 

@@ -192,6 +192,69 @@ def one_run() -> Iterator[None]:
         _PROVEN = None
 
 
+def proven_changes(path: str) -> list[tuple[str, bool, Outcome]]:
+    """(fixed source, torch's weights checked, outcome) of every change of ``path`` proven
+    so far in this :func:`one_run` (for a driver whose files were proven elsewhere: see
+    :func:`remember_proven`)."""
+    with _PROVEN_LOCK:
+        return [
+            (key[2], key[-1], outcome) for key, outcome in (_PROVEN or {}).items() if key[0] == path
+        ]
+
+
+def remember_proven(
+    path: str,
+    original: str,
+    proven: Sequence[tuple[str, bool, Outcome]],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    seed: int = 0,
+    entry: str | None = None,
+    root: str = ".",
+    command: CommandHarness | None = None,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
+) -> None:
+    """Within :func:`one_run`, take the changes of ``path`` a Ray worker proved
+    (:func:`proven_changes` there, under the same harness) as proven here, so that the
+    driver's final check of a file's accepted fixes together does not run them again."""
+    if _PROVEN is None:
+        return
+    prover = _Prover(path, original, timeout, seed, entry, root, command, max_steps)
+    with _PROVEN_LOCK:
+        for fixed, strict, outcome in proven:
+            _PROVEN.setdefault((*prover._key(fixed), strict), outcome)
+
+
+def prove_accepted_together(
+    path: str,
+    source: str,
+    verdicts: Sequence[FixVerdict],
+    *,
+    rules: Sequence[type[Rule]],
+    unsafe_fixes: bool,
+    unverified: bool,
+    **harness: Any,
+) -> None:
+    """Prove, within :func:`one_run`, the change ``fix --verify`` checks last for a file
+    (its accepted fixes together, when more than one is accepted: see
+    ``gradfix.cli.proving``), so that a Ray worker runs it beside the others instead of
+    the driver after them (:func:`proven_changes` carries the outcome back)."""
+    keys = accepted(verdicts, unverified=unverified)
+    if len(keys) < 2:
+        return
+    lint = lint_source(
+        source,
+        rules=rules,
+        path=path,
+        fix=True,
+        unsafe_fixes=unsafe_fixes,
+        keep=lambda finding: finding_key(finding) in keys,
+    )
+    if lint.source is not None and lint.source != source:
+        codes = sorted({code for _, _, code in keys})
+        prove_change(path, source, lint.source, rules=codes, **harness)
+
+
 @dataclass
 class _Prover:
     """Proves candidate sources of one file with the chosen harness."""

@@ -19,6 +19,7 @@ Ray is an optional extra (``pip install 'gradfix[ray]'``), imported only here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -115,6 +116,10 @@ class RayExecutor:
                 "log_to_driver": False,  # the workers print nothing the user needs
                 "logging_level": logging.ERROR,  # nor do Ray's own start-up notes
             }
+            if address is None:
+                # a Ray started for this run: no metrics for a dashboard nobody opens (its
+                # agents took about a tenth of two cores during a run)
+                kwargs["_system_config"] = {"enable_metrics_collection": False}
             if address is None and self.num_cpus is not None:
                 kwargs["num_cpus"] = self.num_cpus
             if self.ship is not None:
@@ -124,7 +129,15 @@ class RayExecutor:
             ray.init(**kwargs)
             self._started = True
             self.shipped = self.ship
+        self._warm_workers()
         return self
+
+    def _warm_workers(self) -> None:
+        """Start one worker per CPU and import the rules there now, while the cluster
+        comes up, not during the first batches of the run (a fresh Ray worker does not
+        inherit the driver's modules as a forked pool worker does)."""
+        warm = self.ray.remote(_import_rules)
+        self.ray.get([warm.remote() for _ in range(self.cpus())])
 
     def __exit__(self, *exc: object) -> None:
         if self._started:
@@ -224,6 +237,12 @@ class RayExecutor:
 CONNECT_TIMEOUT = 5.0
 
 
+def _import_rules() -> int:
+    from gradfix.registry import all_rules
+
+    return len(all_rules())
+
+
 def _check_reachable(address: str) -> None:
     """Raise :class:`ConnectionError` when nothing answers at ``host:port`` (also
     ``ray://host:port``); ``auto`` and ``local`` are Ray's to resolve."""
@@ -298,10 +317,14 @@ def _verify_file(
     unsafe: bool,
     limits: dict[str, Any],
     command: tuple[str, float, int, int | None] | None,
-) -> list[Any] | Exception:
+    together: tuple[Sequence[type], bool, bool] | None = None,
+) -> tuple[list[Any], list[Any]] | Exception:
     """Run on a Ray worker, in the shipped project: :func:`gradfix.proof.verify_fixes` of
-    one file; an error of the file (it does not parse, a bad ``--entry``) is returned."""
-    from gradfix.proof import verify_fixes
+    one file, and the changes it proved (:func:`gradfix.proof.proven_changes`, which the
+    driver need not run again: with ``together``, the file's accepted fixes together as
+    well, see :func:`gradfix.proof.prove_accepted_together`); an error of the file (it
+    does not parse, a bad ``--entry``) is returned."""
+    from gradfix.proof import one_run, prove_accepted_together, proven_changes, verify_fixes
     from gradfix.verify.command import CommandHarness
 
     harness = None
@@ -309,9 +332,23 @@ def _verify_file(
         text, timeout, seed, max_steps = command
         harness = CommandHarness(text, timeout=timeout, seed=seed, max_steps=max_steps)
     try:
-        return verify_fixes(
-            relative, source, rules=rules, unsafe=unsafe, jobs=1, command=harness, **limits
-        )
+        with one_run():
+            found = verify_fixes(
+                relative, source, rules=rules, unsafe=unsafe, jobs=1, command=harness, **limits
+            )
+            if together is not None:
+                file_rules, unsafe_fixes, unverified = together
+                prove_accepted_together(
+                    relative,
+                    source,
+                    found,
+                    rules=file_rules,
+                    unsafe_fixes=unsafe_fixes,
+                    unverified=unverified,
+                    command=harness,
+                    **limits,
+                )
+            return found, proven_changes(relative)
     except Exception as error:  # SourceError, EntryError: the driver reports them
         return error
     finally:
@@ -336,12 +373,17 @@ def verify_on(
     rules: Sequence[type],
     unsafe: bool,
     limits: dict[str, Any],
+    judged: Callable[[int], None] = lambda count: None,
+    together: Sequence[tuple[Sequence[type], bool, bool]] | None = None,
 ) -> list[list[Any] | Exception | None]:
     """:func:`gradfix.proof.verify_fixes` of each (path, source) on the cluster, in the
     project the executor shipped (each program runs where it expects its files); the
     verdicts name the driver's paths. ``None`` for a file the cluster cannot run (outside
     the shipped directory, or nothing shipped: a Ray started by someone else in this
-    process): the caller verifies it here."""
+    process): the caller verifies it here. ``judged(n)`` is called as each file's n
+    verdicts come back, in the order the cluster finishes them. ``together``, for each
+    file (its rules, ``--unsafe-fixes``, whether unverified fixes are accepted): its
+    accepted fixes together are proven there too, as the caller will ask."""
     ray = executor.ray
     root = executor.shipped
     if root is None:
@@ -352,26 +394,40 @@ def verify_on(
     if harness is not None:
         command = (harness.command, harness.timeout, harness.seed, harness.max_steps)
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(_verify_file)
-    refs: list[Any] = []
-    for path, source in files:
+    from gradfix.proof import remember_proven
+
+    remember = functools.partial(remember_proven, **limits, command=harness)
+    results: list[list[Any] | Exception | None] = [None] * len(files)
+    pending: dict[Any, int] = {}
+    for index, (path, source) in enumerate(files):
         relative = os.path.relpath(os.path.abspath(path), root)
-        outside = relative.startswith(os.pardir + os.sep)
-        refs.append(
-            None if outside else remote.remote(relative, source, rules, unsafe, limits, command)
-        )
-    results: list[list[Any] | Exception | None] = []
-    for (path, _), ref in zip(files, refs):
-        if ref is None:
-            results.append(None)
-            continue
-        try:
-            found = ray.get(ref)
-        except ray.exceptions.RayError as error:
-            results.append(
-                RuntimeError(f"crashed a Ray worker while verifying: {type(error).__name__}")
-            )
-            continue
+        if not relative.startswith(os.pardir + os.sep):
+            accept = None if together is None else together[index]
+            ref = remote.remote(relative, source, rules, unsafe, limits, command, accept)
+            pending[ref] = index
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        index = pending.pop(done[0])
+        found = _verdicts_of(ray, done[0], files[index], remember)
         if isinstance(found, list):
-            found = [dataclasses.replace(v, path=path) for v in found]
-        results.append(found)
+            judged(len(found))
+        results[index] = found
     return results
+
+
+def _verdicts_of(
+    ray: Any, ref: Any, file: tuple[str, str], remember: Callable[..., None]
+) -> list[Any] | Exception:
+    """The verdicts of one file's remote verification, naming the driver's path, or its
+    error (a worker lost more often than Ray retries, one line); the changes the worker
+    proved are ``remember``-ed as proven in the driver's run."""
+    path, source = file
+    try:
+        found = ray.get(ref)
+    except ray.exceptions.RayError as error:
+        return RuntimeError(f"crashed a Ray worker while verifying: {type(error).__name__}")
+    if isinstance(found, Exception):
+        return found
+    verdicts, proven = found
+    remember(path, source, proven)
+    return [dataclasses.replace(v, path=path) for v in verdicts]

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 STDIN_PATH = "-"
 #: fewer files than this and no progress bar is shown
 PROGRESS_MIN_FILES = 50
+#: fewer fixes to prove than this and no progress bar is shown (each takes seconds)
+PROGRESS_MIN_FIXES = 2
 DEFAULT_STDIN_NAME = "<stdin>"
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 #: Ctrl-C (128 + SIGINT)
@@ -155,13 +157,17 @@ def cluster(
 
 
 @contextlib.contextmanager
-def progress_bar() -> Iterator[Progress | None]:
+def progress_bar(
+    label: str = "gradfix", minimum: int = PROGRESS_MIN_FILES
+) -> Iterator[Progress | None]:
     """A progress bar with count and ETA on stderr when it is a terminal and the run is
-    big enough to wait for; nothing when piped or in CI."""
+    big enough to wait for (``minimum`` items: files, or fixes to prove); nothing when
+    piped or in CI."""
     if not sys.stderr.isatty() or os.environ.get("CI"):
         yield None
         return
     from rich import progress as rich_progress
+    from rich.console import Console
 
     bar = rich_progress.Progress(
         "[progress.description]{task.description}",
@@ -169,14 +175,14 @@ def progress_bar() -> Iterator[Progress | None]:
         rich_progress.MofNCompleteColumn(),
         rich_progress.TimeRemainingColumn(),
         transient=True,
-        console=None,
+        console=Console(stderr=True),  # stdout is the report, or a diff, maybe piped
     )
 
     def start(total: int) -> Callable[[], None]:
-        if total < PROGRESS_MIN_FILES:
+        if total < minimum:
             return lambda: None
         bar.start()
-        task = bar.add_task("gradfix", total=total)
+        task = bar.add_task(label, total=total)
         return lambda: bar.advance(task)
 
     try:

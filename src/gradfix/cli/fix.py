@@ -13,6 +13,7 @@ from gradfix.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    PROGRESS_MIN_FIXES,
     STDIN_PATH,
     cache_dir,
     changed_files,
@@ -23,6 +24,7 @@ from gradfix.cli.common import (
     echo_stderr,
     errors_sentence,
     paths_or_default,
+    progress_bar,
     report_problems,
     run_files,
     write_report_file,
@@ -141,7 +143,10 @@ def fix(
         if mode is not VerifyMode.off:
             harness = harness_limits(timeout, max_steps)
             strict = mode is VerifyMode.strict
-            verdicts = verify_run(run, options, harness, strict=strict, executor=on)
+            with progress_bar("proving fixes", PROGRESS_MIN_FIXES) as progress:
+                verdicts = verify_run(
+                    run, options, harness, strict=strict, executor=on, progress=progress
+                )
     # stdin is an editor's filter (vim's `:%!`): stdout is the buffer, and whatever goes
     # to stderr may end up in it too, so only errors are reported
     quiet = quiet or stdin_data is not None

@@ -11,8 +11,10 @@ import typer
 from gradfix.cli.common import EXIT_ERROR, echo_stderr
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gradfix.proof import FixVerdict
-    from gradfix.runner import Executor, FileResult, RunOptions, RunResult
+    from gradfix.runner import Executor, FileResult, Progress, RunOptions, RunResult
 
 
 class VerifyMode(enum.Enum):
@@ -31,6 +33,7 @@ def verify_run(
     strict: bool = True,
     jobs: int = 2,
     executor: Executor | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, list[FixVerdict]]:
     """Judge every fix of every changed file (alone, with the file's other fixes, and
     across files with the project's other fixes), then keep (and with --write, write)
@@ -40,13 +43,15 @@ def verify_run(
     default) only the fixes the safety classes apply are judged, and only rejected ones
     are dropped. ``harness``: keyword arguments of :func:`gradfix.proof.verify_fixes`.
     Verdict lines go to stderr when writing. On a Ray ``executor`` each file's fixes are
-    judged on the cluster (:func:`gradfix.ray_executor.verify_on`)."""
+    judged on the cluster (:func:`gradfix.ray_executor.verify_on`). ``progress`` counts
+    the fixes judged, as each file's verdicts come back."""
     from gradfix.proof import one_run
     from gradfix.runner import write_result
 
+    judged = _fixes_judged(run, progress)
     with one_run():
         verdicts, candidates = _judge_files(
-            run, options, harness, strict=strict, jobs=jobs, executor=executor
+            run, options, harness, strict=strict, jobs=jobs, executor=executor, judged=judged
         )
         _judge_across_files(run, verdicts, candidates, harness)
         for result in run.files:
@@ -61,6 +66,24 @@ def verify_run(
     return verdicts
 
 
+def _fixes_judged(run: RunResult, progress: Progress | None) -> Callable[[int], None]:
+    """``judged(n)``: n more fixes have their verdicts (a progress bar over the fixes of
+    the changed files; nothing without ``progress``)."""
+    if progress is None:
+        return lambda count: None
+    from gradfix.notebook import is_notebook
+
+    advance = progress(
+        sum(r.applied_count for r in run.files if r.error is None and not is_notebook(r.path))
+    )
+
+    def judged(count: int) -> None:
+        for _ in range(count):
+            advance()
+
+    return judged
+
+
 def _judge_files(
     run: RunResult,
     options: RunOptions,
@@ -69,9 +92,11 @@ def _judge_files(
     strict: bool,
     jobs: int,
     executor: Executor | None = None,
+    judged: Callable[[int], None] = lambda count: None,
 ) -> tuple[dict[str, list[FixVerdict]], dict[str, str]]:
     """The verdicts of each changed file's fixes (``jobs`` fixes judged at once, or each
-    file on the cluster of a Ray ``executor``), and its text with all of them."""
+    file on the cluster of a Ray ``executor``), and its text with all of them; ``judged``
+    is told how many fixes each file had judged, as they are."""
     from gradfix.engine import SourceError
     from gradfix.notebook import is_notebook
     from gradfix.proof import verify_fixes
@@ -80,7 +105,9 @@ def _judge_files(
 
     verdicts: dict[str, list[FixVerdict]] = {}
     candidates: dict[str, str] = {}
-    remote = _judged_on_cluster(run, options, harness, strict=strict, executor=executor)
+    remote = _judged_on_cluster(
+        run, options, harness, strict=strict, executor=executor, judged=judged
+    )
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
             continue
@@ -105,6 +132,7 @@ def _judge_files(
                     jobs=jobs,
                     **harness,
                 )
+                judged(len(found))
         except (SourceError, EntryError) as error:
             result.error = str(error)
             continue
@@ -123,9 +151,11 @@ def _judged_on_cluster(
     *,
     strict: bool,
     executor: Executor | None,
+    judged: Callable[[int], None],
 ) -> dict[str, Any]:
     """path -> the verdicts (or the error) of each changed file's fixes judged on a Ray
-    ``executor``; empty without one."""
+    ``executor``; empty without one. ``judged`` counts each file's verdicts as they come
+    back from the cluster."""
     if executor is None:
         return {}
     from gradfix.notebook import is_notebook
@@ -133,13 +163,25 @@ def _judged_on_cluster(
 
     if not isinstance(executor, RayExecutor):
         return {}
-    files = [
-        (r.path, r.original)
+    judged_files = [
+        r
         for r in run.files
         if r.error is None and r.changed and r.original is not None and not is_notebook(r.path)
     ]
+    files = [(r.path, r.original or "") for r in judged_files]
     unsafe = strict or options.unsafe_fixes
-    found = verify_on(executor, files, rules=options.rules, unsafe=unsafe, limits=harness)
+    # what _keep_accepted will prove of each file, proven on the cluster beside the rest
+    unverified = options.unsafe_fixes or not strict
+    together = [(options.rules_for(r.path), options.unsafe_fixes, unverified) for r in judged_files]
+    found = verify_on(
+        executor,
+        files,
+        rules=options.rules,
+        unsafe=unsafe,
+        limits=harness,
+        judged=judged,
+        together=together,
+    )
     return {path: verdicts for (path, _), verdicts in zip(files, found)}
 
 

@@ -13,12 +13,14 @@ from gradfix.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    PROGRESS_MIN_FIXES,
     check_entry,
     cluster,
     configure,
     count_of,
     echo_stderr,
     errors_sentence,
+    progress_bar,
     report_problems,
     run_files,
 )
@@ -111,7 +113,10 @@ def verify(
         with cluster(executor, ray_address, ship=".") as on:
             run, _ = run_files(paths, options, None, 1, on)
             limits = harness_limits(timeout, max_steps, entry=entry, command=harness)
-            verdicts = verify_run(run, options, limits, jobs=jobs, executor=on)
+            with progress_bar("proving fixes", PROGRESS_MIN_FIXES) as progress:
+                verdicts = verify_run(
+                    run, options, limits, jobs=jobs, executor=on, progress=progress
+                )
     finally:
         if harness is not None:
             harness.close()

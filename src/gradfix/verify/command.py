@@ -11,7 +11,9 @@ the command itself runs in the project directory for BEFORE, as the user would r
 
 No finite differences are possible here (the oracle cannot re-run part of an arbitrary
 command), so a fix whose reference gradient is missing in BEFORE (its backward raised)
-is ``unverified`` under ``--cmd``; the script harness and the probes estimate it.
+is ``unverified`` under ``--cmd``, and so is one whose gradient differs from BEFORE's where
+only finite differences could tell which is true (GF103's fix moves a leaf past a scale);
+the script harness and the probes estimate them.
 
     harness = CommandHarness("pytest -q tests/test_model.py", root=".")
     verdict = harness.prove("src/model.py", fixed_source)
@@ -126,7 +128,7 @@ class CommandHarness:
             for file, text in patched.items():
                 Path(tree, os.path.relpath(file, self.root)).write_text(text, encoding="utf-8")
             after = self._run(tree, "after")
-        verdict = compare_traces(before, after, None)
+        verdict = compare_traces(before, after, None, estimable=False)
         verdict.evidence["command"] = self.command
         return verdict
 

@@ -200,13 +200,16 @@ def compare_traces(
     fd: dict[str, Any] | None = None,
     *,
     rules: Iterable[str] = (),
+    estimable: bool = True,
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
     ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers;
-    ``rules``: the codes of the rules whose fix AFTER is (see ``Rule.fix_restores_gradient``).
+    ``rules``: the codes of the rules whose fix AFTER is (see ``Rule.fix_restores_gradient``);
+    ``estimable``: False where no finite differences can be run (a ``--cmd`` harness), so a
+    gradient only they could judge leaves the fix unverified instead of rejected.
     """
-    return _Comparison(before, after, fd, rules=rules).run()
+    return _Comparison(before, after, fd, rules=rules, estimable=estimable).run()
 
 
 def plan_fd(
@@ -323,8 +326,10 @@ class _Comparison:
         fd: dict[str, Any] | None,
         planning: bool = False,
         rules: Iterable[str] = (),
+        estimable: bool = True,
     ) -> None:
         self.before = before
+        self.estimable = estimable
         self.after = after
         self.fd = fd
         self.rules = sorted(set(rules))
@@ -985,6 +990,13 @@ class _Comparison:
             ) from None
         if entry is None and self.planning:
             return  # decided once the estimates are there
+        if entry is None and not self.estimable:
+            # no harness can estimate here (``--cmd``): a changed gradient is neither
+            # proven nor disproven (GF103's fix moves the leaf past a scale on purpose)
+            raise _Unverifiable(
+                f"{changed.message(mismatched[0])}; finite differences, which would "
+                "check it, cannot run under --cmd; verify it without --cmd or with --entry"
+            )
         if entry is None:
             raise _Rejected(
                 f"{changed.message(mismatched[0])}; finite differences of "
