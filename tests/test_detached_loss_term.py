@@ -54,19 +54,23 @@ def test_a_detached_value_read_again_is_reported_without_a_fix() -> None:
 
 def test_a_loss_with_no_term_that_trains_is_left_to_the_run() -> None:
     # every term detached: backward() raises at once, which GF110 and `gradfix trace` report
-    assert lines(
-        """
+    assert (
+        lines(
+            """
         model = nn.Linear(3, 1)
         out = model(torch.randn(4, 3)).detach()
         loss = out.mean() + 1.0
         loss.backward()
         """
-    ) == []
+        )
+        == []
+    )
 
 
 def test_stop_gradients_inside_a_term_and_data_terms_are_not_reported() -> None:
-    assert lines(
-        """
+    assert (
+        lines(
+            """
         model, target_net = nn.Linear(3, 2), nn.Linear(3, 2)
         x, y = torch.randn(4, 3), torch.randn(4, 2)
         q = model(x)
@@ -76,7 +80,9 @@ def test_stop_gradients_inside_a_term_and_data_terms_are_not_reported() -> None:
         loss = td + l2 + torch.tensor(0.1)
         loss.backward()
         """
-    ) == []
+        )
+        == []
+    )
 
 
 def test_a_training_loop_in_a_module_method_with_a_multi_line_loss() -> None:
