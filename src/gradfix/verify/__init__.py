@@ -199,9 +199,13 @@ def _against_autograd_off(verdict: Verdict, raised: dict[str, Any]) -> Verdict:
     verdict.evidence["reference"] = "before with autograd off"
     verdict.evidence["before_outcome"] = outcome
     if verdict.status == "verified":
-        reason = verdict.reason.replace("forward values equal", "values equal to before's with autograd off", 1)
+        reason = verdict.reason.replace(
+            "forward values equal", "values equal to before's with autograd off", 1
+        )
         return Verdict("verified", f"{reference}: {reason}", verdict.evidence)
-    return Verdict(verdict.status, f"{reference}; against that run: {verdict.reason}", verdict.evidence)
+    return Verdict(
+        verdict.status, f"{reference}; against that run: {verdict.reason}", verdict.evidence
+    )
 
 
 def verify_files(

@@ -286,7 +286,9 @@ class Session:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request["mode"] == "trace":
-            return self.trace(request.get("max_steps"), grad_enabled=request.get("grad_enabled", True))
+            return self.trace(
+                request.get("max_steps"), grad_enabled=request.get("grad_enabled", True)
+            )
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
 
