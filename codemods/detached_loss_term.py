@@ -8,6 +8,7 @@ import libcst as cst
 
 from gradfix.edits import Editor
 from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.semantic import Binding
 from gradfix.semantic.syntax import argument_values
 from gradfix.torch_facts import (
     FACTORIES,
@@ -18,7 +19,8 @@ from gradfix.torch_facts import (
 
 #: how deep the walk back from the loss follows names and calls
 _DEPTH = 12
-#: ops whose result keeps the value but leaves the graph: the cuts this rule reports
+#: methods whose result keeps the value but leaves the graph: the cuts this rule reports
+#: (with the ``.data`` attribute)
 _DETACHING = frozenset({"detach", "item"})
 #: ``nn`` classes whose call runs no parameter of its own: a loss or an activation applies
 #: its functional op to its arguments (``nn.BCELoss()(pred, label)``)
@@ -72,8 +74,8 @@ class DetachedLossTerm(Rule):
     code = "GF408"
     name = "detached-loss-term"
     message = (
-        "This term of the backpropagated loss has no gradient: `.detach()`/`.item()` cut "
-        "its only path to the model, so it adds nothing to training; keep the graph"
+        "This term of the backpropagated loss has no gradient: `.detach()`/`.data`/`.item()` "
+        "cut its only path to the model, so it adds nothing to training; keep the graph"
     )
     fix_safety = FixSafety.UNSAFE
     fix_availability = FixAvailability.SOMETIMES
@@ -183,10 +185,10 @@ class DetachedLossTerm(Rule):
                 self._check_loss(root, node)
 
     def _check_loss(self, root: ast.expr, call: ast.Call) -> None:
-        detached: list[ast.Call] = []
+        detached: list[ast.expr] = []
         trains = False
         for term, at in self._terms(root, call, 0):
-            cuts: list[ast.Call] = []
+            cuts: list[ast.expr] = []
             if self._flows(term, at, 0, cuts):
                 trains = True
             else:
@@ -226,7 +228,7 @@ class DetachedLossTerm(Rule):
         return [(expr, at)]
 
     # -- the walk back from a term -------------------------------------------------------------
-    def _flows(self, expr: ast.AST, at: ast.AST, depth: int, cuts: list[ast.Call]) -> bool:
+    def _flows(self, expr: ast.AST, at: ast.AST, depth: int, cuts: list[ast.expr]) -> bool:
         """``expr`` may carry a gradient (unknown: True); the ``.detach()``/``.item()``
         calls that cut a path which carried one go in ``cuts``."""
         if depth > _DEPTH:
@@ -242,6 +244,10 @@ class DetachedLossTerm(Rule):
         if isinstance(expr, ast.Attribute):
             if expr.attr in VIEW_ATTRIBUTES:
                 return self._flows(expr.value, at, depth + 1, cuts)
+            if expr.attr == "data" and self.analysis.is_tensor(expr.value, at):
+                if self._flows(expr.value, at, depth + 1, []):
+                    cuts.append(expr)
+                return False
             return self.analysis.requires_grad(expr, at)
         if isinstance(expr, ast.Compare):
             return False
@@ -250,7 +256,7 @@ class DetachedLossTerm(Rule):
             return self.analysis.requires_grad(expr, at)
         return any([self._flows(part, at, depth + 1, cuts) for part in parts])
 
-    def _name_flows(self, name: ast.Name, at: ast.AST, depth: int, cuts: list[ast.Call]) -> bool:
+    def _name_flows(self, name: ast.Name, at: ast.AST, depth: int, cuts: list[ast.expr]) -> bool:
         binding = self.analysis.reaching_binding(name, at)
         if (
             binding is None
@@ -260,11 +266,14 @@ class DetachedLossTerm(Rule):
         ):
             return self.analysis.requires_grad(name, at)
         flows = self._flows(binding.value, binding.node, depth + 1, cuts)
+        if type(binding.value) is ast.List:
+            for appended, call in self._appended(name.id, binding):
+                flows = self._flows(appended, call, depth + 1, cuts) or flows
         for statement, value in self.analysis.index_assignments(name, at):
             flows = self._flows(value, statement, depth + 1, cuts) or flows
         return flows
 
-    def _call_flows(self, call: ast.Call, at: ast.AST, depth: int, cuts: list[ast.Call]) -> bool:
+    def _call_flows(self, call: ast.Call, at: ast.AST, depth: int, cuts: list[ast.expr]) -> bool:
         func = call.func
         method = type(func) is ast.Attribute and self.analysis.qualified_name(func) is None
         if method:
@@ -280,10 +289,13 @@ class DetachedLossTerm(Rule):
             operands = argument_values(call)  # ``nn.BCELoss()(pred, label)``: its op
         elif module_class is not None or self.analysis.is_module(func, at):
             return True  # a layer, a container, a model: its parameters train
+        elif self.analysis.local_function(func, at):
+            returned = self.analysis.returned_values(call, at)
+            if not returned:
+                return self.analysis.requires_grad(call, at)
+            return any([self._flows(value, ret, depth + 1, cuts) for value, ret in returned])
         elif method:
             assert isinstance(func, ast.Attribute)
-            if self.analysis.local_function(func, at):
-                return self.analysis.requires_grad(call, at)
             operands = [func.value, *argument_values(call)]
         else:
             name = self.analysis.call_name(call) or ""
@@ -294,15 +306,36 @@ class DetachedLossTerm(Rule):
             operands = argument_values(call)
         return any([self._flows(arg, at, depth + 1, cuts) for arg in operands])
 
+    def _appended(self, name: str, binding: Binding) -> list[tuple[ast.expr, ast.Call]]:
+        """``xs = []`` then ``xs.append(v)`` in the same scope: each ``(v, call)``."""
+        scope = self.analysis.scope_of(binding.node).node
+        found = []
+        for read in self.analysis.name_nodes_in(scope, name):
+            owner = self.analysis.parent(read)
+            if type(owner) is not ast.Attribute or owner.attr not in ("append", "extend"):
+                continue
+            call = self.analysis.parent(owner)
+            if (
+                type(call) is ast.Call
+                and call.func is owner
+                and len(call.args) == 1
+                and self.analysis.reaching_binding(read, read) is binding
+            ):
+                found.append((call.args[0], call))
+        return found
+
     # -- the fix ---------------------------------------------------------------------------------
-    def _fix(self, cut: ast.Call) -> FixPlan | None:
-        func = cut.func
-        assert isinstance(func, ast.Attribute)
-        if func.attr != "detach" or not self._read_once(cut):
+    def _fix(self, cut: ast.expr) -> FixPlan | None:
+        if not self._read_once(cut):
+            return None
+        if type(cut) is ast.Attribute:
+            return self.plan_replace(cut, _owner, "Drop `.data` so the term trains")
+        func = cut.func  # type: ignore[attr-defined]
+        if func.attr != "detach":
             return None
         return self.plan_replace(cut, _receiver, "Remove `.detach()` so the term trains")
 
-    def _read_once(self, cut: ast.Call) -> bool:
+    def _read_once(self, cut: ast.expr) -> bool:
         """The detached value is read on the way to the loss only: the cut is inline, or
         it is the whole value of an assignment whose name is read once."""
         statement = self.analysis.parent(cut)
@@ -328,6 +361,12 @@ def _receiver(editor: Editor, call: cst.CSTNode) -> cst.BaseExpression:
     """``(x.detach())`` -> ``(x)``."""
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
     return call.func.value.with_changes(lpar=call.lpar, rpar=call.rpar)
+
+
+def _owner(editor: Editor, data: cst.CSTNode) -> cst.BaseExpression:
+    """``(x.data)`` -> ``(x)``."""
+    assert isinstance(data, cst.Attribute)
+    return data.value.with_changes(lpar=data.lpar, rpar=data.rpar)
 
 
 def _parameter_free(module_class: str) -> bool:

@@ -107,3 +107,30 @@ def test_a_training_loop_in_a_module_method_with_a_multi_line_loss() -> None:
     """
     result = run(code)
     assert [(f.line - 2, f.fix) for f in result.findings] == [(11, None)]
+
+
+def test_data_returned_by_a_method_of_a_local_class_is_found_and_dropped() -> None:
+    code = """
+    import torch.nn.functional as F
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = nn.GRUCell(4, 4)
+            self.out = nn.Linear(4, 6)
+        def sample(self, h, steps=3):
+            logits = []
+            for _ in range(steps):
+                h = self.cell(torch.zeros(2, 4), h)
+                logits.append(self.out(h))
+            logits = torch.stack(logits, 1).data
+            return logits
+    encoder, head, decoder = nn.Linear(5, 4), nn.Linear(4, 3), Decoder()
+    features = encoder(torch.randn(2, 5))
+    logits = decoder.sample(features)
+    loss = F.cross_entropy(logits.reshape(-1, 6), torch.zeros(6, dtype=torch.long))
+    loss = loss + F.mse_loss(head(features), torch.zeros(2, 3))
+    loss.backward()
+    """
+    result = run(code)
+    assert [(f.line - 2, f.fix is not None) for f in result.findings] == [(12, True)]
+    assert "logits = torch.stack(logits, 1)\n" in result.source
