@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -24,7 +24,20 @@ from gradfix.semantic import (
     is_true,
     is_unpacked,
 )
-from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, source_children
+from gradfix.semantic.syntax import (
+    is_backward_call,
+    is_concatenated_string,
+    iterates_at_least_once,
+    source_children,
+)
+from gradfix.torch_facts import (
+    FACTORY_FUNCTIONS,
+    OP_NAMESPACES,
+    OPS,
+    RANDOM_OPS,
+    functional_of_module,
+    is_inplace_method,
+)
 
 #: Backward entry points -> (position of ``retain_graph``, position of ``create_graph``).
 GRAD_FUNCTIONS = {"torch.autograd.grad": (3, 4), "torch.autograd.backward": (2, 3)}
@@ -374,7 +387,9 @@ class BackwardTwice(Rule):
             return  # no op of the graph is shown to be a torch op: another library's backward
         stale = self._stale_forward(node, saving)
         if stale is not None:  # the forward belongs in the loop
-            self.report(stale, self._stale_message(node), fix=self._moved_into_loop(stale, node))
+            self.report(
+                stale, self._stale_message(node), fix=self._moved_into_loop(stale, node, saving)
+            )
             return
         for later in self._later_backward_calls(node):
             later_root = self._root(later)
@@ -863,21 +878,28 @@ class BackwardTwice(Rule):
         first = min(before, key=self.analysis.index)
         return self.analysis.enclosing_statement(first)
 
-    def _moved_into_loop(self, stale: ast.stmt, call: ast.Call) -> FixPlan | None:
-        """Where a run saw the loop backpropagate this freed graph again: the assignments
-        from ``stale`` to the loop (a chain, each reading the one before) moved to the top
-        of its body, when the loop rebinds nothing they read or bind. Only on a run's
-        evidence, and written only once the rerun proves it."""
+    def _moved_into_loop(
+        self, stale: ast.stmt, call: ast.Call, saving: _SavingNodes
+    ) -> FixPlan | None:
+        """The assignments from ``stale`` to the loop (a chain, each reading the one
+        before) moved to the top of its body, when the loop rebinds nothing they read or
+        bind. On a run's evidence the rerun proves it; without one, only a forward the
+        analysis shows can be evaluated again unchanged (:meth:`_recomputable`)."""
         loop = self._innermost_loop(call)
         block = self.analysis.statement_block(stale)
-        if loop is None or block is None or not self.proven_at_run(stale.lineno, "backward-twice"):
+        if loop is None or block is None:
             return None
+        proven = self.proven_at_run(stale.lineno, "backward-twice")
         start = next(i for i, s in enumerate(block) if s is stale)
         end = next((i for i, s in enumerate(block) if s is loop), None)
-        moved = block[start:end] if end is not None else []
+        if end is None:
+            return None
+        if not proven:
+            start = self._forward_start(block, start, end)
+        moved = block[start:end]
         if not moved or not all(_plain_assignment(s) for s in moved):
             return None
-        bound = set(_bound(stale.targets))  # type: ignore[attr-defined]
+        bound = set(_bound(moved[0].targets))  # type: ignore[attr-defined]
         for statement in moved[1:]:
             if not _read(statement.value) & bound:  # type: ignore[attr-defined]
                 return None  # not the forward's chain: it may not belong in the loop
@@ -886,17 +908,140 @@ class BackwardTwice(Rule):
         header = loop.test if type(loop) is ast.While else loop.iter  # type: ignore[union-attr]
         if _rebound_in(loop) & (read | bound) or _read(header) & bound:
             return None
-
-        def build(editor: Editor) -> list[Edit]:
-            statements = [editor.statement(s) for s in moved]
-            target = editor.node(loop)
-            assert isinstance(target, (cst.For, cst.While))
-            body = target.body.with_changes(body=[*statements, *target.body.body])
-            edits = [Edit(target, target.with_changes(body=body))]
-            return edits + [Edit(s, cst.RemovalSentinel.REMOVE) for s in statements]
-
+        if not proven and not self._recomputable(moved, loop, saving):
+            return None
         lines = f"{moved[0].lineno}-{moved[-1].lineno}" if len(moved) > 1 else moved[0].lineno
-        return self.plan(build, f"Move the forward (line {lines}) into the loop")
+        # Without a run, unsafe: from the second iteration on the forward sees the updated
+        # parameters (what the fix is for), which the original never computed.
+        safety = None if proven else FixSafety.UNSAFE
+        return self.plan(
+            functools.partial(_move_into_loop, moved, loop),
+            f"Move the forward (line {lines}) into the loop",
+            safety=safety,
+        )
+
+    # -- a forward the loop can evaluate again -------------------------------------------
+    def _forward_start(self, block: list[ast.stmt], start: int, end: int) -> int:
+        """Extend the moved statements upwards over the assignments they read that carry
+        the graph without saving (``h = w + 1`` before ``y = h.exp()``): left before the
+        loop, their values would stay those of the first iteration."""
+        while start > 0 and _plain_assignment(block[start - 1]):
+            previous = block[start - 1]
+            read = set().union(*(_read(s.value) for s in block[start:end]))  # type: ignore[attr-defined]
+            if not set(_bound(previous.targets)) & read:  # type: ignore[attr-defined]
+                break
+            value = previous.value  # type: ignore[attr-defined]
+            if self.analysis.leaf_value_reason(value, previous) is not None:
+                break  # a leaf: the loop updates it in place
+            if not self._may_carry_graph(value, previous, 0):
+                break
+            start -= 1
+        return start
+
+    def _recomputable(self, moved: list[ast.stmt], loop: ast.AST, saving: _SavingNodes) -> bool:
+        """Moving ``moved`` to the top of ``loop``'s body keeps the first iteration's
+        forward as it was, and what the program reads after the loop:
+
+        - the statements hold the whole part of the graph evaluated before the loop, and
+          read no value made before them that carries a graph of its own (only leaves,
+          which the loop's updates change in place, and constants);
+        - they only evaluate torch ops: no call with effects (``print``, I/O, a function
+          of the project) and no draw from the random number generator, which would give
+          every later draw other numbers;
+        - a name they bind that is read after the loop keeps a value there only if the
+          loop runs at least once (``range(5)``): after the fix it holds the last
+          iteration's value, which the original (failing at its second backward) has
+          only when the loop ran once, and then the two agree.
+        """
+        first, last = self.analysis.index(moved[0]), self.analysis.index(loop)
+        inside = [at for _, at in saving.values() if first <= self.analysis.index(at) < last]
+        outside = [
+            at
+            for _, at in saving.values()
+            if self.analysis.index(at) < first and not self.analysis.contains(loop, at)
+        ]
+        if outside or not inside:
+            return False
+        if not all(self._pure_forward(s.value, s) for s in moved):  # type: ignore[attr-defined]
+            return False
+        if any(self._stale_input(s, moved) for s in moved):
+            return False
+        bound = set().union(*(_bound(s.targets) for s in moved))  # type: ignore[attr-defined]
+        return not self._read_elsewhere(bound, moved, loop) or _runs_at_least_once(loop)
+
+    def _stale_input(self, statement: ast.stmt, moved: list[ast.stmt]) -> bool:
+        """``statement`` reads a name whose value, made before it, carries a graph that
+        is not a leaf: left out of the loop, that value would not follow the updates."""
+        for name in (n for n in ast.walk(statement.value) if type(n) is ast.Name):  # type: ignore[attr-defined]
+            binding = self.analysis.reaching_binding(name, statement)
+            if binding is None or binding.kind != "assign" or binding.value is None:
+                continue  # a parameter, an import, a loop target: not made by this forward
+            if any(binding.node is s for s in moved):
+                continue  # bound by a moved statement before it (the chain)
+            if self.analysis.leaf_reason(name, statement) is not None:
+                continue
+            if self._may_carry_graph(binding.value, binding.node, 0):
+                return True
+        return False
+
+    def _may_carry_graph(self, value: ast.expr, at: ast.AST, depth: int) -> bool:
+        """``value`` may require grad: shown to, a model's output, or made from a leaf
+        or such a value (followed through assignments; unknown beyond the depth)."""
+        if depth > 8:
+            return True
+        if self.analysis.requires_grad(value, at):
+            return True
+        for node in ast.walk(value):
+            if type(node) is ast.Call and self.analysis.is_module(node.func, at):
+                return True
+            if type(node) is not ast.Name:
+                continue
+            if self.analysis.leaf_reason(node, at) is not None:
+                return True
+            binding = self.analysis.reaching_binding(node, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                if self._may_carry_graph(binding.value, binding.node, depth + 1):
+                    return True
+        return False
+
+    def _pure_forward(self, value: ast.expr, at: ast.AST) -> bool:
+        """``value`` evaluates torch ops only, none of them in place or random."""
+        for node in ast.walk(value):
+            if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, *_DEFERRED)):
+                return False
+            if type(node) is ast.Call and not self._pure_call(node, at):
+                return False
+        return True
+
+    def _pure_call(self, call: ast.Call, at: ast.AST) -> bool:
+        name = self.analysis.call_name(call)
+        if name is not None:
+            head, _, op = name.rpartition(".")
+            if f"{head}." not in OP_NAMESPACES:
+                return False  # print, open, a function of the project...
+            return (op in OPS or op in FACTORY_FUNCTIONS) and _deterministic(op)
+        func = call.func
+        layer = self.analysis.nn_module_class(func, at)
+        if layer is not None:
+            functional = functional_of_module(layer)
+            return functional is not None and _deterministic(functional[0])
+        if type(func) is not ast.Attribute or self.analysis.is_module(func, at):
+            return False
+        return (
+            func.attr in OPS and "Tensor" in OPS[func.attr]["where"] and _deterministic(func.attr)
+        )
+
+    def _read_elsewhere(self, names: set[str], moved: list[ast.stmt], loop: ast.AST) -> bool:
+        """A name of ``names`` is read in the scope outside ``moved`` and ``loop``."""
+        scope = self.analysis.scope_of(loop).node
+        for node in ast.walk(scope):
+            if type(node) is not ast.Name or node.id not in names or type(node.ctx) is not ast.Load:
+                continue
+            if self.analysis.contains(loop, node):
+                continue
+            if not any(self.analysis.contains(s, node) for s in moved):
+                return True
+        return False
 
     def _leaves_loop_after(self, call: ast.Call) -> bool:
         """``call``'s block leaves the loop after it (``break``, ``return``): it runs once."""
@@ -973,6 +1118,56 @@ def _bound(targets: list[ast.expr]) -> list[str]:
         elif isinstance(target, (ast.Tuple, ast.List)):
             names += _bound(target.elts)
     return names
+
+
+def _deterministic(op: str) -> bool:
+    """An op that changes nothing in place and draws no random number."""
+    return op not in RANDOM_OPS and not is_inplace_method(op)
+
+
+def _runs_at_least_once(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """``for _ in range(5)``, ``while True``: the body runs before anything after it."""
+    if type(loop) is ast.While:
+        return type(loop.test) is ast.Constant and loop.test.value is True
+    return iterates_at_least_once(loop.iter)  # type: ignore[union-attr]
+
+
+def _move_into_loop(moved: list[ast.stmt], loop: ast.AST, editor: Editor) -> list[Edit] | None:
+    """``moved`` (the lines before ``loop``) at the top of its body. Blank lines before the
+    first moved statement stay above the loop, the comments just above each statement go
+    with it; the loop's own comments stay on it, and the blank lines that parted the
+    moved lines from the loop now part them from the rest of the body."""
+    originals = [editor.statement(s) for s in moved]
+    statements = list(originals)
+    target = editor.node(loop)
+    assert isinstance(target, (cst.For, cst.While))
+    body = target.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return None  # ``for ...: loss.backward()`` on one line
+    if not all(isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 for s in statements):
+        return None  # ``a = 1; b = 2``: a line moves as a whole or not at all
+    above, first_comments = _split_blank_lines(statements[0].leading_lines)
+    separator, loop_comments = _split_blank_lines(target.leading_lines)
+    statements[0] = statements[0].with_changes(leading_lines=first_comments)
+    rest = list(body.body)
+    rest[0] = rest[0].with_changes(leading_lines=[*separator, *rest[0].leading_lines])
+    new_body = body.with_changes(body=[*statements, *rest])
+    new_loop = target.with_changes(body=new_body, leading_lines=[*above, *loop_comments])
+    return [Edit(target, new_loop)] + [Edit(s, cst.RemovalSentinel.REMOVE) for s in originals]
+
+
+def _split_blank_lines(
+    lines: Sequence[cst.EmptyLine],
+) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """``lines`` (a statement's leading lines) cut before its first comment: the blank
+    lines that part it from what precedes, and its comments (blank lines among them too)."""
+    cut = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+    return _unindented(lines[:cut]), _unindented(lines[cut:])
+
+
+def _unindented(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """Blank lines written without the block's indentation (no trailing spaces)."""
+    return [line.with_changes(indent=False) if line.comment is None else line for line in lines]
 
 
 def _plain_assignment(statement: ast.stmt) -> bool:

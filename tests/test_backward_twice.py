@@ -54,9 +54,100 @@ for step in range(3):
 """
 
 
+def _moved(source: str) -> str | None:
+    """The source after GF401's fixes (unsafe ones too), None when nothing was fixed."""
+    result = lint_source(source, rules=[BackwardTwice], fix=True, unsafe_fixes=True)
+    return None if result.source == source else result.source
+
+
 def test_a_graph_built_before_the_loop_is_reported_where_it_is_built() -> None:
     findings = lint_source(STALE, rules=[BackwardTwice]).findings
-    assert [(f.line, f.fix) for f in findings] == [(3, None)]
+    assert [f.line for f in findings] == [3]
+    assert findings[0].fix is not None and findings[0].fix.safety == "unsafe"
+
+
+def test_the_forward_built_before_the_loop_moves_into_it() -> None:
+    assert _moved(STALE) == STALE.replace(
+        "y = torch.exp(w)\nfor step in range(3):\n",
+        "for step in range(3):\n    y = torch.exp(w)\n",
+    )
+
+
+LAID_OUT = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+
+# forward
+h = torch.tanh(w)  # once
+loss = h.pow(2).sum()
+
+# train
+for step in range(3):
+    # update
+    w.grad = None
+    loss.backward()
+    w.data -= 0.1 * w.grad
+"""
+
+
+def test_the_moved_lines_keep_their_comments_and_the_loop_its_own() -> None:
+    assert _moved(LAID_OUT) == (
+        "import torch\n"
+        "w = torch.randn(3, requires_grad=True)\n"
+        "\n"
+        "# train\n"
+        "for step in range(3):\n"
+        "    # forward\n"
+        "    h = torch.tanh(w)  # once\n"
+        "    loss = h.pow(2).sum()\n"
+        "\n"
+        "    # update\n"
+        "    w.grad = None\n"
+        "    loss.backward()\n"
+        "    w.data -= 0.1 * w.grad\n"
+    )
+    assert _moved(_moved(LAID_OUT) or "") is None  # idempotent
+
+
+def test_a_derived_value_that_saves_nothing_moves_with_the_forward() -> None:
+    source = STALE.replace("y = torch.exp(w)", "s = w + 1\ny = torch.exp(s)")
+    assert _moved(source) == source.replace(
+        "s = w + 1\ny = torch.exp(s)\nfor step in range(3):\n",
+        "for step in range(3):\n    s = w + 1\n    y = torch.exp(s)\n",
+    )
+
+
+def test_a_layer_of_torch_moves_with_the_forward() -> None:
+    source = STALE.replace("y = torch.exp(w)", "lin = torch.nn.Linear(3, 3)\ny = lin(w)")
+    assert _moved(source) is not None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a random draw: evaluated in each iteration it changes every later draw
+        ("y = torch.exp(w)", "y = torch.exp(w) + torch.randn(3)"),
+        ("y = torch.exp(w)", "drop = torch.nn.Dropout(0.5)\ny = drop(torch.exp(w))"),
+        ("y = torch.exp(w)", "y = torch.nn.functional.dropout(torch.exp(w))"),
+        # effects: a print, a function of the project, an in-place change
+        ("y = torch.exp(w)", "y = torch.exp(w)\nz = print(y)"),
+        ("y = torch.exp(w)", "y = helper(torch.exp(w))"),
+        ("y = torch.exp(w)", "y = torch.exp(w).clamp_(0, 1)"),
+        # a graph made before the moved lines, not next to them, would stay stale
+        ("y = torch.exp(w)", "s = w + 1\nn = 3\ny = torch.exp(s)"),
+        # read after a loop that may not run: the name would be unbound
+        ("for step in range(3):", "for step in range(n):"),
+        ("for step in range(3):", "while w.sum() > 0:"),
+    ],
+)
+def test_a_forward_the_loop_cannot_evaluate_again_unchanged_stays(before: str, after: str) -> None:
+    source = "n = 3\n" + STALE.replace(before, after) + "print(y)\n"
+    assert lint_source(source, rules=[BackwardTwice]).findings  # still reported
+    assert _moved(source) is None
+
+
+def test_a_name_read_after_a_loop_that_runs_may_move() -> None:
+    assert _moved(STALE + "print(y)\n") is not None
 
 
 def test_a_loop_that_backpropagates_once_and_leaves_is_not_reported() -> None:
