@@ -106,19 +106,27 @@ class BackwardTwice(Rule):
     Safe: `retain_graph=True` changes no forward result and only keeps the saved tensors
     alive until the last call. No fix when parameters may be updated between the calls
     (an optimizer `step()`, an in-place op): the retained graph would then fail its version
-    check, and the code needs a new forward pass instead. No fix for a loop that calls
-    `backward()` on a loss computed once before the loop: that graph is stale after the
-    first update, and the forward pass belongs inside the loop (on a run's evidence,
-    `gradfix trace` moves its chain of assignments to the top of the loop's body and
-    writes it once the rerun proves it). Only graphs with an op
-    shown to save tensors are reported (`a + b` and `x.sum()` save nothing and can be
-    back-propagated twice).
+    check, and the code needs a new forward pass instead.
+
+    A loop that calls `backward()` on a loss computed once before the loop: that graph is
+    stale after the first update, and the forward pass belongs inside the loop. The fix
+    moves its chain of assignments to the top of the loop's body, keeping their comments.
+    Unsafe: from the second iteration on the forward sees the updated parameters, which
+    the original (raising there) never computed; the first iteration is unchanged. Offered
+    only when the moved lines evaluate torch ops alone (no `print`, no function of the
+    project, no in-place op, no random draw: drawn again in each iteration, it would change
+    every later draw), leave no other value that carries the graph behind, and bind no name
+    read after a loop that may not run (`range(n)`). On a run's evidence, `gradfix trace`
+    moves the chain without these conditions and writes it once the rerun proves it.
+    Only graphs with an op shown to save tensors are reported (`a + b` and `x.sum()` save
+    nothing and can be back-propagated twice).
     """
 
     code = "GF401"
     name = "backward-twice"
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     fix_availability = FixAvailability.SOMETIMES
 
     VALID = [
@@ -285,6 +293,52 @@ class BackwardTwice(Rule):
             for epoch in range(3):
                 loss.backward()
             """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            for epoch in range(3):
+                loss = (w ** 2).sum()
+                loss.backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            opt = torch.optim.SGD([w], lr=0.1)
+            # forward
+            h = torch.tanh(w)  # once
+            loss = h.pow(2).sum()
+
+            for epoch in range(3):
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(loss.item())
+            """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            opt = torch.optim.SGD([w], lr=0.1)
+            for epoch in range(3):
+                # forward
+                h = torch.tanh(w)  # once
+                loss = h.pow(2).sum()
+
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(loss.item())
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            noisy = (w + 0.1 * torch.randn(3)).exp()  # drawn once: moved, drawn each step
+            for epoch in range(3):
+                noisy.sum().backward()
+            """,
             report_only=True,
         ),
         Invalid(
@@ -354,7 +408,14 @@ class BackwardTwice(Rule):
                 out = (t * y).sum()
                 out.backward()
             """,
-            report_only=True,
+            """
+            import torch
+            t = torch.eye(2, requires_grad=True)
+            for _ in range(2):
+                y = t @ torch.ones(2)
+                out = (t * y).sum()
+                out.backward()
+            """,
         ),
         Invalid(
             """
