@@ -60,6 +60,8 @@ _SavingNodes = dict[int, tuple[ast.expr, ast.AST]]
 _TENSOR_STATE_LAYERS = frozenset({"torch.nn.RNN", "torch.nn.GRU"})
 #: Loops: a backward call in one reruns with each iteration.
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
 #: Nodes whose code runs apart from the statement holding them.
 _DEFERRED = (
     ast.FunctionDef,
@@ -468,7 +470,8 @@ class BackwardTwice(Rule):
                 self.report(node, fix=fix)
             else:
                 name, statement = entry
-                self.report(statement, self._shared_message(name, later))
+                fix = self._detached_entry(name, statement, node, later)
+                self.report(statement, self._shared_message(name, later), fix=fix)
             return
 
     # -- state carried across iterations ------------------------------------------------
@@ -913,6 +916,84 @@ class BackwardTwice(Rule):
                 pending.append((binding.value, binding.node))
         return None
 
+    def _detached_entry(
+        self, name: ast.Name, statement: ast.stmt, call: ast.Call, later: ast.Call
+    ) -> FixPlan | None:
+        """``netD(fake.detach())`` where the first loss reads the shared value, when what
+        made it (``fake = netG(noise)``: modules called on values without a graph) has its
+        gradients reset before the later backward (``netG.zero_grad()``, or the
+        ``zero_grad()`` of an optimizer over ``netG.parameters()``) and no optimizer over
+        them steps in between: the gradients the first backward gives them are discarded
+        unread, so the first loss needs no graph through them. Unsafe: the first backward
+        no longer computes those (unused) gradients; the verifier's run shows them
+        discarded (:mod:`gradfix.verify.oracle`)."""
+        binding = self.analysis.reaching_binding(name, statement)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            return None
+        modules = self._makers(binding.value, binding.node)
+        if not modules or not self._reset_before(modules, call, later):
+            return None
+
+        def detached(editor: Editor, node: cst.CSTNode) -> cst.Call:
+            assert isinstance(node, cst.Name)
+            return cst.Call(func=cst.Attribute(value=node, attr=cst.Name("detach")))
+
+        return self.plan_replace(
+            name, detached, f"Pass `{name.id}.detach()`", safety=FixSafety.UNSAFE
+        )
+
+    def _makers(self, value: ast.expr, at: ast.AST) -> set[str] | None:
+        """The names of the modules ``value`` calls (``netG`` of ``netG(noise)``), when
+        every other value it reads carries no graph (None otherwise)."""
+        modules: set[str] = set()
+        for node in ast.walk(value):
+            if type(node) is ast.Call and self.analysis.is_module(node.func, at):
+                if type(node.func) is not ast.Name:
+                    return None
+                modules.add(node.func.id)
+        for node in ast.walk(value):
+            if type(node) is ast.Name and node.id not in modules:
+                if self._may_carry_graph(node, at, 0):
+                    return None
+        return modules or None
+
+    def _reset_before(self, modules: set[str], call: ast.Call, later: ast.Call) -> bool:
+        """Between ``call`` and ``later`` each module's gradients are reset
+        (``netG.zero_grad()``, ``optimizerG.zero_grad()``) before any optimizer that
+        may hold its parameters steps."""
+        start, end = self.analysis.index(call), self.analysis.index(later)
+        reset: set[str] = set()
+        for other in self._rest_of_block(call).calls:
+            func = other.func
+            if not start < self.analysis.index(other) < end or type(func) is not ast.Attribute:
+                continue
+            held = self._trained_by(func.value, other)
+            if func.attr == "zero_grad" and held is not None:
+                reset |= modules & held
+            elif func.attr == "step" and (modules - reset) & (modules if held is None else held):
+                return False  # a step reads the gradients before they are reset
+        return reset == modules
+
+    def _trained_by(self, receiver: ast.expr, at: ast.AST) -> set[str] | None:
+        """The module names whose parameters ``receiver`` holds: a module itself, or an
+        optimizer made from ``<module>.parameters()``; None when unknown (any)."""
+        if type(receiver) is not ast.Name:
+            return None
+        if self.analysis.is_module(receiver, at):
+            return {receiver.id}
+        binding = self.analysis.reaching_binding(receiver, at)
+        value = None if binding is None else binding.value
+        params = argument(value, "params", 0) if type(value) is ast.Call else None
+        if (
+            type(params) is ast.Call
+            and type(params.func) is ast.Attribute
+            and params.func.attr == "parameters"
+            and type(params.func.value) is ast.Name
+            and not call_arguments(params)
+        ):
+            return {params.func.value.id}
+        return None
+
     def _shared_message(self, name: ast.Name, later: ast.Call) -> str:
         return (
             f"`{name.id}` brings a graph the backward at line {later.lineno} runs through "
@@ -999,7 +1080,9 @@ class BackwardTwice(Rule):
             start -= 1
         return start
 
-    def _recomputable(self, moved: list[ast.stmt], loop: ast.AST, saving: _SavingNodes) -> bool:
+    def _recomputable(
+        self, moved: list[ast.stmt], loop: ast.For | ast.AsyncFor | ast.While, saving: _SavingNodes
+    ) -> bool:
         """Moving ``moved`` to the top of ``loop``'s body keeps the first iteration's
         forward as it was, and what the program reads after the loop:
 
@@ -1210,8 +1293,10 @@ def _move_into_loop(moved: list[ast.stmt], loop: ast.AST, editor: Editor) -> lis
     above, first_comments = _split_blank_lines(statements[0].leading_lines)
     separator, loop_comments = _split_blank_lines(target.leading_lines)
     statements[0] = statements[0].with_changes(leading_lines=first_comments)
-    rest = list(body.body)
-    rest[0] = rest[0].with_changes(leading_lines=[*separator, *rest[0].leading_lines])
+    rest: list[cst.BaseStatement] = list(body.body)
+    first = rest[0]
+    assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    rest[0] = first.with_changes(leading_lines=[*separator, *first.leading_lines])
     new_body = body.with_changes(body=[*statements, *rest])
     new_loop = target.with_changes(body=new_body, leading_lines=[*above, *loop_comments])
     return [Edit(target, new_loop)] + [Edit(s, cst.RemovalSentinel.REMOVE) for s in originals]
