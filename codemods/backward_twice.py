@@ -120,6 +120,14 @@ class BackwardTwice(Rule):
     every later draw), leave no other value that carries the graph behind, and bind no name
     read after a loop that may not run (`range(n)`). On a run's evidence, `gradfix trace`
     moves the chain without these conditions and writes it once the rerun proves it.
+    Two losses of one step sharing a value that a first optimizer step separates (a GAN:
+    `fake = netG(noise)` feeds the discriminator's loss, then the generator's): the fix
+    passes `fake.detach()` where the first loss reads it, when the gradients that loss
+    gives the modules that made `fake` are reset (`netG.zero_grad()`, or the `zero_grad()`
+    of an optimizer over `netG.parameters()`) before any optimizer that may hold them
+    steps. Unsafe: the first backward no longer computes those gradients, which the
+    program throws away unread (the verifier's run shows them discarded).
+
     Only graphs with an op shown to save tensors are reported (`a + b` and `x.sum()` save
     nothing and can be back-propagated twice).
     """
@@ -433,6 +441,39 @@ class BackwardTwice(Rule):
                 critic_opt.step()
                 encoder.zero_grad()
                 (-critic(code).mean()).backward()
+            """,
+            """
+            import torch
+            from torch import nn
+            encoder = nn.Linear(3, 4)
+            critic = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+            critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+            for x in torch.rand(2, 5, 3):
+                code = encoder(x)
+                critic_loss = critic(code.detach()).mean()
+                critic_loss.backward()
+                critic_opt.step()
+                encoder.zero_grad()
+                (-critic(code).mean()).backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            netG, netD = nn.Linear(2, 4), nn.Linear(4, 1)
+            optD = torch.optim.Adam(netD.parameters())
+            optG = torch.optim.Adam(netG.parameters())
+            for noise in torch.randn(3, 8, 2):
+                fake = netG(noise)
+                errD = netD(fake).mean()  # the generator's gradients from it are stepped
+                errD.backward()
+                optD.step()
+                optG.step()
+                optG.zero_grad()
+                errG = -netD(fake).mean()
+                errG.backward()
+                optG.step()
             """,
             report_only=True,
         ),
@@ -945,17 +986,18 @@ class BackwardTwice(Rule):
     def _makers(self, value: ast.expr, at: ast.AST) -> set[str] | None:
         """The names of the modules ``value`` calls (``netG`` of ``netG(noise)``), when
         every other value it reads carries no graph (None otherwise)."""
-        modules: set[str] = set()
+        modules: dict[int, str] = {}
         for node in ast.walk(value):
             if type(node) is ast.Call and self.analysis.is_module(node.func, at):
                 if type(node.func) is not ast.Name:
                     return None
-                modules.add(node.func.id)
+                modules[id(node.func)] = node.func.id
         for node in ast.walk(value):
-            if type(node) is ast.Name and node.id not in modules:
-                if self._may_carry_graph(node, at, 0):
-                    return None
-        return modules or None
+            if type(node) is not ast.Name or id(node) in modules:
+                continue
+            if self.analysis.is_module(node, at) or self._may_carry_graph(node, at, 0):
+                return None  # ``netD.weight``, a value with a graph of its own
+        return set(modules.values()) or None
 
     def _reset_before(self, modules: set[str], call: ast.Call, later: ast.Call) -> bool:
         """Between ``call`` and ``later`` each module's gradients are reset

@@ -255,3 +255,54 @@ def test_retain_graph_hiding_state_a_model_carries_is_reported() -> None:
 def test_retain_graph_without_carried_state_is_not_reported(update: str) -> None:
     source = STATEFUL.format(update=update)
     assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+GAN = """\
+import torch
+from torch import nn
+netG, netD = nn.Linear(2, 4), nn.Linear(4, 1)
+optD = torch.optim.Adam(netD.parameters())
+optG = torch.optim.Adam(netG.parameters())
+for noise in torch.randn(3, 8, 2):
+    fake = netG(noise)
+    errD = netD(fake).mean()
+    errD.backward()
+    optD.step()
+    netG.zero_grad()
+    errG = -netD(fake).mean()
+    errG.backward()
+    optG.step()
+"""
+
+
+def test_the_discriminator_reads_the_generators_output_detached() -> None:
+    findings = lint_source(GAN, rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix and f.fix.safety) for f in findings] == [(8, "unsafe")]
+    assert _moved(GAN) == GAN.replace("errD = netD(fake)", "errD = netD(fake.detach())")
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("netG.zero_grad()", "optG.zero_grad()"),  # the optimizer over its parameters
+        ("netG.zero_grad()", "optD.zero_grad()\n    netG.zero_grad()"),
+    ],
+)
+def test_the_generators_gradients_reset_in_other_spellings(before: str, after: str) -> None:
+    assert _moved(GAN.replace(before, after)) is not None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("    netG.zero_grad()\n", ""),  # kept: the generator's step reads them
+        ("    optD.step()\n", "    optD.step()\n    optG.step()\n"),  # stepped first
+        ("optD = torch.optim.Adam(netD.parameters())", "optD = torch.optim.Adam(params)"),
+        ("netG.zero_grad()", "optD.zero_grad()"),  # not the generator's
+        ("fake = netG(noise)", "fake = netG(noise * netD.weight[0, :2])"),  # D's graph too
+    ],
+)
+def test_no_detach_where_the_first_losss_gradients_may_be_used(before: str, after: str) -> None:
+    source = "params = []\n" + GAN.replace(before, after)
+    assert lint_source(source, rules=[BackwardTwice]).findings
+    assert _moved(source) is None
