@@ -971,6 +971,8 @@ class BackwardTwice(Rule):
         binding = self.analysis.reaching_binding(name, statement)
         if binding is None or binding.kind != "assign" or binding.value is None:
             return None
+        if self._reads_of(binding.node, self._root(call), call) != 1:
+            return None  # ``netD(fake) + penalty(fake)``: one detach would not cut them all
         modules = self._makers(binding.value, binding.node)
         if not modules or not self._reset_before(modules, call, later):
             return None
@@ -982,6 +984,25 @@ class BackwardTwice(Rule):
         return self.plan_replace(
             name, detached, f"Pass `{name.id}.detach()`", safety=FixSafety.UNSAFE
         )
+
+    def _reads_of(self, bound_by: ast.AST, root: ast.expr | None, call: ast.Call) -> int:
+        """How many names in ``root``'s graph (followed through assignments) read the
+        value that ``bound_by`` binds."""
+        count = 0
+        pending: list[tuple[ast.expr, ast.AST]] = [] if root is None else [(root, call)]
+        seen: set[int] = set()
+        while pending:
+            expr, at = pending.pop()
+            for name in (n for n in ast.walk(expr) if type(n) is ast.Name):
+                binding = self.analysis.reaching_binding(name, at)
+                if binding is None or binding.value is None:
+                    continue
+                if binding.node is bound_by:
+                    count += 1
+                elif id(binding.node) not in seen:
+                    seen.add(id(binding.node))
+                    pending.append((binding.value, binding.node))
+        return count
 
     def _makers(self, value: ast.expr, at: ast.AST) -> set[str] | None:
         """The names of the modules ``value`` calls (``netG`` of ``netG(noise)``), when

@@ -300,6 +300,10 @@ def test_the_generators_gradients_reset_in_other_spellings(before: str, after: s
         ("optD = torch.optim.Adam(netD.parameters())", "optD = torch.optim.Adam(params)"),
         ("netG.zero_grad()", "optD.zero_grad()"),  # not the generator's
         ("fake = netG(noise)", "fake = netG(noise * netD.weight[0, :2])"),  # D's graph too
+        (
+            "netD(fake).mean()\n    errD.backward",
+            "netD(fake).mean() + fake.var()\n    errD.backward",
+        ),
     ],
 )
 def test_no_detach_where_the_first_losss_gradients_may_be_used(before: str, after: str) -> None:
