@@ -32,6 +32,8 @@ from gradfix.semantic.syntax import (
 )
 from gradfix.torch_facts import (
     FACTORY_FUNCTIONS,
+    NON_GRAPH_CALLS,
+    NON_TENSOR_METHODS,
     OP_NAMESPACES,
     OPS,
     RANDOM_OPS,
@@ -62,6 +64,8 @@ _TENSOR_STATE_LAYERS = frozenset({"torch.nn.RNN", "torch.nn.GRU"})
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
+#: Builtins a forward may call that change nothing (``len(x)``, ``int(n)``).
+_PURE_BUILTINS = NON_GRAPH_CALLS - {"print"}
 #: Nodes whose code runs apart from the statement holding them.
 _DEFERRED = (
     ast.FunctionDef,
@@ -1228,12 +1232,16 @@ class BackwardTwice(Rule):
                 return False  # print, open, a function of the project...
             return (op in OPS or op in FACTORY_FUNCTIONS) and _deterministic(op)
         func = call.func
+        if type(func) is ast.Name and func.id in _PURE_BUILTINS:
+            return self.analysis.reaching_binding(func, at) is None  # not shadowed
         layer = self.analysis.nn_module_class(func, at)
         if layer is not None:
             functional = functional_of_module(layer)
             return functional is not None and _deterministic(functional[0])
         if type(func) is not ast.Attribute or self.analysis.is_module(func, at):
             return False
+        if func.attr in NON_TENSOR_METHODS:
+            return True  # ``x.size(0)``, ``x.dim()``: a question, no change
         return (
             func.attr in OPS and "Tensor" in OPS[func.attr]["where"] and _deterministic(func.attr)
         )

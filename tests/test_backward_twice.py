@@ -117,9 +117,16 @@ def test_a_derived_value_that_saves_nothing_moves_with_the_forward() -> None:
     )
 
 
-def test_a_layer_of_torch_moves_with_the_forward() -> None:
-    source = STALE.replace("y = torch.exp(w)", "lin = torch.nn.Linear(3, 3)\ny = lin(w)")
-    assert _moved(source) is not None
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "lin = torch.nn.Linear(3, 3)\ny = lin(w)",  # a layer of torch
+        "y = torch.exp(w).view(w.size(0), -1)",  # a question to the tensor
+        "y = torch.exp(w) / len(w)",  # a builtin that changes nothing
+    ],
+)
+def test_a_forward_of_pure_calls_moves(forward: str) -> None:
+    assert _moved(STALE.replace("y = torch.exp(w)", forward)) is not None
 
 
 @pytest.mark.parametrize(
@@ -132,6 +139,7 @@ def test_a_layer_of_torch_moves_with_the_forward() -> None:
         # effects: a print, a function of the project, an in-place change
         ("y = torch.exp(w)", "y = torch.exp(w)\nz = print(y)"),
         ("y = torch.exp(w)", "y = helper(torch.exp(w))"),
+        ("y = torch.exp(w)", "len = print\ny = torch.exp(w) / len(w)"),  # shadowed
         ("y = torch.exp(w)", "y = torch.exp(w).clamp_(0, 1)"),
         # a graph made before the moved lines, not next to them, would stay stale
         ("y = torch.exp(w)", "s = w + 1\nn = 3\ny = torch.exp(s)"),
