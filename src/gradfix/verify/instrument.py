@@ -426,7 +426,7 @@ class Recorder:
     def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Count grad-mode uses of tracked leaves; apply a pending perturbation."""
         owner = getattr(func, "__self__", None)
-        if type(owner).__name__ == "getset_descriptor":
+        if type(owner).__name__ == "getset_descriptor" or type(owner) is _GradAttribute:
             # `.data` reads/writes bypass the version counter: treat them as a possible
             # mutation so the next use starts a new group (`w.data.normal_()` inits).
             if getattr(owner, "__name__", None) == "data" and args:
@@ -721,34 +721,45 @@ def _patch_backward() -> None:
 
 def _patch_gradient_uses() -> None:
     """See the program read and reset ``.grad`` (the recorder's discarded gradients)."""
-
-    def recorder() -> Recorder | None:
-        active = _ACTIVE
-        return None if active is None or active.internal else active
-
-    def get_grad(self: torch.Tensor) -> Any:
-        active = recorder()
-        if active is not None:
-            active.grad_read(self)
-        return _BASE_GRAD.__get__(self)
-
-    def set_grad(self: torch.Tensor, value: Any) -> None:
-        _BASE_GRAD.__set__(self, value)
-        active = recorder()
-        if active is not None:
-            active.grad_reset(self)
-
-    def delete_grad(self: torch.Tensor) -> None:
-        _BASE_GRAD.__delete__(self)
-        active = recorder()
-        if active is not None:
-            active.grad_reset(self)
-
-    torch.Tensor.grad = property(  # type: ignore[assignment,method-assign]
-        get_grad, set_grad, delete_grad, doc=_BASE_GRAD.__doc__
-    )
+    torch.Tensor.grad = _GradAttribute()  # type: ignore[assignment,method-assign]
     for owner in (torch.optim.Optimizer, torch.nn.Module):
         owner.zero_grad = _wrap_zero_grad(owner.zero_grad)  # type: ignore[method-assign]
+
+
+class _GradAttribute:
+    """``Tensor.grad`` as torch's getset descriptor, telling the active recorder of each
+    read and reset. Named ``grad`` like it: a torch function mode sees an access as a call
+    of this object's ``__get__`` (torch looks the attribute up on ``torch.Tensor``), and
+    the tracer and :class:`UseTracker` tell attribute reads from ops by that."""
+
+    __name__ = "grad"
+    __doc__ = _BASE_GRAD.__doc__
+
+    def __get__(self, tensor: torch.Tensor | None, owner: type | None = None) -> Any:
+        if tensor is None:
+            return self
+        active = _listening()
+        if active is not None:
+            active.grad_read(tensor)
+        return _BASE_GRAD.__get__(tensor)
+
+    def __set__(self, tensor: torch.Tensor, value: Any) -> None:
+        _BASE_GRAD.__set__(tensor, value)
+        active = _listening()
+        if active is not None:
+            active.grad_reset(tensor)
+
+    def __delete__(self, tensor: torch.Tensor) -> None:
+        _BASE_GRAD.__delete__(tensor)
+        active = _listening()
+        if active is not None:
+            active.grad_reset(tensor)
+
+
+def _listening() -> Recorder | None:
+    """The active recorder, unless it is doing its own work."""
+    active = _ACTIVE
+    return None if active is None or active.internal else active
 
 
 def _wrap_zero_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
