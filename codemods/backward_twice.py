@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -24,7 +24,22 @@ from gradfix.semantic import (
     is_true,
     is_unpacked,
 )
-from gradfix.semantic.syntax import is_backward_call, is_concatenated_string, source_children
+from gradfix.semantic.syntax import (
+    is_backward_call,
+    is_concatenated_string,
+    iterates_at_least_once,
+    source_children,
+)
+from gradfix.torch_facts import (
+    FACTORY_FUNCTIONS,
+    NON_GRAPH_CALLS,
+    NON_TENSOR_METHODS,
+    OP_NAMESPACES,
+    OPS,
+    RANDOM_OPS,
+    functional_of_module,
+    is_inplace_method,
+)
 
 #: Backward entry points -> (position of ``retain_graph``, position of ``create_graph``).
 GRAD_FUNCTIONS = {"torch.autograd.grad": (3, 4), "torch.autograd.backward": (2, 3)}
@@ -47,6 +62,10 @@ _SavingNodes = dict[int, tuple[ast.expr, ast.AST]]
 _TENSOR_STATE_LAYERS = frozenset({"torch.nn.RNN", "torch.nn.GRU"})
 #: Loops: a backward call in one reruns with each iteration.
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+#: Builtins a forward may call that change nothing (``len(x)``, ``int(n)``).
+_PURE_BUILTINS = NON_GRAPH_CALLS - {"print"}
 #: Nodes whose code runs apart from the statement holding them.
 _DEFERRED = (
     ast.FunctionDef,
@@ -93,19 +112,35 @@ class BackwardTwice(Rule):
     Safe: `retain_graph=True` changes no forward result and only keeps the saved tensors
     alive until the last call. No fix when parameters may be updated between the calls
     (an optimizer `step()`, an in-place op): the retained graph would then fail its version
-    check, and the code needs a new forward pass instead. No fix for a loop that calls
-    `backward()` on a loss computed once before the loop: that graph is stale after the
-    first update, and the forward pass belongs inside the loop (on a run's evidence,
-    `gradfix trace` moves its chain of assignments to the top of the loop's body and
-    writes it once the rerun proves it). Only graphs with an op
-    shown to save tensors are reported (`a + b` and `x.sum()` save nothing and can be
-    back-propagated twice).
+    check, and the code needs a new forward pass instead.
+
+    A loop that calls `backward()` on a loss computed once before the loop: that graph is
+    stale after the first update, and the forward pass belongs inside the loop. The fix
+    moves its chain of assignments to the top of the loop's body, keeping their comments.
+    Unsafe: from the second iteration on the forward sees the updated parameters, which
+    the original (raising there) never computed; the first iteration is unchanged. Offered
+    only when the moved lines evaluate torch ops alone (no `print`, no function of the
+    project, no in-place op, no random draw: drawn again in each iteration, it would change
+    every later draw), leave no other value that carries the graph behind, and bind no name
+    read after a loop that may not run (`range(n)`). On a run's evidence, `gradfix trace`
+    moves the chain without these conditions and writes it once the rerun proves it.
+    Two losses of one step sharing a value that a first optimizer step separates (a GAN:
+    `fake = netG(noise)` feeds the discriminator's loss, then the generator's): the fix
+    passes `fake.detach()` where the first loss reads it, when the gradients that loss
+    gives the modules that made `fake` are reset (`netG.zero_grad()`, or the `zero_grad()`
+    of an optimizer over `netG.parameters()`) before any optimizer that may hold them
+    steps. Unsafe: the first backward no longer computes those gradients, which the
+    program throws away unread (the verifier's run shows them discarded).
+
+    Only graphs with an op shown to save tensors are reported (`a + b` and `x.sum()` save
+    nothing and can be back-propagated twice).
     """
 
     code = "GF401"
     name = "backward-twice"
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
+    fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     fix_availability = FixAvailability.SOMETIMES
 
     VALID = [
@@ -272,6 +307,52 @@ class BackwardTwice(Rule):
             for epoch in range(3):
                 loss.backward()
             """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            for epoch in range(3):
+                loss = (w ** 2).sum()
+                loss.backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            opt = torch.optim.SGD([w], lr=0.1)
+            # forward
+            h = torch.tanh(w)  # once
+            loss = h.pow(2).sum()
+
+            for epoch in range(3):
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(loss.item())
+            """,
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            opt = torch.optim.SGD([w], lr=0.1)
+            for epoch in range(3):
+                # forward
+                h = torch.tanh(w)  # once
+                loss = h.pow(2).sum()
+
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(loss.item())
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            w = torch.randn(3, requires_grad=True)
+            noisy = (w + 0.1 * torch.randn(3)).exp()  # drawn once: moved, drawn each step
+            for epoch in range(3):
+                noisy.sum().backward()
+            """,
             report_only=True,
         ),
         Invalid(
@@ -341,7 +422,14 @@ class BackwardTwice(Rule):
                 out = (t * y).sum()
                 out.backward()
             """,
-            report_only=True,
+            """
+            import torch
+            t = torch.eye(2, requires_grad=True)
+            for _ in range(2):
+                y = t @ torch.ones(2)
+                out = (t * y).sum()
+                out.backward()
+            """,
         ),
         Invalid(
             """
@@ -357,6 +445,39 @@ class BackwardTwice(Rule):
                 critic_opt.step()
                 encoder.zero_grad()
                 (-critic(code).mean()).backward()
+            """,
+            """
+            import torch
+            from torch import nn
+            encoder = nn.Linear(3, 4)
+            critic = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+            critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+            for x in torch.rand(2, 5, 3):
+                code = encoder(x)
+                critic_loss = critic(code.detach()).mean()
+                critic_loss.backward()
+                critic_opt.step()
+                encoder.zero_grad()
+                (-critic(code).mean()).backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            netG, netD = nn.Linear(2, 4), nn.Linear(4, 1)
+            optD = torch.optim.Adam(netD.parameters())
+            optG = torch.optim.Adam(netG.parameters())
+            for noise in torch.randn(3, 8, 2):
+                fake = netG(noise)
+                errD = netD(fake).mean()  # the generator's gradients from it are stepped
+                errD.backward()
+                optD.step()
+                optG.step()
+                optG.zero_grad()
+                errG = -netD(fake).mean()
+                errG.backward()
+                optG.step()
             """,
             report_only=True,
         ),
@@ -374,7 +495,9 @@ class BackwardTwice(Rule):
             return  # no op of the graph is shown to be a torch op: another library's backward
         stale = self._stale_forward(node, saving)
         if stale is not None:  # the forward belongs in the loop
-            self.report(stale, self._stale_message(node), fix=self._moved_into_loop(stale, node))
+            self.report(
+                stale, self._stale_message(node), fix=self._moved_into_loop(stale, node, saving)
+            )
             return
         for later in self._later_backward_calls(node):
             later_root = self._root(later)
@@ -392,7 +515,8 @@ class BackwardTwice(Rule):
                 self.report(node, fix=fix)
             else:
                 name, statement = entry
-                self.report(statement, self._shared_message(name, later))
+                fix = self._detached_entry(name, statement, node, later)
+                self.report(statement, self._shared_message(name, later), fix=fix)
             return
 
     # -- state carried across iterations ------------------------------------------------
@@ -837,6 +961,106 @@ class BackwardTwice(Rule):
                 pending.append((binding.value, binding.node))
         return None
 
+    def _detached_entry(
+        self, name: ast.Name, statement: ast.stmt, call: ast.Call, later: ast.Call
+    ) -> FixPlan | None:
+        """``netD(fake.detach())`` where the first loss reads the shared value, when what
+        made it (``fake = netG(noise)``: modules called on values without a graph) has its
+        gradients reset before the later backward (``netG.zero_grad()``, or the
+        ``zero_grad()`` of an optimizer over ``netG.parameters()``) and no optimizer over
+        them steps in between: the gradients the first backward gives them are discarded
+        unread, so the first loss needs no graph through them. Unsafe: the first backward
+        no longer computes those (unused) gradients; the verifier's run shows them
+        discarded (:mod:`gradfix.verify.oracle`)."""
+        binding = self.analysis.reaching_binding(name, statement)
+        if binding is None or binding.kind != "assign" or binding.value is None:
+            return None
+        if self._reads_of(binding.node, self._root(call), call) != 1:
+            return None  # ``netD(fake) + penalty(fake)``: one detach would not cut them all
+        modules = self._makers(binding.value, binding.node)
+        if not modules or not self._reset_before(modules, call, later):
+            return None
+
+        def detached(editor: Editor, node: cst.CSTNode) -> cst.Call:
+            assert isinstance(node, cst.Name)
+            return cst.Call(func=cst.Attribute(value=node, attr=cst.Name("detach")))
+
+        return self.plan_replace(
+            name, detached, f"Pass `{name.id}.detach()`", safety=FixSafety.UNSAFE
+        )
+
+    def _reads_of(self, bound_by: ast.AST, root: ast.expr | None, call: ast.Call) -> int:
+        """How many names in ``root``'s graph (followed through assignments) read the
+        value that ``bound_by`` binds."""
+        count = 0
+        pending: list[tuple[ast.expr, ast.AST]] = [] if root is None else [(root, call)]
+        seen: set[int] = set()
+        while pending:
+            expr, at = pending.pop()
+            for name in (n for n in ast.walk(expr) if type(n) is ast.Name):
+                binding = self.analysis.reaching_binding(name, at)
+                if binding is None or binding.value is None:
+                    continue
+                if binding.node is bound_by:
+                    count += 1
+                elif id(binding.node) not in seen:
+                    seen.add(id(binding.node))
+                    pending.append((binding.value, binding.node))
+        return count
+
+    def _makers(self, value: ast.expr, at: ast.AST) -> set[str] | None:
+        """The names of the modules ``value`` calls (``netG`` of ``netG(noise)``), when
+        every other value it reads carries no graph (None otherwise)."""
+        modules: dict[int, str] = {}
+        for node in ast.walk(value):
+            if type(node) is ast.Call and self.analysis.is_module(node.func, at):
+                if type(node.func) is not ast.Name:
+                    return None
+                modules[id(node.func)] = node.func.id
+        for node in ast.walk(value):
+            if type(node) is not ast.Name or id(node) in modules:
+                continue
+            if self.analysis.is_module(node, at) or self._may_carry_graph(node, at, 0):
+                return None  # ``netD.weight``, a value with a graph of its own
+        return set(modules.values()) or None
+
+    def _reset_before(self, modules: set[str], call: ast.Call, later: ast.Call) -> bool:
+        """Between ``call`` and ``later`` each module's gradients are reset
+        (``netG.zero_grad()``, ``optimizerG.zero_grad()``) before any optimizer that
+        may hold its parameters steps."""
+        start, end = self.analysis.index(call), self.analysis.index(later)
+        reset: set[str] = set()
+        for other in self._rest_of_block(call).calls:
+            func = other.func
+            if not start < self.analysis.index(other) < end or type(func) is not ast.Attribute:
+                continue
+            held = self._trained_by(func.value, other)
+            if func.attr == "zero_grad" and held is not None:
+                reset |= modules & held
+            elif func.attr == "step" and (modules - reset) & (modules if held is None else held):
+                return False  # a step reads the gradients before they are reset
+        return reset == modules
+
+    def _trained_by(self, receiver: ast.expr, at: ast.AST) -> set[str] | None:
+        """The module names whose parameters ``receiver`` holds: a module itself, or an
+        optimizer made from ``<module>.parameters()``; None when unknown (any)."""
+        if type(receiver) is not ast.Name:
+            return None
+        if self.analysis.is_module(receiver, at):
+            return {receiver.id}
+        binding = self.analysis.reaching_binding(receiver, at)
+        value = None if binding is None else binding.value
+        params = argument(value, "params", 0) if type(value) is ast.Call else None
+        if (
+            type(params) is ast.Call
+            and type(params.func) is ast.Attribute
+            and params.func.attr == "parameters"
+            and type(params.func.value) is ast.Name
+            and not call_arguments(params)
+        ):
+            return {params.func.value.id}
+        return None
+
     def _shared_message(self, name: ast.Name, later: ast.Call) -> str:
         return (
             f"`{name.id}` brings a graph the backward at line {later.lineno} runs through "
@@ -863,21 +1087,28 @@ class BackwardTwice(Rule):
         first = min(before, key=self.analysis.index)
         return self.analysis.enclosing_statement(first)
 
-    def _moved_into_loop(self, stale: ast.stmt, call: ast.Call) -> FixPlan | None:
-        """Where a run saw the loop backpropagate this freed graph again: the assignments
-        from ``stale`` to the loop (a chain, each reading the one before) moved to the top
-        of its body, when the loop rebinds nothing they read or bind. Only on a run's
-        evidence, and written only once the rerun proves it."""
+    def _moved_into_loop(
+        self, stale: ast.stmt, call: ast.Call, saving: _SavingNodes
+    ) -> FixPlan | None:
+        """The assignments from ``stale`` to the loop (a chain, each reading the one
+        before) moved to the top of its body, when the loop rebinds nothing they read or
+        bind. On a run's evidence the rerun proves it; without one, only a forward the
+        analysis shows can be evaluated again unchanged (:meth:`_recomputable`)."""
         loop = self._innermost_loop(call)
         block = self.analysis.statement_block(stale)
-        if loop is None or block is None or not self.proven_at_run(stale.lineno, "backward-twice"):
+        if loop is None or block is None:
             return None
+        proven = self.proven_at_run(stale.lineno, "backward-twice")
         start = next(i for i, s in enumerate(block) if s is stale)
         end = next((i for i, s in enumerate(block) if s is loop), None)
-        moved = block[start:end] if end is not None else []
+        if end is None:
+            return None
+        if not proven:
+            start = self._forward_start(block, start, end)
+        moved = block[start:end]
         if not moved or not all(_plain_assignment(s) for s in moved):
             return None
-        bound = set(_bound(stale.targets))  # type: ignore[attr-defined]
+        bound = set(_bound(moved[0].targets))  # type: ignore[attr-defined]
         for statement in moved[1:]:
             if not _read(statement.value) & bound:  # type: ignore[attr-defined]
                 return None  # not the forward's chain: it may not belong in the loop
@@ -886,17 +1117,146 @@ class BackwardTwice(Rule):
         header = loop.test if type(loop) is ast.While else loop.iter  # type: ignore[union-attr]
         if _rebound_in(loop) & (read | bound) or _read(header) & bound:
             return None
-
-        def build(editor: Editor) -> list[Edit]:
-            statements = [editor.statement(s) for s in moved]
-            target = editor.node(loop)
-            assert isinstance(target, (cst.For, cst.While))
-            body = target.body.with_changes(body=[*statements, *target.body.body])
-            edits = [Edit(target, target.with_changes(body=body))]
-            return edits + [Edit(s, cst.RemovalSentinel.REMOVE) for s in statements]
-
+        if not proven and not self._recomputable(moved, loop, saving):
+            return None
         lines = f"{moved[0].lineno}-{moved[-1].lineno}" if len(moved) > 1 else moved[0].lineno
-        return self.plan(build, f"Move the forward (line {lines}) into the loop")
+        # Without a run, unsafe: from the second iteration on the forward sees the updated
+        # parameters (what the fix is for), which the original never computed.
+        safety = None if proven else FixSafety.UNSAFE
+        return self.plan(
+            functools.partial(_move_into_loop, moved, loop),
+            f"Move the forward (line {lines}) into the loop",
+            safety=safety,
+        )
+
+    # -- a forward the loop can evaluate again -------------------------------------------
+    def _forward_start(self, block: list[ast.stmt], start: int, end: int) -> int:
+        """Extend the moved statements upwards over the assignments they read that carry
+        the graph without saving (``h = w + 1`` before ``y = h.exp()``): left before the
+        loop, their values would stay those of the first iteration."""
+        while start > 0 and _plain_assignment(block[start - 1]):
+            previous = block[start - 1]
+            read = set().union(*(_read(s.value) for s in block[start:end]))  # type: ignore[attr-defined]
+            if not set(_bound(previous.targets)) & read:  # type: ignore[attr-defined]
+                break
+            value = previous.value  # type: ignore[attr-defined]
+            if self.analysis.leaf_value_reason(value, previous) is not None:
+                break  # a leaf: the loop updates it in place
+            if not self._may_carry_graph(value, previous, 0):
+                break
+            start -= 1
+        return start
+
+    def _recomputable(
+        self, moved: list[ast.stmt], loop: ast.For | ast.AsyncFor | ast.While, saving: _SavingNodes
+    ) -> bool:
+        """Moving ``moved`` to the top of ``loop``'s body keeps the first iteration's
+        forward as it was, and what the program reads after the loop:
+
+        - the statements hold the whole part of the graph evaluated before the loop, and
+          read no value made before them that carries a graph of its own (only leaves,
+          which the loop's updates change in place, and constants);
+        - they only evaluate torch ops: no call with effects (``print``, I/O, a function
+          of the project) and no draw from the random number generator, which would give
+          every later draw other numbers;
+        - a name they bind that is read after the loop keeps a value there only if the
+          loop runs at least once (``range(5)``): after the fix it holds the last
+          iteration's value, which the original (failing at its second backward) has
+          only when the loop ran once, and then the two agree.
+        """
+        first, last = self.analysis.index(moved[0]), self.analysis.index(loop)
+        inside = [at for _, at in saving.values() if first <= self.analysis.index(at) < last]
+        outside = [
+            at
+            for _, at in saving.values()
+            if self.analysis.index(at) < first and not self.analysis.contains(loop, at)
+        ]
+        if outside or not inside:
+            return False
+        if not all(self._pure_forward(s.value, s) for s in moved):  # type: ignore[attr-defined]
+            return False
+        if any(self._stale_input(s, moved) for s in moved):
+            return False
+        bound = set().union(*(_bound(s.targets) for s in moved))  # type: ignore[attr-defined]
+        return not self._read_elsewhere(bound, moved, loop) or _runs_at_least_once(loop)
+
+    def _stale_input(self, statement: ast.stmt, moved: list[ast.stmt]) -> bool:
+        """``statement`` reads a name whose value, made before it, carries a graph that
+        is not a leaf: left out of the loop, that value would not follow the updates."""
+        for name in (n for n in ast.walk(statement.value) if type(n) is ast.Name):  # type: ignore[attr-defined]
+            binding = self.analysis.reaching_binding(name, statement)
+            if binding is None or binding.kind != "assign" or binding.value is None:
+                continue  # a parameter, an import, a loop target: not made by this forward
+            if any(binding.node is s for s in moved):
+                continue  # bound by a moved statement before it (the chain)
+            if self.analysis.leaf_reason(name, statement) is not None:
+                continue
+            if self._may_carry_graph(binding.value, binding.node, 0):
+                return True
+        return False
+
+    def _may_carry_graph(self, value: ast.expr, at: ast.AST, depth: int) -> bool:
+        """``value`` may require grad: shown to, a model's output, or made from a leaf
+        or such a value (followed through assignments; unknown beyond the depth)."""
+        if depth > 8:
+            return True
+        if self.analysis.requires_grad(value, at):
+            return True
+        for node in ast.walk(value):
+            if type(node) is ast.Call and self.analysis.is_module(node.func, at):
+                return True
+            if type(node) is not ast.Name:
+                continue
+            if self.analysis.leaf_reason(node, at) is not None:
+                return True
+            binding = self.analysis.reaching_binding(node, at)
+            if binding is not None and binding.kind == "assign" and binding.value is not None:
+                if self._may_carry_graph(binding.value, binding.node, depth + 1):
+                    return True
+        return False
+
+    def _pure_forward(self, value: ast.expr, at: ast.AST) -> bool:
+        """``value`` evaluates torch ops only, none of them in place or random."""
+        for node in ast.walk(value):
+            if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, *_DEFERRED)):
+                return False
+            if type(node) is ast.Call and not self._pure_call(node, at):
+                return False
+        return True
+
+    def _pure_call(self, call: ast.Call, at: ast.AST) -> bool:
+        name = self.analysis.call_name(call)
+        if name is not None:
+            head, _, op = name.rpartition(".")
+            if f"{head}." not in OP_NAMESPACES:
+                return False  # print, open, a function of the project...
+            return (op in OPS or op in FACTORY_FUNCTIONS) and _deterministic(op)
+        func = call.func
+        if type(func) is ast.Name and func.id in _PURE_BUILTINS:
+            return self.analysis.reaching_binding(func, at) is None  # not shadowed
+        layer = self.analysis.nn_module_class(func, at)
+        if layer is not None:
+            functional = functional_of_module(layer)
+            return functional is not None and _deterministic(functional[0])
+        if type(func) is not ast.Attribute or self.analysis.is_module(func, at):
+            return False
+        if func.attr in NON_TENSOR_METHODS:
+            return True  # ``x.size(0)``, ``x.dim()``: a question, no change
+        return (
+            func.attr in OPS and "Tensor" in OPS[func.attr]["where"] and _deterministic(func.attr)
+        )
+
+    def _read_elsewhere(self, names: set[str], moved: list[ast.stmt], loop: ast.AST) -> bool:
+        """A name of ``names`` is read in the scope outside ``moved`` and ``loop``."""
+        scope = self.analysis.scope_of(loop).node
+        for node in ast.walk(scope):
+            if type(node) is not ast.Name or node.id not in names or type(node.ctx) is not ast.Load:
+                continue
+            if self.analysis.contains(loop, node):
+                continue
+            if not any(self.analysis.contains(s, node) for s in moved):
+                return True
+        return False
 
     def _leaves_loop_after(self, call: ast.Call) -> bool:
         """``call``'s block leaves the loop after it (``break``, ``return``): it runs once."""
@@ -973,6 +1333,58 @@ def _bound(targets: list[ast.expr]) -> list[str]:
         elif isinstance(target, (ast.Tuple, ast.List)):
             names += _bound(target.elts)
     return names
+
+
+def _deterministic(op: str) -> bool:
+    """An op that changes nothing in place and draws no random number."""
+    return op not in RANDOM_OPS and not is_inplace_method(op)
+
+
+def _runs_at_least_once(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """``for _ in range(5)``, ``while True``: the body runs before anything after it."""
+    if type(loop) is ast.While:
+        return type(loop.test) is ast.Constant and loop.test.value is True
+    return iterates_at_least_once(loop.iter)  # type: ignore[union-attr]
+
+
+def _move_into_loop(moved: list[ast.stmt], loop: ast.AST, editor: Editor) -> list[Edit] | None:
+    """``moved`` (the lines before ``loop``) at the top of its body. Blank lines before the
+    first moved statement stay above the loop, the comments just above each statement go
+    with it; the loop's own comments stay on it, and the blank lines that parted the
+    moved lines from the loop now part them from the rest of the body."""
+    originals = [editor.statement(s) for s in moved]
+    statements = list(originals)
+    target = editor.node(loop)
+    assert isinstance(target, (cst.For, cst.While))
+    body = target.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return None  # ``for ...: loss.backward()`` on one line
+    if not all(isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 for s in statements):
+        return None  # ``a = 1; b = 2``: a line moves as a whole or not at all
+    above, first_comments = _split_blank_lines(statements[0].leading_lines)
+    separator, loop_comments = _split_blank_lines(target.leading_lines)
+    statements[0] = statements[0].with_changes(leading_lines=first_comments)
+    rest: list[cst.BaseStatement] = list(body.body)
+    first = rest[0]
+    assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    rest[0] = first.with_changes(leading_lines=[*separator, *first.leading_lines])
+    new_body = body.with_changes(body=[*statements, *rest])
+    new_loop = target.with_changes(body=new_body, leading_lines=[*above, *loop_comments])
+    return [Edit(target, new_loop)] + [Edit(s, cst.RemovalSentinel.REMOVE) for s in originals]
+
+
+def _split_blank_lines(
+    lines: Sequence[cst.EmptyLine],
+) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """``lines`` (a statement's leading lines) cut before its first comment: the blank
+    lines that part it from what precedes, and its comments (blank lines among them too)."""
+    cut = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+    return _unindented(lines[:cut]), _unindented(lines[cut:])
+
+
+def _unindented(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """Blank lines written without the block's indentation (no trailing spaces)."""
+    return [line.with_changes(indent=False) if line.comment is None else line for line in lines]
 
 
 def _plain_assignment(statement: ast.stmt) -> bool:

@@ -54,9 +54,108 @@ for step in range(3):
 """
 
 
+def _moved(source: str) -> str | None:
+    """The source after GF401's fixes (unsafe ones too), None when nothing was fixed."""
+    result = lint_source(source, rules=[BackwardTwice], fix=True, unsafe_fixes=True)
+    return None if result.source == source else result.source
+
+
 def test_a_graph_built_before_the_loop_is_reported_where_it_is_built() -> None:
     findings = lint_source(STALE, rules=[BackwardTwice]).findings
-    assert [(f.line, f.fix) for f in findings] == [(3, None)]
+    assert [f.line for f in findings] == [3]
+    assert findings[0].fix is not None and findings[0].fix.safety == "unsafe"
+
+
+def test_the_forward_built_before_the_loop_moves_into_it() -> None:
+    assert _moved(STALE) == STALE.replace(
+        "y = torch.exp(w)\nfor step in range(3):\n",
+        "for step in range(3):\n    y = torch.exp(w)\n",
+    )
+
+
+LAID_OUT = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+
+# forward
+h = torch.tanh(w)  # once
+loss = h.pow(2).sum()
+
+# train
+for step in range(3):
+    # update
+    w.grad = None
+    loss.backward()
+    w.data -= 0.1 * w.grad
+"""
+
+
+def test_the_moved_lines_keep_their_comments_and_the_loop_its_own() -> None:
+    assert _moved(LAID_OUT) == (
+        "import torch\n"
+        "w = torch.randn(3, requires_grad=True)\n"
+        "\n"
+        "# train\n"
+        "for step in range(3):\n"
+        "    # forward\n"
+        "    h = torch.tanh(w)  # once\n"
+        "    loss = h.pow(2).sum()\n"
+        "\n"
+        "    # update\n"
+        "    w.grad = None\n"
+        "    loss.backward()\n"
+        "    w.data -= 0.1 * w.grad\n"
+    )
+    assert _moved(_moved(LAID_OUT) or "") is None  # idempotent
+
+
+def test_a_derived_value_that_saves_nothing_moves_with_the_forward() -> None:
+    source = STALE.replace("y = torch.exp(w)", "s = w + 1\ny = torch.exp(s)")
+    assert _moved(source) == source.replace(
+        "s = w + 1\ny = torch.exp(s)\nfor step in range(3):\n",
+        "for step in range(3):\n    s = w + 1\n    y = torch.exp(s)\n",
+    )
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "lin = torch.nn.Linear(3, 3)\ny = lin(w)",  # a layer of torch
+        "y = torch.exp(w).view(w.size(0), -1)",  # a question to the tensor
+        "y = torch.exp(w) / len(w)",  # a builtin that changes nothing
+    ],
+)
+def test_a_forward_of_pure_calls_moves(forward: str) -> None:
+    assert _moved(STALE.replace("y = torch.exp(w)", forward)) is not None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a random draw: evaluated in each iteration it changes every later draw
+        ("y = torch.exp(w)", "y = torch.exp(w) + torch.randn(3)"),
+        ("y = torch.exp(w)", "drop = torch.nn.Dropout(0.5)\ny = drop(torch.exp(w))"),
+        ("y = torch.exp(w)", "y = torch.nn.functional.dropout(torch.exp(w))"),
+        # effects: a print, a function of the project, an in-place change
+        ("y = torch.exp(w)", "y = torch.exp(w)\nz = print(y)"),
+        ("y = torch.exp(w)", "y = helper(torch.exp(w))"),
+        ("y = torch.exp(w)", "len = print\ny = torch.exp(w) / len(w)"),  # shadowed
+        ("y = torch.exp(w)", "y = torch.exp(w).clamp_(0, 1)"),
+        # a graph made before the moved lines, not next to them, would stay stale
+        ("y = torch.exp(w)", "s = w + 1\nn = 3\ny = torch.exp(s)"),
+        # read after a loop that may not run: the name would be unbound
+        ("for step in range(3):", "for step in range(n):"),
+        ("for step in range(3):", "while w.sum() > 0:"),
+    ],
+)
+def test_a_forward_the_loop_cannot_evaluate_again_unchanged_stays(before: str, after: str) -> None:
+    source = "n = 3\n" + STALE.replace(before, after) + "print(y)\n"
+    assert lint_source(source, rules=[BackwardTwice]).findings  # still reported
+    assert _moved(source) is None
+
+
+def test_a_name_read_after_a_loop_that_runs_may_move() -> None:
+    assert _moved(STALE + "print(y)\n") is not None
 
 
 def test_a_loop_that_backpropagates_once_and_leaves_is_not_reported() -> None:
@@ -164,3 +263,58 @@ def test_retain_graph_hiding_state_a_model_carries_is_reported() -> None:
 def test_retain_graph_without_carried_state_is_not_reported(update: str) -> None:
     source = STATEFUL.format(update=update)
     assert lint_source(source, rules=[BackwardTwice]).findings == []
+
+
+GAN = """\
+import torch
+from torch import nn
+netG, netD = nn.Linear(2, 4), nn.Linear(4, 1)
+optD = torch.optim.Adam(netD.parameters())
+optG = torch.optim.Adam(netG.parameters())
+for noise in torch.randn(3, 8, 2):
+    fake = netG(noise)
+    errD = netD(fake).mean()
+    errD.backward()
+    optD.step()
+    netG.zero_grad()
+    errG = -netD(fake).mean()
+    errG.backward()
+    optG.step()
+"""
+
+
+def test_the_discriminator_reads_the_generators_output_detached() -> None:
+    findings = lint_source(GAN, rules=[BackwardTwice]).findings
+    assert [(f.line, f.fix and f.fix.safety) for f in findings] == [(8, "unsafe")]
+    assert _moved(GAN) == GAN.replace("errD = netD(fake)", "errD = netD(fake.detach())")
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("netG.zero_grad()", "optG.zero_grad()"),  # the optimizer over its parameters
+        ("netG.zero_grad()", "optD.zero_grad()\n    netG.zero_grad()"),
+    ],
+)
+def test_the_generators_gradients_reset_in_other_spellings(before: str, after: str) -> None:
+    assert _moved(GAN.replace(before, after)) is not None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("    netG.zero_grad()\n", ""),  # kept: the generator's step reads them
+        ("    optD.step()\n", "    optD.step()\n    optG.step()\n"),  # stepped first
+        ("optD = torch.optim.Adam(netD.parameters())", "optD = torch.optim.Adam(params)"),
+        ("netG.zero_grad()", "optD.zero_grad()"),  # not the generator's
+        ("fake = netG(noise)", "fake = netG(noise * netD.weight[0, :2])"),  # D's graph too
+        (
+            "netD(fake).mean()\n    errD.backward",
+            "netD(fake).mean() + fake.var()\n    errD.backward",
+        ),
+    ],
+)
+def test_no_detach_where_the_first_losss_gradients_may_be_used(before: str, after: str) -> None:
+    source = "params = []\n" + GAN.replace(before, after)
+    assert lint_source(source, rules=[BackwardTwice]).findings
+    assert _moved(source) is None

@@ -73,6 +73,18 @@ FACTORY_FUNCTIONS = frozenset(
 )
 #: The same, as qualified names (``torch.zeros``).
 FACTORIES = frozenset("torch." + name for name in FACTORY_FUNCTIONS)
+#: Ops that draw from torch's random number generator: the samplers (functions, tensor
+#: methods and in-place fillers) and the ops that sample a mask or a slope when training
+#: (``dropout``, ``rrelu``). Evaluating one once more, or at another point of the program,
+#: changes what every later draw gives. ``nn`` layers are matched by their functional op
+#: (:func:`functional_of_module`: ``nn.Dropout`` -> ``dropout``).
+RANDOM_OPS = frozenset(
+    "rand randn randint randperm rand_like randn_like randint_like normal bernoulli "
+    "multinomial poisson binomial normal_ uniform_ bernoulli_ cauchy_ exponential_ "
+    "geometric_ log_normal_ random_ dropout dropout1d dropout2d dropout3d alpha_dropout "
+    "feature_alpha_dropout feature_dropout native_dropout rrelu rrelu_ gumbel_softmax "
+    "fractional_max_pool2d fractional_max_pool3d".split()
+)
 #: Tensor methods that create a new tensor with the receiver's dtype and device.
 TENSOR_FACTORY_METHODS = frozenset("new_tensor new_zeros new_ones new_full new_empty".split())
 #: ``torch.zeros(3)``-like factories whose positional arguments are the size.

@@ -18,6 +18,11 @@ What is recorded:
   that no longer require grad at the call (``frozen``: ``requires_grad_(False)`` on a
   teacher's weights), and the names of the ``nn.Module`` parameters the script can reach
   (``model.lin.weight``, from its module-level names and its frames' locals).
+* **discarded gradients**: the leaves whose ``.grad`` after a backward call was reset
+  (``zero_grad()``, ``p.grad = None``) before the program read it (an optimizer step, a
+  ``p.grad`` in its code, a hook): what that call added to them had no effect on the
+  program (``discarded`` of the event). Reads are seen through a ``Tensor.grad`` property;
+  ``zero_grad`` reads each gradient only to reset it, which is no use of it.
 
 For finite differences the recorder can also count the *uses* of each leaf (through a
 ``TorchFunctionMode``) and perturb one element of one leaf at a chosen use, see
@@ -49,6 +54,8 @@ FD_DEFAULT_STEP = 1e-3
 
 # The C getset descriptor behind `Tensor.requires_grad` (typed as a bool by the stubs).
 _BASE_REQUIRES_GRAD: Any = torch._C.TensorBase.requires_grad
+# The C getset descriptor behind `Tensor.grad`.
+_BASE_GRAD: Any = torch._C.TensorBase.grad
 _ACTIVE: Recorder | None = None
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _INSTALLED = False
@@ -146,6 +153,11 @@ class Recorder:
         self.namespace: dict[str, Any] | None = None
         #: leaf index -> the first name of it as a module parameter (``model.lin.weight``)
         self.parameter_names: dict[int, str] = {}
+        #: leaf index -> the recorded backward events whose gradient of it is still in
+        #: its ``.grad``, unread by the program (see ``discarded`` of an event)
+        self._unread: dict[int, list[int]] = {}
+        self._zeroing = 0  # inside ``zero_grad()``: its reads of ``.grad`` only reset them
+        self._zeroed: set[int] = set()  # leaves ``zero_grad()`` reached
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -205,6 +217,10 @@ class Recorder:
             bound = self._hook_bound_values() if record and kind == "backward" else {}
             if record and kind == "backward":
                 record["bound_values"] = self._bound_values()
+                # opened before the call: a hook that reads ``.grad`` during it uses it
+                record["discarded"] = []
+                for k in range(len(self.leaves)):
+                    self._unread.setdefault(k, []).append(index)
             if record:
                 record["frozen"] = self._frozen_leaves()
                 record["padding_rows"] = self._padding_rows()
@@ -366,11 +382,51 @@ class Recorder:
             if k is not None:
                 yield k, grad
 
+    # ---------------------------------------------------- discarded gradients
+    def grad_read(self, tensor: torch.Tensor) -> None:
+        """The program reads ``tensor.grad``: the gradients in it are used."""
+        k = self.leaf_index(tensor)
+        if k is None:
+            return
+        if self._zeroing:
+            self._zeroed.add(k)  # read by ``zero_grad`` to reset it
+        else:
+            self._unread.pop(k, None)
+
+    def grad_reset(self, tensor: torch.Tensor) -> None:
+        """``tensor.grad`` is replaced (``= None``, ``= g``, ``del``) or zeroed: the
+        gradients in it that nothing read are discarded."""
+        k = self.leaf_index(tensor)
+        if k is None:
+            return
+        for index in self._unread.pop(k, ()):
+            if index < len(self.events):
+                self.events[index].setdefault("discarded", []).append(k)
+
+    def begin_zero_grad(self) -> None:
+        self._zeroing += 1
+
+    def end_zero_grad(self) -> None:
+        """The leaves ``zero_grad(set_to_none=False)`` zeroed in place are reset too."""
+        self._zeroing -= 1
+        if self._zeroing:
+            return
+        zeroed, self._zeroed = self._zeroed, set()
+        self.internal = True
+        try:
+            with torch.no_grad():
+                for k in sorted(zeroed):
+                    grad = _BASE_GRAD.__get__(self.leaves[k])
+                    if grad is None or not bool(grad.any()):
+                        self.grad_reset(self.leaves[k])
+        finally:
+            self.internal = False
+
     # ----------------------------------------------------------- leaf uses
     def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Count grad-mode uses of tracked leaves; apply a pending perturbation."""
         owner = getattr(func, "__self__", None)
-        if type(owner).__name__ == "getset_descriptor":
+        if type(owner).__name__ == "getset_descriptor" or type(owner) is _GradAttribute:
             # `.data` reads/writes bypass the version counter: treat them as a possible
             # mutation so the next use starts a new group (`w.data.normal_()` inits).
             if getattr(owner, "__name__", None) == "data" and args:
@@ -619,6 +675,7 @@ def install() -> None:
         setattr(torch.Tensor, name, _wrap_factory(getattr(torch.Tensor, name), f"Tensor.{name}"))
     _patch_leaf_marking()
     _patch_backward()
+    _patch_gradient_uses()
 
 
 def _patch_leaf_marking() -> None:
@@ -660,3 +717,61 @@ def _patch_backward() -> None:
     )
     torch.autograd.backward = _wrap_event(torch.autograd.backward, "backward")
     torch.autograd.grad = _wrap_event(torch.autograd.grad, "grad")
+
+
+def _patch_gradient_uses() -> None:
+    """See the program read and reset ``.grad`` (the recorder's discarded gradients)."""
+    torch.Tensor.grad = _GradAttribute()  # type: ignore[assignment,method-assign]
+    for owner in (torch.optim.Optimizer, torch.nn.Module):
+        owner.zero_grad = _wrap_zero_grad(owner.zero_grad)  # type: ignore[method-assign]
+
+
+class _GradAttribute:
+    """``Tensor.grad`` as torch's getset descriptor, telling the active recorder of each
+    read and reset. Named ``grad`` like it: a torch function mode sees an access as a call
+    of this object's ``__get__`` (torch looks the attribute up on ``torch.Tensor``), and
+    the tracer and :class:`UseTracker` tell attribute reads from ops by that."""
+
+    __name__ = "grad"
+    __doc__ = _BASE_GRAD.__doc__
+
+    def __get__(self, tensor: torch.Tensor | None, owner: type | None = None) -> Any:
+        if tensor is None:
+            return self
+        active = _listening()
+        if active is not None:
+            active.grad_read(tensor)
+        return _BASE_GRAD.__get__(tensor)
+
+    def __set__(self, tensor: torch.Tensor, value: Any) -> None:
+        _BASE_GRAD.__set__(tensor, value)
+        active = _listening()
+        if active is not None:
+            active.grad_reset(tensor)
+
+    def __delete__(self, tensor: torch.Tensor) -> None:
+        _BASE_GRAD.__delete__(tensor)
+        active = _listening()
+        if active is not None:
+            active.grad_reset(tensor)
+
+
+def _listening() -> Recorder | None:
+    """The active recorder, unless it is doing its own work."""
+    active = _ACTIVE
+    return None if active is None or active.internal else active
+
+
+def _wrap_zero_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        active = _ACTIVE
+        if active is None or active.internal:
+            return fn(self, *args, **kwargs)
+        active.begin_zero_grad()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            active.end_zero_grad()
+
+    return zero_grad

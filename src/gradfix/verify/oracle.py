@@ -56,6 +56,16 @@ only against a finite-difference reference; against a gradient BEFORE really pro
 is a lost gradient. A verified reason lists the leaves compared and those not compared,
 with why; a leaf that is a parameter of a module the script holds is named by it.
 
+A gradient a backward call gives a leaf that both versions discard unread (the runner's
+``discarded``: the leaf's ``.grad`` was reset by ``zero_grad()`` or ``p.grad = None``
+before any read, by an optimizer step, the program's code or a hook) has no effect on
+either program: where the versions' gradients of such a (call, leaf) differ, they are not
+compared (``discarded_gradients`` in the evidence); nor, where BEFORE is no reference
+(the self-consistency check below), a gradient AFTER discards unread. A GAN's
+discriminator step that stops backpropagating into the generator
+(``netD(fake.detach())``) changes only gradients the generator's ``zero_grad()`` throws
+away before its own step.
+
 When both versions fail with the same error at the same, unchanged statement (another
 bug, in this file or another), the calls both made are compared and the verdict is
 ``unverified: blocked by <error> at <file:line>``, never a rejection of the fix.
@@ -89,7 +99,7 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
                  "objective", "error": None | {"type", "message"},
                  "grads": {"<leaf index>": tensor | None},
                  "bound_values": {name: {"leaf": index | None, "value": tensor}},
-                 "bound_grads": {name: tensor | None}}, ...],
+                 "bound_grads": {name: tensor | None}, "discarded": [leaf index]}, ...],
      "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
      "global_leaf_index": {name: leaf index},
      "parameter_names": {"<leaf index>": "model.lin.weight"},
@@ -235,6 +245,20 @@ def _reran_freed_graph(event: dict[str, Any]) -> bool:
     return BACKWARD_TWICE in str(error.get("message", ""))
 
 
+def _discarded(event: dict[str, Any], k: int) -> bool:
+    """Leaf ``k``'s ``.grad`` was reset after this call before the program read it."""
+    return k in (event.get("discarded") or ())
+
+
+def _same_gradient(grad_b: dict[str, Any] | None, grad_a: dict[str, Any] | None) -> bool:
+    if grad_b is None or grad_a is None:
+        return grad_b is grad_a
+    expected, actual = _values(grad_b), _values(grad_a)
+    return len(expected) == len(actual) and all(
+        abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e) for e, a in zip(expected, actual)
+    )
+
+
 def _values(tensor: dict[str, Any]) -> list[float]:
     return [float(v) for v in tensor.get("values", [])]
 
@@ -363,6 +387,8 @@ class _Comparison:
         self._determinism_checked: set[tuple[str, int]] = set()
         self.fd_consulted = False
         self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
+        # (call, leaf) whose gradients differ but are reset unread in both versions
+        self.discarded_gradients: list[dict[str, int]] = []
 
     # ------------------------------------------------------------- driver
     def run(self) -> Verdict:
@@ -412,6 +438,8 @@ class _Comparison:
                 f"forward (a silent graph cut) at {len(self.silent_cuts)} element(s): "
                 "compared against finite differences"
             )
+        if self.discarded_gradients:
+            parts.append(self._discarded_summary())
         if self.self_checked_events and self.diverged_at is not None:
             parts.append(
                 f"before's gradient is broken at backward call #{self._broken_call()}"
@@ -439,6 +467,17 @@ class _Comparison:
         if self.fd_details.get("capped"):
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
+
+    def _discarded_summary(self) -> str:
+        calls = sorted({entry["event"] + 1 for entry in self.discarded_gradients})
+        leaves = sorted({entry["leaf"] for entry in self.discarded_gradients})
+        shown = ", ".join(f"#{c}" for c in calls[:4]) + (
+            f" and {len(calls) - 4} more" if len(calls) > 4 else ""
+        )
+        return (
+            "not compared: gradients discarded unread (`.grad` reset before anything read "
+            f"it) that backward call(s) {shown} give {self._leaf_list(leaves)}"
+        )
 
     def _blocked_reason(self, outcome: dict[str, Any]) -> str:
         ran = (
@@ -500,9 +539,14 @@ class _Comparison:
                 else "none of its elements was estimated (finite differences capped)"
             )
         seen = self.leaves_compared | self.no_gradient_either
+        discarded = {entry["leaf"] for entry in self.discarded_gradients}
         for k in range(len(self.after.get("leaves", []))):
             if k not in seen and k not in found:
-                found[k] = "reaches no recorded backward call"
+                found[k] = (
+                    "its gradients differ only where both versions discard them unread"
+                    if k in discarded
+                    else "reaches no recorded backward call"
+                )
         return dict(sorted(found.items()))
 
     def _conclude_without_gradients(self) -> Verdict:
@@ -567,6 +611,7 @@ class _Comparison:
                 evaluations=sum(r.get("evaluations", 0) for r in (self.fd or {}).values()),
             ),
             "silent_graph_cuts": copy.deepcopy(self.silent_cuts),
+            "discarded_gradients": copy.deepcopy(self.discarded_gradients),
             "globals_compared": list(self.globals_compared),
             "before_outcome": self.before.get("outcome"),
             "after_outcome": self.after.get("outcome"),
@@ -770,6 +815,9 @@ class _Comparison:
                 self._mark_broken(i)
                 continue
             grad_b = eb.get("grads", {}).get(key)
+            if _discarded(eb, k) and _discarded(ea, k) and not _same_gradient(grad_b, grad_a):
+                self.discarded_gradients.append({"event": i, "leaf": k})
+                continue  # what this call gives the leaf, neither program ever reads
             if grad_b is None and grad_a is None:
                 self._check_no_gradient(i, k, label)
                 continue
@@ -921,6 +969,10 @@ class _Comparison:
         """AFTER's gradients at event i against finite differences of AFTER itself."""
         label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
         for k in self._event_keys(None, ea):
+            if _discarded(ea, k):
+                # the fix's program resets it unread: no value of it changes anything
+                self.discarded_gradients.append({"event": i, "leaf": k})
+                continue
             grad_a = ea["grads"][str(k)]
             self._compare_to_fd("after", i, k, grad_a, None, label)
         self.self_checked_events += 1
