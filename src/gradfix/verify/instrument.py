@@ -146,6 +146,11 @@ class Recorder:
         self.namespace: dict[str, Any] | None = None
         #: leaf index -> the first name of it as a module parameter (``model.lin.weight``)
         self.parameter_names: dict[int, str] = {}
+        #: leaves an optimizer step must not change (restored after each step, see
+        #: :func:`_hold_step`): a fix that makes them train is replayed without it
+        self.hold: frozenset[int] = frozenset()
+        self._held_values: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.held_steps = 0
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -207,6 +212,7 @@ class Recorder:
                 record["bound_values"] = self._bound_values()
             if record:
                 record["frozen"] = self._frozen_leaves()
+                record["versions"] = [leaf._version for leaf in self.leaves]
                 record["padding_rows"] = self._padding_rows()
                 self._name_parameters()
         finally:
@@ -619,6 +625,40 @@ def install() -> None:
         setattr(torch.Tensor, name, _wrap_factory(getattr(torch.Tensor, name), f"Tensor.{name}"))
     _patch_leaf_marking()
     _patch_backward()
+    _patch_optimizer_steps()
+
+
+def _patch_optimizer_steps() -> None:
+    """Every ``torch.optim`` optimizer's step restores the held leaves (inert otherwise)."""
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    register_optimizer_step_pre_hook(_save_held)
+    register_optimizer_step_post_hook(_restore_held)
+
+
+def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
+    recorder = _ACTIVE
+    if recorder is None or not recorder.hold:
+        return
+    recorder._held_values = [
+        (leaf, leaf.detach().clone())
+        for k, leaf in enumerate(recorder.leaves)
+        if k in recorder.hold
+    ]
+
+
+def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
+    recorder = _ACTIVE
+    if recorder is None or not recorder._held_values:
+        return
+    with torch.no_grad():
+        for leaf, value in recorder._held_values:
+            leaf.detach().copy_(value)
+    recorder._held_values = []
+    recorder.held_steps += 1
 
 
 def _patch_leaf_marking() -> None:

@@ -145,6 +145,42 @@ def fix_restores_gradient(rules: Iterable[str]) -> bool:
     return any(code.upper() in restoring for code in rules)
 
 
+def fix_changes_training(rules: Iterable[str]) -> bool:
+    """Whether a fix of these rules (codes) may make the optimizer train leaves it did not
+    train before (:attr:`gradfix.rule.BaseRule.fix_changes_training`)."""
+    from gradfix.registry import all_rules
+
+    changing = {rule.code for rule in all_rules() if rule.fix_changes_training}
+    return any(code.upper() in changing for code in rules)
+
+
+def newly_trained(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
+    """Leaves that change in place between two backward calls of AFTER (an optimizer
+    steps them) but never between two of BEFORE's: the leaves a fix that registers a
+    parameter makes train. By each leaf's version counter at each recorded call."""
+
+    def stepped(trace: dict[str, Any]) -> set[int] | None:
+        events = trace.get("events") or []
+        if any("versions" not in event for event in events):
+            return None
+        changed: set[int] = set()
+        for earlier, later in zip(events, events[1:]):
+            old, new = earlier["versions"], later["versions"]
+            changed.update(k for k in range(min(len(old), len(new))) if old[k] != new[k])
+        return changed
+
+    if "runner_error" in before or "runner_error" in after:
+        return []
+    if before.get("event_count") != after.get("event_count"):
+        return []
+    if len(before.get("leaves") or []) != len(after.get("leaves") or []):
+        return []
+    trained_b, trained_a = stepped(before), stepped(after)
+    if trained_b is None or trained_a is None:
+        return []
+    return sorted(trained_a - trained_b)
+
+
 @dataclass
 class Verdict:
     """Outcome of one verification: ``status`` is verified, rejected or unverified."""
@@ -375,10 +411,27 @@ class _Comparison:
             if self.blocked is not None:
                 raise _Unverifiable(self._blocked_reason(self.blocked))
         except _Rejected as exc:
-            return Verdict("rejected", str(exc), self.evidence())
+            return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
         except _Unverifiable as exc:
-            return Verdict("unverified", str(exc), self.evidence())
-        return self._conclude()
+            return Verdict("unverified", self._held_prefix() + str(exc), self.evidence())
+        verdict = self._conclude()
+        if self.after.get("held") and verdict.verified:
+            verdict.reason = (
+                f"leaves now trained: {self._leaf_list(self._held())}; with them held at "
+                f"their values across the optimizer's {self.after.get('held_steps', 0)} "
+                f"step(s), {verdict.reason}"
+            )
+        return verdict
+
+    def _held(self) -> list[int]:
+        """The leaves AFTER was replayed with held across optimizer steps (the leaves the
+        fix makes train, see :func:`newly_trained`)."""
+        return [int(k) for k in self.after.get("held") or ()]
+
+    def _held_prefix(self) -> str:
+        if not self._held():
+            return ""
+        return f"with the leaves it makes train ({self._leaf_list(self._held())}) held: "
 
     def _conclude(self) -> Verdict:
         missing = sum(len(t) for t in self.needs.values())
@@ -554,6 +607,7 @@ class _Comparison:
             "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
             "parameter_names": dict(self.after.get("parameter_names") or {}),
             "rules": list(self.rules),
+            "now_trained": self._held(),
             "torch_made_weights_checked": self.check_torch_made,
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,

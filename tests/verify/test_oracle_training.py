@@ -1,0 +1,95 @@
+"""A fix whose purpose is to change what trains (GF107, GF109: a tensor registered as a
+parameter): the oracle replays it with the leaves it makes train held across optimizer
+steps, and that replay must equal BEFORE at every backward call."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.oracle import fix_changes_training, newly_trained
+
+TIMEOUT = 30.0
+
+UNREGISTERED = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.rand(2, 2)
+        self.w.requires_grad = True
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(x @ self.w)
+
+
+torch.manual_seed(0)
+net = Net()
+optimizer = torch.optim.Adam(net.parameters(), lr=0.1)
+x = torch.randn(4, 2)
+for _ in range(3):
+    optimizer.zero_grad()
+    net(x).sum().backward()
+    optimizer.step()
+"""
+REGISTERED = UNREGISTERED.replace(
+    "        self.w = torch.rand(2, 2)\n        self.w.requires_grad = True\n",
+    "        self.w = nn.Parameter(torch.rand(2, 2))\n",
+)
+
+
+def test_a_fix_that_makes_a_leaf_train_is_proven_by_a_replay_that_holds_it() -> None:
+    verdict = verify_sources(UNREGISTERED, REGISTERED, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith("leaves now trained: #0 'net.w' (line 8)"), verdict.reason
+    assert "across the optimizer's 3 step(s)" in verdict.reason
+    assert verdict.evidence["now_trained"] == [0]
+    assert verdict.evidence["events_compared"] == 3
+
+
+def test_only_a_rule_that_declares_it_gets_the_replay() -> None:
+    verdict = verify_sources(UNREGISTERED, REGISTERED, timeout=TIMEOUT, rules=["GF104"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "forward changed" in verdict.reason
+    assert verdict.evidence["now_trained"] == []
+
+
+def test_a_fix_that_also_changes_anything_else_is_still_rejected() -> None:
+    scaled = REGISTERED.replace("return self.fc(x @ self.w)", "return self.fc(x @ self.w) * 2")
+    verdict = verify_sources(UNREGISTERED, scaled, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "rejected", verdict.reason
+    assert verdict.reason.startswith("with the leaves it makes train (#0 'net.w' (line 8)) held")
+    faster = REGISTERED.replace("lr=0.1", "lr=0.2")
+    verdict = verify_sources(UNREGISTERED, faster, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "forward changed: the result of backward call #2" in verdict.reason
+
+
+def _trace(versions: list[list[int]]) -> dict:
+    return {
+        "outcome": {"status": "ok"},
+        "leaves": [{"index": k} for k in range(len(versions[0]))],
+        "events": [{"index": i, "versions": v} for i, v in enumerate(versions)],
+        "event_count": len(versions),
+    }
+
+
+def test_newly_trained_are_the_leaves_only_after_steps_between_calls() -> None:
+    before = _trace([[1, 5], [1, 6], [1, 7]])
+    after = _trace([[1, 5], [2, 6], [3, 7]])
+    assert newly_trained(before, after) == [0]
+    assert newly_trained(after, after) == []
+    # the leaves or calls do not line up: no replay (the comparison rejects it)
+    assert newly_trained(before, _trace([[1, 5], [2, 6]])) == []
+    # traces of an older runner carry no versions
+    assert newly_trained({**before, "events": [{"index": 0}]}, after) == []
+
+
+def test_the_rules_whose_fix_changes_what_trains_say_so() -> None:
+    from gradfix.codemods import ALL_RULES
+
+    changing = {rule.code for rule in ALL_RULES if rule.fix_changes_training}
+    assert changing == {"GF107", "GF109"}
+    assert fix_changes_training(["gf109"]) and not fix_changes_training(["GF104", "GF999"])
