@@ -116,10 +116,19 @@ from gradfix.trace.errors import BACKWARD_TWICE
 FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 FD_RTOL, FD_ATOL = 1e-2, 1e-3
+#: finite differences of the program run in float64 (``instrument.float64_run``), plus
+#: their noise bound and truncation error: they judge a silent graph cut float32's
+#: estimate cannot (before's and after's gradients both within its tolerance)
+PRECISE_RTOL, PRECISE_ATOL = 1e-3, 1e-6
 TOLERANCES = {
     "forward": {"rtol": FORWARD_RTOL, "atol": FORWARD_ATOL},
     "gradient": {"rtol": GRAD_RTOL, "atol": GRAD_ATOL},
     "finite_difference": {"rtol": FD_RTOL, "atol": FD_ATOL, "plus": "rounding-noise bound"},
+    "float64_finite_difference": {
+        "rtol": PRECISE_RTOL,
+        "atol": PRECISE_ATOL,
+        "plus": "rounding-noise bound and truncation error",
+    },
 }
 
 
@@ -483,6 +492,12 @@ class _Comparison:
         if self.finite.count:
             parts.append(
                 f"{self.finite.count} gradient element(s) checked against finite differences"
+            )
+        if self.fd_details.get("float64"):
+            parts.append(
+                f"{self.fd_details['float64']} of them by finite differences of before run "
+                "in float64, which tell before's gradient from after's where float32's "
+                "cannot"
             )
         if self.kink_checks:
             parts.append(
@@ -1036,7 +1051,7 @@ class _Comparison:
         self._mark_broken(i)
         changed = _GradientChange(label, self._leaf_name(k), expected, actual)
         try:
-            entry = self._fd_entry("before", i, k, sorted(undefined + mismatched))
+            entry = self._fd_entry("before", i, k, sorted(undefined + mismatched), precise=True)
         except _Unverifiable as exc:
             raise _Rejected(
                 f"{changed.message(mismatched[0])}; finite differences of "
@@ -1066,9 +1081,20 @@ class _Comparison:
         """Accept AFTER's differing elements only where finite differences of BEFORE's
         forward agree with AFTER and not with BEFORE's autograd gradient."""
         estimates = _estimates(entry)
+        judged = [j for j in mismatched if j in estimates]
+        if judged and self.fd_details.get("capped"):
+            # the budget spread over many elements: those estimated decide, the others
+            # are not compared (counted in the evidence, as for any capped reference)
+            self.fd_details["uncompared"] += len(mismatched) - len(judged)
+        else:
+            judged = mismatched
         found = [
-            dict(self._judge_changed_element(j, estimates.get(j), changed), event=i, leaf=k)
-            for j in mismatched
+            dict(
+                self._judge_changed_element(j, estimates.get(j), changed, entry),
+                event=i,
+                leaf=k,
+            )
+            for j in judged
         ]
         self.silent_cuts.extend(found)
         self.values_checked.add(k)
@@ -1083,7 +1109,11 @@ class _Comparison:
         )
 
     def _judge_changed_element(
-        self, j: int, estimate: tuple[float, str, float, Any] | None, changed: _GradientChange
+        self,
+        j: int,
+        estimate: tuple[float, str, float, Any] | None,
+        changed: _GradientChange,
+        entry: dict[str, Any],
     ) -> dict[str, Any]:
         """The evidence of a silent graph cut at element ``j``, or a rejection."""
         if estimate is None:
@@ -1101,9 +1131,15 @@ class _Comparison:
         before, after = changed.before[j], changed.after[j]
         shown = _estimate_text(value, interval)
         if low <= before <= high:
+            if interval is None and low <= after <= high:
+                # float32's estimate cannot tell them apart: the float64 one decides
+                refined = self._judge_precisely(j, changed, entry)
+                if refined is not None:
+                    return refined
             raise _Rejected(
                 f"{changed.message(j)}; the finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {shown}"
+                + self._precise_missing(entry)
             )
         if not low <= after <= high:
             raise _Rejected(
@@ -1125,6 +1161,46 @@ class _Comparison:
             "method": method,
             "interval": None if interval is None else list(interval),
         }
+
+    def _judge_precisely(
+        self, j: int, changed: _GradientChange, entry: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The evidence of a silent graph cut at element ``j`` by the float64 estimate
+        (accepted where it agrees with after's gradient and not with before's), a
+        rejection, or None when there is no float64 estimate there."""
+        found = {int(p[0]): p[1:] for p in entry.get("precise") or []}
+        if j not in found:
+            return None
+        value, noise, error = (float(x) for x in found[j])
+        tolerance = PRECISE_ATOL + noise + error + PRECISE_RTOL * abs(value)
+        before, after = changed.before[j], changed.after[j]
+        if abs(before - value) <= tolerance:
+            raise _Rejected(
+                f"{changed.message(j)}; the float64 finite-difference derivative of "
+                f"before's forward agrees with before's autograd: {_format(value)}"
+            )
+        if abs(after - value) > tolerance:
+            raise _Rejected(
+                f"gradient wrong: {changed.label} gives {changed.leaf} the gradient "
+                f"{_format(after)} at element {j}, the float64 finite-difference "
+                f"derivative of before's forward is {_format(value)} (before's autograd "
+                f"gives {_format(before)}; rtol {PRECISE_RTOL}, atol {_format(tolerance)})"
+            )
+        self.finite.add(after, value)
+        self.fd_details["float64"] = self.fd_details.get("float64", 0) + 1
+        return {
+            "element": j,
+            "before_autograd": before,
+            "after": after,
+            "finite_difference": value,
+            "method": "float64",
+            "interval": None,
+        }
+
+    @staticmethod
+    def _precise_missing(entry: dict[str, Any]) -> str:
+        why = entry.get("precise_error")
+        return f" (no float64 estimate: {why})" if why else ""
 
     def _compare_to_fd(
         self,
@@ -1265,9 +1341,12 @@ class _Comparison:
         self.values_checked.add(k)
 
     def _fd_entry(
-        self, source: str, i: int, k: int, elements: list[int] | None
+        self, source: str, i: int, k: int, elements: list[int] | None, precise: bool = False
     ) -> dict[str, Any] | None:
-        target = {"event": i, "leaf": k, "elements": elements}
+        """``precise``: float64 estimates too (a possible silent graph cut)."""
+        target: dict[str, Any] = {"event": i, "leaf": k, "elements": elements}
+        if precise:
+            target["precise"] = True
         result = (self.fd or {}).get(source)
         if result is None:
             self.needs[source].append(target)

@@ -298,9 +298,11 @@ class Session:
         return {"error": f"unknown mode {request['mode']!r}"}
 
     def execute(
-        self, recorder: Any, *, track_uses: bool = False
+        self, recorder: Any, *, track_uses: bool = False, float64: bool = False
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Run the script once under ``recorder``; return its outcome and namespace."""
+        """Run the script once under ``recorder``; return its outcome and namespace.
+        ``float64``: in double precision with the same random values
+        (:class:`~gradfix.verify.instrument.Float64Mode`)."""
         if self.code is None:
             return dict(self.compile_error or {}), {}
         self._reset_state()
@@ -314,7 +316,9 @@ class Session:
         self.instrument.activate(recorder)
         try:
             if track_uses:
-                with self.instrument.UseTracker():
+                with self.instrument.UseTracker(), contextlib.ExitStack() as stack:
+                    if float64:
+                        stack.enter_context(self.instrument.float64_run())
                     exec(self.code, module.__dict__)
             else:
                 exec(self.code, module.__dict__)
