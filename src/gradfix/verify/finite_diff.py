@@ -24,6 +24,12 @@ or ``relu`` at 0, ``sqrt`` at 0 behind a ``where``), the derivative does not exi
 entry carries the interval between the slopes: the oracle accepts any gradient inside it
 (a one-dimensional generalised gradient), e.g. the 0 that a guarded ``where`` gives.
 
+A target marked ``precise`` (a possible silent graph cut) also gets float64 estimates
+of the elements estimated: the program runs again in double precision with the same
+random values, and central differences at ``h`` and ``h/2`` are extrapolated; each
+carries its noise bound and its distance from the ``h/2`` estimate (``precise``, or
+``precise_error`` saying why there is none).
+
 Each estimate carries a rounding-noise bound ``8 * eps * |f| * sum|weights|`` (eps of the
 roots' dtype) that the oracle adds to its absolute tolerance. A leaf with no use before
 event m gets an exact zero without any run. At most ``budget`` elements are estimated

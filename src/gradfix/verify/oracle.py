@@ -33,6 +33,25 @@ so an intentional ``.detach()`` kept by the fix costs nothing; but where an inte
 detach and a repaired cut reach the same element, the estimate (which sees every path)
 agrees with neither and the fix is rejected: a conservative answer.
 
+Float32's finite differences cannot tell two gradients a few parts in 10^3 apart (the
+second-order term ``create_graph=True`` restores to a meta-gradient): where the estimate
+accepts both BEFORE's and AFTER's gradient, the elements were also estimated with the
+program run in float64 with the same random values (``instrument.float64_run``,
+Richardson's extrapolation of central differences), and that estimate decides, within
+rtol 1e-3 plus its noise bound and truncation error; without it the gradient changed. A
+program that names float64 itself, or whose float64 run differentiates another value, has
+no such estimate. When the finite differences were capped, the elements estimated decide
+and the others count as not compared.
+
+A fix whose purpose is to change what trains (a rule's ``fix_changes_training``, passed
+by ``rules``: GF109 registers a tensor as an ``nn.Parameter``, and the optimizer built
+from ``parameters()`` now steps it) parts from BEFORE's trajectory at the first optimizer
+step. The leaves AFTER's optimizer steps between backward calls and BEFORE's never does
+(:func:`newly_trained`, by the leaves' version counters) are then held: AFTER is replayed
+with their values restored after each ``torch.optim`` step (its finite differences too),
+and that replay is compared with BEFORE like any AFTER, at every backward call. The
+verdict names the leaves ("leaves now trained: ..."); any other change still rejects.
+
 A leaf that BEFORE cannot reach by any module-level name (or attribute of a module-level
 ``nn.Module``), while AFTER binds its leaf of the same index, holding the same values, to a
 name where BEFORE binds a non-leaf that requires grad
@@ -93,12 +112,13 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
      "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
      "global_leaf_index": {name: leaf index},
      "parameter_names": {"<leaf index>": "model.lin.weight"},
-     "seed"}
+     "seed", "held": [leaf index] (a replay), "held_steps"}
     or {"runner_error": {"kind": "timeout" | "crash" | ..., "message"}}
 
 ``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``;
 ``bound_grads`` the gradient w.r.t. each module-level non-leaf that requires grad;
-``frozen`` the leaves that do not require grad at the call; ``padding_rows`` the elements
+``frozen`` the leaves that do not require grad at the call; ``versions`` each leaf's
+version counter at the call; ``padding_rows`` the elements
 of each embedding weight's ``padding_idx`` row (zero gradient by definition: not compared
 with finite differences).
 """
