@@ -1,6 +1,8 @@
 """A fix whose purpose is to change what trains (GF107, GF109: a tensor registered as a
 parameter): the oracle replays it with the leaves it makes train held across optimizer
-steps, and that replay must equal BEFORE at every backward call."""
+steps, and that replay must equal BEFORE at every backward call. GF405's fix clears the
+gradients each iteration: from the first call where BEFORE adds to a stale gradient, the
+fix is compared against its own finite differences."""
 
 from __future__ import annotations
 
@@ -91,5 +93,81 @@ def test_the_rules_whose_fix_changes_what_trains_say_so() -> None:
     from gradfix.codemods import ALL_RULES
 
     changing = {rule.code for rule in ALL_RULES if rule.fix_changes_training}
-    assert changing == {"GF107", "GF109"}
+    assert changing == {"GF107", "GF109", "GF405"}
     assert fix_changes_training(["gf109"]) and not fix_changes_training(["GF104", "GF999"])
+
+
+ACCUMULATING = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(4)]
+for x, y in data:
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+CLEARED = ACCUMULATING.replace(
+    "    loss.backward()\n", "    optimizer.zero_grad()\n    loss.backward()\n"
+)
+
+
+def test_clearing_stale_gradients_is_proven_from_the_first_stale_step() -> None:
+    verdict = verify_sources(ACCUMULATING, CLEARED, timeout=TIMEOUT, rules=["GF405"])
+    assert verdict.status == "verified", verdict.reason
+    assert "before adds each gradient to stale ones from backward call #2 on" in verdict.reason
+    assert "parts from the fix's at #3: 2 call(s) compared against the fix's own" in (
+        verdict.reason
+    )
+    # without the rule's declaration before's trajectory stays the reference
+    verdict = verify_sources(ACCUMULATING, CLEARED, timeout=TIMEOUT)
+    assert verdict.status == "rejected", verdict.reason
+
+
+def test_clearing_the_gradients_before_the_step_is_rejected() -> None:
+    lost = ACCUMULATING.replace(
+        "    optimizer.step()\n", "    optimizer.zero_grad()\n    optimizer.step()\n"
+    )
+    verdict = verify_sources(ACCUMULATING, lost, timeout=TIMEOUT, rules=["GF405"])
+    assert verdict.status == "rejected", verdict.reason
+
+
+def test_a_fix_that_still_accumulates_later_is_rejected() -> None:
+    from gradfix.verify import compare_traces
+
+    def call(index: int, accumulated: list[int], root: float) -> dict:
+        value = {"shape": [], "dtype": "float32", "numel": 1, "truncated": False}
+        return {
+            "index": index,
+            "kind": "backward",
+            "line": 9,
+            "roots": [dict(value, values=[root])],
+            "objective": root,
+            "error": None,
+            "grads": {"0": dict(value, values=[1.0])},
+            "accumulated": accumulated,
+            "versions": [index],
+        }
+
+    def trace(*events: dict) -> dict:
+        return {
+            "outcome": {"status": "ok"},
+            "leaves": [{"index": 0, "shape": [], "dtype": "float32", "line": 3}],
+            "events": list(events),
+            "event_count": len(events),
+        }
+
+    before = trace(call(0, [], 1.0), call(1, [0], 2.0))
+    after = trace(call(0, [], 1.0), call(1, [], 2.0), call(2, [0], 3.0))
+    verdict = compare_traces(
+        before, dict(after, event_count=2, events=after["events"][:2]), rules=["GF405"]
+    )
+    assert verdict.status == "verified", verdict.reason
+    before = trace(call(0, [], 1.0), call(1, [0], 2.0), call(2, [0], 3.0))
+    verdict = compare_traces(before, after, rules=["GF405"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "backward call #3 at line 9 still adds to a stale gradient of #0 (line 3)" in (
+        verdict.reason
+    )

@@ -269,9 +269,7 @@ class _Estimator:
             return math.nan, math.nan
         return value, perturbation.step
 
-    def extrapolated(
-        self, entry: _Entry, j: int, f0: float
-    ) -> tuple[float, float, float] | None:
+    def extrapolated(self, entry: _Entry, j: int, f0: float) -> tuple[float, float, float] | None:
         """(estimate, noise bound, truncation error) of Richardson's extrapolation of the
         central differences at ``h`` and ``h/2``; None where a side is not finite."""
         steps = [self._objective(entry, j, m) for m in (1, -1, 0.5, -0.5)]

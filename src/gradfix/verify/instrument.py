@@ -211,6 +211,7 @@ class Recorder:
             bound = self._hook_bound_values() if record and kind == "backward" else {}
             if record and kind == "backward":
                 record["bound_values"] = self._bound_values()
+                record["accumulated"] = _stale(grads_before or [])
             if record:
                 record["frozen"] = self._frozen_leaves()
                 record["versions"] = [leaf._version for leaf in self.leaves]
@@ -434,6 +435,19 @@ class _GradHook:
     def __call__(self, grad: torch.Tensor) -> None:
         grad = grad.detach().clone()
         self.grad = grad if self.grad is None else self.grad + grad
+
+
+def _stale(grads: list[torch.Tensor | None]) -> list[int]:
+    """The leaves whose ``.grad`` holds a nonzero gradient before a backward call: the
+    call adds to it (what an optimizer step then reads is a sum over calls)."""
+    found = []
+    for k, grad in enumerate(grads):
+        try:
+            if grad is not None and bool(grad.count_nonzero()):
+                found.append(k)
+        except Exception:  # noqa: BLE001 - sparse or odd gradients: not judged
+            continue
+    return found
 
 
 def one_line(exc: BaseException) -> str:

@@ -188,26 +188,29 @@ def newly_trained(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
     steps them) but never between two of BEFORE's: the leaves a fix that registers a
     parameter makes train. By each leaf's version counter at each recorded call."""
 
-    def stepped(trace: dict[str, Any]) -> set[int] | None:
-        events = trace.get("events") or []
-        if any("versions" not in event for event in events):
-            return None
-        changed: set[int] = set()
-        for earlier, later in zip(events, events[1:]):
-            old, new = earlier["versions"], later["versions"]
-            changed.update(k for k in range(min(len(old), len(new))) if old[k] != new[k])
-        return changed
-
     if "runner_error" in before or "runner_error" in after:
         return []
     if before.get("event_count") != after.get("event_count"):
         return []
     if len(before.get("leaves") or []) != len(after.get("leaves") or []):
         return []
-    trained_b, trained_a = stepped(before), stepped(after)
+    trained_b, trained_a = _stepped(before), _stepped(after)
     if trained_b is None or trained_a is None:
         return []
     return sorted(trained_a - trained_b)
+
+
+def _stepped(trace: dict[str, Any]) -> set[int] | None:
+    """The leaves changed in place between two recorded backward calls (None: the trace
+    has no version counters)."""
+    events = trace.get("events") or []
+    if any("versions" not in event for event in events):
+        return None
+    changed: set[int] = set()
+    for earlier, later in zip(events, events[1:]):
+        old, new = earlier["versions"], later["versions"]
+        changed.update(k for k in range(min(len(old), len(new))) if old[k] != new[k])
+    return changed
 
 
 @dataclass
@@ -400,6 +403,9 @@ class _Comparison:
         self.rules = sorted(set(rules))
         # the weights torch made are checked for a lost gradient only for these fixes
         self.check_torch_made = fix_restores_gradient(self.rules)
+        # a fix meant to change the training (see ``fix_changes_training``)
+        self.changes_training = fix_changes_training(self.rules)
+        self.stale_at: int | None = None  # first call where before adds to a stale gradient
         self.planning = planning  # collecting FD targets: a changed gradient is one
         self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         self.forward = _Stats()
@@ -436,6 +442,8 @@ class _Comparison:
             self._check_counts()
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)
+            if self.stale_at is not None:
+                self._check_fix_clears()
             self._compare_globals()
             if self.blocked is not None:
                 raise _Unverifiable(self._blocked_reason(self.blocked))
@@ -494,7 +502,14 @@ class _Comparison:
                 f"forward (a silent graph cut) at {len(self.silent_cuts)} element(s): "
                 "compared against finite differences"
             )
-        if self.self_checked_events and self.diverged_at is not None:
+        if self.self_checked_events and self.diverged_at is not None and self.stale_at is not None:
+            parts.append(
+                f"before adds each gradient to stale ones from backward call #{self.stale_at + 1}"
+                f" on (never cleared) and its trajectory parts from the fix's at "
+                f"#{self.diverged_at + 1}: {self.self_checked_events} call(s) compared "
+                "against the fix's own finite differences"
+            )
+        elif self.self_checked_events and self.diverged_at is not None:
             parts.append(
                 f"before's gradient is broken at backward call #{self._broken_call()}"
                 f" and its trajectory parts from the fix's at #{self.diverged_at + 1}:"
@@ -760,6 +775,7 @@ class _Comparison:
         mismatch = self._roots_mismatch(eb, ea, label)
         if mismatch is None:
             self._compare_event_grads(i, eb, ea, label)
+            self._check_stale_gradient(i, eb, ea, label)
             self.events_compared += 1
             return
         if _reran_freed_graph(eb):
@@ -875,6 +891,47 @@ class _Comparison:
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _check_stale_gradient(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
+    ) -> None:
+        """For a fix that changes what trains (GF405 clears the gradients each iteration):
+        where before's call adds its gradient (equal to after's, compared above) to a
+        stale one never cleared, and after's does not, what before's optimizer step reads
+        is no longer the derivative of that step's loss: its gradient is broken there, and
+        its later trajectory no reference (the fix is then compared against its own
+        finite differences)."""
+        if not self.changes_training or self.broken_at is not None:
+            return
+        stale = set(eb.get("accumulated") or ()) - set(ea.get("accumulated") or ())
+        stale &= {int(k) for k, g in (ea.get("grads") or {}).items() if g is not None}
+        if not stale:
+            return
+        self._mark_broken(i)
+        self.stale_at = i
+        self.notes.append(
+            f"before: {label} adds to the gradient left by earlier calls of "
+            f"{self._leaf_list(sorted(stale))} (never cleared), so its optimizer steps on a "
+            "sum of stale gradients; the fix's gradient is this call's own"
+        )
+
+    def _check_fix_clears(self) -> None:
+        """Before's trajectory was dropped as a reference for stale gradients: the fix
+        must then never add to a stale gradient itself, and its optimizer must still step
+        every leaf before's steps (a reset after ``backward()`` would leave none)."""
+        for event in self.after.get("events") or []:
+            stale = event.get("accumulated") or []
+            if stale:
+                raise _Rejected(
+                    f"after: backward call #{event['index'] + 1}{_at_line(event.get('line'))}"
+                    f" still adds to a stale gradient of {self._leaf_list(stale)}"
+                )
+        missing = sorted((_stepped(self.before) or set()) - (_stepped(self.after) or set()))
+        if missing:
+            raise _Rejected(
+                f"after's optimizer never steps {self._leaf_list(missing)}, which before's "
+                "steps between backward calls"
+            )
 
     def _check_no_gradient(self, i: int, k: int, label: str) -> None:
         """A leaf without gradient in both versions: the rewrite may have kept the bug (a
