@@ -171,3 +171,40 @@ def test_a_fix_that_still_accumulates_later_is_rejected() -> None:
     assert "backward call #3 at line 9 still adds to a stale gradient of #0 (line 3)" in (
         verdict.reason
     )
+
+
+def test_a_leaf_no_optimizer_clears_may_accumulate_in_both() -> None:
+    from gradfix.verify import compare_traces
+
+    value = {"shape": [], "dtype": "float32", "numel": 1, "truncated": False}
+
+    def call(index: int, accumulated: list[int]) -> dict:
+        return {
+            "index": index,
+            "kind": "backward",
+            "line": 9,
+            "roots": [dict(value, values=[float(index)])],
+            "objective": float(index),
+            "error": None,
+            "grads": {"0": dict(value, values=[1.0]), "1": dict(value, values=[1.0])},
+            "accumulated": accumulated,
+            "versions": [index, 0],
+        }
+
+    def trace(*events: dict) -> dict:
+        leaf = {"shape": [], "dtype": "float32", "line": 3}
+        return {
+            "outcome": {"status": "ok"},
+            "leaves": [dict(leaf, index=0), dict(leaf, index=1)],
+            "events": list(events),
+            "event_count": len(events),
+        }
+
+    before = trace(call(0, []), call(1, [0, 1]))
+    after = trace(call(0, []), call(1, [1]))  # leaf 1, an input, is never cleared
+    verdict = compare_traces(before, after, rules=["GF405"])
+    assert verdict.status == "verified", verdict.reason
+    assert "adds each gradient to stale ones" not in verdict.reason  # no later call parted
+    assert "adds to the gradient left by earlier calls of #0 (line 3)" in " ".join(
+        verdict.evidence["notes"]
+    )

@@ -406,6 +406,7 @@ class _Comparison:
         # a fix meant to change the training (see ``fix_changes_training``)
         self.changes_training = fix_changes_training(self.rules)
         self.stale_at: int | None = None  # first call where before adds to a stale gradient
+        self.cleared: set[int] = set()  # the leaves whose stale gradient the fix clears
         self.planning = planning  # collecting FD targets: a changed gradient is one
         self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         self.forward = _Stats()
@@ -909,6 +910,7 @@ class _Comparison:
             return
         self._mark_broken(i)
         self.stale_at = i
+        self.cleared = stale
         self.notes.append(
             f"before: {label} adds to the gradient left by earlier calls of "
             f"{self._leaf_list(sorted(stale))} (never cleared), so its optimizer steps on a "
@@ -917,10 +919,12 @@ class _Comparison:
 
     def _check_fix_clears(self) -> None:
         """Before's trajectory was dropped as a reference for stale gradients: the fix
-        must then never add to a stale gradient itself, and its optimizer must still step
-        every leaf before's steps (a reset after ``backward()`` would leave none)."""
+        must then never add to a stale gradient of the leaves it clears, and its optimizer
+        must still step every leaf before's steps (a reset after ``backward()`` would
+        leave none). A leaf no optimizer clears (an input that requires grad) may still
+        accumulate in both."""
         for event in self.after.get("events") or []:
-            stale = event.get("accumulated") or []
+            stale = sorted(set(event.get("accumulated") or ()) & self.cleared)
             if stale:
                 raise _Rejected(
                     f"after: backward call #{event['index'] + 1}{_at_line(event.get('line'))}"
