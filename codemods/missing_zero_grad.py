@@ -6,7 +6,10 @@ import ast
 import functools
 from collections.abc import Iterator
 
-from gradfix.rule import FixAvailability, FixSafety, Invalid, Rule, Valid
+import libcst as cst
+
+from gradfix.edits import Editor
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Semantic
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -56,10 +59,15 @@ class MissingZeroGrad(Rule):
     is not an optimizer step.
 
     ## Fix safety
-    No fix: only reported. Where the reset goes (start of the iteration, or after the
-    step) and whether some accumulation was meant are the author's decisions, and
-    adding it changes every later step of the training, which no before/after run can
-    show to be the same computation.
+    Unsafe: `optimizer.zero_grad()` is inserted right before the statement of the loop's
+    backward call, so each step uses the gradient of its own loss; every step after the
+    first changes, which is the point. Offered only for a loop with one backward call
+    and one optimizer step per iteration (named by a plain name or attribute): with
+    several, where the reset goes and whether some accumulation was meant are the
+    author's decisions, and the finding is only reported. The verifier proves the fix
+    by running both versions: each backward call gives the same gradient in both until
+    before adds one to the stale sum it never cleared, and from there on the fix's
+    gradients must equal finite differences of its own forward.
     """
 
     code = "GF405"
@@ -68,8 +76,9 @@ class MissingZeroGrad(Rule):
         "Gradients accumulate across iterations: the loop calls backward() and "
         "optimizer.step() but never zeroes the gradients"
     )
-    fix_safety = FixSafety.SAFE
-    fix_availability = FixAvailability.NEVER
+    fix_safety = FixSafety.UNSAFE
+    fix_availability = FixAvailability.SOMETIMES
+    fix_changes_training = True
 
     VALID = [
         Valid(
@@ -152,7 +161,17 @@ class MissingZeroGrad(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-            report_only=True,
+            expected_fix="""
+            import torch
+            model = torch.nn.Linear(3, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            optimizer.zero_grad()
+            for x in torch.randn(8, 4, 3):
+                loss = model(x).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
         ),
         Invalid(
             """
@@ -167,6 +186,30 @@ class MissingZeroGrad(Rule):
             net = torch.nn.Linear(3, 1)
             train(net, [(torch.randn(4, 3), torch.randn(4, 1))], torch.optim.Adam(net.parameters()))
             """,
+            expected_fix="""
+            import torch
+
+            def train(model, loader, optim):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    optim.zero_grad()
+                    loss.backward()
+                    optim.step()
+
+            net = torch.nn.Linear(3, 1)
+            train(net, [(torch.randn(4, 3), torch.randn(4, 1))], torch.optim.Adam(net.parameters()))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.Linear(3, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in torch.randn(8, 4, 3):
+                model(x).sum().backward()
+                model(x).pow(2).sum().backward()
+                optimizer.step()
+            """,
             report_only=True,
         ),
     ]
@@ -177,8 +220,40 @@ class MissingZeroGrad(Rule):
         loop = _innermost_loop(self.analysis, node)
         if loop is None or _zeroes(loop) or self._calls_zeroing_function(loop):
             return
-        if any(self._steps_every_iteration(call, loop) for call in _calls_in_scope(loop)):
-            self.report(node)
+        calls = list(_calls_in_scope(loop))
+        steps = [call for call in calls if self._steps_every_iteration(call, loop)]
+        if steps:
+            self.report(node, fix=self._clear_before(node, loop, calls, steps))
+
+    def _clear_before(
+        self, backward: ast.Call, loop: ast.AST, calls: list[ast.Call], steps: list[ast.Call]
+    ) -> FixPlan | None:
+        """``optimizer.zero_grad()`` right before the statement of the loop's one backward
+        call, for its one optimizer step (several backward calls or steps per iteration:
+        where the reset goes is the author's decision)."""
+        backwards = [call for call in calls if self._is_backward(call)]
+        if len(backwards) != 1 or len(steps) != 1:
+            return None
+        step = steps[0]
+        assert type(step.func) is ast.Attribute
+        receiver = step.func.value
+        if not self._is_optimizer(receiver, step) and len(step.args) == 1:
+            receiver = step.args[0]  # scaler.step(optimizer)
+        if not _is_dotted_name(receiver):
+            return None
+        statement = next(
+            (a for a in self.analysis.ancestors(backward) if isinstance(a, ast.stmt)), None
+        )
+        if statement is None or not self.analysis.contains(loop, statement):
+            return None
+        reset = f"{ast.unparse(receiver)}.zero_grad()\n"
+
+        def build(editor: Editor) -> list[Edit]:
+            line = editor.statement(statement)
+            cleared = cst.parse_statement(reset).with_changes(leading_lines=line.leading_lines)
+            return [Edit(line, cst.FlattenSentinel([cleared, line.with_changes(leading_lines=())]))]
+
+        return self.plan(build, f"Clear the gradients with `{reset.strip()}` before `backward()`")
 
     @functools.cached_property
     def _zeroing_functions(self) -> frozenset[str]:
@@ -245,6 +320,13 @@ class MissingZeroGrad(Rule):
                     return True
             return _optimizer_name(expr.id)
         return type(expr) is ast.Attribute and _optimizer_name(expr.attr)
+
+
+def _is_dotted_name(expr: ast.expr) -> bool:
+    """``optimizer``, ``self.optimizer``: a receiver the fix can name again."""
+    while type(expr) is ast.Attribute:
+        expr = expr.value
+    return type(expr) is ast.Name
 
 
 def _optimizer_name(name: str) -> bool:

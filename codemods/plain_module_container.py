@@ -80,6 +80,7 @@ class PlainModuleContainer(Rule):
         "`parameters()` misses them"
     )
     fix_safety = FixSafety.UNSAFE
+    fix_changes_training = True
 
     VALID = [
         Valid(

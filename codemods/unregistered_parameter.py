@@ -106,6 +106,7 @@ class UnregisteredParameter(Rule):
         "misses it and the optimizer never trains it; wrap it in `nn.Parameter`"
     )
     fix_safety = FixSafety.UNSAFE
+    fix_changes_training = True
     fix_availability = FixAvailability.ALWAYS
 
     VALID = [

@@ -277,10 +277,11 @@ class _Prover:
         cache = _PROVEN
         if cache is None:
             return self._prove(single, codes)
-        from gradfix.verify.oracle import fix_restores_gradient
+        from gradfix.verify.oracle import fix_changes_training, fix_restores_gradient
 
         strict = fix_restores_gradient(codes)
-        key = self._key(single.source)
+        # a fix declared to change what trains is judged by a replay: another verdict
+        key = (*self._key(single.source), fix_changes_training(codes))
         with _PROVEN_LOCK:
             known = cache.get((*key, strict))
             stricter = cache.get((*key, True))

@@ -217,6 +217,11 @@ class BaseRule:
     #: by finite differences too. False: the fix keeps the gradients as they were (a
     #: frozen teacher stays frozen), or the original raised.
     fix_restores_gradient: ClassVar[bool] = False
+    #: the fix makes the optimizer train leaves it did not train before (GF109 registers a
+    #: tensor as an ``nn.Parameter``): the verifier then replays the fix with those leaves
+    #: held at their values across each optimizer step, and that replay must keep every
+    #: forward result and gradient. False: the trajectory must stay the same as it is.
+    fix_changes_training: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
     #: What a run of the program proved at lines of this file (``gradfix trace``): line ->

@@ -1051,7 +1051,9 @@ def test_trajectory_after_a_broken_gradient_is_self_checked() -> None:
 def test_changed_gradient_plans_finite_differences_of_the_changed_elements() -> None:
     before = trace(event(1.0, {0: tensor([math.nan, 1.0, 3.0])}))
     after = trace(event(1.0, {0: tensor([0.0, 1.0, 5.0])}))
-    assert plan_fd(before, after) == {"before": [{"event": 0, "leaf": 0, "elements": [0, 2]}]}
+    # float64 estimates too: they judge a silent graph cut float32's cannot
+    planned = {"event": 0, "leaf": 0, "elements": [0, 2], "precise": True}
+    assert plan_fd(before, after) == {"before": [planned]}
 
 
 SILENT_BEFORE = trace(event(1.0, {0: tensor([1.0, 1.0])}))
@@ -1126,7 +1128,7 @@ def test_changed_gradient_plans_the_later_calls_of_a_parted_trajectory() -> None
     before = trace(event(4.0, {0: tensor([1.0, 1.0])}), event(4.0, {0: tensor([1.0, 1.0])}))
     after = trace(event(4.0, {0: tensor([1.0, 3.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
     assert plan_fd(before, after) == {
-        "before": [{"event": 0, "leaf": 0, "elements": [1]}],
+        "before": [{"event": 0, "leaf": 0, "elements": [1], "precise": True}],
         "after": [{"event": 1, "leaf": 0, "elements": None}],
     }
     cut = fd_entry(0, 0, [1.0, 3.0])
@@ -1368,6 +1370,49 @@ STEEP_AFTER_FILL_FIX = STEEP_AFTER_FILL.replace(
 def test_strong_curvature_is_extrapolated_out_of_the_finite_difference() -> None:
     verdict = verify(STEEP_AFTER_FILL, STEEP_AFTER_FILL_FIX)
     assert verdict.status == "verified", verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("precise", "status", "reason"),
+    [
+        # float32's estimate (1.01) accepts both 1.0 and 1.002; float64's decides
+        ([[1, 1.002, 1e-12, 1e-9]], "verified", "1 of them by finite differences of before"),
+        ([[1, 1.0, 1e-12, 1e-9]], "rejected", "float64 finite-difference derivative of before's"),
+        ([[1, 1.01, 1e-12, 1e-9]], "rejected", "gradient wrong:"),
+        (None, "rejected", "1.01 (no float64 estimate: the program uses float64 itself)"),
+    ],
+)  # fmt: skip
+def test_a_change_float32_differences_cannot_judge_is_judged_in_float64(
+    precise: list[list[float]] | None, status: str, reason: str
+) -> None:
+    before = trace(event(1.0, {0: tensor([1.0, 1.0])}))
+    after = trace(event(1.0, {0: tensor([1.0, 1.002])}))
+    entry = fd_entry(0, 0, [math.nan, 1.01])
+    entry.update(indices=[1], values=[1.01], methods=["central"], noise=[0.0])
+    if precise is None:
+        entry["precise_error"] = "the program uses float64 itself"
+    else:
+        entry["precise"] = precise
+    verdict = compare_traces(before, after, {"before": fd(entry)})
+    assert verdict.status == status, verdict.reason
+    assert reason in verdict.reason
+    if status == "verified":
+        assert verdict.evidence["silent_graph_cuts"][0]["method"] == "float64"
+
+
+def test_a_capped_silent_cut_is_judged_by_the_elements_estimated() -> None:
+    before = trace(event(1.0, {0: tensor([1.0, 1.0, 1.0])}))
+    after = trace(event(1.0, {0: tensor([3.0, 3.0, 3.0])}))
+    entry = fd_entry(0, 0, [3.0])  # element 0 only: the budget ran out
+    references = {"before": dict(fd(entry), capped=True)}
+    verdict = compare_traces(before, after, references)
+    assert verdict.status == "verified", verdict.reason
+    assert "finite differences were capped" in verdict.reason
+    assert verdict.evidence["finite_difference"]["uncompared"] == 2
+    # uncapped, every changed element needs its estimate
+    verdict = compare_traces(before, after, {"before": fd(entry)})
+    assert verdict.status == "rejected", verdict.reason
+    assert "no finite-difference estimate" in verdict.reason
 
 
 # A script that never calls backward and edits a layer's weight in place (BatchNorm folded

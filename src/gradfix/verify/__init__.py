@@ -30,7 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gradfix.verify.oracle import Verdict, compare_traces, plan_fd
+from gradfix.verify.oracle import (
+    Verdict,
+    compare_traces,
+    fix_changes_training,
+    newly_trained,
+    plan_fd,
+)
 from gradfix.verify.process import (
     DEFAULT_MEMORY_LIMIT,
     RunnerFailure,
@@ -123,6 +129,7 @@ def _verify(
         after: dict[str, Any] = _SKIPPED  # if before failed, the verdict is decided
         if "runner_error" not in before:
             after = traces["after"] or _receive(after_proc, after_proc.started + timeout, timeout)
+        after = _hold_newly_trained(after_proc, before, after, limits)
         reference, raised = None, before
         if _raised_without_backward(before, after):
             failed = _send(before_proc, "trace", timeout, max_steps=max_steps, grad_enabled=False)
@@ -160,6 +167,24 @@ def _verify(
         **{f"fd_{source}": result.get("duration_s") for source, result in fd.items()},
     }
     return verdict
+
+
+def _hold_newly_trained(
+    proc: RunnerProcess, before: dict[str, Any], after: dict[str, Any], limits: dict[str, Any]
+) -> dict[str, Any]:
+    """AFTER's trace to compare: for a fix that may change what trains
+    (:func:`~gradfix.verify.oracle.fix_changes_training`) and makes the optimizer step
+    leaves BEFORE never steps, AFTER replayed with those leaves restored after each
+    optimizer step (the same session: its finite differences hold them too). Every
+    forward result and gradient of the replay must then equal BEFORE's."""
+    if not fix_changes_training(limits["rules"]):
+        return after
+    trained = newly_trained(before, after)
+    if not trained:
+        return after
+    timeout = limits["timeout"]
+    failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=trained)
+    return failed or _receive(proc, time.monotonic() + timeout, timeout)
 
 
 def _raised_without_backward(before: dict[str, Any], after: dict[str, Any]) -> bool:

@@ -31,6 +31,7 @@ For finite differences the recorder can also count the *uses* of each leaf (thro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -158,6 +159,11 @@ class Recorder:
         self._unread: dict[int, list[int]] = {}
         self._zeroing = 0  # inside ``zero_grad()``: its reads of ``.grad`` only reset them
         self._zeroed: set[int] = set()  # leaves ``zero_grad()`` reached
+        #: leaves an optimizer step must not change (restored after each step, see
+        #: :func:`_hold_step`): a fix that makes them train is replayed without it
+        self.hold: frozenset[int] = frozenset()
+        self._held_values: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.held_steps = 0
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -221,8 +227,10 @@ class Recorder:
                 record["discarded"] = []
                 for k in range(len(self.leaves)):
                     self._unread.setdefault(k, []).append(index)
+                record["accumulated"] = _stale(grads_before or [])
             if record:
                 record["frozen"] = self._frozen_leaves()
+                record["versions"] = [leaf._version for leaf in self.leaves]
                 record["padding_rows"] = self._padding_rows()
                 self._name_parameters()
         finally:
@@ -485,6 +493,19 @@ class _GradHook:
         self.grad = grad if self.grad is None else self.grad + grad
 
 
+def _stale(grads: list[torch.Tensor | None]) -> list[int]:
+    """The leaves whose ``.grad`` holds a nonzero gradient before a backward call: the
+    call adds to it (what an optimizer step then reads is a sum over calls)."""
+    found = []
+    for k, grad in enumerate(grads):
+        try:
+            if grad is not None and bool(grad.count_nonzero()):
+                found.append(k)
+        except Exception:  # noqa: BLE001 - sparse or odd gradients: not judged
+            continue
+    return found
+
+
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     message = text[0] if text else ""
@@ -579,6 +600,66 @@ class UseTracker(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+#: Random factories and in-place samplers: in a float64 run (:func:`float64_run`) they
+#: draw in float32, as the program does, and their values are then widened exactly.
+RANDOM_FACTORIES = frozenset({"randn", "rand", "randn_like", "rand_like", "normal"})
+RANDOM_METHODS = (
+    "uniform_", "normal_", "exponential_", "cauchy_", "log_normal_", "geometric_",
+    "bernoulli_", "random_",
+)  # fmt: skip
+_FLOAT64 = False
+
+
+@contextlib.contextmanager
+def float64_run() -> Iterator[None]:
+    """Run a float32 program in float64 with the same random values: the default dtype is
+    float64 while it is active, and random factories and samplers draw in float32 and
+    widen the result, so the program computes the same function with less rounding.
+    Finite differences of such a run resolve differences float32's rounding hides."""
+    global _FLOAT64
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    _FLOAT64 = True
+    try:
+        yield
+    finally:
+        _FLOAT64 = False
+        torch.set_default_dtype(saved)
+
+
+def _draw_narrow(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn`` (a random factory) drawn in float32 and widened to float64."""
+    requires_grad = bool(kwargs.pop("requires_grad", False))
+    narrow = [_narrow(a) for a in args]
+    kwargs = {k: _narrow(v) for k, v in kwargs.items()}
+    result = fn(*narrow, **dict(kwargs, dtype=torch.float32)).to(torch.float64)
+    if requires_grad:
+        _BASE_REQUIRES_GRAD.__set__(result, True)
+    return result
+
+
+def _is_float64(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float64
+
+
+def _narrow(value: Any) -> Any:
+    return value.detach().to(torch.float32) if _is_float64(value) else value
+
+
+def _wrap_sampler(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def sampler(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not (_FLOAT64 and self.dtype == torch.float64):
+            return method(self, *args, **kwargs)
+        drawn = self.detach().to(torch.float32)
+        method(drawn, *args, **kwargs)
+        with torch.no_grad():
+            self.copy_(drawn)
+        return self
+
+    return sampler
+
+
 # ------------------------------------------------------------------ patches
 def activate(recorder: Recorder | None) -> None:
     global _ACTIVE
@@ -605,9 +686,14 @@ def _register(result: Any, origin: str) -> None:
 
 
 def _wrap_factory(fn: Callable[..., Any], origin: str) -> Callable[..., Any]:
+    random = origin.startswith("torch.") and origin[6:] in RANDOM_FACTORIES
+
     @functools.wraps(fn)
     def factory(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
+        if random and _FLOAT64 and kwargs.get("dtype") is None:
+            result = _draw_narrow(fn, args, dict(kwargs))
+        else:
+            result = fn(*args, **kwargs)
         _register(result, origin)
         return result
 
@@ -676,6 +762,42 @@ def install() -> None:
     _patch_leaf_marking()
     _patch_backward()
     _patch_gradient_uses()
+    _patch_optimizer_steps()
+    for name in RANDOM_METHODS:
+        setattr(torch.Tensor, name, _wrap_sampler(getattr(torch.Tensor, name)))
+
+
+def _patch_optimizer_steps() -> None:
+    """Every ``torch.optim`` optimizer's step restores the held leaves (inert otherwise)."""
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    register_optimizer_step_pre_hook(_save_held)
+    register_optimizer_step_post_hook(_restore_held)
+
+
+def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
+    recorder = _ACTIVE
+    if recorder is None or not recorder.hold:
+        return
+    recorder._held_values = [
+        (leaf, leaf.detach().clone())
+        for k, leaf in enumerate(recorder.leaves)
+        if k in recorder.hold
+    ]
+
+
+def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
+    recorder = _ACTIVE
+    if recorder is None or not recorder._held_values:
+        return
+    with torch.no_grad():
+        for leaf, value in recorder._held_values:
+            leaf.detach().copy_(value)
+    recorder._held_values = []
+    recorder.held_steps += 1
 
 
 def _patch_leaf_marking() -> None:

@@ -33,6 +33,25 @@ so an intentional ``.detach()`` kept by the fix costs nothing; but where an inte
 detach and a repaired cut reach the same element, the estimate (which sees every path)
 agrees with neither and the fix is rejected: a conservative answer.
 
+Float32's finite differences cannot tell two gradients a few parts in 10^3 apart (the
+second-order term ``create_graph=True`` restores to a meta-gradient): where the estimate
+accepts both BEFORE's and AFTER's gradient, the elements were also estimated with the
+program run in float64 with the same random values (``instrument.float64_run``,
+Richardson's extrapolation of central differences), and that estimate decides, within
+rtol 1e-3 plus its noise bound and truncation error; without it the gradient changed. A
+program that names float64 itself, or whose float64 run differentiates another value, has
+no such estimate. When the finite differences were capped, the elements estimated decide
+and the others count as not compared.
+
+A fix whose purpose is to change what trains (a rule's ``fix_changes_training``, passed
+by ``rules``: GF109 registers a tensor as an ``nn.Parameter``, and the optimizer built
+from ``parameters()`` now steps it) parts from BEFORE's trajectory at the first optimizer
+step. The leaves AFTER's optimizer steps between backward calls and BEFORE's never does
+(:func:`newly_trained`, by the leaves' version counters) are then held: AFTER is replayed
+with their values restored after each ``torch.optim`` step (its finite differences too),
+and that replay is compared with BEFORE like any AFTER, at every backward call. The
+verdict names the leaves ("leaves now trained: ..."); any other change still rejects.
+
 A leaf that BEFORE cannot reach by any module-level name (or attribute of a module-level
 ``nn.Module``), while AFTER binds its leaf of the same index, holding the same values, to a
 name where BEFORE binds a non-leaf that requires grad
@@ -103,12 +122,13 @@ Trace format (what :mod:`.runner` writes; tensors are ``{"shape", "dtype", "nume
      "event_count", "events_truncated", "globals": {name: tensor}, "leaf_globals": [name],
      "global_leaf_index": {name: leaf index},
      "parameter_names": {"<leaf index>": "model.lin.weight"},
-     "seed"}
+     "seed", "held": [leaf index] (a replay), "held_steps"}
     or {"runner_error": {"kind": "timeout" | "crash" | ..., "message"}}
 
 ``grads`` of a ``backward`` event holds what the call added to each leaf's ``.grad``;
 ``bound_grads`` the gradient w.r.t. each module-level non-leaf that requires grad;
-``frozen`` the leaves that do not require grad at the call; ``padding_rows`` the elements
+``frozen`` the leaves that do not require grad at the call; ``versions`` each leaf's
+version counter at the call; ``padding_rows`` the elements
 of each embedding weight's ``padding_idx`` row (zero gradient by definition: not compared
 with finite differences).
 """
@@ -126,10 +146,19 @@ from gradfix.trace.errors import BACKWARD_TWICE
 FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 FD_RTOL, FD_ATOL = 1e-2, 1e-3
+#: finite differences of the program run in float64 (``instrument.float64_run``), plus
+#: their noise bound and truncation error: they judge a silent graph cut float32's
+#: estimate cannot (before's and after's gradients both within its tolerance)
+PRECISE_RTOL, PRECISE_ATOL = 1e-3, 1e-6
 TOLERANCES = {
     "forward": {"rtol": FORWARD_RTOL, "atol": FORWARD_ATOL},
     "gradient": {"rtol": GRAD_RTOL, "atol": GRAD_ATOL},
     "finite_difference": {"rtol": FD_RTOL, "atol": FD_ATOL, "plus": "rounding-noise bound"},
+    "float64_finite_difference": {
+        "rtol": PRECISE_RTOL,
+        "atol": PRECISE_ATOL,
+        "plus": "rounding-noise bound and truncation error",
+    },
 }
 
 
@@ -153,6 +182,45 @@ def fix_restores_gradient(rules: Iterable[str]) -> bool:
 
     restoring = {rule.code for rule in all_rules() if rule.fix_restores_gradient}
     return any(code.upper() in restoring for code in rules)
+
+
+def fix_changes_training(rules: Iterable[str]) -> bool:
+    """Whether a fix of these rules (codes) may make the optimizer train leaves it did not
+    train before (:attr:`gradfix.rule.BaseRule.fix_changes_training`)."""
+    from gradfix.registry import all_rules
+
+    changing = {rule.code for rule in all_rules() if rule.fix_changes_training}
+    return any(code.upper() in changing for code in rules)
+
+
+def newly_trained(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
+    """Leaves that change in place between two backward calls of AFTER (an optimizer
+    steps them) but never between two of BEFORE's: the leaves a fix that registers a
+    parameter makes train. By each leaf's version counter at each recorded call."""
+
+    if "runner_error" in before or "runner_error" in after:
+        return []
+    if before.get("event_count") != after.get("event_count"):
+        return []
+    if len(before.get("leaves") or []) != len(after.get("leaves") or []):
+        return []
+    trained_b, trained_a = _stepped(before), _stepped(after)
+    if trained_b is None or trained_a is None:
+        return []
+    return sorted(trained_a - trained_b)
+
+
+def _stepped(trace: dict[str, Any]) -> set[int] | None:
+    """The leaves changed in place between two recorded backward calls (None: the trace
+    has no version counters)."""
+    events = trace.get("events") or []
+    if any("versions" not in event for event in events):
+        return None
+    changed: set[int] = set()
+    for earlier, later in zip(events, events[1:]):
+        old, new = earlier["versions"], later["versions"]
+        changed.update(k for k in range(min(len(old), len(new))) if old[k] != new[k])
+    return changed
 
 
 @dataclass
@@ -359,6 +427,10 @@ class _Comparison:
         self.rules = sorted(set(rules))
         # the weights torch made are checked for a lost gradient only for these fixes
         self.check_torch_made = fix_restores_gradient(self.rules)
+        # a fix meant to change the training (see ``fix_changes_training``)
+        self.changes_training = fix_changes_training(self.rules)
+        self.stale_at: int | None = None  # first call where before adds to a stale gradient
+        self.cleared: set[int] = set()  # the leaves whose stale gradient the fix clears
         self.planning = planning  # collecting FD targets: a changed gradient is one
         self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         self.forward = _Stats()
@@ -397,14 +469,33 @@ class _Comparison:
             self._check_counts()
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)
+            if self.stale_at is not None:
+                self._check_fix_clears()
             self._compare_globals()
             if self.blocked is not None:
                 raise _Unverifiable(self._blocked_reason(self.blocked))
         except _Rejected as exc:
-            return Verdict("rejected", str(exc), self.evidence())
+            return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
         except _Unverifiable as exc:
-            return Verdict("unverified", str(exc), self.evidence())
-        return self._conclude()
+            return Verdict("unverified", self._held_prefix() + str(exc), self.evidence())
+        verdict = self._conclude()
+        if self.after.get("held") and verdict.verified:
+            verdict.reason = (
+                f"leaves now trained: {self._leaf_list(self._held())}; with them held at "
+                f"their values across the optimizer's {self.after.get('held_steps', 0)} "
+                f"step(s), {verdict.reason}"
+            )
+        return verdict
+
+    def _held(self) -> list[int]:
+        """The leaves AFTER was replayed with held across optimizer steps (the leaves the
+        fix makes train, see :func:`newly_trained`)."""
+        return [int(k) for k in self.after.get("held") or ()]
+
+    def _held_prefix(self) -> str:
+        if not self._held():
+            return ""
+        return f"with the leaves it makes train ({self._leaf_list(self._held())}) held: "
 
     def _conclude(self) -> Verdict:
         missing = sum(len(t) for t in self.needs.values())
@@ -440,7 +531,14 @@ class _Comparison:
             )
         if self.discarded_gradients:
             parts.append(self._discarded_summary())
-        if self.self_checked_events and self.diverged_at is not None:
+        if self.self_checked_events and self.diverged_at is not None and self.stale_at is not None:
+            parts.append(
+                f"before adds each gradient to stale ones from backward call #{self.stale_at + 1}"
+                f" on (never cleared) and its trajectory parts from the fix's at "
+                f"#{self.diverged_at + 1}: {self.self_checked_events} call(s) compared "
+                "against the fix's own finite differences"
+            )
+        elif self.self_checked_events and self.diverged_at is not None:
             parts.append(
                 f"before's gradient is broken at backward call #{self._broken_call()}"
                 f" and its trajectory parts from the fix's at #{self.diverged_at + 1}:"
@@ -458,6 +556,12 @@ class _Comparison:
         if self.finite.count:
             parts.append(
                 f"{self.finite.count} gradient element(s) checked against finite differences"
+            )
+        if self.fd_details.get("float64"):
+            parts.append(
+                f"{self.fd_details['float64']} of them by finite differences of before run "
+                "in float64, which tell before's gradient from after's where float32's "
+                "cannot"
             )
         if self.kink_checks:
             parts.append(
@@ -598,6 +702,7 @@ class _Comparison:
             "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
             "parameter_names": dict(self.after.get("parameter_names") or {}),
             "rules": list(self.rules),
+            "now_trained": self._held(),
             "torch_made_weights_checked": self.check_torch_made,
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,
@@ -716,6 +821,7 @@ class _Comparison:
         mismatch = self._roots_mismatch(eb, ea, label)
         if mismatch is None:
             self._compare_event_grads(i, eb, ea, label)
+            self._check_stale_gradient(i, eb, ea, label)
             self.events_compared += 1
             return
         if _reran_freed_graph(eb):
@@ -834,6 +940,50 @@ class _Comparison:
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _check_stale_gradient(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
+    ) -> None:
+        """For a fix that changes what trains (GF405 clears the gradients each iteration):
+        where before's call adds its gradient (equal to after's, compared above) to a
+        stale one never cleared, and after's does not, what before's optimizer step reads
+        is no longer the derivative of that step's loss: its gradient is broken there, and
+        its later trajectory no reference (the fix is then compared against its own
+        finite differences)."""
+        if not self.changes_training or self.broken_at is not None:
+            return
+        stale = set(eb.get("accumulated") or ()) - set(ea.get("accumulated") or ())
+        stale &= {int(k) for k, g in (ea.get("grads") or {}).items() if g is not None}
+        if not stale:
+            return
+        self._mark_broken(i)
+        self.stale_at = i
+        self.cleared = stale
+        self.notes.append(
+            f"before: {label} adds to the gradient left by earlier calls of "
+            f"{self._leaf_list(sorted(stale))} (never cleared), so its optimizer steps on a "
+            "sum of stale gradients; the fix's gradient is this call's own"
+        )
+
+    def _check_fix_clears(self) -> None:
+        """Before's trajectory was dropped as a reference for stale gradients: the fix
+        must then never add to a stale gradient of the leaves it clears, and its optimizer
+        must still step every leaf before's steps (a reset after ``backward()`` would
+        leave none). A leaf no optimizer clears (an input that requires grad) may still
+        accumulate in both."""
+        for event in self.after.get("events") or []:
+            stale = sorted(set(event.get("accumulated") or ()) & self.cleared)
+            if stale:
+                raise _Rejected(
+                    f"after: backward call #{event['index'] + 1}{_at_line(event.get('line'))}"
+                    f" still adds to a stale gradient of {self._leaf_list(stale)}"
+                )
+        missing = sorted((_stepped(self.before) or set()) - (_stepped(self.after) or set()))
+        if missing:
+            raise _Rejected(
+                f"after's optimizer never steps {self._leaf_list(missing)}, which before's "
+                "steps between backward calls"
+            )
 
     def _check_no_gradient(self, i: int, k: int, label: str) -> None:
         """A leaf without gradient in both versions: the rewrite may have kept the bug (a
@@ -1034,7 +1184,7 @@ class _Comparison:
         self._mark_broken(i)
         changed = _GradientChange(label, self._leaf_name(k), expected, actual)
         try:
-            entry = self._fd_entry("before", i, k, sorted(undefined + mismatched))
+            entry = self._fd_entry("before", i, k, sorted(undefined + mismatched), precise=True)
         except _Unverifiable as exc:
             raise _Rejected(
                 f"{changed.message(mismatched[0])}; finite differences of "
@@ -1064,9 +1214,20 @@ class _Comparison:
         """Accept AFTER's differing elements only where finite differences of BEFORE's
         forward agree with AFTER and not with BEFORE's autograd gradient."""
         estimates = _estimates(entry)
+        judged = [j for j in mismatched if j in estimates]
+        if judged and self.fd_details.get("capped"):
+            # the budget spread over many elements: those estimated decide, the others
+            # are not compared (counted in the evidence, as for any capped reference)
+            self.fd_details["uncompared"] += len(mismatched) - len(judged)
+        else:
+            judged = mismatched
         found = [
-            dict(self._judge_changed_element(j, estimates.get(j), changed), event=i, leaf=k)
-            for j in mismatched
+            dict(
+                self._judge_changed_element(j, estimates.get(j), changed, entry),
+                event=i,
+                leaf=k,
+            )
+            for j in judged
         ]
         self.silent_cuts.extend(found)
         self.values_checked.add(k)
@@ -1081,7 +1242,11 @@ class _Comparison:
         )
 
     def _judge_changed_element(
-        self, j: int, estimate: tuple[float, str, float, Any] | None, changed: _GradientChange
+        self,
+        j: int,
+        estimate: tuple[float, str, float, Any] | None,
+        changed: _GradientChange,
+        entry: dict[str, Any],
     ) -> dict[str, Any]:
         """The evidence of a silent graph cut at element ``j``, or a rejection."""
         if estimate is None:
@@ -1099,9 +1264,15 @@ class _Comparison:
         before, after = changed.before[j], changed.after[j]
         shown = _estimate_text(value, interval)
         if low <= before <= high:
+            if interval is None and low <= after <= high:
+                # float32's estimate cannot tell them apart: the float64 one decides
+                refined = self._judge_precisely(j, changed, entry)
+                if refined is not None:
+                    return refined
             raise _Rejected(
                 f"{changed.message(j)}; the finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {shown}"
+                + self._precise_missing(entry)
             )
         if not low <= after <= high:
             raise _Rejected(
@@ -1123,6 +1294,46 @@ class _Comparison:
             "method": method,
             "interval": None if interval is None else list(interval),
         }
+
+    def _judge_precisely(
+        self, j: int, changed: _GradientChange, entry: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The evidence of a silent graph cut at element ``j`` by the float64 estimate
+        (accepted where it agrees with after's gradient and not with before's), a
+        rejection, or None when there is no float64 estimate there."""
+        found = {int(p[0]): p[1:] for p in entry.get("precise") or []}
+        if j not in found:
+            return None
+        value, noise, error = (float(x) for x in found[j])
+        tolerance = PRECISE_ATOL + noise + error + PRECISE_RTOL * abs(value)
+        before, after = changed.before[j], changed.after[j]
+        if abs(before - value) <= tolerance:
+            raise _Rejected(
+                f"{changed.message(j)}; the float64 finite-difference derivative of "
+                f"before's forward agrees with before's autograd: {_format(value)}"
+            )
+        if abs(after - value) > tolerance:
+            raise _Rejected(
+                f"gradient wrong: {changed.label} gives {changed.leaf} the gradient "
+                f"{_format(after)} at element {j}, the float64 finite-difference "
+                f"derivative of before's forward is {_format(value)} (before's autograd "
+                f"gives {_format(before)}; rtol {PRECISE_RTOL}, atol {_format(tolerance)})"
+            )
+        self.finite.add(after, value)
+        self.fd_details["float64"] = self.fd_details.get("float64", 0) + 1
+        return {
+            "element": j,
+            "before_autograd": before,
+            "after": after,
+            "finite_difference": value,
+            "method": "float64",
+            "interval": None,
+        }
+
+    @staticmethod
+    def _precise_missing(entry: dict[str, Any]) -> str:
+        why = entry.get("precise_error")
+        return f" (no float64 estimate: {why})" if why else ""
 
     def _compare_to_fd(
         self,
@@ -1263,9 +1474,12 @@ class _Comparison:
         self.values_checked.add(k)
 
     def _fd_entry(
-        self, source: str, i: int, k: int, elements: list[int] | None
+        self, source: str, i: int, k: int, elements: list[int] | None, precise: bool = False
     ) -> dict[str, Any] | None:
-        target = {"event": i, "leaf": k, "elements": elements}
+        """``precise``: float64 estimates too (a possible silent graph cut)."""
+        target: dict[str, Any] = {"event": i, "leaf": k, "elements": elements}
+        if precise:
+            target["precise"] = True
         result = (self.fd or {}).get(source)
         if result is None:
             self.needs[source].append(target)

@@ -278,6 +278,7 @@ class Session:
         self.project_dirs = [os.getcwd(), *filter(None, [request.get("source_dir")])]
         instrument.install()
         self.compile_error: dict[str, Any] | None = None
+        self.hold: frozenset[int] = frozenset()
         self.code: types.CodeType | None = None
         try:
             self.code = compile(self.source, self.path, "exec")
@@ -286,6 +287,9 @@ class Session:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request["mode"] == "trace":
+            # a fix that makes more leaves train is replayed with them held (every later
+            # run of this session too: the finite differences see the same program)
+            self.hold = frozenset(int(k) for k in request.get("hold") or ())
             return self.trace(
                 request.get("max_steps"), grad_enabled=request.get("grad_enabled", True)
             )
@@ -296,9 +300,16 @@ class Session:
         return {"error": f"unknown mode {request['mode']!r}"}
 
     def execute(
-        self, recorder: Any, *, track_uses: bool = False, grad_enabled: bool = True
+        self,
+        recorder: Any,
+        *,
+        track_uses: bool = False,
+        grad_enabled: bool = True,
+        float64: bool = False,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Run the script once under ``recorder``; return its outcome and namespace."""
+        """Run the script once under ``recorder``; return its outcome and namespace.
+        ``float64``: in double precision with the same random values
+        (:func:`~gradfix.verify.instrument.float64_run`)."""
         if self.code is None:
             return dict(self.compile_error or {}), {}
         self._reset_state()
@@ -309,10 +320,13 @@ class Session:
         saved_main, saved_argv = sys.modules.get("__main__"), sys.argv
         sys.modules["__main__"], sys.argv = module, [self.path]
         recorder.namespace = module.__dict__
+        recorder.hold = self.hold
         self.instrument.activate(recorder)
         try:
             if track_uses:
-                with self.instrument.UseTracker():
+                with self.instrument.UseTracker(), contextlib.ExitStack() as stack:
+                    if float64:
+                        stack.enter_context(self.instrument.float64_run())
                     exec(self.code, module.__dict__)
             else:
                 exec(self.code, module.__dict__)
@@ -378,6 +392,7 @@ class Session:
                 name: recorder.leaf_index(namespace[name]) for name in leaf_globals
             },
             "seed": self.seed,
+            **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             "torch_version": self.torch.__version__,
             "duration_s": round(time.monotonic() - started, 3),
         }

@@ -1,0 +1,68 @@
+"""Finite differences in float64: a change of a few parts in 10^3 (the second-order term
+``create_graph=True`` restores) is below float32's rounding noise, so the program is run
+again in double precision with the same random values to judge it."""
+
+from __future__ import annotations
+
+import torch
+
+from gradfix.verify import verify_sources
+
+TIMEOUT = 60.0
+
+# MAML's inner step: torch.autograd.grad without create_graph drops the second-order term.
+MAML = """\
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+params = [torch.randn(4, 3, requires_grad=True), torch.zeros(4, requires_grad=True)]
+
+
+def net(x, params):
+    return torch.tanh(F.linear(x, params[0], params[1]))
+
+
+x_spt, y_spt = torch.randn(5, 3), torch.randn(5, 4)
+x_qry, y_qry = torch.randn(5, 3), torch.randn(5, 4)
+loss = F.mse_loss(net(x_spt, params), y_spt)
+grad = torch.autograd.grad(loss, params)
+fast = [p - 0.4 * g for g, p in zip(grad, params)]
+F.mse_loss(net(x_qry, fast), y_qry).backward()
+"""
+MAML_FIX = MAML.replace(
+    "torch.autograd.grad(loss, params)", "torch.autograd.grad(loss, params, create_graph=True)"
+)
+
+
+def test_the_second_order_term_is_proven_by_float64_differences() -> None:
+    verdict = verify_sources(MAML, MAML_FIX, timeout=TIMEOUT, rules=["GF406"])
+    assert verdict.status == "verified", verdict.reason
+    assert "by finite differences of before run in float64" in verdict.reason
+    methods = {cut["method"] for cut in verdict.evidence["silent_graph_cuts"]}
+    assert "float64" in methods
+
+
+def test_dropping_the_second_order_term_is_still_rejected() -> None:
+    verdict = verify_sources(MAML_FIX, MAML, timeout=TIMEOUT, rules=["GF406"])
+    assert verdict.status == "rejected", verdict.reason
+
+
+def test_a_float64_run_draws_the_same_random_values() -> None:
+    from gradfix.verify import instrument
+
+    instrument.install()
+
+    def build() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        linear, cell = torch.nn.Linear(20, 3), torch.nn.GRUCell(3, 3)
+        return [linear.weight, cell.weight_hh, torch.randn(5, requires_grad=True), torch.rand(7)]
+
+    narrow = build()
+    with instrument.float64_run():
+        wide = build()
+    assert torch.get_default_dtype() == torch.float32
+    for a, b in zip(narrow, wide):
+        assert b.dtype == torch.float64
+        assert torch.equal(a.double(), b)
+    assert wide[2].is_leaf and wide[2].requires_grad

@@ -1,0 +1,210 @@
+"""A fix whose purpose is to change what trains (GF107, GF109: a tensor registered as a
+parameter): the oracle replays it with the leaves it makes train held across optimizer
+steps, and that replay must equal BEFORE at every backward call. GF405's fix clears the
+gradients each iteration: from the first call where BEFORE adds to a stale gradient, the
+fix is compared against its own finite differences."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.oracle import fix_changes_training, newly_trained
+
+TIMEOUT = 30.0
+
+UNREGISTERED = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.rand(2, 2)
+        self.w.requires_grad = True
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc(x @ self.w)
+
+
+torch.manual_seed(0)
+net = Net()
+optimizer = torch.optim.Adam(net.parameters(), lr=0.1)
+x = torch.randn(4, 2)
+for _ in range(3):
+    optimizer.zero_grad()
+    net(x).sum().backward()
+    optimizer.step()
+"""
+REGISTERED = UNREGISTERED.replace(
+    "        self.w = torch.rand(2, 2)\n        self.w.requires_grad = True\n",
+    "        self.w = nn.Parameter(torch.rand(2, 2))\n",
+)
+
+
+def test_a_fix_that_makes_a_leaf_train_is_proven_by_a_replay_that_holds_it() -> None:
+    verdict = verify_sources(UNREGISTERED, REGISTERED, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith("leaves now trained: #0 'net.w' (line 8)"), verdict.reason
+    assert "across the optimizer's 3 step(s)" in verdict.reason
+    assert verdict.evidence["now_trained"] == [0]
+    assert verdict.evidence["events_compared"] == 3
+
+
+def test_only_a_rule_that_declares_it_gets_the_replay() -> None:
+    verdict = verify_sources(UNREGISTERED, REGISTERED, timeout=TIMEOUT, rules=["GF104"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "forward changed" in verdict.reason
+    assert verdict.evidence["now_trained"] == []
+
+
+def test_a_fix_that_also_changes_anything_else_is_still_rejected() -> None:
+    scaled = REGISTERED.replace("return self.fc(x @ self.w)", "return self.fc(x @ self.w) * 2")
+    verdict = verify_sources(UNREGISTERED, scaled, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "rejected", verdict.reason
+    assert verdict.reason.startswith("with the leaves it makes train (#0 'net.w' (line 8)) held")
+    faster = REGISTERED.replace("lr=0.1", "lr=0.2")
+    verdict = verify_sources(UNREGISTERED, faster, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "forward changed: the result of backward call #2" in verdict.reason
+
+
+def _trace(versions: list[list[int]]) -> dict:
+    return {
+        "outcome": {"status": "ok"},
+        "leaves": [{"index": k} for k in range(len(versions[0]))],
+        "events": [{"index": i, "versions": v} for i, v in enumerate(versions)],
+        "event_count": len(versions),
+    }
+
+
+def test_newly_trained_are_the_leaves_only_after_steps_between_calls() -> None:
+    before = _trace([[1, 5], [1, 6], [1, 7]])
+    after = _trace([[1, 5], [2, 6], [3, 7]])
+    assert newly_trained(before, after) == [0]
+    assert newly_trained(after, after) == []
+    # the leaves or calls do not line up: no replay (the comparison rejects it)
+    assert newly_trained(before, _trace([[1, 5], [2, 6]])) == []
+    # traces of an older runner carry no versions
+    assert newly_trained({**before, "events": [{"index": 0}]}, after) == []
+
+
+def test_the_rules_whose_fix_changes_what_trains_say_so() -> None:
+    from gradfix.codemods import ALL_RULES
+
+    changing = {rule.code for rule in ALL_RULES if rule.fix_changes_training}
+    assert changing == {"GF107", "GF109", "GF405"}
+    assert fix_changes_training(["gf109"]) and not fix_changes_training(["GF104", "GF999"])
+
+
+ACCUMULATING = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(4)]
+for x, y in data:
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+CLEARED = ACCUMULATING.replace(
+    "    loss.backward()\n", "    optimizer.zero_grad()\n    loss.backward()\n"
+)
+
+
+def test_clearing_stale_gradients_is_proven_from_the_first_stale_step() -> None:
+    verdict = verify_sources(ACCUMULATING, CLEARED, timeout=TIMEOUT, rules=["GF405"])
+    assert verdict.status == "verified", verdict.reason
+    assert "before adds each gradient to stale ones from backward call #2 on" in verdict.reason
+    assert "parts from the fix's at #3: 2 call(s) compared against the fix's own" in (
+        verdict.reason
+    )
+    # without the rule's declaration before's trajectory stays the reference
+    verdict = verify_sources(ACCUMULATING, CLEARED, timeout=TIMEOUT)
+    assert verdict.status == "rejected", verdict.reason
+
+
+def test_clearing_the_gradients_before_the_step_is_rejected() -> None:
+    lost = ACCUMULATING.replace(
+        "    optimizer.step()\n", "    optimizer.zero_grad()\n    optimizer.step()\n"
+    )
+    verdict = verify_sources(ACCUMULATING, lost, timeout=TIMEOUT, rules=["GF405"])
+    assert verdict.status == "rejected", verdict.reason
+
+
+def test_a_fix_that_still_accumulates_later_is_rejected() -> None:
+    from gradfix.verify import compare_traces
+
+    def call(index: int, accumulated: list[int], root: float) -> dict:
+        value = {"shape": [], "dtype": "float32", "numel": 1, "truncated": False}
+        return {
+            "index": index,
+            "kind": "backward",
+            "line": 9,
+            "roots": [dict(value, values=[root])],
+            "objective": root,
+            "error": None,
+            "grads": {"0": dict(value, values=[1.0])},
+            "accumulated": accumulated,
+            "versions": [index],
+        }
+
+    def trace(*events: dict) -> dict:
+        return {
+            "outcome": {"status": "ok"},
+            "leaves": [{"index": 0, "shape": [], "dtype": "float32", "line": 3}],
+            "events": list(events),
+            "event_count": len(events),
+        }
+
+    before = trace(call(0, [], 1.0), call(1, [0], 2.0))
+    after = trace(call(0, [], 1.0), call(1, [], 2.0), call(2, [0], 3.0))
+    verdict = compare_traces(
+        before, dict(after, event_count=2, events=after["events"][:2]), rules=["GF405"]
+    )
+    assert verdict.status == "verified", verdict.reason
+    before = trace(call(0, [], 1.0), call(1, [0], 2.0), call(2, [0], 3.0))
+    verdict = compare_traces(before, after, rules=["GF405"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "backward call #3 at line 9 still adds to a stale gradient of #0 (line 3)" in (
+        verdict.reason
+    )
+
+
+def test_a_leaf_no_optimizer_clears_may_accumulate_in_both() -> None:
+    from gradfix.verify import compare_traces
+
+    value = {"shape": [], "dtype": "float32", "numel": 1, "truncated": False}
+
+    def call(index: int, accumulated: list[int]) -> dict:
+        return {
+            "index": index,
+            "kind": "backward",
+            "line": 9,
+            "roots": [dict(value, values=[float(index)])],
+            "objective": float(index),
+            "error": None,
+            "grads": {"0": dict(value, values=[1.0]), "1": dict(value, values=[1.0])},
+            "accumulated": accumulated,
+            "versions": [index, 0],
+        }
+
+    def trace(*events: dict) -> dict:
+        leaf = {"shape": [], "dtype": "float32", "line": 3}
+        return {
+            "outcome": {"status": "ok"},
+            "leaves": [dict(leaf, index=0), dict(leaf, index=1)],
+            "events": list(events),
+            "event_count": len(events),
+        }
+
+    before = trace(call(0, []), call(1, [0, 1]))
+    after = trace(call(0, []), call(1, [1]))  # leaf 1, an input, is never cleared
+    verdict = compare_traces(before, after, rules=["GF405"])
+    assert verdict.status == "verified", verdict.reason
+    assert "adds each gradient to stale ones" not in verdict.reason  # no later call parted
+    assert "adds to the gradient left by earlier calls of #0 (line 3)" in " ".join(
+        verdict.evidence["notes"]
+    )
