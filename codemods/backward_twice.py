@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.edits import Editor, cst_argument, with_argument, without_argument
 from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import (
     SAVES_DIVISOR,
@@ -363,6 +363,8 @@ class BackwardTwice(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
+        if self._untrained_leaf_at_run(node):
+            return
         if not self._runs_backward:
             return  # both checks start from a backward call
         self._check_retained_state(node)
@@ -394,6 +396,25 @@ class BackwardTwice(Rule):
                 name, statement = entry
                 self.report(statement, self._shared_message(name, later))
             return
+
+    def _untrained_leaf_at_run(self, node: ast.Call) -> bool:
+        """A run saw the leaf this call creates with ``requires_grad=True`` left unchanged by
+        the training step while a value made from it once (labels, data) carried its graph
+        into each step: create it without ``requires_grad``. Only on a run's evidence
+        (``gradfix trace``), which then proves the fix by running again."""
+        if not self.proven_at_run(node.lineno, "untrained-leaf"):
+            return False
+        if not is_true(argument(node, "requires_grad", None)):
+            return False
+        message = "created with `requires_grad=True` but never trained: its graph is carried"
+        fix = self.plan_replace(
+            node,
+            lambda editor, call: without_argument(call, "requires_grad"),
+            "Create it without `requires_grad`",
+            safety=FixSafety.UNSAFE,
+        )
+        self.report(node, message, fix=fix)
+        return True
 
     # -- state carried across iterations ------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:

@@ -191,3 +191,56 @@ def test_labels_without_a_training_step_between_backward_calls_are_not_blamed(
     source = UNTRAINED_LABELS.replace("w -= 0.1 * w.grad", "pass")
     result = trace(tmp_path, source)
     assert {f.kind for f in result.findings} == {"backward-twice"}
+
+
+def trace_write(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "gradfix", "trace", "--write", "--format", "concise", "--",
+         sys.executable, script.name],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    return done, script.read_text(encoding="utf-8")
+
+
+def test_trace_write_unwraps_the_no_grad_block_of_a_backpropagated_loss(tmp_path: Path) -> None:
+    done, fixed = trace_write(
+        tmp_path,
+        """\
+        import torch
+
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        x = torch.randn(4, 3)
+        # the loss
+        with torch.no_grad():
+            out = model(x)
+            loss = (out ** 2).mean()
+        loss.backward()
+        print(round(loss.item(), 4))
+        """,
+    )
+    assert " GF101 verified: " in done.stdout, done.stdout + done.stderr
+    assert "# the loss\nout = model(x)\nloss = (out ** 2).mean()\nloss.backward()" in fixed
+    subprocess.run([sys.executable, "train.py"], cwd=tmp_path, check=True, capture_output=True)
+
+
+@pytest.mark.parametrize(
+    ("freeze", "kept"),
+    [
+        ("    p.requires_grad = False", "    p.requires_grad = True"),
+        ("    p.requires_grad_(False)", "    p.requires_grad_()"),
+    ],
+)
+def test_trace_write_keeps_frozen_parameters_trainable(
+    tmp_path: Path, freeze: str, kept: str
+) -> None:
+    source = (
+        "import torch\n\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(2, 1)\n"
+        f"for p in model.parameters():\n{freeze}\n"
+        "out = model(torch.ones(2)).sum()\nout.backward()\nprint(model.weight.grad)\n"
+    )
+    done, fixed = trace_write(tmp_path, source)
+    assert " GF101 verified: " in done.stdout, done.stdout + done.stderr
+    assert f"for p in model.parameters():\n{kept}\n" in fixed
