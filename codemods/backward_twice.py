@@ -107,6 +107,7 @@ class BackwardTwice(Rule):
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES
+    fix_drops_leaves = True  # a leaf a run showed untrained is made without requires_grad
 
     VALID = [
         Valid(
@@ -400,21 +401,41 @@ class BackwardTwice(Rule):
     def _untrained_leaf_at_run(self, node: ast.Call) -> bool:
         """A run saw the leaf this call creates with ``requires_grad=True`` left unchanged by
         the training step while a value made from it once (labels, data) carried its graph
-        into each step: create it without ``requires_grad``. Only on a run's evidence
-        (``gradfix trace``), which then proves the fix by running again."""
-        if not self.proven_at_run(node.lineno, "untrained-leaf"):
-            return False
-        if not is_true(argument(node, "requires_grad", None)):
+        into each step: create it, and the others the run saw so, without
+        ``requires_grad`` (one fix: the graph is carried while any of them requires grad).
+        Only on a run's evidence (``gradfix trace``), which then proves the fix by running
+        again."""
+        calls, fix = self._untrained_leaves
+        if not any(call is node for call in calls):
             return False
         message = "created with `requires_grad=True` but never trained: its graph is carried"
-        fix = self.plan_replace(
-            node,
-            lambda editor, call: without_argument(call, "requires_grad"),
-            "Create it without `requires_grad`",
-            safety=FixSafety.UNSAFE,
-        )
         self.report(node, message, fix=fix)
         return True
+
+    @functools.cached_property
+    def _untrained_leaves(self) -> tuple[list[ast.Call], FixPlan | None]:
+        if not self.runtime:
+            return [], None
+        calls = [
+            call
+            for call in self.analysis.by_type.get(ast.Call, [])
+            if self.proven_at_run(call.lineno, "untrained-leaf")
+            and is_true(argument(call, "requires_grad", None))  # type: ignore[arg-type]
+        ]
+        if not calls:
+            return [], None
+
+        def build(editor: Editor) -> list[Edit] | None:
+            edits = []
+            for call in calls:
+                node = editor.node(call)
+                if not isinstance(node, cst.Call):
+                    return None
+                edits.append(Edit(node, without_argument(node, "requires_grad")))
+            return edits
+
+        lines = ", ".join(str(call.lineno) for call in calls)
+        return calls, self.plan(build, f"Create the leaves at line {lines} without `requires_grad`")  # type: ignore[return-value]
 
     # -- state carried across iterations ------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:

@@ -315,7 +315,7 @@ class TensorFromTensors(Rule):
             return [Edit(block, cst.FlattenSentinel(unwrapped))]
 
         description = "Compute it with grad (unwrap the `no_grad` block)"
-        fix = self.plan(build, description, safety=FixSafety.UNSAFE)
+        fix = self.plan(build, description)
         self.report(node, "the value computed in this `no_grad` block is backpropagated", fix=fix)
 
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -331,7 +331,6 @@ class TensorFromTensors(Rule):
                 node.value,
                 lambda editor, value: value.with_changes(value="True"),
                 "Keep it trainable (`requires_grad = True`)",
-                safety=FixSafety.UNSAFE,
             )
             self.report(node, _FROZEN, fix=fix)
 
@@ -348,7 +347,6 @@ class TensorFromTensors(Rule):
                 node,
                 lambda editor, call: call.with_changes(args=[]),
                 "Keep it trainable (`requires_grad_()`)",
-                safety=FixSafety.UNSAFE,
             )
             self.report(node, _FROZEN, fix=fix)
 

@@ -244,3 +244,61 @@ def test_trace_write_keeps_frozen_parameters_trainable(
     done, fixed = trace_write(tmp_path, source)
     assert " GF101 verified: " in done.stdout, done.stdout + done.stderr
     assert f"for p in model.parameters():\n{kept}\n" in fixed
+
+
+def test_trace_write_creates_untrained_leaves_without_requires_grad(tmp_path: Path) -> None:
+    done, fixed = trace_write(
+        tmp_path,
+        """\
+        import torch
+
+        torch.manual_seed(0)
+        true_w = torch.randn(2, 1, requires_grad=True)
+        true_b = torch.randn(1, requires_grad=True)
+        X = torch.randn(40, 2)
+        Y = X @ true_w + true_b
+        w = torch.zeros(2, 1, requires_grad=True)
+        for i in range(0, 40, 10):
+            loss = ((X[i:i + 10] @ w - Y[i:i + 10]) ** 2).mean()
+            loss.backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+                w.grad.zero_()
+        print(round(loss.item(), 4))
+        """,
+    )
+    assert " GF401 verified: " in done.stdout, done.stdout + done.stderr
+    assert "true_w = torch.randn(2, 1)\ntrue_b = torch.randn(1)\n" in fixed
+
+
+def _tensor(values: list[float]) -> dict[str, object]:
+    return {"shape": [len(values)], "dtype": "float32", "numel": len(values), "values": values,
+            "truncated": False}  # fmt: skip
+
+
+def _run(leaf_lines: list[int], grads: dict[str, list[float]]) -> dict[str, object]:
+    leaves = [
+        {"index": k, "shape": [2], "dtype": "float32", "origin": "torch.randn", "line": line}
+        for k, line in enumerate(leaf_lines)
+    ]
+    event = {"index": 0, "kind": "backward", "line": 9, "roots": [_tensor([3.0])],
+             "objective": 3.0, "error": None, "frozen": [], "padding_rows": {},
+             "grads": {k: _tensor(v) for k, v in grads.items()}}  # fmt: skip
+    return {"outcome": {"status": "ok"}, "leaves": leaves, "events": [event], "event_count": 1,
+            "globals": {}}  # fmt: skip
+
+
+def test_the_verifier_lets_a_gf401_fix_leave_out_a_leaf_and_compares_the_rest() -> None:
+    from gradfix.verify.oracle import compare_traces
+
+    before = _run([4, 7], {"0": [5.0, 6.0], "1": [1.0, 2.0]})
+    after = _run([7], {"0": [1.0, 2.0]})
+    verdict = compare_traces(before, after, rules=["GF401"])
+    assert verdict.status == "verified" and "#0 (line 7)" in verdict.reason
+    assert "the leaves made at line 4" in " ".join(verdict.evidence["notes"])
+    wrong = _run([7], {"0": [1.0, 2.5]})
+    assert compare_traces(before, wrong, rules=["GF401"]).status == "rejected"
+    other = compare_traces(before, after, rules=["GF204"])  # other rules keep every leaf
+    assert other.status == "rejected" and "creates 1 leaf tensor(s)" in other.reason
+    moved = _run([5], {"0": [1.0, 2.0]})  # not one of before's leaves
+    assert compare_traces(before, moved, rules=["GF401"]).status == "rejected"

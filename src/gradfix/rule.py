@@ -217,6 +217,11 @@ class BaseRule:
     #: by finite differences too. False: the fix keeps the gradients as they were (a
     #: frozen teacher stays frozen), or the original raised.
     fix_restores_gradient: ClassVar[bool] = False
+    #: a fix may create leaves without ``requires_grad`` that a run showed are never trained
+    #: (GF401's labels made once from such weights): the verifier then matches the fixed
+    #: program's leaves to the original's by line, shape and dtype and leaves the dropped
+    #: ones uncompared. False: both versions must create the same leaves.
+    fix_drops_leaves: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
     #: What a run of the program proved at lines of this file (``gradfix trace``): line ->
