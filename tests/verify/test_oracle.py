@@ -1368,3 +1368,21 @@ STEEP_AFTER_FILL_FIX = STEEP_AFTER_FILL.replace(
 def test_strong_curvature_is_extrapolated_out_of_the_finite_difference() -> None:
     verdict = verify(STEEP_AFTER_FILL, STEEP_AFTER_FILL_FIX)
     assert verdict.status == "verified", verdict.reason
+
+
+# A relu whose kink lies a third of the oracle's step (1e-3) away: the gap of the slopes
+# shrinks with the half step as curvature's would, and the extrapolation is 15 % off; a
+# step an eighth as long does not reach the kink.
+KINK_NEAR_STEP = """\
+import torch
+
+w = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+w.add_(1.0)
+(w + torch.relu(w - 1.0003)).sum().backward()
+"""
+KINK_NEAR_STEP_FIX = KINK_NEAR_STEP.replace("w.add_(1.0)", "with torch.no_grad():\n    w.add_(1.0)")
+
+
+def test_a_kink_near_the_step_is_not_taken_for_curvature() -> None:
+    verdict = verify(KINK_NEAR_STEP, KINK_NEAR_STEP_FIX)
+    assert verdict.status == "verified", verdict.reason

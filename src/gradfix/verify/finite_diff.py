@@ -19,7 +19,8 @@ A central estimate is also checked for a *kink*: when the right slope
 ``(f(+h) - f(0)) / h`` and the left slope differ by more than twice the tolerance, they
 are measured again at ``h/2``. With smooth curvature the gap halves, and the central
 estimates at ``h`` and ``h/2`` are extrapolated (Richardson) to cancel the curvature's
-error; if it does not (``|x|``
+error, checked by a central estimate at ``h/8`` (kinks the longer steps cross can halve
+the gap too: when the two disagree, the short step's estimate stands); if it does not (``|x|``
 or ``relu`` at 0, ``sqrt`` at 0 behind a ``where``), the derivative does not exist and the
 entry carries the interval between the slopes: the oracle accepts any gradient inside it
 (a one-dimensional generalised gradient), e.g. the 0 that a guarded ``where`` gives.
@@ -238,8 +239,25 @@ class _Estimator:
             return estimate
         half_gap, half_low, half_high = _one_sided_gap(f0, half_plus, half_minus)
         if half_gap < 0.75 * gap:
-            return _extrapolated(estimate, width, half_plus, half_minus)
+            extrapolated = _extrapolated(estimate, width, half_plus, half_minus)
+            return self._confirmed(entry, j, eps, extrapolated)
         return _Estimate(estimate.value, "kink", noise, (min(low, half_low), max(high, half_high)))
+
+    def _confirmed(self, entry: _Entry, j: int, eps: float, extrapolated: _Estimate) -> _Estimate:
+        """The extrapolation assumes smooth curvature between the steps; a step an eighth
+        as long checks it. Kinks the steps cross (a relu of many elements near 0: the gap
+        of the slopes may halve with the step by chance) make the two disagree; the short
+        step, past those kinks, is then the estimate."""
+        plus, minus = self._objective(entry, j, 0.125), self._objective(entry, j, -0.125)
+        if not _finite(*plus, *minus) or plus[1] == minus[1]:
+            return extrapolated
+        width = plus[1] - minus[1]
+        noise = NOISE_FACTOR * eps * max(abs(plus[0]), abs(minus[0])) * 2 / width
+        short = (plus[0] - minus[0]) / width
+        tolerance = FD_ATOL + FD_RTOL * abs(extrapolated.value) + noise + extrapolated.noise
+        if abs(short - extrapolated.value) <= tolerance:
+            return extrapolated
+        return _Estimate(short, "central", noise)
 
     def _one_sided(
         self, entry: _Entry, j: int, f0: float | None, eps: float, near: tuple[float, float]
