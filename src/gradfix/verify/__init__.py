@@ -132,6 +132,7 @@ def _verify(
                 targets=targets,
                 budget=fd_budget,
                 time_budget=0.8 * timeout,
+                constant_grads=constant_grads(limits["rules"]),
             )
             for source, targets in plan.items()
         }
@@ -150,6 +151,17 @@ def _verify(
         **{f"fd_{source}": result.get("duration_s") for source, result in fd.items()},
     }
     return verdict
+
+
+#: Rules whose fix changes whether ``autograd.grad`` records its gradients' graph: their
+#: finite differences follow the inner gradients (first vs second order is the question).
+GRAPH_OF_GRADIENTS_RULES = frozenset({"GF406"})
+
+
+def constant_grads(rules: Any) -> bool:
+    """Whether finite differences hold the gradients of ``autograd.grad`` calls without
+    ``create_graph`` constant, as autograd does (all fixes but GF406's)."""
+    return not {str(code).upper() for code in rules} & GRAPH_OF_GRADIENTS_RULES
 
 
 def verify_files(

@@ -52,7 +52,8 @@ def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     if not targets:
         return {"entries": [], "evaluations": 0, "capped": False}
     last_event = max(int(t["event"]) for t in targets)
-    probe, probe_outcome = _run(session, stop_after=last_event, perturbation=None)
+    constant = bool(request.get("constant_grads"))
+    probe, probe_outcome = _run(session, stop_after=last_event, perturbation=None, keep=constant)
     estimator = _Estimator(session, probe, deadline)
     entries = [estimator.prepare(t) for t in targets]
     chosen, capped = _allocate(entries, int(request.get("budget", 200)))
@@ -68,10 +69,22 @@ def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run(session: Any, *, stop_after: int, perturbation: Any) -> tuple[Any, dict[str, Any]]:
+def _run(
+    session: Any,
+    *,
+    stop_after: int,
+    perturbation: Any,
+    keep: bool = False,
+    replay: dict[int, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """One run of the script up to event ``stop_after``; ``keep``: keep the gradients of
+    ``autograd.grad`` calls without ``create_graph`` (constants to autograd), ``replay``:
+    give such calls the kept ones back."""
     recorder = session.instrument.Recorder(session.path, record_values=False)
     recorder.stop_after_event = stop_after
     recorder.perturbation = perturbation
+    recorder.keep_constant_grads = keep
+    recorder.replay_constant_grads = replay
     outcome, _ = session.execute(recorder, track_uses=True)
     return recorder, outcome
 
@@ -196,7 +209,10 @@ class _Estimator:
             leaf=entry.leaf, use=entry.first_use, element=element, multiple=multiple
         )
         self.evaluations += 1
-        recorder, _ = _run(self.session, stop_after=entry.event, perturbation=perturbation)
+        replay = self.probe.constant_grads if self.probe.keep_constant_grads else None
+        recorder, _ = _run(
+            self.session, stop_after=entry.event, perturbation=perturbation, replay=replay
+        )
         value = recorder.objectives.get(entry.event)
         if value is None or perturbation.step is None or perturbation.step == 0.0:
             return math.nan, math.nan
