@@ -310,6 +310,8 @@ class TensorFromTensors(Rule):
             if not isinstance(block, cst.With) or not isinstance(block.body, cst.IndentedBlock):
                 return None
             first, *rest = block.body.body
+            if not isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return None
             leading = [*block.leading_lines, *first.leading_lines]
             unwrapped = [first.with_changes(leading_lines=leading), *rest]
             return [Edit(block, cst.FlattenSentinel(unwrapped))]

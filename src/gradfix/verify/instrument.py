@@ -595,7 +595,9 @@ def _wrap_event(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
     return event
 
 
-def _creates_graph(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _creates_graph(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
     """Whether an ``autograd.grad`` call records the graph of its gradients."""
     try:
         bound = signature.bind(*args, **kwargs).arguments
