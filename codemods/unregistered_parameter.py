@@ -22,6 +22,29 @@ _REGISTERING = frozenset(
 )
 
 
+#: how a random tensor is drawn: a weight waiting for its training
+_RANDOM_FACTORIES = frozenset(
+    "torch." + name for name in "randn rand empty normal randn_like rand_like".split()
+)
+#: moves and casts that keep a tensor what it was
+_MOVES = frozenset("to cuda cpu float double half".split())
+#: methods that transpose a weight before it is applied
+_TRANSPOSES = frozenset("t transpose permute".split())
+#: ops that apply a weight to their input
+_WEIGHT_OPS = frozenset(
+    "torch." + name
+    for name in (
+        "matmul mm bmm einsum nn.functional.linear nn.functional.bilinear "
+        "nn.functional.conv1d nn.functional.conv2d nn.functional.conv3d"
+    ).split()
+)
+_PLAIN_WEIGHT_MESSAGE = (
+    "Random tensor stored as a plain module attribute and used as a weight: "
+    "`parameters()` misses it, so it never trains (and `state_dict()` and `.to()` leave "
+    "it behind); wrap it in `nn.Parameter` (`register_buffer` if it is meant to stay fixed)"
+)
+
+
 class UnregisteredParameter(Rule):
     """
     ## What it does
@@ -61,7 +84,12 @@ class UnregisteredParameter(Rule):
     parameters: `torch.optim.Adam([model.w])`), a class that registers or lists its
     parameters itself (`register_parameter`, `register_buffer`, `setattr`, its own
     `parameters()`), and an attribute set again elsewhere in the class are left alone. A
-    plain tensor without `requires_grad` (a constant, a mask, a buffer) is not reported.
+    plain tensor without `requires_grad` (a constant, a mask, a buffer) is not reported,
+    except a tensor drawn at random (`torch.randn(L, d).to(device)`) that a method of the
+    class applies as a weight (`x @ self.keys.t()`, `torch.matmul(attn, self.values)`,
+    `F.linear(x, self.w)`): a memory's keys or a layer written by hand, which never
+    trains and which `state_dict()` and `.to(device)` leave behind. If it is meant to stay
+    fixed (a random projection), `register_buffer` says so and keeps it in the checkpoint.
 
     ## Fix safety
     Unsafe. The tensor keeps its values and stays a leaf that requires grad, so the
@@ -132,6 +160,28 @@ class UnregisteredParameter(Rule):
                         self.w -= lr * self.w.grad
             """
         ),
+        Valid(
+            """
+            import torch
+            import torch.nn as nn
+            class Memory(nn.Module):
+                def __init__(self, n, d):
+                    super().__init__()
+                    self.register_buffer("proj", torch.randn(d, d))  # fixed on purpose
+                    self.pe = torch.zeros(n, d)  # filled below, never trained
+                    self.noise = torch.randn(n, d)  # added, not multiplied
+                def forward(self, x):
+                    return (x + self.noise) @ self.proj + self.pe
+            class Scratch(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.W1 = torch.randn(3, 2)  # trained by hand below
+                def forward(self, x):
+                    return x @ self.W1
+                def backward(self, x, grad, lr=0.1):
+                    self.W1 -= lr * x.t() @ grad
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -196,6 +246,34 @@ class UnregisteredParameter(Rule):
                     return th.sigmoid(c * self.Wci)
             """,
         ),
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class NormalityMemory(nn.Module):
+                def __init__(self, L, channel, device="cpu"):
+                    super().__init__()
+                    self.keys = torch.randn(L, channel).to(device)
+                    self.values = torch.randn(L, channel)
+                def forward(self, x):
+                    attn = F.softmax(x @ self.keys.t(), dim=-1)
+                    return torch.matmul(attn, self.values)
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class NormalityMemory(nn.Module):
+                def __init__(self, L, channel, device="cpu"):
+                    super().__init__()
+                    self.keys = nn.Parameter(torch.randn(L, channel).to(device))
+                    self.values = nn.Parameter(torch.randn(L, channel))
+                def forward(self, x):
+                    attn = F.softmax(x @ self.keys.t(), dim=-1)
+                    return torch.matmul(attn, self.values)
+            """,
+        ),
     ]
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -224,17 +302,48 @@ class UnregisteredParameter(Rule):
     def _check(self, statement: ast.Assign, init: ast.FunctionDef, cls: ast.ClassDef) -> None:
         target = statement.targets[0]
         assert isinstance(target, ast.Attribute) and isinstance(statement.value, ast.Call)
-        marker = None
+        marker, message = None, None
+        uses = list(self._uses(cls, target.attr))
         if not self._asks_for_grad(statement.value):
             marker = self._later_marker(target.attr, statement, init)
             if marker is None or self.analysis.call_name(statement.value) not in FACTORIES:
-                return
-        uses = list(self._uses(cls, target.attr))
+                if not self._random_weight(statement.value, uses, init):
+                    return
+                message = _PLAIN_WEIGHT_MESSAGE
         if any(type(use.ctx) is not ast.Load for use in uses if use is not target):
             return  # set again elsewhere: not one tensor
         if self._trained_by_hand(target.attr):
             return
-        self.report(statement.value, fix=self._wrap(statement, marker))
+        self.report(statement.value, message, fix=self._wrap(statement, marker))
+
+    def _random_weight(self, value: ast.Call, uses: list[ast.Attribute], init: ast.AST) -> bool:
+        """A tensor drawn at random (``torch.randn(L, d).to(device)``) that a method of
+        the class multiplies its input by (``x @ self.keys.t()``, ``F.linear(x,
+        self.w)``): a weight, though nothing asks for its gradient."""
+        while type(value.func) is ast.Attribute and value.func.attr in _MOVES:
+            inner = value.func.value
+            if type(inner) is not ast.Call:
+                return False
+            value = inner
+        if self.analysis.call_name(value) not in _RANDOM_FACTORIES:
+            return False
+        return any(
+            self._used_as_weight(use) for use in uses if not self.analysis.contains(init, use)
+        )
+
+    def _used_as_weight(self, use: ast.Attribute) -> bool:
+        node: ast.AST = use
+        parent = self.analysis.parent(node)
+        # ``self.keys.t()``, ``self.w.T``, ``self.w.transpose(0, 1)``: still the weight
+        while type(parent) is ast.Attribute and parent.attr in (*_TRANSPOSES, "T", "mT"):
+            node, parent = parent, self.analysis.parent(parent)
+            if type(parent) is ast.Call and parent.func is node:
+                node, parent = parent, self.analysis.parent(parent)
+        if type(parent) is ast.BinOp and type(parent.op) is ast.MatMult:
+            return True
+        if type(parent) is ast.Call and node in parent.args:
+            return (self.analysis.call_name(parent) or "") in _WEIGHT_OPS
+        return False
 
     def _asks_for_grad(self, value: ast.Call) -> bool:
         """A leaf that requires grad, made right here (not an ``nn.Parameter``)."""

@@ -281,3 +281,33 @@ def test_no_rule_keeps_a_file_s_tree_after_its_lint() -> None:
     gc.collect()
     kept = [type(ref()).__name__ for ref in trees if ref() is not None]
     assert kept == []
+
+
+def test_a_lint_leaves_no_reference_cycle_behind() -> None:
+    """The tree and its analysis are freed by reference counting when a lint ends: a
+    cycle (a collector holding its own bound methods) would keep every node of the file
+    until the cyclic collector runs, which a run pauses while it lints."""
+    import gc
+
+    source = src(
+        """
+        import torch
+        def f(x):
+            w = torch.zeros(3, requires_grad=True)
+            for i in range(2):
+                y = torch.sigmoid(w * x)
+                y += 1
+            return y
+        """
+    )
+    lint_source(source, rules=ALL_RULES)  # imports and caches made once
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        lint_source(source, rules=ALL_RULES)
+        gc.collect()
+        kept = [o for o in gc.garbage if isinstance(o, ast.AST) or type(o).__name__ == "Collector"]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert kept == []

@@ -1412,3 +1412,47 @@ def test_an_inner_gradient_without_create_graph_is_a_constant_to_finite_differen
     # GF406's fix is about that very order: its finite differences follow the inner step
     second = verify(FIRST_ORDER_INNER_STEP, FIRST_ORDER_INNER_STEP_FIX, rules=["GF406"])
     assert second.status == "rejected", second.reason
+
+
+# A script that never calls backward and edits a layer's weight in place (BatchNorm folded
+# into a conv, a neuron's column edited): autograd refuses the in-place change of a leaf.
+NO_BACKWARD_EDIT = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+conv = nn.Linear(3, 2)
+w = torch.randn(2, 3)
+conv.weight[:, :] = w * 2
+x = torch.randn(4, 3)
+out = conv(x)
+print(out.sum().item())
+"""
+NO_BACKWARD_EDIT_FIX = NO_BACKWARD_EDIT.replace(
+    "conv.weight[:, :] = w * 2", "with torch.no_grad():\n    conv.weight[:, :] = w * 2"
+)
+NO_BACKWARD_EDIT_SKIPPED = NO_BACKWARD_EDIT.replace("conv.weight[:, :] = w * 2", "pass")
+NO_BACKWARD_OTHER_ERROR = NO_BACKWARD_EDIT.replace(
+    "conv.weight[:, :] = w * 2", "raise ValueError('bad config')"
+)
+
+
+def test_a_fix_of_a_script_without_backward_is_verified_against_before_with_autograd_off() -> None:
+    verdict = verify(NO_BACKWARD_EDIT, NO_BACKWARD_EDIT_FIX)
+    assert verdict.status == "verified", verdict.reason
+    assert "with autograd off" in verdict.reason
+    assert "RuntimeError at line 8" in verdict.reason
+    assert verdict.evidence["reference"] == "before with autograd off"
+    assert verdict.evidence["before_outcome"]["type"] == "RuntimeError"
+
+
+def test_a_fix_that_drops_the_edit_is_rejected_against_before_with_autograd_off() -> None:
+    verdict = verify(NO_BACKWARD_EDIT, NO_BACKWARD_EDIT_SKIPPED)
+    assert verdict.status == "rejected", verdict.reason
+    assert "with autograd off" in verdict.reason
+
+
+def test_a_failure_autograd_does_not_cause_leaves_the_fix_unverified() -> None:
+    verdict = verify(NO_BACKWARD_OTHER_ERROR, NO_BACKWARD_EDIT_FIX)
+    assert verdict.status == "unverified", verdict.reason
+    assert "nothing to compare" in verdict.reason

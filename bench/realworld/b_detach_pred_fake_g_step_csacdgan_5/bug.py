@@ -2,7 +2,7 @@
 
 source: https://github.com/wangle53/CSA-CDGAN/issues/5
 symptom: no-training
-rule: none
+rule: GF408
 shape: GAN training step: netg/netd modules, generator total = weighted content loss + adversarial loss
 """
 import torch

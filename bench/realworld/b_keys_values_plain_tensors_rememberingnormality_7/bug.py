@@ -2,7 +2,7 @@
 
 source: https://github.com/SimonThomine/RememberingNormality/issues/7
 symptom: no-training
-rule: none
+rule: GF109
 shape: nn.Module memory/attention block inside a student network; optimizer over model.parameters()
 """
 import torch

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from typing import Any
 
 from gradfix.semantic.scopes import SCOPE_TYPES, Binding, Scope
 from gradfix.semantic.syntax import (
@@ -44,30 +46,11 @@ class Collector:
         self._scope_stack: list[Scope] = []
         self._pending: list[Binding] = []
         self._defaults: dict[ast.arg, ast.expr] = {}  # a parameter's default
-        self._recorders = {
-            ast.Assign: self._record_assign,
-            ast.AnnAssign: self._record_ann_assign,
-            ast.AugAssign: self._record_aug_assign,
-            ast.For: self._record_for,
-            ast.AsyncFor: self._record_for,
-            ast.comprehension: self._record_for,
-            ast.withitem: self._record_with_item,
-            ast.NamedExpr: self._record_named_expr,
-            ast.arguments: self._record_defaults,
-            ast.arg: self._record_parameter,
-            ast.ExceptHandler: self._record_except_handler,
-            ast.Import: self._record_import,
-            ast.ImportFrom: self._record_import_from,
-            ast.Call: self._record_call,
-            ast.Return: self._record_return,
-            ast.Yield: self._record_yield,
-            ast.YieldFrom: self._record_yield,
-        }
 
     def collect(self, module: ast.Module) -> None:
         counter = 0
         parents, order, last, node_scopes = self.parents, self.order, self.last, self.node_scopes
-        recorders, by_type = self._recorders, self.by_type
+        recorders, by_type = _RECORDERS, self.by_type
         stack: list[tuple[ast.AST, bool]] = [(module, False)]
         while stack:
             node, leaving = stack.pop()
@@ -99,7 +82,7 @@ class Collector:
                 self._enter_scope(node)
             recorder = recorders.get(kind)
             if recorder is not None:
-                recorder(node)  # type: ignore[operator]
+                recorder(self, node)  # type: ignore[operator]
             children = source_children(node)
             if not children and kind not in SCOPE_TYPES:
                 last[node] = counter - 1  # a leaf: nothing to wait for
@@ -301,3 +284,27 @@ class Collector:
 
     def _record_yield(self, node: ast.Yield | ast.YieldFrom) -> None:
         self.generators.add(self._scope.node)
+
+
+#: what each node type records: plain functions, not bound methods (a collector holding
+#: its own bound methods is a reference cycle, and its whole tree and analysis would wait
+#: for the cyclic garbage collector instead of being freed when the lint ends)
+_RECORDERS: dict[type, Callable[[Collector, Any], None]] = {
+    ast.Assign: Collector._record_assign,
+    ast.AnnAssign: Collector._record_ann_assign,
+    ast.AugAssign: Collector._record_aug_assign,
+    ast.For: Collector._record_for,
+    ast.AsyncFor: Collector._record_for,
+    ast.comprehension: Collector._record_for,
+    ast.withitem: Collector._record_with_item,
+    ast.NamedExpr: Collector._record_named_expr,
+    ast.arguments: Collector._record_defaults,
+    ast.arg: Collector._record_parameter,
+    ast.ExceptHandler: Collector._record_except_handler,
+    ast.Import: Collector._record_import,
+    ast.ImportFrom: Collector._record_import_from,
+    ast.Call: Collector._record_call,
+    ast.Return: Collector._record_return,
+    ast.Yield: Collector._record_yield,
+    ast.YieldFrom: Collector._record_yield,
+}

@@ -50,8 +50,11 @@ class ValueQueries(NameQueries):
             bindings = self.bindings(func)
             if len(bindings) == 1 and bindings[0].kind == "def":
                 found = bindings[0].node
-        elif type(func) is ast.Attribute and self.is_self(func.value, at):
-            cls = self.enclosing_class(at)
+        elif type(func) is ast.Attribute:
+            if self.is_self(func.value, at):
+                cls = self.enclosing_class(at)
+            else:
+                cls = self._instance_class(func.value, at)
             scope = self._scopes.get(cls) if cls is not None else None
             methods = scope.bindings.get(func.attr, []) if scope is not None else []
             if len(methods) == 1 and methods[0].kind == "def":
@@ -59,6 +62,23 @@ class ValueQueries(NameQueries):
         if type(found) is not ast.FunctionDef:
             return None
         return None if found in self._generators else found
+
+    def _instance_class(self, expr: ast.expr, at: ast.AST) -> ast.ClassDef | None:
+        """The class of this file whose instance the name ``expr`` holds where it is read:
+        ``decoder = Decoder(8)`` then ``decoder.sample(x)`` runs ``Decoder.sample``."""
+        if type(expr) is not ast.Name:
+            return None
+        binding = self.reaching_binding(expr, at)
+        if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
+            return None
+        value = binding.value
+        if type(value) is not ast.Call or type(value.func) is not ast.Name:
+            return None
+        classes = self.bindings(value.func)
+        if len(classes) != 1 or classes[0].kind != "class":
+            return None
+        node = classes[0].node
+        return node if type(node) is ast.ClassDef else None
 
     def returned_values(
         self, call: ast.Call, at: ast.AST, unpack_index: int | None = None

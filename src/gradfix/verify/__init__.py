@@ -123,6 +123,14 @@ def _verify(
         after: dict[str, Any] = _SKIPPED  # if before failed, the verdict is decided
         if "runner_error" not in before:
             after = traces["after"] or _receive(after_proc, after_proc.started + timeout, timeout)
+        reference, raised = None, before
+        if _raised_without_backward(before, after):
+            failed = _send(before_proc, "trace", timeout, max_steps=max_steps, grad_enabled=False)
+            reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
+            if _ran_without_backward(reference):
+                before, raised = reference, before
+            else:
+                reference = None
         plan = plan_fd(before, after, rules=limits["rules"])
         sent = {
             source: _send(
@@ -142,6 +150,8 @@ def _verify(
             for source, failed in sent.items()
         }
     verdict = compare_traces(before, after, fd or None, rules=limits["rules"])
+    if reference is not None:
+        verdict = _against_autograd_off(verdict, raised)
     verdict.evidence["max_steps"] = max_steps
     verdict.evidence["filename"] = options["filename"]
     verdict.evidence["seed"] = options["seed"]
@@ -162,6 +172,52 @@ def constant_grads(rules: Any) -> bool:
     """Whether finite differences hold the gradients of ``autograd.grad`` calls without
     ``create_graph`` constant, as autograd does (all fixes but GF406's)."""
     return not {str(code).upper() for code in rules} & GRAPH_OF_GRADIENTS_RULES
+
+
+def _raised_without_backward(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """BEFORE failed in its own code (not for want of a module, a file or CUDA) and
+    neither version made a backward call, while AFTER ran to the end: the fix can only be
+    judged against what BEFORE computes when autograd records nothing."""
+    outcome = before.get("outcome") or {}
+    return (
+        outcome.get("status") == "error"
+        and outcome.get("category") == "code"
+        and not before.get("event_count")
+        and _ran_without_backward(after)
+    )
+
+
+def _ran_without_backward(trace: dict[str, Any]) -> bool:
+    return (trace.get("outcome") or {}).get("status") == "ok" and not trace.get("event_count")
+
+
+def _against_autograd_off(verdict: Verdict, raised: dict[str, Any]) -> Verdict:
+    """The verdict of AFTER against BEFORE run with autograd off, saying so.
+
+    A script that never calls backward computes the same values whether autograd records
+    or not; only autograd's own checks differ (an in-place change of a leaf that requires
+    grad raises while recording). So where BEFORE raised, ran to the end with autograd off
+    and neither version calls backward, the values it then computes are what the fix must
+    keep: AFTER is verified when its module-level tensors equal them, rejected when one
+    differs (a fix that skipped the change, or changed another value)."""
+    outcome = raised.get("outcome") or {}
+    line = outcome.get("line")
+    message = str(outcome.get("message") or "").rstrip(".")
+    failure = f"{outcome.get('type')}{f' at line {line}' if line else ''}: {message}"
+    reference = (
+        f"before raised {failure}; with autograd off it runs to the end, and neither version "
+        "calls backward"
+    )
+    verdict.evidence["reference"] = "before with autograd off"
+    verdict.evidence["before_outcome"] = outcome
+    if verdict.status == "verified":
+        reason = verdict.reason.replace(
+            "forward values equal", "values equal to before's with autograd off", 1
+        )
+        return Verdict("verified", f"{reference}: {reason}", verdict.evidence)
+    return Verdict(
+        verdict.status, f"{reference}; against that run: {verdict.reason}", verdict.evidence
+    )
 
 
 def verify_files(

@@ -286,7 +286,9 @@ class Session:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request["mode"] == "trace":
-            return self.trace(request.get("max_steps"))
+            return self.trace(
+                request.get("max_steps"), grad_enabled=request.get("grad_enabled", True)
+            )
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
 
@@ -294,12 +296,13 @@ class Session:
         return {"error": f"unknown mode {request['mode']!r}"}
 
     def execute(
-        self, recorder: Any, *, track_uses: bool = False
+        self, recorder: Any, *, track_uses: bool = False, grad_enabled: bool = True
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run the script once under ``recorder``; return its outcome and namespace."""
         if self.code is None:
             return dict(self.compile_error or {}), {}
         self._reset_state()
+        self.torch.set_grad_enabled(grad_enabled)
         module = types.ModuleType("__main__")
         module.__file__ = self.path
         module.__builtins__ = builtins  # type: ignore[attr-defined]
@@ -350,12 +353,15 @@ class Session:
             if any(path.startswith(directory + os.sep) for directory in self.project_dirs):
                 del sys.modules[name]
 
-    def trace(self, max_steps: int | None = None) -> dict[str, Any]:
-        """One instrumented run; stopped at backward call ``max_steps + 1`` if any."""
+    def trace(self, max_steps: int | None = None, *, grad_enabled: bool = True) -> dict[str, Any]:
+        """One instrumented run; stopped at backward call ``max_steps + 1`` if any.
+        ``grad_enabled=False``: the script starts with autograd off (the values it computes
+        when nothing is recorded: the reference of a fix that only changes what autograd
+        records, in a script without backward)."""
         started = time.monotonic()
         recorder = self.instrument.Recorder(self.path)
         recorder.max_events = max_steps or None
-        outcome, namespace = self.execute(recorder)
+        outcome, namespace = self.execute(recorder, grad_enabled=grad_enabled)
         if outcome["status"] == "stopped":
             outcome["max_steps"] = max_steps
         leaf_globals, tensors = self._module_tensors(namespace, recorder)
