@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
-from gradfix.edits import Editor, cst_argument, with_argument
+from gradfix.edits import Editor, cst_argument, with_argument, without_argument
 from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import (
     SAVES_DIVISOR,
@@ -142,6 +142,7 @@ class BackwardTwice(Rule):
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
     fix_availability = FixAvailability.SOMETIMES
+    fix_drops_leaves = True  # a leaf a run showed untrained is made without requires_grad
 
     VALID = [
         Valid(
@@ -484,6 +485,8 @@ class BackwardTwice(Rule):
     ]
 
     def visit_Call(self, node: ast.Call) -> None:
+        if self._untrained_leaf_at_run(node):
+            return
         if not self._runs_backward:
             return  # both checks start from a backward call
         self._check_retained_state(node)
@@ -518,6 +521,45 @@ class BackwardTwice(Rule):
                 fix = self._detached_entry(name, statement, node, later)
                 self.report(statement, self._shared_message(name, later), fix=fix)
             return
+
+    def _untrained_leaf_at_run(self, node: ast.Call) -> bool:
+        """A run saw the leaf this call creates with ``requires_grad=True`` left unchanged by
+        the training step while a value made from it once (labels, data) carried its graph
+        into each step: create it, and the others the run saw so, without
+        ``requires_grad`` (one fix: the graph is carried while any of them requires grad).
+        Only on a run's evidence (``gradfix trace``), which then proves the fix by running
+        again."""
+        calls, fix = self._untrained_leaves
+        if not any(call is node for call in calls):
+            return False
+        message = "created with `requires_grad=True` but never trained: its graph is carried"
+        self.report(node, message, fix=fix)
+        return True
+
+    @functools.cached_property
+    def _untrained_leaves(self) -> tuple[list[ast.Call], FixPlan | None]:
+        if not self.runtime:
+            return [], None
+        calls = [
+            call
+            for call in self.analysis.by_type.get(ast.Call, [])
+            if self.proven_at_run(call.lineno, "untrained-leaf")
+            and is_true(argument(call, "requires_grad", None))  # type: ignore[arg-type]
+        ]
+        if not calls:
+            return [], None
+
+        def build(editor: Editor) -> list[Edit] | None:
+            edits = []
+            for call in calls:
+                node = editor.node(call)
+                if not isinstance(node, cst.Call):
+                    return None
+                edits.append(Edit(node, without_argument(node, "requires_grad")))
+            return edits
+
+        lines = ", ".join(str(call.lineno) for call in calls)
+        return calls, self.plan(build, f"Create the leaves at line {lines} without `requires_grad`")  # type: ignore[return-value]
 
     # -- state carried across iterations ------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:

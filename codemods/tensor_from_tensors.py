@@ -7,17 +7,19 @@ import ast
 import libcst as cst
 
 from gradfix.edits import Editor
-from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
+from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import (
     CallArgument,
     argument,
     argument_value,
+    argument_values,
     arguments_in_source_order,
+    is_false,
     is_number_literal,
     is_true,
     literal_items,
 )
-from gradfix.torch_facts import INTEGER_DTYPES
+from gradfix.torch_facts import INTEGER_DTYPES, NO_GRAD_CONTEXTS
 
 CONSTRUCTORS = frozenset(
     {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.as_tensor"}
@@ -270,6 +272,7 @@ class TensorFromTensors(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         name = self.analysis.call_name(node)
         if name not in CONSTRUCTORS:
+            self._frozen_by_method_at_run(node)
             return
         arguments = arguments_in_source_order(node)
         if not arguments or (type(arguments[0]) is ast.keyword and arguments[0].arg is not None):
@@ -286,6 +289,68 @@ class TensorFromTensors(Rule):
         if not any(in_graph) or self._read_as_values(node):
             return
         self.report(node, fix=self._fix(node, arguments, data, elements, in_graph, certain))
+
+    # -- on a run's evidence: where a loss without graph lost it -------------------------
+    # (``gradfix trace`` saw a backward find no grad_fn in a value computed there; offered
+    # only then, and written only once a rerun of the program proves the fix)
+    def visit_With(self, node: ast.With) -> None:
+        """``with torch.no_grad():`` computed the value a backward found without graph:
+        its statements run with grad (the block is unwrapped)."""
+        if not self.proven_at_run(node.lineno, "no-grad-cut") or len(node.items) != 1:
+            return
+        item = node.items[0]
+        call = item.context_expr
+        if item.optional_vars is not None or type(call) is not ast.Call:
+            return
+        if self.analysis.call_name(call) not in NO_GRAD_CONTEXTS or argument_values(call):
+            return
+
+        def build(editor: Editor) -> list[Edit] | None:
+            block = editor.node(node)
+            if not isinstance(block, cst.With) or not isinstance(block.body, cst.IndentedBlock):
+                return None
+            first, *rest = block.body.body
+            if not isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return None
+            leading = [*block.leading_lines, *first.leading_lines]
+            unwrapped = [first.with_changes(leading_lines=leading), *rest]
+            return [Edit(block, cst.FlattenSentinel(unwrapped))]
+
+        description = "Compute it with grad (unwrap the `no_grad` block)"
+        fix = self.plan(build, description)
+        self.report(node, "the value computed in this `no_grad` block is backpropagated", fix=fix)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        """``p.requires_grad = False`` froze every tensor the value a backward found
+        without graph was computed from: the tensor stays trainable."""
+        target = node.targets[0]
+        if len(node.targets) != 1 or type(target) is not ast.Attribute:
+            return
+        if target.attr != "requires_grad" or not is_false(node.value):
+            return
+        if self.proven_at_run(node.lineno, "frozen-cut"):
+            fix = self.plan_replace(
+                node.value,
+                lambda editor, value: value.with_changes(value="True"),
+                "Keep it trainable (`requires_grad = True`)",
+            )
+            self.report(node, _FROZEN, fix=fix)
+
+    def _frozen_by_method_at_run(self, node: ast.Call) -> None:
+        """``p.requires_grad_(False)`` / ``model.requires_grad_(False)``: the same."""
+        func = node.func
+        if type(func) is not ast.Attribute or func.attr != "requires_grad_":
+            return
+        values = argument_values(node)
+        if len(values) != 1 or not is_false(argument(node, "requires_grad", 0)):
+            return
+        if self.proven_at_run(node.lineno, "frozen-cut"):
+            fix = self.plan_replace(
+                node,
+                lambda editor, call: call.with_changes(args=[]),
+                "Keep it trainable (`requires_grad_()`)",
+            )
+            self.report(node, _FROZEN, fix=fix)
 
     def _read_as_values(self, node: ast.Call) -> bool:
         """The new tensor is only read for its values, to print, log or plot:
@@ -382,6 +447,9 @@ class TensorFromTensors(Rule):
             return _combined(editor, call, combine, numbers)
 
         return self.plan_replace(node, combined, f"Use `torch.{combine}`", safety=safety)
+
+
+_FROZEN = "`requires_grad` turned off for every tensor a backpropagated value is computed from"
 
 
 def _combined(

@@ -222,6 +222,12 @@ class BaseRule:
     #: held at their values across each optimizer step, and that replay must keep every
     #: forward result and gradient. False: the trajectory must stay the same as it is.
     fix_changes_training: ClassVar[bool] = False
+
+    #: a fix may create leaves without ``requires_grad`` that a run showed are never trained
+    #: (GF401's labels made once from such weights): the verifier then matches the fixed
+    #: program's leaves to the original's by line, shape and dtype and leaves the dropped
+    #: ones uncompared. False: both versions must create the same leaves.
+    fix_drops_leaves: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
     #: What a run of the program proved at lines of this file (``gradfix trace``): line ->

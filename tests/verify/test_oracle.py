@@ -1415,6 +1415,50 @@ def test_a_capped_silent_cut_is_judged_by_the_elements_estimated() -> None:
     assert "no finite-difference estimate" in verdict.reason
 
 
+# A relu whose kink lies a third of the oracle's step (1e-3) away: the gap of the slopes
+# shrinks with the half step as curvature's would, and the extrapolation is 15 % off; a
+# step an eighth as long does not reach the kink.
+KINK_NEAR_STEP = """\
+import torch
+
+w = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+w.add_(1.0)
+(w + torch.relu(w - 1.0003)).sum().backward()
+"""
+KINK_NEAR_STEP_FIX = KINK_NEAR_STEP.replace("w.add_(1.0)", "with torch.no_grad():\n    w.add_(1.0)")
+
+
+def test_a_kink_near_the_step_is_not_taken_for_curvature() -> None:
+    verdict = verify(KINK_NEAR_STEP, KINK_NEAR_STEP_FIX)
+    assert verdict.status == "verified", verdict.reason
+
+
+# First-order MAML: the inner gradient, taken without create_graph, is a constant to
+# autograd; finite differences must hold it constant too (not follow it: second order).
+FIRST_ORDER_INNER_STEP = """\
+import torch
+
+w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+w.add_(0.5)
+x = torch.linspace(-1, 1, 3, dtype=torch.float64)
+inner = (torch.tanh(w * x + 1) ** 2).sum()
+(g,) = torch.autograd.grad(inner, w)
+fast = w - 0.5 * g
+(torch.sin(fast * x) ** 2).sum().backward()
+"""
+FIRST_ORDER_INNER_STEP_FIX = FIRST_ORDER_INNER_STEP.replace(
+    "w.add_(0.5)", "with torch.no_grad():\n    w.add_(0.5)"
+)
+
+
+def test_an_inner_gradient_without_create_graph_is_a_constant_to_finite_differences() -> None:
+    verdict = verify(FIRST_ORDER_INNER_STEP, FIRST_ORDER_INNER_STEP_FIX)
+    assert verdict.status == "verified", verdict.reason
+    # GF406's fix is about that very order: its finite differences follow the inner step
+    second = verify(FIRST_ORDER_INNER_STEP, FIRST_ORDER_INNER_STEP_FIX, rules=["GF406"])
+    assert second.status == "rejected", second.reason
+
+
 # A script that never calls backward and edits a layer's weight in place (BatchNorm folded
 # into a conv, a neuron's column edited): autograd refuses the in-place change of a leaf.
 NO_BACKWARD_EDIT = """

@@ -65,6 +65,11 @@ MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes
 MAX_BACKWARD_SITES = 64  # the lines of the latest backward calls kept
 MAX_RECENT_ROOTS = 4  # the root nodes of the latest backward calls kept
 MAX_CHANGES_PER_TENSOR = 64  # the first changes of one tensor since its last save matter
+#: tensor attribute: why a value computed from tensors that require grad has no graph,
+#: ``(how, site)``: ``("no_grad", the with line)`` or ``("frozen", the line that froze it)``
+CUT_TAG = "_gradfix_cut"
+#: torch callables the tracer handles apart: grad mode switches, ``requires_grad`` changes
+SPECIAL_OPS = {"_set_grad_enabled": "grad-mode", "requires_grad_": "requires-grad"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class Op:
     name: str
     attribute: str | None  # a tensor attribute's getter: "grad", "data" or "" (another)
     inplace: bool
+    special: str | None = None  # one of SPECIAL_OPS' kinds
 
 
 @dataclass
@@ -136,6 +142,11 @@ class Tracer:
         self.notes: list[str] = []
         #: id of a module -> (the module, where the program set its ``inplace`` flag)
         self.inplace_flags: dict[int, tuple[Any, Site]] = {}
+        #: the user line that turned grad mode off (``with torch.no_grad():``), while off
+        self.grad_off_site: Site | None = None
+        self.tagging = False  # some value carries a CUT_TAG: values without graph pass it on
+        #: each leaf's ``_version`` at the latest backward call (index of recorder.leaves)
+        self.leaf_versions: list[int] = []
         self._ops: dict[Any, Op] = {}
         self.mode: TraceMode | None = None
         self.recorder = TraceRecorder(self)
@@ -181,9 +192,16 @@ class Tracer:
             if isinstance(target, torch.Tensor) and target.requires_grad:
                 self._guarded(self._attribute_read, op.attribute, target)
             return func(*args, **kwargs)
+        if op.special is not None:
+            return self._special_op(op.special, func, args, kwargs)
         inplace = (op.inplace or kwargs.get("inplace") is True) and isinstance(target, torch.Tensor)
         if not inplace and not torch.is_grad_enabled():
-            return func(*args, **kwargs)  # no graph is built: optimizer steps, evaluation
+            if self.grad_off_site is None:
+                return func(*args, **kwargs)  # no graph is built: optimizer steps, evaluation
+            result = func(*args, **kwargs)  # in the program's own no_grad block
+            if isinstance(result, torch.Tensor):
+                self._guarded(self._tag_without_grad, args, result)
+            return result
         before = None
         if inplace and target.requires_grad:  # type: ignore[union-attr]
             before = self._guarded(self._before_inplace, target)
@@ -202,20 +220,89 @@ class Tracer:
             self._guarded(self._after_op, op.name, args, result)
         elif isinstance(result, tuple) and result:  # split, chunk, lstm, max(dim)...
             self._guarded(self._after_tuple_op, result)
+        elif self.tagging and isinstance(result, torch.Tensor):  # no graph
+            self._guarded(self._pass_tag, args, result)
         return result
 
     def _learn_op(self, func: Any) -> Op:
         name = getattr(func, "__name__", "")
         attribute = None
+        special = SPECIAL_OPS.get(name)
+        if func is vars(torch.Tensor).get("requires_grad_"):  # verify's wrapper of it
+            special = "requires-grad"
         if name == "__get__":  # a getter: which attribute it reads matters, the rest not
             attribute = getattr(getattr(func, "__self__", None), "__name__", "")
             attribute = attribute if attribute in ("grad", "data") else ""
-        op = Op(name, attribute=attribute, inplace=_is_inplace(name))
+        elif name == "__set__" and _is_requires_grad(getattr(func, "__self__", None)):
+            special = "requires-grad"
+        op = Op(name, attribute=attribute, inplace=_is_inplace(name), special=special)
         try:
             self._ops[func] = op
         except TypeError:  # an unhashable callable: looked at each time
             pass
         return op
+
+    # ------------------------------------------------ values made without graph
+    def _special_op(
+        self, special: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Grad mode switched (``torch.no_grad()``'s enter and exit), ``requires_grad`` set:
+        noted, so that a loss without graph is traced back to where it lost it."""
+        target = args[0] if args else None
+        if special == "grad-mode":
+            was_enabled = torch.is_grad_enabled()
+            result = func(*args, **kwargs)
+            self._guarded(self._grad_mode_set, was_enabled)
+            return result
+        required = isinstance(target, torch.Tensor) and target.requires_grad and target.is_leaf
+        result = func(*args, **kwargs)
+        if isinstance(target, torch.Tensor):
+            self._guarded(self._requires_grad_set, target, required)
+        return result
+
+    def _grad_mode_set(self, was_enabled: bool) -> None:
+        enabled = torch.is_grad_enabled()
+        if was_enabled and not enabled:
+            self.grad_off_site = self.frames.site()
+        elif enabled:
+            self.grad_off_site = None
+
+    def _requires_grad_set(self, tensor: torch.Tensor, required: bool) -> None:
+        """``p.requires_grad = False`` / ``p.requires_grad_(False)`` on a leaf that required
+        grad: what is computed from it has no graph, from this line (set back: no more)."""
+        if tensor.requires_grad:
+            if getattr(tensor, CUT_TAG, None) is not None:
+                delattr(tensor, CUT_TAG)
+        elif required:
+            site = self.frames.site()
+            if site is not None:
+                setattr(tensor, CUT_TAG, ("frozen", site))
+                self.tagging = True
+
+    def _tag_without_grad(self, args: tuple[Any, ...], result: torch.Tensor) -> None:
+        """In the program's no_grad block: a value computed from tensors that require grad
+        (or from such values) is tagged with the block's line."""
+        if result.requires_grad:
+            return
+        for value in _tensors_in(args):
+            if value.requires_grad:
+                setattr(result, CUT_TAG, ("no_grad", self.grad_off_site))
+                self.tagging = True
+                return
+            tag = getattr(value, CUT_TAG, None)
+            if tag is not None:
+                setattr(result, CUT_TAG, tag)
+                return
+
+    def _pass_tag(self, args: tuple[Any, ...], result: torch.Tensor) -> None:
+        """A value without graph computed (grad on) from a tagged one carries its tag."""
+        if result.requires_grad or getattr(result, CUT_TAG, None) is not None:
+            return
+        for value in _tensors_in(args):
+            tag = getattr(value, CUT_TAG, None)
+            if tag is not None:
+                setattr(result, CUT_TAG, tag)
+                return
 
     def _guarded(self, method: Callable[..., Any], *args: Any) -> Any:
         self.busy = True
@@ -502,7 +589,7 @@ class Tracer:
         elif kind == "backward-twice":
             self._backward_twice(error, roots, site)
         elif kind == "no-grad-fn":
-            self._graph_cut(error, site)
+            self._graph_cut(error, site, roots)
 
     def _inplace_saved(self, error: RuntimeError, roots: list[Any], site: Site | None) -> None:
         details = errors.parse_saved_tensor_error(str(error))
@@ -607,6 +694,8 @@ class Tracer:
                 f"backward{_at(site, here)}, which raises: detach it here if this loss must "
                 "not train what made it (or retain the graph)"
             )
+        elif used is not None and self.steps and self._untrained_sources(error, old, roots, site):
+            return
         elif used is not None and self.steps:
             here = used
             message = (
@@ -617,6 +706,44 @@ class Tracer:
         else:
             message = "a second backward through a graph the first one freed"
         self.report_error(error, "backward-twice", "GF401", here, message, evidence)
+
+    def _untrained_sources(
+        self, error: RuntimeError, old: Any, roots: list[Any], site: Site | None
+    ) -> bool:
+        """A value carried across iterations whose graph reaches only leaves that did not
+        change since the latest backward, while the step trains others (labels made once
+        from weights created with ``requires_grad=True``): each of those leaves is reported
+        where it was made (it need not require grad); True when reported."""
+        index = self.recorder._leaf_index
+        versions = self.leaf_versions
+        held = {id(n.variable): n.variable for n in _nodes([old]) if hasattr(n, "variable")}
+        carried = [index.get(key) for key in held]
+        if not carried or any(k is None or k >= len(versions) for k in carried):
+            return False
+        leaves = [self.recorder.leaves[k] for k in carried if k is not None]
+        if any(leaf._version != versions[k] for leaf, k in zip(leaves, carried)):  # type: ignore[index]
+            return False
+        trained = [
+            k
+            for node in _nodes(_root_nodes(roots))
+            if (k := index.get(id(getattr(node, "variable", None)))) is not None
+            and k < len(versions)
+            and self.recorder.leaves[k]._version != versions[k]
+        ]
+        if not trained:
+            return False  # nothing trains between the backward calls: no contrast
+        made = _made_at(old)
+        for k in carried:
+            here = self.recorder.leaf_sites[k]  # type: ignore[index]
+            message = (
+                "this tensor is created with requires_grad but the training step leaves it "
+                f"unchanged, and the value made from it{_at(made, here)} before the loop "
+                f"carries its graph into every step: the backward{_at(site, here)} raises "
+                "at the second step; create it without requires_grad (or detach the value)"
+            )
+            evidence = {"carried_from": _site_dict(made), "backward_at": _site_dict(site)}
+            self.report_error(error, "untrained-leaf", "GF401", here, message, evidence)
+        return True
 
     def _built_once(self, roots: list[Any], site: Site | None) -> Site | None:
         """The first line, in the backward's file, of the graph a loop backpropagates
@@ -666,7 +793,12 @@ class Tracer:
             queue.extend((next_node, user, made) for next_node, _ in node.next_functions)
         return None, None
 
-    def _graph_cut(self, error: RuntimeError, site: Site | None) -> None:
+    def _graph_cut(self, error: RuntimeError, site: Site | None, roots: list[Any]) -> None:
+        tags = [getattr(r, CUT_TAG, None) for r in roots if isinstance(r, torch.Tensor)]
+        tag = next((t for t in tags if t is not None), None)
+        if tag is not None:
+            self._tagged_cut(error, site, *tag)
+            return
         cut = self._likely_cut()
         if cut is None:
             self.report_error(
@@ -687,6 +819,27 @@ class Tracer:
             {"cut": cut.kind, "backward_at": _site_dict(site)},
         )
 
+    def _tagged_cut(self, error: RuntimeError, site: Site | None, how: str, here: Site) -> None:
+        """The value a backward found without graph was computed in a no_grad block, or
+        from tensors whose ``requires_grad`` the program turned off: pinned there."""
+        backward = f"the backward{_at(site, here)}"
+        if how == "no_grad":
+            kind = "no-grad-cut"
+            message = (
+                f"the value {backward} runs is computed in this no_grad block from tensors "
+                "that require grad: it has no graph (no grad_fn); compute it outside the "
+                "block"
+            )
+        else:
+            kind = "frozen-cut"
+            message = (
+                "`requires_grad` is turned off here for a tensor the backward's value is "
+                f"computed from, and nothing else it uses requires grad: {backward} finds "
+                "no grad_fn; keep it trainable (or train the tensors meant to learn)"
+            )
+        evidence = {"cut": how, "backward_at": _site_dict(site)}
+        self.report_error(error, kind, "GF101", here, message, evidence)
+
     def _likely_cut(self) -> Cut | None:
         if not self.cuts:
             # no copy or detach: the statement of the latest indices this step took of a
@@ -702,6 +855,7 @@ class Tracer:
         if kind == "backward":
             self._check_leaf_grads(objective)
         self.steps += 1
+        self.leaf_versions = [leaf._version for leaf in self.recorder.leaves]
         self.index_cuts.clear()  # a step's argmax did not cut the graph that just ran
         frame = self.frames.frame()
         self.loop_code = frame.f_code if frame is not None else None
@@ -910,6 +1064,14 @@ def _describes(details: errors.SavedTensorError, change: InplaceChange) -> bool:
     return details.shape in (change.shape, change.base_shape) and (
         errors.same_op(change.producer, details.producer)
         or errors.same_op(change.result, details.producer)
+    )
+
+
+def _is_requires_grad(descriptor: Any) -> bool:
+    """Whether ``descriptor`` is ``Tensor.requires_grad`` (torch's, or a property in its
+    place: verify's instrumentation puts one there)."""
+    return descriptor is not None and any(
+        vars(cls).get("requires_grad") is descriptor for cls in (torch.Tensor, torch._C.TensorBase)
     )
 
 

@@ -147,6 +147,7 @@ def _verify(
                 targets=targets,
                 budget=fd_budget,
                 time_budget=0.8 * timeout,
+                constant_grads=constant_grads(limits["rules"]),
             )
             for source, targets in plan.items()
         }
@@ -185,6 +186,17 @@ def _hold_newly_trained(
     timeout = limits["timeout"]
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=trained)
     return failed or _receive(proc, time.monotonic() + timeout, timeout)
+
+
+#: Rules whose fix changes whether ``autograd.grad`` records its gradients' graph: their
+#: finite differences follow the inner gradients (first vs second order is the question).
+GRAPH_OF_GRADIENTS_RULES = frozenset({"GF406"})
+
+
+def constant_grads(rules: Any) -> bool:
+    """Whether finite differences hold the gradients of ``autograd.grad`` calls without
+    ``create_graph`` constant, as autograd does (all fixes but GF406's)."""
+    return not {str(code).upper() for code in rules} & GRAPH_OF_GRADIENTS_RULES
 
 
 def _raised_without_backward(before: dict[str, Any], after: dict[str, Any]) -> bool:

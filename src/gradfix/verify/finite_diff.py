@@ -19,7 +19,8 @@ A central estimate is also checked for a *kink*: when the right slope
 ``(f(+h) - f(0)) / h`` and the left slope differ by more than twice the tolerance, they
 are measured again at ``h/2``. With smooth curvature the gap halves, and the central
 estimates at ``h`` and ``h/2`` are extrapolated (Richardson) to cancel the curvature's
-error; if it does not (``|x|``
+error, checked by a central estimate at ``h/8`` (kinks the longer steps cross can halve
+the gap too: when the two disagree, the short step's estimate stands); if it does not (``|x|``
 or ``relu`` at 0, ``sqrt`` at 0 behind a ``where``), the derivative does not exist and the
 entry carries the interval between the slopes: the oracle accepts any gradient inside it
 (a one-dimensional generalised gradient), e.g. the 0 that a guarded ``where`` gives.
@@ -58,7 +59,8 @@ def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
     if not targets:
         return {"entries": [], "evaluations": 0, "capped": False}
     last_event = max(int(t["event"]) for t in targets)
-    probe, probe_outcome = _run(session, stop_after=last_event, perturbation=None)
+    constant = bool(request.get("constant_grads"))
+    probe, probe_outcome = _run(session, stop_after=last_event, perturbation=None, keep=constant)
     estimator = _Estimator(session, probe, deadline)
     entries = [estimator.prepare(t) for t in targets]
     chosen, capped = _allocate(entries, int(request.get("budget", 200)))
@@ -78,11 +80,22 @@ def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run(
-    session: Any, *, stop_after: int, perturbation: Any, float64: bool = False
+    session: Any,
+    *,
+    stop_after: int,
+    perturbation: Any,
+    float64: bool = False,
+    keep: bool = False,
+    replay: dict[int, Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
+    """One run of the script up to event ``stop_after``; ``float64``: in double precision;
+    ``keep``: keep the gradients of ``autograd.grad`` calls without ``create_graph``
+    (constants to autograd), ``replay``: give such calls the kept ones back."""
     recorder = session.instrument.Recorder(session.path, record_values=False)
     recorder.stop_after_event = stop_after
     recorder.perturbation = perturbation
+    recorder.keep_constant_grads = keep
+    recorder.replay_constant_grads = replay
     outcome, _ = session.execute(recorder, track_uses=True, float64=float64)
     return recorder, outcome
 
@@ -105,7 +118,13 @@ def _refine(session: Any, probe: Any, entries: list[_Entry], deadline: float) ->
             entry.precise_error = "the program uses float64 itself"
         return
     last = max(entry.event for entry in entries)
-    wide, _ = _run(session, stop_after=last, perturbation=None, float64=True)
+    wide, _ = _run(
+        session,
+        stop_after=last,
+        perturbation=None,
+        float64=True,
+        keep=probe.keep_constant_grads,
+    )
     estimator = _Estimator(session, wide, deadline, float64=True)
     for entry in entries:
         narrow, widened = probe.objectives.get(entry.event), wide.objectives.get(entry.event)
@@ -261,8 +280,13 @@ class _Estimator:
             leaf=entry.leaf, use=entry.first_use, element=element, multiple=multiple
         )
         self.evaluations += 1
+        replay = self.probe.constant_grads if self.probe.keep_constant_grads else None
         recorder, _ = _run(
-            self.session, stop_after=entry.event, perturbation=perturbation, float64=self.float64
+            self.session,
+            stop_after=entry.event,
+            perturbation=perturbation,
+            float64=self.float64,
+            replay=replay,
         )
         value = recorder.objectives.get(entry.event)
         if value is None or perturbation.step is None or perturbation.step == 0.0:
@@ -320,8 +344,25 @@ class _Estimator:
             return estimate
         half_gap, half_low, half_high = _one_sided_gap(f0, half_plus, half_minus)
         if half_gap < 0.75 * gap:
-            return _extrapolated(estimate, width, half_plus, half_minus)
+            extrapolated = _extrapolated(estimate, width, half_plus, half_minus)
+            return self._confirmed(entry, j, eps, extrapolated)
         return _Estimate(estimate.value, "kink", noise, (min(low, half_low), max(high, half_high)))
+
+    def _confirmed(self, entry: _Entry, j: int, eps: float, extrapolated: _Estimate) -> _Estimate:
+        """The extrapolation assumes smooth curvature between the steps; a step an eighth
+        as long checks it. Kinks the steps cross (a relu of many elements near 0: the gap
+        of the slopes may halve with the step by chance) make the two disagree; the short
+        step, past those kinks, is then the estimate."""
+        plus, minus = self._objective(entry, j, 0.125), self._objective(entry, j, -0.125)
+        if not _finite(*plus, *minus) or plus[1] == minus[1]:
+            return extrapolated
+        width = plus[1] - minus[1]
+        noise = NOISE_FACTOR * eps * max(abs(plus[0]), abs(minus[0])) * 2 / width
+        short = (plus[0] - minus[0]) / width
+        tolerance = FD_ATOL + FD_RTOL * abs(extrapolated.value) + noise + extrapolated.noise
+        if abs(short - extrapolated.value) <= tolerance:
+            return extrapolated
+        return _Estimate(short, "central", noise)
 
     def _one_sided(
         self, entry: _Entry, j: int, f0: float | None, eps: float, near: tuple[float, float]

@@ -145,6 +145,14 @@ class Recorder:
         # Finite-difference support (see UseTracker).
         self.stop_after_event: int | None = None
         self.perturbation: Perturbation | None = None
+        #: ``autograd.grad`` without ``create_graph`` returns constants to autograd: a
+        #: probe run keeps them (event index -> the gradients), a perturbed run is given
+        #: them back instead of computing them, so finite differences differentiate what
+        #: autograd does (first-order MAML's inner step: a constant correction)
+        self.keep_constant_grads = False
+        self.constant_grads: dict[int, Any] = {}
+        self.replay_constant_grads: dict[int, Any] | None = None
+        self.next_grad_is_constant = False  # set by the wrapper for the call it runs
         self.use_counts: dict[int, int] = {}
         self.data_epoch: dict[int, int] = {}
         self._group_token: dict[int, tuple[int, int]] = {}
@@ -237,9 +245,19 @@ class Recorder:
             self.internal = False
         if self.stop_after_event == index:
             raise StopScript
+        constant = kind == "grad" and self.next_grad_is_constant
+        self.next_grad_is_constant = False
+        replayed = self.replay_constant_grads
+        if constant and replayed is not None and index in replayed:
+            stored = replayed[index]
+            call = lambda: tuple(None if g is None else g.clone() for g in stored)  # noqa: E731
         self.depth += 1
         try:
             result = call()
+            if constant and self.keep_constant_grads and isinstance(result, tuple):
+                self.constant_grads[index] = tuple(
+                    None if g is None else g.detach().clone() for g in result
+                )
         except Exception as exc:
             if record is not None:
                 record["error"] = {"type": type(exc).__name__, "message": one_line(exc)}
@@ -710,11 +728,24 @@ def _wrap_event(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
         if recorder is None or recorder.depth:
             return fn(*args, **kwargs)
         roots, grad_outputs, inputs = _event_arguments(signature, kind, args, kwargs)
+        if record_kind == "grad":
+            recorder.next_grad_is_constant = not _creates_graph(signature, args, kwargs)
         return recorder.run_event(
             record_kind, roots, grad_outputs, inputs, lambda: fn(*args, **kwargs)
         )
 
     return event
+
+
+def _creates_graph(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    """Whether an ``autograd.grad`` call records the graph of its gradients."""
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return True  # unknown: computed as always
+    return bool(bound.get("create_graph"))
 
 
 def _event_arguments(

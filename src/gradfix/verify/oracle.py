@@ -223,6 +223,61 @@ def _stepped(trace: dict[str, Any]) -> set[int] | None:
     return changed
 
 
+def fix_drops_leaves(rules: Iterable[str]) -> bool:
+    """Whether a fix of these rules (codes) may leave out leaves of the original
+    (:attr:`gradfix.rule.BaseRule.fix_drops_leaves`)."""
+    from gradfix.registry import all_rules
+
+    dropping = {rule.code for rule in all_rules() if rule.fix_drops_leaves}
+    return any(code.upper() in dropping for code in rules)
+
+
+def _kept_leaves(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[int] | None:
+    """The leaves of BEFORE that AFTER still creates, in order (AFTER's leaves matched to a
+    subsequence of BEFORE's by line, shape and dtype), or None when they do not match."""
+    kept: list[int] = []
+    for k, leaf in enumerate(before):
+        if len(kept) < len(after) and _leaf_key(leaf) == _leaf_key(after[len(kept)]):
+            kept.append(k)
+    return kept if len(kept) == len(after) else None
+
+
+def _leaf_key(leaf: dict[str, Any]) -> tuple[Any, ...]:
+    return (leaf.get("line"), tuple(leaf.get("shape") or ()), leaf.get("dtype"))
+
+
+def _with_leaves(trace: dict[str, Any], kept: list[int]) -> dict[str, Any]:
+    """``trace`` with only the leaves ``kept`` (old indices), renumbered in order."""
+    new = {old: k for k, old in enumerate(kept)}
+
+    def by_key(mapping: dict[str, Any] | None) -> dict[str, Any]:
+        return {str(new[int(k)]): v for k, v in (mapping or {}).items() if int(k) in new}
+
+    events = []
+    for event in trace.get("events", []):
+        event = dict(event, grads=by_key(event.get("grads")))
+        if "frozen" in event:
+            event["frozen"] = [new[k] for k in event["frozen"] or [] if k in new]
+        if "padding_rows" in event:
+            event["padding_rows"] = by_key(event["padding_rows"])
+        if "bound_values" in event:
+            event["bound_values"] = {
+                name: dict(entry, leaf=new.get(entry.get("leaf")))
+                for name, entry in (event["bound_values"] or {}).items()
+            }
+        events.append(event)
+    leaves = trace.get("leaves", [])
+    return dict(
+        trace,
+        leaves=[dict(leaves[old], index=k) for k, old in enumerate(kept)],
+        events=events,
+        global_leaf_index={
+            name: new[k] for name, k in (trace.get("global_leaf_index") or {}).items() if k in new
+        },
+        parameter_names=by_key(trace.get("parameter_names")),
+    )
+
+
 @dataclass
 class Verdict:
     """Outcome of one verification: ``status`` is verified, rejected or unverified."""
@@ -431,6 +486,10 @@ class _Comparison:
         self.changes_training = fix_changes_training(self.rules)
         self.stale_at: int | None = None  # first call where before adds to a stale gradient
         self.cleared: set[int] = set()  # the leaves whose stale gradient the fix clears
+
+        #: BEFORE's leaf index (as its runs number them) of each leaf compared, when the
+        #: fix left some out (``fix_drops_leaves``); None: the same leaves
+        self.before_leaves: list[int] | None = None
         self.planning = planning  # collecting FD targets: a changed gradient is one
         self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         self.forward = _Stats()
@@ -454,6 +513,7 @@ class _Comparison:
         self.no_gradient_either: set[int] = set()  # checked by finite differences
         self.not_compared: dict[int, str] = {}  # leaf -> why its gradient was not compared
         self.blocked: dict[str, Any] | None = None  # both versions fail the same way
+        self._drop_uncreated_leaves()
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         self._determinism_checked: set[tuple[str, int]] = set()
@@ -722,6 +782,19 @@ class _Comparison:
             "after_outcome": self.after.get("outcome"),
             "notes": list(self.notes),
         }
+
+    def _drop_uncreated_leaves(self) -> None:
+        leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
+        if len(leaves_a) >= len(leaves_b) or not fix_drops_leaves(self.rules):
+            return
+        kept = _kept_leaves(leaves_b, leaves_a)
+        if kept is None:
+            return  # rejected by the counts
+        dropped = [leaves_b[k].get("line") for k in range(len(leaves_b)) if k not in kept]
+        self.before = _with_leaves(self.before, kept)
+        self.before_leaves = kept
+        lines = ", ".join(f"line {line}" for line in dropped)
+        self.notes.append(f"the fix creates without requires_grad the leaves made at {lines}")
 
     # ------------------------------------------------------ whole-run checks
     def _check_runs(self) -> None:
@@ -1480,6 +1553,11 @@ class _Comparison:
         target: dict[str, Any] = {"event": i, "leaf": k, "elements": elements}
         if precise:
             target["precise"] = True
+
+        leaf = k
+        if source == "before" and self.before_leaves is not None:
+            leaf = self.before_leaves[k]  # as BEFORE's runs number its leaves
+        target = {"event": i, "leaf": leaf, "elements": elements}
         result = (self.fd or {}).get(source)
         if result is None:
             self.needs[source].append(target)
@@ -1492,7 +1570,7 @@ class _Comparison:
         self.fd_consulted = True
         self.fd_details["capped"] = bool(self.fd_details.get("capped") or result.get("capped"))
         for entry in result.get("entries", []):
-            if entry.get("event") == i and entry.get("leaf") == k:
+            if entry.get("event") == i and entry.get("leaf") == leaf:
                 error = entry.get("error")
                 if error and "did not exist" in error:
                     raise _Rejected(
