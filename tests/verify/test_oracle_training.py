@@ -69,6 +69,27 @@ def test_a_fix_that_also_changes_anything_else_is_still_rejected() -> None:
     assert "forward changed: the result of backward call #2" in verdict.reason
 
 
+PLAIN_WEIGHT = UNREGISTERED.replace(
+    "        self.w = torch.rand(2, 2)\n        self.w.requires_grad = True\n",
+    "        self.w = torch.rand(2, 2)\n",
+)
+
+
+def test_a_plain_tensor_made_a_parameter_is_proven_with_its_new_leaf_held() -> None:
+    # BEFORE has no leaf for ``self.w`` at all (GF109's random weights): the replay holds
+    # the new leaf, and every other leaf must keep BEFORE's gradients
+    verdict = verify_sources(PLAIN_WEIGHT, REGISTERED, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith("leaves now trained: #0 'net.w' (line 8)"), verdict.reason
+    assert "leaves compared: #0 'net.fc.weight'" in verdict.reason
+    assert any("before keeps plain" in note for note in verdict.evidence["notes"])
+    scaled = REGISTERED.replace("return self.fc(x @ self.w)", "return self.fc(x @ self.w) * 2")
+    verdict = verify_sources(PLAIN_WEIGHT, scaled, timeout=TIMEOUT, rules=["GF109"])
+    assert verdict.status == "rejected", verdict.reason
+    verdict = verify_sources(PLAIN_WEIGHT, REGISTERED, timeout=TIMEOUT, rules=["GF104"])
+    assert verdict.status == "rejected", verdict.reason
+
+
 def _trace(versions: list[list[int]]) -> dict:
     return {
         "outcome": {"status": "ok"},

@@ -202,12 +202,19 @@ def newly_trained(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
         return []
     if before.get("event_count") != after.get("event_count"):
         return []
-    if len(before.get("leaves") or []) != len(after.get("leaves") or []):
-        return []
+    leaves_b, leaves_a = before.get("leaves") or [], after.get("leaves") or []
+    kept = list(range(len(leaves_a)))  # AFTER's leaf of each of BEFORE's
+    if len(leaves_a) != len(leaves_b):
+        # a fix that makes a plain tensor an ``nn.Parameter`` (GF109) adds leaves: BEFORE's
+        # must still be there, in order, with AFTER's others the tensors it made leaves
+        matched = _kept_leaves(leaves_a, leaves_b) if len(leaves_a) > len(leaves_b) else None
+        if matched is None:
+            return []
+        kept = matched
     trained_b, trained_a = _stepped(before), _stepped(after)
     if trained_b is None or trained_a is None:
         return []
-    return sorted(trained_a - trained_b)
+    return sorted(trained_a - {kept[k] for k in trained_b})
 
 
 def _stepped(trace: dict[str, Any]) -> set[int] | None:
@@ -514,6 +521,9 @@ class _Comparison:
         self.not_compared: dict[int, str] = {}  # leaf -> why its gradient was not compared
         self.blocked: dict[str, Any] | None = None  # both versions fail the same way
         self._drop_uncreated_leaves()
+        #: the leaves AFTER was replayed with held, named while AFTER's numbering stands
+        self.held_text = self._leaf_list(self._held()) if self._held() else ""
+        self._drop_added_leaves()
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         self._determinism_checked: set[tuple[str, int]] = set()
@@ -539,13 +549,41 @@ class _Comparison:
         except _Unverifiable as exc:
             return Verdict("unverified", self._held_prefix() + str(exc), self.evidence())
         verdict = self._conclude()
-        if self.after.get("held") and verdict.verified:
+        if self.held_text and verdict.verified:
             verdict.reason = (
-                f"leaves now trained: {self._leaf_list(self._held())}; with them held at "
+                f"leaves now trained: {self.held_text}; with them held at "
                 f"their values across the optimizer's {self.after.get('held_steps', 0)} "
                 f"step(s), {verdict.reason}"
             )
         return verdict
+
+    def _drop_added_leaves(self) -> None:
+        """A fix that makes plain tensors leaves (``nn.Parameter(torch.randn(...))``, a
+        ``fix_changes_training`` rule) and was replayed with them held: BEFORE has no
+        gradient of them to compare; their values stay BEFORE's through the replay, so
+        every other forward result and gradient must still be BEFORE's."""
+        leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
+        if len(leaves_a) <= len(leaves_b) or not fix_changes_training(self.rules):
+            return
+        kept = _kept_leaves(leaves_a, leaves_b)
+        if kept is None:
+            return  # rejected by the counts
+        held = set(self._held())
+        added = [k for k in range(len(leaves_a)) if k not in kept]
+        if any(self._stepped_in_after(k) and k not in held for k in added):
+            return  # trained in the replay: not the values BEFORE computed with
+        lines = ", ".join(self._short_leaf(k) for k in added)
+        new = {old: k for k, old in enumerate(kept)}
+        self.after = _with_leaves(self.after, kept)
+        self.after["held"] = [new[k] for k in sorted(held) if k in new]
+        self.notes.append(
+            f"the fix makes leaves of tensors before keeps plain ({lines}): held at their "
+            "values in the replay; before has no gradient of them to compare"
+        )
+
+    def _stepped_in_after(self, k: int) -> bool:
+        stepped = _stepped(self.after)
+        return stepped is None or k in stepped
 
     def _held(self) -> list[int]:
         """The leaves AFTER was replayed with held across optimizer steps (the leaves the
@@ -553,9 +591,9 @@ class _Comparison:
         return [int(k) for k in self.after.get("held") or ()]
 
     def _held_prefix(self) -> str:
-        if not self._held():
+        if not self.held_text:
             return ""
-        return f"with the leaves it makes train ({self._leaf_list(self._held())}) held: "
+        return f"with the leaves it makes train ({self.held_text}) held: "
 
     def _conclude(self) -> Verdict:
         missing = sum(len(t) for t in self.needs.values())
