@@ -88,6 +88,31 @@ loss.backward()
 print(round(loss.item(), 4), decoder.out.weight.grad is None)
 """
 
+# A slice rewritten with itself: the run shows an in-place change of a saved tensor (the
+# family of GF204, whose rewrite still raises); GF202's rewrite of the same line holds.
+SELF_SLICE = """\
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3)
+
+    def forward(self, x, y):
+        x = self.conv(x)
+        var = self.conv(y).flatten()
+        x[0, :, 0, 0] = x[0, :, 0, 0] * var
+        return torch.mean(x)
+
+
+torch.manual_seed(0)
+model = Model()
+loss = model(torch.ones(1, 4, 3, 3), torch.ones(1, 4, 3, 3))
+loss.backward()
+print(round(loss.item(), 4), round(model.conv.weight.grad.norm().item(), 4))
+"""
+
 
 @pytest.mark.parametrize(
     ("source", "code", "fixed"),
@@ -95,8 +120,9 @@ print(round(loss.item(), 4), decoder.out.weight.grad is None)
         (RMSE, "GF303", "    return torch.where(mse > 0, torch.sqrt(torch.where(mse > 0, mse, "),
         (MARGIN, "GF304", "        return 2 * cos_theta ** 2 - 1\n"),
         (DECODER, "GF205", "        return torch.stack(logits, 1)  # the logits"),
+        (SELF_SLICE, "GF202", "        x[0, :, 0, 0] = x[0, :, 0, 0].clone() * var\n"),
     ],
-    ids=["rmse", "angular-margin", "data-in-decoder"],
+    ids=["rmse", "angular-margin", "data-in-decoder", "self-slice-after-another-rule"],
 )
 def test_trace_write_fixes_what_the_run_shows(
     tmp_path: Path, source: str, code: str, fixed: str

@@ -61,6 +61,10 @@ class TraceFix:
     verdict: Verdict | None = None
     rules: Sequence[type[Rule]] = ()  # the rules (knowing the run's facts) that offered it
     parts: Sequence[TraceFix] = ()  # a fix of several findings proven together: its parts
+    #: the fixes other rules of the family offer at the same line, the likeliest first:
+    #: proven in turn when this one is rejected (``x[i] = x[i] * v`` raises as an in-place
+    #: change of a saved tensor, GF204's family; GF202's rewrite is the one that holds)
+    alternatives: Sequence[TraceFix] = ()
 
     @property
     def fixed_source(self) -> str:
@@ -100,9 +104,12 @@ def _link_file(path: str, findings: list[RuntimeFinding]) -> list[TraceFix]:
         return []
     linked = []
     for runtime in findings:
-        match = _covering(runtime, singles)
-        if match is not None:
-            linked.append(TraceFix(runtime, match[1], match[0], original, rules=rules))
+        fixes = [
+            TraceFix(runtime, static, single, original, rules=rules)
+            for single, static in _covering(runtime, singles)
+        ]
+        if fixes:
+            linked.append(replace(fixes[0], alternatives=fixes[1:]))
     return linked
 
 
@@ -122,10 +129,9 @@ def knowing(rule: type[Rule], facts: Mapping[int, set[str]]) -> type[Rule]:
     return type(rule.__name__, (rule,), {"runtime": runtime, "__doc__": rule.__doc__})
 
 
-def _covering(
-    runtime: RuntimeFinding, singles: list[SingleFix]
-) -> tuple[SingleFix, Finding] | None:
-    """The fix whose finding covers the runtime finding's line, in the likeliest rule."""
+def _covering(runtime: RuntimeFinding, singles: list[SingleFix]) -> list[tuple[SingleFix, Finding]]:
+    """The fixes whose finding covers the runtime finding's line, the likeliest rule first
+    (one per fixed text)."""
     family = FAMILIES.get(runtime.kind, (runtime.code,))
     lines = fix_lines(runtime)
     candidates = [
@@ -135,9 +141,14 @@ def _covering(
         for static in single.findings
         if static.code in family and any(static.line <= n <= static.end_line for n in lines)
     ]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda c: (family.index(c[1].code), c[1].line != runtime.line))
+    candidates.sort(key=lambda c: (family.index(c[1].code), c[1].line != runtime.line))
+    seen: set[str | None] = set()
+    distinct = []
+    for single, static in candidates:
+        if single.source not in seen:
+            seen.add(single.source)
+            distinct.append((single, static))
+    return distinct
 
 
 def prove_fix(fix: TraceFix, command: list[str], *, timeout: float, cwd: str = ".") -> Verdict:
@@ -170,8 +181,16 @@ def prove_fixes(
     """Prove each fix alone; where one file has several verified fixes, prove them
     together too (one run finds each bug of a file, a write applies one fix per file).
     Returns the fixes, the ones proven together first."""
-    for fix in fixes:
+    fixes = list(fixes)
+    for index, fix in enumerate(fixes):
         fix.verdict = prove_fix(fix, command, timeout=timeout, cwd=cwd)
+        if fix.verdict[0] != "rejected":
+            continue
+        for alternative in fix.alternatives:  # another rule's rewrite of the same line
+            alternative.verdict = prove_fix(alternative, command, timeout=timeout, cwd=cwd)
+            if _verified(alternative):
+                fixes[index] = alternative
+                break
     together = []
     for fix in fixes:
         if fix.verdict is not None and fix.verdict[1].startswith("after raised "):
