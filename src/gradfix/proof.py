@@ -192,20 +192,22 @@ def one_run() -> Iterator[None]:
         _PROVEN = None
 
 
-def proven_changes(path: str) -> list[tuple[str, bool, Outcome]]:
-    """(fixed source, torch's weights checked, outcome) of every change of ``path`` proven
-    so far in this :func:`one_run` (for a driver whose files were proven elsewhere: see
-    :func:`remember_proven`)."""
+def proven_changes(path: str) -> list[tuple[str, tuple[bool, bool], Outcome]]:
+    """(fixed source, (judged by a replay of what it makes train, torch's weights
+    checked), outcome) of every change of ``path`` proven so far in this :func:`one_run`
+    (for a driver whose files were proven elsewhere: see :func:`remember_proven`)."""
     with _PROVEN_LOCK:
         return [
-            (key[2], key[-1], outcome) for key, outcome in (_PROVEN or {}).items() if key[0] == path
+            (key[2], (key[-2], key[-1]), outcome)
+            for key, outcome in (_PROVEN or {}).items()
+            if key[0] == path
         ]
 
 
 def remember_proven(
     path: str,
     original: str,
-    proven: Sequence[tuple[str, bool, Outcome]],
+    proven: Sequence[tuple[str, tuple[bool, bool], Outcome]],
     *,
     timeout: float = DEFAULT_TIMEOUT,
     seed: int = 0,
@@ -221,8 +223,8 @@ def remember_proven(
         return
     prover = _Prover(path, original, timeout, seed, entry, root, command, max_steps)
     with _PROVEN_LOCK:
-        for fixed, strict, outcome in proven:
-            _PROVEN.setdefault((*prover._key(fixed), strict), outcome)
+        for fixed, flags, outcome in proven:
+            _PROVEN.setdefault((*prover._key(fixed), *flags), outcome)
 
 
 def prove_accepted_together(

@@ -1588,14 +1588,12 @@ class _Comparison:
         self, source: str, i: int, k: int, elements: list[int] | None, precise: bool = False
     ) -> dict[str, Any] | None:
         """``precise``: float64 estimates too (a possible silent graph cut)."""
-        target: dict[str, Any] = {"event": i, "leaf": k, "elements": elements}
-        if precise:
-            target["precise"] = True
-
         leaf = k
         if source == "before" and self.before_leaves is not None:
             leaf = self.before_leaves[k]  # as BEFORE's runs number its leaves
-        target = {"event": i, "leaf": leaf, "elements": elements}
+        target: dict[str, Any] = {"event": i, "leaf": leaf, "elements": elements}
+        if precise:
+            target["precise"] = True
         result = (self.fd or {}).get(source)
         if result is None:
             self.needs[source].append(target)
