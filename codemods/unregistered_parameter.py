@@ -304,20 +304,20 @@ class UnregisteredParameter(Rule):
         target = statement.targets[0]
         assert isinstance(target, ast.Attribute) and isinstance(statement.value, ast.Call)
         marker, message = None, None
-        uses = list(self._uses(cls, target.attr))
         if not self._asks_for_grad(statement.value):
             marker = self._later_marker(target.attr, statement, init)
             if marker is None or self.analysis.call_name(statement.value) not in FACTORIES:
-                if not self._random_weight(statement.value, uses, init):
+                if not self._random_weight(statement.value, target.attr, cls, init):
                     return
                 message = _PLAIN_WEIGHT_MESSAGE
+        uses = list(self._uses(cls, target.attr))
         if any(type(use.ctx) is not ast.Load for use in uses if use is not target):
             return  # set again elsewhere: not one tensor
         if self._trained_by_hand(target.attr):
             return
         self.report(statement.value, message, fix=self._wrap(statement, marker))
 
-    def _random_weight(self, value: ast.Call, uses: list[ast.Attribute], init: ast.AST) -> bool:
+    def _random_weight(self, value: ast.Call, attr: str, cls: ast.ClassDef, init: ast.AST) -> bool:
         """A tensor drawn at random (``torch.randn(L, d).to(device)``) that a method of
         the class multiplies its input by (``x @ self.keys.t()``, ``F.linear(x,
         self.w)``): a weight, though nothing asks for its gradient."""
@@ -327,9 +327,11 @@ class UnregisteredParameter(Rule):
                 return False
             value = inner
         if self.analysis.call_name(value) not in _RANDOM_FACTORIES:
-            return False
+            return False  # the cheap test first: most assignments build layers
         return any(
-            self._used_as_weight(use) for use in uses if not self.analysis.contains(init, use)
+            self._used_as_weight(use)
+            for use in self._uses(cls, attr)
+            if not self.analysis.contains(init, use)
         )
 
     def _used_as_weight(self, use: ast.Attribute) -> bool:
