@@ -242,3 +242,49 @@ while True:
     loss.backward()
     running += loss
 """
+
+
+# `.data` on a decoder's logits: GF205 offers `.detach()` (the graph stays cut), GF408
+# drops `.data`. Together the first wins the node and the file's change is rejected; the
+# fix verified alone is still written.
+DECODER_DATA = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(4, 4)
+        self.out = nn.Linear(4, 5)
+
+    def sample(self, h):
+        logits = []
+        for _ in range(3):
+            h = self.cell(torch.zeros(2, 4), h)
+            logits.append(self.out(h))
+        logits = torch.stack(logits, 1).data
+        return logits
+
+
+torch.manual_seed(0)
+encoder, head, decoder = nn.Linear(6, 4), nn.Linear(4, 3), Decoder()
+features = encoder(torch.randn(2, 6))
+logits = decoder.sample(features)
+loss = F.cross_entropy(logits.reshape(-1, 5), torch.zeros(6, dtype=torch.long))
+loss = loss + F.mse_loss(head(features), torch.zeros(2, 3))
+loss.backward()
+"""
+
+
+def test_the_fixes_verified_alone_are_written_when_an_overlapping_one_spoils_the_whole(
+    tmp_path: Path,
+) -> None:
+    script = write(tmp_path / "train.py", DECODER_DATA)
+    code, _, err = invoke("fix", "--write", "--unsafe-fixes", "--select", "GF205,GF408",
+                          str(script))  # fmt: skip
+    assert "the accepted fixes together are rejected" in err, err
+    assert "the fixes verified alone are applied" in err, err
+    fixed = script.read_text(encoding="utf-8")
+    assert "        logits = torch.stack(logits, 1)\n" in fixed
+    assert code == 0, err

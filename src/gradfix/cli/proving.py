@@ -218,23 +218,56 @@ def _keep_accepted(
     strict: bool,
 ) -> None:
     """Refix ``result`` with the accepted fixes only; none when together they fail."""
-    from gradfix.proof import accepted, finding_key, prove_change
-    from gradfix.runner import refix_selected
+    from gradfix.proof import accepted, finding_key
 
     assert result.original is not None
     keys = accepted(found, unverified=options.unsafe_fixes or not strict)
-    refix_selected(result, options, lambda finding, keys=keys: finding_key(finding) in keys)
-    if len(keys) > 1 and result.changed and result.fixed is not None:
-        codes = sorted({code for _, _, code in keys})  # fixes that must restore a gradient
-        status, reason, _ = prove_change(
-            result.path, result.original, result.fixed, rules=codes, **harness
-        )
-        refused = status == "rejected" or (
-            status == "unverified" and strict and not options.unsafe_fixes
-        )
-        if refused:
-            echo_stderr(f"{result.path}: the accepted fixes together are {status}: {reason}")
-            result.fixed, result.remaining = result.original, list(result.findings)
+    refused = _refix_proven(result, keys, options, harness, strict=strict)
+    if refused is None:
+        return
+    echo_stderr(f"{result.path}: the accepted fixes together are {refused[0]}: {refused[1]}")
+    # a fix verified only with the others (it overlaps one: applied first, it takes the
+    # other's place) falls with them; the ones verified alone may still hold together
+    alone = {
+        finding_key(v.finding)
+        for v in found
+        if v.status == "verified" and "proven" not in v.evidence
+    } & keys
+    if (
+        alone
+        and alone != keys
+        and _refix_proven(result, alone, options, harness, strict=strict) is None
+    ):
+        echo_stderr(f"{result.path}: the fixes verified alone are applied")
+        return
+    result.fixed, result.remaining = result.original, list(result.findings)
+
+
+def _refix_proven(
+    result: FileResult,
+    keys: set[tuple[int, int, str]],
+    options: RunOptions,
+    harness: dict[str, Any],
+    *,
+    strict: bool,
+) -> tuple[str, str] | None:
+    """Refix ``result`` with the fixes of ``keys``; (status, reason) when several of them
+    together are refused (None: applied, or a single fix, proven alone)."""
+    from gradfix.proof import finding_key, prove_change
+    from gradfix.runner import refix_selected
+
+    assert result.original is not None
+    refix_selected(result, options, lambda finding: finding_key(finding) in keys)
+    if len(keys) < 2 or not result.changed or result.fixed is None:
+        return None
+    codes = sorted({code for _, _, code in keys})  # fixes that must restore a gradient
+    status, reason, _ = prove_change(
+        result.path, result.original, result.fixed, rules=codes, **harness
+    )
+    refused = status == "rejected" or (
+        status == "unverified" and strict and not options.unsafe_fixes
+    )
+    return (status, reason) if refused else None
 
 
 def harness_limits(timeout: float, max_steps: int | None, **more: Any) -> dict[str, Any]:
