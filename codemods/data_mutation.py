@@ -6,7 +6,7 @@ import ast
 
 import libcst as cst
 
-from gradfix.edits import Editor
+from gradfix.edits import Editor, attribute_owner
 from gradfix.lazy import lazy_class
 from gradfix.no_grad_block import (
     NoGradBlockRule,
@@ -408,9 +408,7 @@ class DataMutation(NoGradBlockRule):
         )
         if self.proven_at_run(node.lineno, "graph-cut", "grad-none"):
             # the run showed that weights before this read never get a gradient
-            fix = self.plan_replace(
-                node, _owner_keeping_parentheses, _RECONNECT, safety=FixSafety.UNSAFE
-            )
+            fix = self.plan_replace(node, attribute_owner, _RECONNECT, safety=FixSafety.UNSAFE)
         self.report(node, message, fix=fix)
 
     def _report_mutation_argument(self, data: ast.Attribute, owner: ast.expr) -> None:
@@ -427,7 +425,7 @@ class DataMutation(NoGradBlockRule):
         fix: FixPlan
         if name.startswith("torch.nn.init."):
             safety = self._mutation_safety(owner, data)
-            fix = self.plan_replace(data, _owner_keeping_parentheses, "Drop `.data`", safety=safety)
+            fix = self.plan_replace(data, attribute_owner, "Drop `.data`", safety=safety)
         else:
             fix = self.plan_replace(data, _detached, "Use `.detach()`", safety=FixSafety.UNSAFE)
         self.report(data, message, fix=fix)
@@ -748,11 +746,6 @@ _RECONNECT = "Drop `.data`: a run showed it cuts the graph of weights that get n
 def _detached(editor: Editor, data: cst.CSTNode) -> cst.Call:
     assert isinstance(data, cst.Attribute)
     return cst.Call(cst.Attribute(data.value, cst.Name("detach")))
-
-
-def _owner_keeping_parentheses(editor: Editor, data: cst.CSTNode) -> cst.BaseExpression:
-    assert isinstance(data, cst.Attribute)
-    return data.value.with_changes(lpar=data.lpar, rpar=data.rpar)
 
 
 @lazy_class

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from gradfix.edits import Editor
+from gradfix.edits import attribute_owner, method_receiver
 from gradfix.rule import FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Binding
-from gradfix.semantic.syntax import argument_values
+from gradfix.semantic.syntax import (
+    argument_values,
+    combined_values,
+    constructs_a_class,
+    is_number_literal,
+)
 from gradfix.torch_facts import (
     FACTORIES,
     GRAD_CUTTING_METHODS,
@@ -251,7 +254,7 @@ class DetachedLossTerm(Rule):
             return self.analysis.requires_grad(expr, at)
         if isinstance(expr, ast.Compare):
             return False
-        parts = _operands(expr)
+        parts = combined_values(expr)
         if parts is None:
             return self.analysis.requires_grad(expr, at)
         return any([self._flows(part, at, depth + 1, cuts) for part in parts])
@@ -301,7 +304,7 @@ class DetachedLossTerm(Rule):
             name = self.analysis.call_name(call) or ""
             if name in FACTORIES:
                 return self.analysis.leaf_reason(call, at) is not None
-            if not name.startswith("torch.") or name.rpartition(".")[2][:1].isupper():
+            if not name.startswith("torch.") or constructs_a_class(name):
                 return self.analysis.requires_grad(call, at)
             operands = argument_values(call)
         return any([self._flows(arg, at, depth + 1, cuts) for arg in operands])
@@ -329,11 +332,11 @@ class DetachedLossTerm(Rule):
         if not self._read_once(cut):
             return None
         if type(cut) is ast.Attribute:
-            return self.plan_replace(cut, _owner, "Drop `.data` so the term trains")
+            return self.plan_replace(cut, attribute_owner, "Drop `.data` so the term trains")
         func = cut.func  # type: ignore[attr-defined]
         if func.attr != "detach":
             return None
-        return self.plan_replace(cut, _receiver, "Remove `.detach()` so the term trains")
+        return self.plan_replace(cut, method_receiver, "Remove `.detach()` so the term trains")
 
     def _read_once(self, cut: ast.expr) -> bool:
         """The detached value is read on the way to the loss only: the cut is inline, or
@@ -357,18 +360,6 @@ class DetachedLossTerm(Rule):
         return len(reads) == 1
 
 
-def _receiver(editor: Editor, call: cst.CSTNode) -> cst.BaseExpression:
-    """``(x.detach())`` -> ``(x)``."""
-    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-    return call.func.value.with_changes(lpar=call.lpar, rpar=call.rpar)
-
-
-def _owner(editor: Editor, data: cst.CSTNode) -> cst.BaseExpression:
-    """``(x.data)`` -> ``(x)``."""
-    assert isinstance(data, cst.Attribute)
-    return data.value.with_changes(lpar=data.lpar, rpar=data.rpar)
-
-
 def _parameter_free(module_class: str) -> bool:
     return module_class.endswith("Loss") or (
         module_class in NN_NON_LAYERS and module_class not in _CONTAINERS
@@ -376,23 +367,6 @@ def _parameter_free(module_class: str) -> bool:
 
 
 def _is_number(expr: ast.expr) -> bool:
-    """A weight: ``10.0``, ``-0.5``, ``LAMBDA`` / ``self.w_lat`` (a name in capitals or
-    an attribute is a hyperparameter far more often than a tensor)."""
-    if type(expr) is ast.UnaryOp:
-        return _is_number(expr.operand)
-    if type(expr) is ast.Constant:
-        return isinstance(expr.value, (int, float)) and not isinstance(expr.value, bool)
-    return type(expr) is ast.Name and expr.id.isupper()
-
-
-def _operands(expr: ast.AST) -> list[ast.expr] | None:
-    """The values an arithmetic expression combines (None: not one)."""
-    if type(expr) is ast.BinOp:
-        return [expr.left, expr.right]
-    if type(expr) is ast.UnaryOp:
-        return [expr.operand]
-    if type(expr) is ast.IfExp:
-        return [expr.body, expr.orelse]
-    if type(expr) in (ast.List, ast.Tuple):
-        return [e.value if type(e) is ast.Starred else e for e in expr.elts]  # type: ignore[attr-defined]
-    return None
+    """A weight: ``10.0``, ``-0.5``, ``LAMBDA`` (a name in capitals is a hyperparameter
+    far more often than a tensor)."""
+    return is_number_literal(expr) or (type(expr) is ast.Name and expr.id.isupper())

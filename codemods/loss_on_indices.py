@@ -6,7 +6,7 @@ import ast
 
 from gradfix.rule import FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Binding
-from gradfix.semantic.syntax import argument_values
+from gradfix.semantic.syntax import argument_values, combined_values, constructs_a_class
 from gradfix.torch_facts import (
     FACTORIES,
     GRAD_CUTTING_METHODS,
@@ -207,7 +207,7 @@ class LossOnIndices(Rule):
             return self._flows_grad(expr.value, at, depth + 1, cuts)
         if isinstance(expr, ast.Attribute):
             return self._attribute_flows(expr, at, depth, cuts)
-        parts = _operands(expr)
+        parts = combined_values(expr)
         if parts is None:
             return self.analysis.requires_grad(expr, at)
         return any([self._flows_grad(part, at, depth + 1, cuts) for part in parts])
@@ -264,7 +264,7 @@ class LossOnIndices(Rule):
             name = self.analysis.call_name(call) or ""
             if name in FACTORIES:
                 return self.analysis.leaf_reason(call, at) is not None  # ``requires_grad=True``
-            if not name.startswith("torch.") or _constructs_a_class(name):
+            if not name.startswith("torch.") or constructs_a_class(name):
                 return self.analysis.requires_grad(call, at)
             operands = argument_values(call)
         return any([self._flows_grad(arg, at, depth + 1, cuts) for arg in operands])
@@ -309,26 +309,6 @@ def _short_name(call: ast.Call) -> str | None:
     if type(func) is ast.Attribute:
         return func.attr
     return func.id if type(func) is ast.Name else None
-
-
-def _constructs_a_class(name: str) -> bool:
-    """``torch.nn.Linear``, ``torch.optim.SGD``: a class, not an op on tensors
-    (``torch.distributions.Categorical`` is followed: its methods read its arguments)."""
-    module, _, last = name.rpartition(".")
-    return last[:1].isupper() and not module.startswith("torch.distributions")
-
-
-def _operands(expr: ast.AST) -> list[ast.expr] | None:
-    """The values an arithmetic expression combines (None: not one)."""
-    if type(expr) is ast.BinOp:
-        return [expr.left, expr.right]
-    if type(expr) is ast.UnaryOp:
-        return [expr.operand]
-    if type(expr) is ast.IfExp:
-        return [expr.body, expr.orelse]
-    if type(expr) in (ast.List, ast.Tuple):
-        return [e.value if type(e) is ast.Starred else e for e in expr.elts]  # type: ignore[attr-defined]
-    return None
 
 
 def _message(cut: ast.expr, root: ast.expr, source: str) -> str:

@@ -97,7 +97,7 @@ def test_a_training_loop_in_a_module_method_with_a_multi_line_loss() -> None:
             for x in batches:
                 opt.zero_grad()
                 out = self.net(x)
-                score = self.critic(out).mean().item()  # logged too? no: only here
+                score = self.critic(out).mean().item()  # read only by the loss
                 loss = (
                     out.pow(2).mean()  # reconstruction
                     - 0.01 * score

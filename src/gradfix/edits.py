@@ -330,6 +330,19 @@ def with_argument(call: cst.Call, keyword: str, value: cst.BaseExpression | str)
     return call.with_changes(args=[*args, new])
 
 
+def attribute_owner(editor: Editor, attribute: cst.CSTNode) -> cst.BaseExpression:
+    """``(w.data)`` -> ``(w)``: the attribute's owner, keeping its parentheses."""
+    assert isinstance(attribute, cst.Attribute)
+    return attribute.value.with_changes(lpar=attribute.lpar, rpar=attribute.rpar)
+
+
+def method_receiver(editor: Editor, call: cst.CSTNode) -> cst.BaseExpression:
+    """``(x.detach())`` -> ``(x)``: the receiver of an argument-less method call, keeping
+    the call's parentheses."""
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    return call.func.value.with_changes(lpar=call.lpar, rpar=call.rpar)
+
+
 def without_argument(call: cst.Call, keyword: str) -> cst.Call:
     """``call`` without its ``keyword=`` argument; the comma before the closing
     parenthesis follows the original (no dangling ``, )``)."""

@@ -202,6 +202,27 @@ def is_number_literal(expr: ast.AST) -> bool:
     return type(expr) is ast.Constant and type(expr.value) in (int, float)
 
 
+def combined_values(expr: ast.AST) -> list[ast.expr] | None:
+    """The values an arithmetic expression combines (``a + b``, ``-a``, ``a if c else b``,
+    ``[a, *b]``); None: not one."""
+    if type(expr) is ast.BinOp:
+        return [expr.left, expr.right]
+    if type(expr) is ast.UnaryOp:
+        return [expr.operand]
+    if type(expr) is ast.IfExp:
+        return [expr.body, expr.orelse]
+    if type(expr) in (ast.List, ast.Tuple):
+        return [e.value if type(e) is ast.Starred else e for e in expr.elts]  # type: ignore[attr-defined]
+    return None
+
+
+def constructs_a_class(name: str) -> bool:
+    """``torch.nn.Linear``, ``torch.optim.SGD``: a class, not an op on tensors
+    (``torch.distributions.Categorical`` is followed: its methods read its arguments)."""
+    module, _, last = name.rpartition(".")
+    return last[:1].isupper() and not module.startswith("torch.distributions")
+
+
 def string_value(expr: ast.AST) -> str | None:
     return expr.value if type(expr) is ast.Constant and type(expr.value) is str else None
 
