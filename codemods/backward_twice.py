@@ -594,8 +594,8 @@ class BackwardTwice(Rule):
     def _runs_backward(self) -> bool:
         """Some call of the file runs a backward pass: most files (models) have none, and
         every check of this rule needs one."""
-        calls = self.analysis.by_type.get(ast.Call, [])
-        return any(self._positions(call) is not None for call in calls)  # type: ignore[arg-type]
+        calls = self.analysis.calls_that_may_be([*GRAD_FUNCTIONS, "torch.Tensor.backward"])
+        return any(self._positions(call) is not None for call in calls)
 
     @functools.cached_property
     def _bodies(self) -> dict[int, _CallCollector]:

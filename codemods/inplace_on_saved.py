@@ -1736,14 +1736,26 @@ class InplaceOnSaved(Rule):
         return calls[0] if len(calls) == 1 and len(values) == 1 else None
 
     @functools.cached_property
-    def _may_build_inplace_modules(self) -> bool:
-        """Some call of the file passes ``inplace=...`` or a literal ``True``: without one
-        no module is built in place (most files; finding a call's constructor is not free)."""
+    def _inplace_module_names(self) -> frozenset[str]:
+        """The names (variables, attributes, strings) spelled in the statements that pass
+        ``inplace=...`` or a literal ``True`` to a call: a module called by another name was
+        not built in place there (most files build none; finding a call's constructor is
+        not free)."""
         analysis = self.analysis
-        if any(k.arg == "inplace" for k in analysis.by_type.get(ast.keyword, ())):  # type: ignore[attr-defined]
-            return True
+        flags = [k for k in analysis.by_type.get(ast.keyword, ()) if k.arg == "inplace"]  # type: ignore[attr-defined]
         calls = analysis.by_type.get(ast.Call, ())
-        return any(is_true(a) for call in calls for a in call.args)  # type: ignore[attr-defined]
+        flags += [a for call in calls for a in call.args if is_true(a)]  # type: ignore[attr-defined]
+        names: set[str] = set()
+        statements = {id(s): s for f in flags if (s := analysis.enclosing_statement(f)) is not None}
+        for statement in statements.values():
+            for part in ast.walk(statement):
+                if type(part) is ast.Name:
+                    names.add(part.id)
+                elif type(part) is ast.Attribute:
+                    names.add(part.attr)
+                elif type(part) is ast.Constant and type(part.value) is str:
+                    names.add(part.value)
+        return frozenset(names)
 
     def _inplace_module(self, func: ast.expr) -> bool:
         """``func`` is an ``nn`` activation module built with ``inplace=True``."""
@@ -1752,8 +1764,10 @@ class InplaceOnSaved(Rule):
     def _inplace_flag_position(self, func: ast.expr) -> int | None:
         """The position of the ``inplace`` flag of the module ``func`` names, when its
         constructor passes ``inplace=True`` (by keyword or at that position)."""
-        if not self._may_build_inplace_modules:
-            return None
+        if type(func) is not ast.Call:
+            called = func.id if type(func) is ast.Name else getattr(func, "attr", None)
+            if called not in self._inplace_module_names:
+                return None
         constructor = self._constructor(func)
         if constructor is None:
             return None

@@ -233,9 +233,13 @@ class LeafRebinding(Rule):
         if len(node.targets) != 1 or type(node.targets[0]) is not ast.Name:
             return
         target = node.targets[0]
-        if not self.analysis.name_nodes_in(node.value, target.id):
+        spelled = self.analysis.name_nodes_in(node.value, target.id)
+        if not spelled:
             return  # cheap: the name is not even spelled in the value
-        own_reads = [n for n in _name_reads(node.value) if n.id == target.id]
+        # its reads: not inside a lambda of the value (``_name_reads``, from the index)
+        lambdas = self.analysis.descendants(node.value, ast.Lambda)
+        lambdas = [n for n in lambdas if n is not node.value]
+        own_reads = [n for n in spelled if not any(self.analysis.contains(f, n) for f in lambdas)]
         if not own_reads:
             return
         reason = self.analysis.leaf_reason(own_reads[0])

@@ -142,7 +142,7 @@ class Editor:
         self._positions: Mapping[cst.CSTNode, CodeRange] | None = None
         self._index: dict[Span, list[cst.CSTNode]] | None = None
         self._parents: dict[int, cst.CSTNode] | None = None
-        self._statements = _TopLevelStatements(module)
+        self._statements = _TopLevelStatements(module, source)
 
     # -- finding nodes -----------------------------------------------------------------
     @property
@@ -447,8 +447,9 @@ class _TopLevelStatements:
     statements before it; when the texts do not add up to the module's code, nothing is
     resolved this way)."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, source: str) -> None:
         self.module = module
+        self.source = source  # what ``module`` was parsed from: its code
         self._first_lines: list[int] | None = None  # of each statement's text, 1-based
         self._resolved: dict[int, dict[Span, list[cst.CSTNode]]] = {}  # statement -> index
         self.ranges: dict[cst.CSTNode, CodeRange] = {}  # every node of those statements
@@ -465,7 +466,7 @@ class _TopLevelStatements:
 
     def _statement_lines(self) -> list[int]:
         if self._first_lines is None:
-            self._first_lines = _first_lines(self.module)
+            self._first_lines = _first_lines(self.module, self.source)
         return self._first_lines
 
     def _resolve(self, position: int, shift: int) -> dict[Span, list[cst.CSTNode]]:
@@ -485,12 +486,12 @@ class _TopLevelStatements:
         return _span_index(shifted)
 
 
-def _first_lines(module: cst.Module) -> list[int]:
+def _first_lines(module: cst.Module, code: str) -> list[int]:
     """The first line of each top-level statement's text (its comments and blank lines
-    before it included); empty when the pieces do not give the module's code, or when it
-    has ``\\r`` line ends (LibCST counts a ``\\r`` and a ``\\n`` of two tokens as two
-    lines: only ``\\n`` alone is counted here)."""
-    code = module.code
+    before it included); empty when the pieces do not give ``code`` (the source the
+    module was parsed from: LibCST's code of the whole module would cost one more
+    generation of every statement), or when it has ``\\r`` line ends (LibCST counts a
+    ``\\r`` and a ``\\n`` of two tokens as two lines: only ``\\n`` alone is counted here)."""
     if "\r" in code:
         return []
     header = "".join(module.code_for_node(line) for line in module.header)

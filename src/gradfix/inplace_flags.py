@@ -38,13 +38,14 @@ class FlagSet:
 def flag_sets(analysis: Semantic) -> list[FlagSet]:
     """Every statement of the file that sets a module's ``inplace`` flag to True."""
     found = []
-    for statement in analysis.by_type.get(ast.Assign, ()):
-        assert isinstance(statement, ast.Assign)
-        target = statement.targets[0] if len(statement.targets) == 1 else None
-        if type(target) is ast.Attribute and target.attr == "inplace" and is_true(statement.value):
+    for target in analysis.attributes_named("inplace"):  # the index: no walk of every node
+        statement = analysis.parent(target)
+        if type(statement) is not ast.Assign or statement.targets != [target]:
+            continue
+        if is_true(statement.value):
             found.append(_flag_set(analysis, statement, statement.value, target.value))
-    for call in analysis.by_type.get(ast.Call, ()):
-        assert isinstance(call, ast.Call)
+    calls = {id(call): call for call in analysis.calls_named("setattr")}
+    for call in sorted(calls.values(), key=analysis.index):
         values = argument_values(call)
         if type(call.func) is not ast.Name or call.func.id != "setattr" or len(values) != 3:
             continue

@@ -211,12 +211,35 @@ def _method_use(call: ast.Call, func: ast.Attribute) -> UnsafeUse | None:
 def unsafe_uses(expr: ast.AST, analysis: Semantic) -> list[UnsafeUse]:
     """The unsafe calls inside ``expr``, in source order (not inside lambdas or
     comprehensions, which run elsewhere)."""
-    found: list[UnsafeUse] = []
-    for node in _walk(expr):
+    order = analysis.order
+    if expr not in order:  # a node built by a rule: walk it
+        found = (unsafe_use(node, analysis) for node in _walk(expr))
+        return [use for use in found if use is not None]
+    # only operators and calls apply a function: read them from the analysis's index
+    operators = analysis.descendants(expr, ast.BinOp)
+    calls = analysis.descendants(expr, ast.Call)
+    if not operators and not calls:
+        return []
+    candidates = operators or calls
+    if operators and calls:
+        candidates = sorted(operators + calls, key=order.__getitem__)
+    last = analysis.last
+    elsewhere = [
+        (order[node], last[node])
+        for kind in _ELSEWHERE
+        for node in analysis.descendants(expr, kind)
+        if node is not expr
+    ]
+    uses = []
+    for node in candidates:
+        if elsewhere:
+            at = order[node]
+            if any(start < at <= end for start, end in elsewhere):
+                continue
         use = unsafe_use(node, analysis)
         if use is not None:
-            found.append(use)
-    return found
+            uses.append(use)
+    return uses
 
 
 _ELSEWHERE = (

@@ -163,6 +163,7 @@ def walk_ast_batched(
         nodes = _handled_nodes(visitors, order, by_type)
     live = list(visitors)
     dead: set[int] = set()  # ids of the visitors that raised
+    live_kinds = [tuple(type(visitor) for visitor in live)]  # the key of their handlers
     visits: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
     leaves: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
 
@@ -170,9 +171,8 @@ def walk_ast_batched(
         table: dict[type, tuple[Callable[[ast.AST], object], ...]], prefix: str, kind: type
     ):  # type: ignore[no-untyped-def]
         name = prefix + kind.__name__
-        found = table[kind] = tuple(
-            getattr(visitor, name) for visitor in live if hasattr(type(visitor), name)
-        )
+        owners = _owners(live_kinds[0], name)
+        found = table[kind] = tuple(getattr(live[index], name) for index in owners)
         return found
 
     def call(found: tuple[Callable[[ast.AST], object], ...], node: ast.AST) -> None:
@@ -203,6 +203,7 @@ def walk_ast_batched(
         on_error(visitor, error)
         dead.add(id(visitor))
         live.remove(visitor)
+        live_kinds[0] = tuple(type(visitor) for visitor in live)
         visits.clear()  # rebuilt without it
         leaves.clear()
 
@@ -244,6 +245,17 @@ def _handled_nodes(
 
 
 _HANDLED: dict[type, frozenset[type]] = {}
+_OWNERS: dict[tuple[tuple[type, ...], str], tuple[int, ...]] = {}
+
+
+def _owners(kinds: tuple[type, ...], name: str) -> tuple[int, ...]:
+    """The positions in ``kinds`` of the visitor types that define ``name``: the same
+    answer for every file a set of rules walks (looked up once per node type and file)."""
+    key = (kinds, name)
+    known = _OWNERS.get(key)
+    if known is None:
+        known = _OWNERS[key] = tuple(i for i, kind in enumerate(kinds) if hasattr(kind, name))
+    return known
 
 
 def handled_types(visitor_type: type) -> frozenset[type]:

@@ -50,52 +50,67 @@ class Collector:
     def collect(self, module: ast.Module) -> None:
         counter = 0
         parents, order, last, node_scopes = self.parents, self.order, self.last, self.node_scopes
-        recorders, by_type = _RECORDERS, self.by_type
-        stack: list[tuple[ast.AST, bool]] = [(module, False)]
+        recorders, by_type, attributes = _RECORDERS, self.by_type, self.attributes
+        names, name_orders = self.names, self.name_orders
+        scope_stack = self._scope_stack
+        scope: Scope | None = None  # the innermost scope entered (``scope_stack[-1]``)
+        # a node to enter, or ``(node,)`` once its subtree is done (no tuple per child)
+        stack: list[Any] = [module]
         while stack:
-            node, leaving = stack.pop()
+            node = stack.pop()
             kind = type(node)
-            if leaving:
-                last[node] = counter - 1
-                if kind in SCOPE_TYPES:
-                    self._scope_stack.pop()
+            if kind is tuple:
+                done = node[0]
+                last[done] = counter - 1
+                if type(done) in SCOPE_TYPES:
+                    scope_stack.pop()
+                    scope = scope_stack[-1] if scope_stack else None
                 continue
-            order[node] = counter
+            index = counter
+            order[node] = index
             counter += 1
             of_kind = by_type.get(kind)
             if of_kind is None:
                 by_type[kind] = [node]
             else:
                 of_kind.append(node)
-            if self._scope_stack:
-                node_scopes[node] = self._scope_stack[-1]
+            if scope is not None:
+                node_scopes[node] = scope
             if kind is ast.Name:
-                self._record_name(node, counter - 1)  # type: ignore[arg-type]
-                last[node] = counter - 1  # a leaf (its ``ctx`` is a shared singleton)
+                spelled = names.get(node.id)
+                if spelled is None:
+                    names[node.id] = [node]
+                    name_orders[node.id] = [index]
+                else:
+                    spelled.append(node)
+                    name_orders[node.id].append(index)
+                last[node] = index  # a leaf (its ``ctx`` is a shared singleton)
                 continue
             if kind is ast.Constant:
-                last[node] = counter - 1  # most nodes are names and constants: no children
+                last[node] = index  # most nodes are names and constants: no children
                 continue
             if kind is ast.Attribute:
-                self.attributes.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined, arg-type]
-            if kind in SCOPE_TYPES:
+                attrs = attributes.get(node.attr)
+                if attrs is None:
+                    attributes[node.attr] = [node]
+                else:
+                    attrs.append(node)
+            opens = kind in SCOPE_TYPES
+            if opens:
                 self._enter_scope(node)
+                scope = scope_stack[-1]
             recorder = recorders.get(kind)
             if recorder is not None:
-                recorder(self, node)  # type: ignore[operator]
+                recorder(self, node)
             children = source_children(node)
-            if not children and kind not in SCOPE_TYPES:
-                last[node] = counter - 1  # a leaf: nothing to wait for
+            if not children and not opens:
+                last[node] = index  # a leaf: nothing to wait for
                 continue
-            stack.append((node, True))
-            for child in reversed(children):
+            stack.append((node,))
+            for child in children:
                 parents[child] = node
-                stack.append((child, False))
+            stack += reversed(children)
         self._finish()
-
-    def _record_name(self, node: ast.Name, position: int) -> None:
-        self.names.setdefault(node.id, []).append(node)
-        self.name_orders.setdefault(node.id, []).append(position)
 
     def _enter_scope(self, node: ast.AST) -> None:
         parent = self._scope_stack[-1] if self._scope_stack else None

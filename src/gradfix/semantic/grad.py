@@ -35,15 +35,41 @@ class GradQueries(LeafQueries):
         ``inference_mode``, ``set_grad_enabled(False)``), in a ``@torch.no_grad()``
         function, or in a function only ever called from such places (in this file, or,
         when it has no call site here, in the other files: ``no_grad_callers``)."""
-        for ancestor in self.ancestors(node):
-            kind = type(ancestor)
+        decider = self._grad_mode_decider(node)
+        if decider is None:
+            return False
+        if type(decider) is ast.With or type(decider) is ast.AsyncWith:
+            return not self._with_modes[decider]
+        return self._function_in_no_grad(decider)
+
+    def _grad_mode_decider(self, node: ast.AST) -> ast.AST | None:
+        """The innermost ancestor of ``node`` that decides its grad mode: a ``with`` that
+        sets one, or a function (a lambda). Remembered for every ancestor passed on the
+        way up, so the rules asking at most nodes walk each chain once per file (the
+        decider is structural; a function's answer is asked of it each time)."""
+        deciders = self._grad_deciders
+        passed: list[ast.AST] = []
+        current = self._parents.get(node)
+        decider: ast.AST | None = None
+        while current is not None:
+            if current in deciders:
+                decider = deciders[current]
+                break
+            kind = type(current)
             if kind is ast.With or kind is ast.AsyncWith:
-                mode = self._with_grad_mode(ancestor)  # type: ignore[arg-type]
+                mode = self._with_grad_mode(current)  # type: ignore[arg-type]
                 if mode is not None:
-                    return not mode
-            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
-                return self._function_in_no_grad(ancestor)
-        return False
+                    self._with_modes[current] = mode
+                    decider = deciders[current] = current
+                    break
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
+                decider = deciders[current] = current
+                break
+            passed.append(current)
+            current = self._parents.get(current)
+        for ancestor in passed:
+            deciders[ancestor] = decider
+        return decider
 
     def _with_grad_mode(self, node: ast.With | ast.AsyncWith) -> bool | None:
         """False when the ``with`` turns grad off, True when it turns it on, else None."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 
 from gradfix.semantic.navigation import Navigation
 from gradfix.semantic.scopes import is_none_assign
@@ -45,6 +46,25 @@ class NameQueries(Navigation):
     def call_name(self, call: ast.Call) -> str | None:
         known = self._qualified.get(call.func, _UNKNOWN)  # asked by most rules: kept short
         return self.qualified_name(call.func) if known is _UNKNOWN else known  # type: ignore[return-value]
+
+    def calls_that_may_be(self, qualified: Iterable[str]) -> list[ast.Call]:
+        """A superset of the calls whose :meth:`call_name` is one of ``qualified``, in no
+        particular order: those spelled with the last part of a name (``grad(...)``,
+        ``ag.grad(...)``, ``super().backward()``) or with a name an import binds to one
+        (``from torch.autograd import grad as g``). Cheaper than asking every call."""
+        wanted = set(qualified)
+        spellings = {name.rpartition(".")[2] for name in wanted}
+        for scope in self._scopes.values():
+            for local, bindings in scope.bindings.items():
+                if any(
+                    b.kind == "import" and CANONICAL.get(b.qualified or "", b.qualified) in wanted
+                    for b in bindings
+                ):
+                    spellings.add(local)
+        found: list[ast.Call] = []
+        for spelling in spellings:
+            found += self.calls_named(spelling)
+        return found
 
     def is_torch_name(self, expr: ast.AST, *names: str) -> bool:
         qualified = self.qualified_name(expr)

@@ -51,6 +51,9 @@ class Navigation:
         self._returns = collector.returns
         self._generators = collector.generators
         self._no_grad_cache: dict[ast.AST, bool] = {}
+        #: node -> the ``with`` or function deciding the grad mode of what it holds
+        self._grad_deciders: dict[ast.AST, ast.AST | None] = {}
+        self._with_modes: dict[ast.AST, bool] = {}  # a ``with`` that sets a grad mode
         #: functions of other files' call sites all run under ``no_grad`` (by name: the
         #: project pass of :mod:`gradfix.project`); empty when this file is checked alone
         self.no_grad_callers: frozenset[str] = frozenset()
@@ -256,12 +259,17 @@ class Navigation:
         A binding in one branch of an ``if`` does not reach a use in another branch."""
         at = at if at is not None else name
         position = self._order[at]
-        candidates = [
-            b
-            for b in self.bindings(name)
-            if b.kind != "augassign" and b.end < position and not self._exclusive(b.node, at)
-        ]
-        return max(candidates, key=lambda b: b.start) if candidates else None
+        found: Binding | None = None
+        # A scope's bindings of a name are in source order (recorded in pre-order): the
+        # latest one that reaches wins, the first of a statement's several (``a, a = ...``)
+        for binding in reversed(self.bindings(name)):
+            if found is not None and binding.start < found.start:
+                break
+            if binding.kind == "augassign" or binding.end >= position:
+                continue
+            if not self._exclusive(binding.node, at):
+                found = binding
+        return found
 
     def reaching_bindings(self, name: ast.Name, at: ast.AST | None = None) -> list[Binding]:
         """Every binding of ``name`` that may reach ``at``, the nearest first: the one
