@@ -123,7 +123,12 @@ def main() -> None:
 
 def _walked(semantic: Semantic) -> dict[str, object]:
     """What the engine hands the walk: the analysis's pre-order and nodes by type."""
-    return {"order": semantic.order, "last": semantic.last, "by_type": semantic.by_type}
+    return {
+        "order": semantic.order,
+        "last": semantic.last,
+        "by_type": semantic.by_type,
+        "call_aliases": semantic.call_aliases(),
+    }
 
 
 if __name__ == "__main__":

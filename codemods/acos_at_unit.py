@@ -89,6 +89,7 @@ class AcosAtUnit(Rule):
     """
 
     code = "GF304"
+    calls = frozenset({"acos", "arccos", "asin", "arcsin"})
     name = "acos-at-unit"
     message = (
         "`acos`/`asin` of a value that reaches ±1 (clamped to [-1, 1] or a cosine): its "

@@ -106,6 +106,7 @@ class CreateGraphBackward(Rule):
     """
 
     code = "GF402"
+    calls = frozenset({"backward"})
     name = "create-graph-backward"
     message = (
         "`backward(create_graph=True)` makes a reference cycle between each leaf and its "

@@ -75,6 +75,7 @@ class DetachedLossTerm(Rule):
     """
 
     code = "GF408"
+    calls = frozenset({"backward", "grad"})
     name = "detached-loss-term"
     message = (
         "This term of the backpropagated loss has no gradient: `.detach()`/`.data`/`.item()` "

@@ -65,6 +65,7 @@ class InnerGradWithoutCreateGraph(Rule):
     """
 
     code = "GF406"
+    calls = frozenset({"grad"})
     name = "inner-grad-without-create-graph"
     message = (
         "Gradient step whose result is backpropagated again, taken without "

@@ -92,6 +92,7 @@ class LossAccumulation(Rule):
     """
 
     code = "GF403"
+    calls = RECORDING_METHODS
     name = "loss-accumulation"
     message = "Accumulating a loss that requires grad keeps every iteration's graph alive"
     fix_safety = FixSafety.SAFE

@@ -66,6 +66,7 @@ class LossOnIndices(Rule):
     """
 
     code = "GF110"
+    calls = frozenset({"backward", "grad"})
     name = "loss-on-indices"
     message = (
         "Loss computed from integer indices or booleans: no gradient flows through "

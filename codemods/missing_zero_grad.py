@@ -71,6 +71,7 @@ class MissingZeroGrad(Rule):
     """
 
     code = "GF405"
+    calls = frozenset({"backward"})
     name = "missing-zero-grad"
     message = (
         "Gradients accumulate across iterations: the loop calls backward() and "

@@ -88,6 +88,7 @@ class NonleafGradRead(Rule):
     """
 
     code = "GF106"
+    calls = frozenset({"retain_grad", "backward"})
     name = "nonleaf-grad-read"
     message = "`.grad` of a non-leaf tensor is `None` after backward(); call `.retain_grad()`"
     fix_safety = FixSafety.SAFE

@@ -107,6 +107,7 @@ class NonleafParameter(Rule):
     """
 
     code = "GF103"
+    calls = frozenset({"append", "register_parameter"})
     fix_restores_gradient = True
     name = "nonleaf-parameter"
     message = "An op after creating a leaf makes the bound value a non-leaf: `.grad` stays `None`"

@@ -108,6 +108,7 @@ class SqrtOfSquares(Rule):
     """
 
     code = "GF303"
+    calls = frozenset({"sqrt"})
     name = "sqrt-of-squares"
     message = "`sqrt` of a sum of squares has a `nan` gradient at 0; use `torch.linalg.vector_norm`"
     fix_safety = FixSafety.SAFE

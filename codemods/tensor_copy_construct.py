@@ -65,6 +65,7 @@ class TensorCopyConstruct(Rule):
     """
 
     code = "GF104"
+    calls = frozenset({"tensor"})
     name = "tensor-copy-construct"
     message = "`torch.tensor()` of a tensor; use `t.detach().clone()`"
     fix_safety = FixSafety.SAFE

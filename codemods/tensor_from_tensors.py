@@ -82,6 +82,7 @@ class TensorFromTensors(Rule):
     """
 
     code = "GF101"
+    calls = frozenset({name.rpartition(".")[2] for name in CONSTRUCTORS} | {"requires_grad_"})
     fix_restores_gradient = True
     name = "tensor-from-tensors"
     message = "`torch.tensor()` of tensors cuts the autograd graph; use `torch.stack()`"

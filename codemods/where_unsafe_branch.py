@@ -90,6 +90,7 @@ class WhereUnsafeBranch(Rule):
     """
 
     code = "GF302"
+    calls = frozenset({"where"})
     name = "where-unsafe-branch"
     message = (
         "`torch.where` branch is singular where it is masked out (`0 * inf = nan` in its "

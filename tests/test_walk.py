@@ -130,3 +130,79 @@ def test_descendants_of_one_type_in_source_order() -> None:
     names = [f.name for f in semantic.descendants(tree, ast.FunctionDef)]
     assert names == ["f", "inner", "last"]
     assert semantic.descendants(loop.body[0], ast.For) == []  # type: ignore[attr-defined]
+
+
+class _Where:
+    calls = frozenset({"where"})
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.seen.append(ast.unparse(node.func))
+
+
+def test_a_visitor_declaring_its_calls_gets_those_spellings_and_their_aliases_only() -> None:
+    from gradfix.semantic import Semantic
+    from gradfix.walk import walk_ast_batched
+
+    source = (
+        "import torch\nfrom torch import where as w\nimport torch as t\n"
+        "a = torch.where(c, x, y)\nb = w(c, x, y)\nd = t.where(c, x, y)\n"
+        "e = torch.exp(x)\nf = x.where(c, y)\ng = where(c)\nh = fns[0](x)\n"
+    )
+    tree = ast.parse(source)
+    semantic = Semantic(tree, source)
+    walked = dict(order=semantic.order, last=semantic.last, by_type=semantic.by_type)
+    declared, every = _Where(), _Calls()
+    walk_ast_batched(tree, [declared, every], call_aliases=semantic.call_aliases(), **walked)
+    assert declared.seen == ["torch.where", "w", "t.where", "x.where", "where"]
+    assert len(every.events) == 7  # a visitor without ``calls`` sees every call
+    unfiltered = _Where()
+    walk_ast_batched(tree, [unfiltered], **walked)  # no aliases given: every call
+    assert len(unfiltered.seen) == 7
+
+
+def _reports(rule: type, source: str, aliases: bool) -> list[tuple[int, int, str]]:
+    from gradfix.rule import RuleContext
+    from gradfix.semantic import Semantic
+    from gradfix.walk import walk_ast_batched
+
+    tree = ast.parse(source)
+    semantic = Semantic(tree, source)
+    visitor = rule(RuleContext("x.py", source, semantic))
+    walk_ast_batched(
+        tree,
+        [visitor],
+        order=semantic.order,
+        last=semantic.last,
+        by_type=semantic.by_type,
+        call_aliases=semantic.call_aliases() if aliases else None,
+    )
+    return [(r.position.start.line, r.position.start.column, r.message) for r in visitor.reports]
+
+
+def test_rules_declaring_their_calls_find_what_they_find_when_handed_every_call() -> None:
+    """``calls`` is a promise: on the fixtures, the real-world cases and the rules'
+    examples, each rule that declares it reports the same with and without the filter."""
+    from pathlib import Path
+
+    from gradfix.registry import all_rules
+
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted(root.glob("fixtures/*/*.py")) + sorted(root.glob("bench/realworld/*.py"))
+    sources = [p.read_text(encoding="utf-8") for p in paths]
+    declaring = [r for r in all_rules() if getattr(r, "calls", None) is not None]
+    assert len(declaring) >= 10
+    found = 0
+    for rule in declaring:
+        examples = [e.code for e in (*rule.VALID, *rule.INVALID)]
+        for source in sources + examples:
+            try:
+                ast.parse(source)
+            except SyntaxError:
+                continue
+            filtered = _reports(rule, source, aliases=True)
+            assert filtered == _reports(rule, source, aliases=False), (rule.code, source[:80])
+            found += len(filtered)
+    assert found > 50

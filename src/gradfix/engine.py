@@ -281,6 +281,7 @@ def _collect_reports(
             order=semantic.order,
             last=semantic.last,
             by_type=semantic.by_type,
+            call_aliases=semantic.call_aliases(),
         )
         reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
         if reports and has_suppressions(source):

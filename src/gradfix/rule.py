@@ -324,6 +324,13 @@ class Rule(BaseRule):
                 self.report(node, fix=self.plan(build, "Add `requires_grad=True`"))
     """
 
+    #: The last names of the functions whose calls ``visit_Call`` handles: ``"where"`` for
+    #: ``torch.where``, ``"backward"`` for ``loss.backward()``. The walk then hands it only
+    #: the calls spelled ``<anything>.where(...)`` or ``where(...)``, or with a name an
+    #: import binds to one of them (``from torch import where as w``). None: every call
+    #: (a rule that reads calls of any name, or run evidence at any call).
+    calls: ClassVar[frozenset[str] | None] = None
+
     def __init__(self, context: RuleContext) -> None:
         self.context = context
         self.analysis = context.semantic

@@ -144,6 +144,7 @@ def walk_ast_batched(
     order: Mapping[ast.AST, int] | None = None,
     last: Mapping[ast.AST, int] | None = None,
     by_type: Mapping[type, list[ast.AST]] | None = None,
+    call_aliases: Mapping[str, str] | None = None,
 ) -> None:
     """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
     calling each visitor's own ``visit_<Type>`` before a node's children and
@@ -155,7 +156,13 @@ def walk_ast_batched(
     traversal (:class:`gradfix.semantic.Semantic`): the walk then only reads that list
     instead of traversing the tree again. With ``by_type`` too (node type -> its nodes in
     pre-order), only the nodes of the types some visitor handles are walked (most nodes
-    are names and constants no rule visits). Without them the tree is traversed."""
+    are names and constants no rule visits). Without them the tree is traversed.
+
+    With ``call_aliases`` (a name an import binds -> the last part of what it imports:
+    ``w`` -> ``where`` for ``from torch import where as w``), a visitor whose type has a
+    ``calls`` set (:attr:`gradfix.rule.Rule.calls`) gets ``visit_Call`` only for the
+    calls spelled with one of those names (``torch.where(...)``, ``x.where(...)``,
+    ``where(...)``, ``w(...)``): most calls concern a few rules."""
     if order is None or last is None:
         order, last = _pre_order(tree)
     nodes: Iterable[ast.AST] = order
@@ -164,6 +171,17 @@ def walk_ast_batched(
     live = list(visitors)
     dead: set[int] = set()  # ids of the visitors that raised
     live_kinds = [tuple(type(visitor) for visitor in live)]  # the key of their handlers
+    filtering = call_aliases is not None and any(
+        getattr(type(visitor), "calls", None) is not None for visitor in visitors
+    )
+    by_spelling: dict[str, tuple[Callable[[ast.AST], object], ...]] = {}  # Call handlers
+
+    def call_handlers(spelled: str) -> tuple[Callable[[ast.AST], object], ...]:
+        assert call_aliases is not None
+        owners = _call_owners(live_kinds[0], spelled, call_aliases.get(spelled))
+        found = by_spelling[spelled] = tuple(live[index].visit_Call for index in owners)  # type: ignore[attr-defined]
+        return found
+
     visits: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
     leaves: dict[type, tuple[Callable[[ast.AST], object], ...]] = {}
 
@@ -205,6 +223,7 @@ def walk_ast_batched(
         live.remove(visitor)
         live_kinds[0] = tuple(type(visitor) for visitor in live)
         visits.clear()  # rebuilt without it
+        by_spelling.clear()
         leaves.clear()
 
     open_nodes: list[ast.AST] = []  # nodes whose ``leave_`` is due after their subtree
@@ -215,7 +234,18 @@ def walk_ast_batched(
             kind = type(done)
             call(leaves[kind] if kind in leaves else handlers(leaves, "leave_", kind), done)
         kind = type(node)
-        found = visits[kind] if kind in visits else handlers(visits, "visit_", kind)
+        if kind is ast.Call and filtering:
+            func = node.func  # type: ignore[attr-defined]
+            spelled = (
+                func.attr
+                if type(func) is ast.Attribute
+                else func.id
+                if type(func) is ast.Name
+                else ""
+            )
+            found = by_spelling[spelled] if spelled in by_spelling else call_handlers(spelled)
+        else:
+            found = visits[kind] if kind in visits else handlers(visits, "visit_", kind)
         if found:
             call(found, node)
         ending = leaves[kind] if kind in leaves else handlers(leaves, "leave_", kind)
@@ -246,6 +276,26 @@ def _handled_nodes(
 
 _HANDLED: dict[type, frozenset[type]] = {}
 _OWNERS: dict[tuple[tuple[type, ...], str], tuple[int, ...]] = {}
+
+
+_CALL_OWNERS: dict[tuple[tuple[type, ...], str, str | None], tuple[int, ...]] = {}
+
+
+def _call_owners(kinds: tuple[type, ...], spelled: str, alias: str | None) -> tuple[int, ...]:
+    """The positions in ``kinds`` of the visitor types whose ``visit_Call`` takes a call
+    spelled ``spelled`` (an import alias of ``alias``): those without a ``calls`` set, and
+    those whose set holds one of the two names."""
+    key = (kinds, spelled, alias)
+    known = _CALL_OWNERS.get(key)
+    if known is None:
+        names = {spelled, alias}
+        known = _CALL_OWNERS[key] = tuple(
+            index
+            for index in _owners(kinds, "visit_Call")
+            if (wanted := getattr(kinds[index], "calls", None)) is None
+            or not names.isdisjoint(wanted)
+        )
+    return known
 
 
 def _owners(kinds: tuple[type, ...], name: str) -> tuple[int, ...]:

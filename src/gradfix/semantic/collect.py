@@ -89,12 +89,17 @@ class Collector:
             if kind is ast.Constant:
                 last[node] = index  # most nodes are names and constants: no children
                 continue
-            if kind is ast.Attribute:
+            if kind is ast.Attribute:  # the next most frequent: one child, no recorder
                 attrs = attributes.get(node.attr)
                 if attrs is None:
                     attributes[node.attr] = [node]
                 else:
                     attrs.append(node)
+                value = node.value
+                parents[value] = node
+                stack.append((node,))
+                stack.append(value)
+                continue
             opens = kind in SCOPE_TYPES
             if opens:
                 self._enter_scope(node)

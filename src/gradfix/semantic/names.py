@@ -16,6 +16,7 @@ class NameQueries(Navigation):
     #: the answer of ``torch_alias`` once asked (False: not yet)
     _torch_alias: str | None | bool = False
     _imports_torch: bool | None = None  # the answer of ``imports_torch`` once asked
+    _call_aliases: dict[str, str] | None = None  # the answer of ``call_aliases`` once asked
 
     def qualified_name(self, expr: ast.AST) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
@@ -29,12 +30,12 @@ class NameQueries(Navigation):
 
     def _qualify(self, expr: ast.AST) -> str | None:
         if type(expr) is ast.Name:
-            bindings = self.bindings(expr)
-            imports = [b for b in bindings if b.kind == "import"]
-            others = [b for b in bindings if b.kind != "import" and not is_none_assign(b)]
-            if not imports or others:
-                return None
-            return CANONICAL.get(imports[-1].qualified or "", imports[-1].qualified)
+            # the same in the whole scope it is read in (by name: ``self``, ``torch``...)
+            key = (id(self.scope_of(expr)), expr.id)
+            known = self._qualified_in_scope.get(key, _UNKNOWN)
+            if known is _UNKNOWN:
+                known = self._qualified_in_scope[key] = self._qualify_name(expr)
+            return known  # type: ignore[return-value]
         if type(expr) is ast.Attribute:
             base = self.qualified_name(expr.value)
             if base is None:
@@ -42,6 +43,14 @@ class NameQueries(Navigation):
             dotted = f"{base}.{expr.attr}"
             return CANONICAL.get(dotted, dotted)
         return None
+
+    def _qualify_name(self, name: ast.Name) -> str | None:
+        bindings = self.bindings(name)
+        imports = [b for b in bindings if b.kind == "import"]
+        others = [b for b in bindings if b.kind != "import" and not is_none_assign(b)]
+        if not imports or others:
+            return None
+        return CANONICAL.get(imports[-1].qualified or "", imports[-1].qualified)
 
     def call_name(self, call: ast.Call) -> str | None:
         known = self._qualified.get(call.func, _UNKNOWN)  # asked by most rules: kept short
@@ -65,6 +74,23 @@ class NameQueries(Navigation):
         for spelling in spellings:
             found += self.calls_named(spelling)
         return found
+
+    def call_aliases(self) -> dict[str, str]:
+        """Every name an import binds to something whose last part is spelled otherwise:
+        ``w`` -> ``where`` for ``from torch import where as w`` (what the rules' walk needs
+        to hand a call of ``w`` to the rules about ``where``)."""
+        if self._call_aliases is None:
+            aliases = {}
+            for scope in self._scopes.values():
+                for local, bindings in scope.bindings.items():
+                    for b in bindings:
+                        if b.kind != "import" or not b.qualified:
+                            continue
+                        last = CANONICAL.get(b.qualified, b.qualified).rpartition(".")[2]
+                        if last != local:
+                            aliases[local] = last
+            self._call_aliases = aliases
+        return self._call_aliases
 
     def is_torch_name(self, expr: ast.AST, *names: str) -> bool:
         qualified = self.qualified_name(expr)

@@ -67,6 +67,8 @@ class Navigation:
         #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
         self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
         self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node
+        #: a name's qualified name by (scope it is read in, spelling): the same in the scope
+        self._qualified_in_scope: dict[tuple[int, str], str | None] = {}
         self._lines: list[str] | None = None  # the source's lines with their ends
 
     @property
