@@ -1743,8 +1743,11 @@ class InplaceOnSaved(Rule):
         not free)."""
         analysis = self.analysis
         flags = [k for k in analysis.by_type.get(ast.keyword, ()) if k.arg == "inplace"]  # type: ignore[attr-defined]
-        calls = analysis.by_type.get(ast.Call, ())
-        flags += [a for call in calls for a in call.args if is_true(a)]  # type: ignore[attr-defined]
+        for constant in analysis.by_type.get(ast.Constant, ()):
+            if constant.value is True:  # type: ignore[attr-defined]
+                call = analysis.parent(constant)
+                if type(call) is ast.Call and any(a is constant for a in call.args):
+                    flags.append(constant)  # type: ignore[arg-type]
         names: set[str] = set()
         statements = {id(s): s for f in flags if (s := analysis.enclosing_statement(f)) is not None}
         for statement in statements.values():

@@ -144,7 +144,7 @@ def walk_ast_batched(
     order: Mapping[ast.AST, int] | None = None,
     last: Mapping[ast.AST, int] | None = None,
     by_type: Mapping[type, list[ast.AST]] | None = None,
-    call_aliases: Mapping[str, str] | None = None,
+    call_aliases: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
     """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
     calling each visitor's own ``visit_<Type>`` before a node's children and
@@ -158,8 +158,8 @@ def walk_ast_batched(
     pre-order), only the nodes of the types some visitor handles are walked (most nodes
     are names and constants no rule visits). Without them the tree is traversed.
 
-    With ``call_aliases`` (a name an import binds -> the last part of what it imports:
-    ``w`` -> ``where`` for ``from torch import where as w``), a visitor whose type has a
+    With ``call_aliases`` (a name an import binds -> the last parts of what it imports:
+    ``w`` -> ``("where",)`` for ``from torch import where as w``), a visitor whose type has a
     ``calls`` set (:attr:`gradfix.rule.Rule.calls`) gets ``visit_Call`` only for the
     calls spelled with one of those names (``torch.where(...)``, ``x.where(...)``,
     ``where(...)``, ``w(...)``): most calls concern a few rules."""
@@ -178,7 +178,7 @@ def walk_ast_batched(
 
     def call_handlers(spelled: str) -> tuple[Callable[[ast.AST], object], ...]:
         assert call_aliases is not None
-        owners = _call_owners(live_kinds[0], spelled, call_aliases.get(spelled))
+        owners = _call_owners(live_kinds[0], spelled, call_aliases.get(spelled, ()))
         found = by_spelling[spelled] = tuple(live[index].visit_Call for index in owners)  # type: ignore[attr-defined]
         return found
 
@@ -278,17 +278,19 @@ _HANDLED: dict[type, frozenset[type]] = {}
 _OWNERS: dict[tuple[tuple[type, ...], str], tuple[int, ...]] = {}
 
 
-_CALL_OWNERS: dict[tuple[tuple[type, ...], str, str | None], tuple[int, ...]] = {}
+_CALL_OWNERS: dict[tuple[tuple[type, ...], str, tuple[str, ...]], tuple[int, ...]] = {}
 
 
-def _call_owners(kinds: tuple[type, ...], spelled: str, alias: str | None) -> tuple[int, ...]:
+def _call_owners(
+    kinds: tuple[type, ...], spelled: str, aliased: tuple[str, ...]
+) -> tuple[int, ...]:
     """The positions in ``kinds`` of the visitor types whose ``visit_Call`` takes a call
-    spelled ``spelled`` (an import alias of ``alias``): those without a ``calls`` set, and
-    those whose set holds one of the two names."""
-    key = (kinds, spelled, alias)
+    spelled ``spelled`` (an import alias of ``aliased``): those without a ``calls`` set,
+    and those whose set holds one of those names."""
+    key = (kinds, spelled, aliased)
     known = _CALL_OWNERS.get(key)
     if known is None:
-        names = {spelled, alias}
+        names = {spelled, *aliased}
         known = _CALL_OWNERS[key] = tuple(
             index
             for index in _owners(kinds, "visit_Call")

@@ -43,6 +43,7 @@ class Collector:
         self.class_attrs: dict[ast.AST, dict[str, list[tuple[ast.expr, Binding]]]] = {}
         self.returns: dict[ast.AST, list[ast.Return]] = {}
         self.generators: set[ast.AST] = set()
+        self.imports: list[Binding] = []  # every binding an import makes, in source order
         self._scope_stack: list[Scope] = []
         self._pending: list[Binding] = []
         self._defaults: dict[ast.arg, ast.expr] = {}  # a parameter's default
@@ -264,10 +265,12 @@ class Collector:
     def _record_import(self, node: ast.Import) -> None:
         for alias in node.names:
             if alias.asname is not None:
-                self._bind(self._scope, alias.asname, "import", node, None, qualified=alias.name)
+                local, qualified = alias.asname, alias.name
             else:
-                head = alias.name.split(".")[0]
-                self._bind(self._scope, head, "import", node, None, qualified=head)
+                local = qualified = alias.name.split(".")[0]
+            self.imports.append(
+                self._bind(self._scope, local, "import", node, None, qualified=qualified)
+            )
 
     def _record_import_from(self, node: ast.ImportFrom) -> None:
         if node.level or node.module is None or node.names[0].name == "*":
@@ -275,7 +278,9 @@ class Collector:
         for alias in node.names:
             local = alias.asname or alias.name
             qualified = f"{node.module}.{alias.name}"
-            self._bind(self._scope, local, "import", node, None, qualified=qualified)
+            self.imports.append(
+                self._bind(self._scope, local, "import", node, None, qualified=qualified)
+            )
 
     def _record_call(self, node: ast.Call) -> None:
         func = node.func

@@ -16,7 +16,9 @@ class NameQueries(Navigation):
     #: the answer of ``torch_alias`` once asked (False: not yet)
     _torch_alias: str | None | bool = False
     _imports_torch: bool | None = None  # the answer of ``imports_torch`` once asked
-    _call_aliases: dict[str, str] | None = None  # the answer of ``call_aliases`` once asked
+    _call_aliases: dict[str, tuple[str, ...]] | None = (
+        None  # the answer of ``call_aliases`` once asked
+    )
 
     def qualified_name(self, expr: ast.AST) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
@@ -63,32 +65,26 @@ class NameQueries(Navigation):
         (``from torch.autograd import grad as g``). Cheaper than asking every call."""
         wanted = set(qualified)
         spellings = {name.rpartition(".")[2] for name in wanted}
-        for scope in self._scopes.values():
-            for local, bindings in scope.bindings.items():
-                if any(
-                    b.kind == "import" and CANONICAL.get(b.qualified or "", b.qualified) in wanted
-                    for b in bindings
-                ):
-                    spellings.add(local)
+        for b in self._imports:
+            if CANONICAL.get(b.qualified or "", b.qualified) in wanted:
+                spellings.add(b.name)
         found: list[ast.Call] = []
         for spelling in spellings:
             found += self.calls_named(spelling)
         return found
 
-    def call_aliases(self) -> dict[str, str]:
-        """Every name an import binds to something whose last part is spelled otherwise:
-        ``w`` -> ``where`` for ``from torch import where as w`` (what the rules' walk needs
-        to hand a call of ``w`` to the rules about ``where``)."""
+    def call_aliases(self) -> dict[str, tuple[str, ...]]:
+        """Every name an import binds to something whose last part is spelled otherwise,
+        with those parts: ``w`` -> ``("where",)`` for ``from torch import where as w``
+        (what the rules' walk needs to hand a call of ``w`` to the rules about ``where``;
+        a name imported in two scopes may have two)."""
         if self._call_aliases is None:
-            aliases = {}
-            for scope in self._scopes.values():
-                for local, bindings in scope.bindings.items():
-                    for b in bindings:
-                        if b.kind != "import" or not b.qualified:
-                            continue
-                        last = CANONICAL.get(b.qualified, b.qualified).rpartition(".")[2]
-                        if last != local:
-                            aliases[local] = last
+            aliases: dict[str, tuple[str, ...]] = {}
+            for b in self._imports:
+                if b.qualified:
+                    last = CANONICAL.get(b.qualified, b.qualified).rpartition(".")[2]
+                    if last != b.name and last not in aliases.get(b.name, ()):
+                        aliases[b.name] = (*aliases.get(b.name, ()), last)
             self._call_aliases = aliases
         return self._call_aliases
 
@@ -100,10 +96,7 @@ class NameQueries(Navigation):
         """The file imports torch somewhere (rules find nothing in files that do not)."""
         if self._imports_torch is None:  # asked by most rules at most nodes: answered once
             self._imports_torch = any(
-                b.kind == "import" and (b.qualified or "").split(".")[0] == "torch"
-                for scope in self._scopes.values()
-                for bindings in scope.bindings.values()
-                for b in bindings
+                (b.qualified or "").split(".")[0] == "torch" for b in self._imports
             )
         return self._imports_torch
 

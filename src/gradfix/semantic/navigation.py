@@ -50,6 +50,7 @@ class Navigation:
         self._class_attrs = collector.class_attrs
         self._returns = collector.returns
         self._generators = collector.generators
+        self._imports = collector.imports
         self._no_grad_cache: dict[ast.AST, bool] = {}
         #: node -> the ``with`` or function deciding the grad mode of what it holds
         self._grad_deciders: dict[ast.AST, ast.AST | None] = {}
