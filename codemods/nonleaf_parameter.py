@@ -256,8 +256,13 @@ class NonleafParameter(Rule):
     def _creates_leaves(self) -> bool:
         """Some call of the file may create a leaf (``_may_create_leaf``): what every
         finding peels down to; many files have none."""
-        calls = self.analysis.by_type.get(ast.Call, [])
-        return any(_may_create_leaf(call) for call in calls)  # type: ignore[arg-type]
+        analysis = self.analysis  # from the indexes: the calls so named, the keywords
+        keywords = analysis.by_type.get(ast.keyword, [])
+        for keyword in keywords:
+            if keyword.arg == "requires_grad" and type(analysis.parent(keyword)) is ast.Call:  # type: ignore[attr-defined]
+                return True
+        named = [*analysis.calls_named("Parameter"), *analysis.calls_named("requires_grad_")]
+        return any(_may_create_leaf(call) for call in named)
 
     def _check(self, value: ast.expr, statement: ast.AST) -> None:
         if not self._creates_leaves:
