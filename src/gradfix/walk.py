@@ -275,39 +275,29 @@ def _handled_nodes(
 
 
 _HANDLED: dict[type, frozenset[type]] = {}
-_OWNERS: dict[tuple[tuple[type, ...], str], tuple[int, ...]] = {}
 
 
-_CALL_OWNERS: dict[tuple[tuple[type, ...], str, tuple[str, ...]], tuple[int, ...]] = {}
+# Both answers are the same for every file a set of rules walks (asked once per node type,
+# or call spelling, and file); bounded: a language server walks for as long as it runs.
+@functools.lru_cache(maxsize=1024)
+def _owners(kinds: tuple[type, ...], name: str) -> tuple[int, ...]:
+    """The positions in ``kinds`` of the visitor types that define ``name``."""
+    return tuple(i for i, kind in enumerate(kinds) if hasattr(kind, name))
 
 
+@functools.lru_cache(maxsize=16384)
 def _call_owners(
     kinds: tuple[type, ...], spelled: str, aliased: tuple[str, ...]
 ) -> tuple[int, ...]:
     """The positions in ``kinds`` of the visitor types whose ``visit_Call`` takes a call
     spelled ``spelled`` (an import alias of ``aliased``): those without a ``calls`` set,
     and those whose set holds one of those names."""
-    key = (kinds, spelled, aliased)
-    known = _CALL_OWNERS.get(key)
-    if known is None:
-        names = {spelled, *aliased}
-        known = _CALL_OWNERS[key] = tuple(
-            index
-            for index in _owners(kinds, "visit_Call")
-            if (wanted := getattr(kinds[index], "calls", None)) is None
-            or not names.isdisjoint(wanted)
-        )
-    return known
-
-
-def _owners(kinds: tuple[type, ...], name: str) -> tuple[int, ...]:
-    """The positions in ``kinds`` of the visitor types that define ``name``: the same
-    answer for every file a set of rules walks (looked up once per node type and file)."""
-    key = (kinds, name)
-    known = _OWNERS.get(key)
-    if known is None:
-        known = _OWNERS[key] = tuple(i for i, kind in enumerate(kinds) if hasattr(kind, name))
-    return known
+    names = {spelled, *aliased}
+    return tuple(
+        index
+        for index in _owners(kinds, "visit_Call")
+        if (wanted := getattr(kinds[index], "calls", None)) is None or not names.isdisjoint(wanted)
+    )
 
 
 def handled_types(visitor_type: type) -> frozenset[type]:

@@ -16,9 +16,8 @@ class NameQueries(Navigation):
     #: the answer of ``torch_alias`` once asked (False: not yet)
     _torch_alias: str | None | bool = False
     _imports_torch: bool | None = None  # the answer of ``imports_torch`` once asked
-    _call_aliases: dict[str, tuple[str, ...]] | None = (
-        None  # the answer of ``call_aliases`` once asked
-    )
+    #: the answer of ``call_aliases`` once asked
+    _call_aliases: dict[str, tuple[str, ...]] | None = None
 
     def qualified_name(self, expr: ast.AST) -> str | None:
         """``th.nn.Parameter`` -> ``"torch.nn.Parameter"`` via imports; ``None`` if not imported."""
@@ -61,13 +60,12 @@ class NameQueries(Navigation):
     def calls_that_may_be(self, qualified: Iterable[str]) -> list[ast.Call]:
         """A superset of the calls whose :meth:`call_name` is one of ``qualified``, in no
         particular order: those spelled with the last part of a name (``grad(...)``,
-        ``ag.grad(...)``, ``super().backward()``) or with a name an import binds to one
-        (``from torch.autograd import grad as g``). Cheaper than asking every call."""
-        wanted = set(qualified)
-        spellings = {name.rpartition(".")[2] for name in wanted}
-        for b in self._imports:
-            if CANONICAL.get(b.qualified or "", b.qualified) in wanted:
-                spellings.add(b.name)
+        ``ag.grad(...)``, ``super().backward()``) or with a name an import binds to such a
+        part (``from torch.autograd import grad as g``: :meth:`call_aliases`). Cheaper
+        than asking every call."""
+        lasts = {name.rpartition(".")[2] for name in qualified}
+        aliases = self.call_aliases()
+        spellings = lasts | {local for local, parts in aliases.items() if lasts & set(parts)}
         found: list[ast.Call] = []
         for spelling in spellings:
             found += self.calls_named(spelling)
