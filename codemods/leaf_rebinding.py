@@ -237,9 +237,7 @@ class LeafRebinding(Rule):
         if not spelled:
             return  # cheap: the name is not even spelled in the value
         # its reads: not inside a lambda of the value (``_name_reads``, from the index)
-        lambdas = self.analysis.descendants(node.value, ast.Lambda)
-        lambdas = [n for n in lambdas if n is not node.value]
-        own_reads = [n for n in spelled if not any(self.analysis.contains(f, n) for f in lambdas)]
+        own_reads = self.analysis.outside_nested(node.value, spelled, (ast.Lambda,))
         if not own_reads:
             return
         reason = self.analysis.leaf_reason(own_reads[0])

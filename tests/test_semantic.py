@@ -779,3 +779,17 @@ def test_a_function_of_the_file_returning_a_module_builds_a_module() -> None:
     assert not analysis.is_module(other, other)
     chunk = find(tree, ast.Call, lambda n: getattr(n.func, "attr", "") == "chunk")[0]
     assert analysis.requires_grad(chunk, chunk)
+
+
+def test_outside_nested_drops_what_a_lambda_or_comprehension_below_the_root_holds() -> None:
+    source = "y = f(x) + (lambda x: x)(x) + [x for x in x] + g(x)\nz = lambda x: x\n"
+    tree = ast.parse(source)
+    analysis = Semantic(tree, source)
+    value = tree.body[0].value  # type: ignore[attr-defined]
+    names = analysis.name_nodes_in(value, "x")
+    kept = analysis.outside_nested(value, names, (ast.Lambda, ast.ListComp))
+    # f(x), (...)(x), g(x): the whole comprehension is left out, its first iterable too
+    assert [n.col_offset for n in kept] == [6, 25, 49]
+    lambda_ = tree.body[1].value  # type: ignore[attr-defined]
+    inside = analysis.name_nodes_in(lambda_, "x")
+    assert analysis.outside_nested(lambda_, inside, (ast.Lambda,)) == inside  # the root runs

@@ -223,23 +223,10 @@ def unsafe_uses(expr: ast.AST, analysis: Semantic) -> list[UnsafeUse]:
     candidates = operators or calls
     if operators and calls:
         candidates = sorted(operators + calls, key=order.__getitem__)
-    last = analysis.last
-    elsewhere = [
-        (order[node], last[node])
-        for kind in _ELSEWHERE
-        for node in analysis.descendants(expr, kind)
-        if node is not expr
-    ]
-    uses = []
-    for node in candidates:
-        if elsewhere:
-            at = order[node]
-            if any(start < at <= end for start, end in elsewhere):
-                continue
-        use = unsafe_use(node, analysis)
-        if use is not None:
-            uses.append(use)
-    return uses
+    found = (
+        unsafe_use(node, analysis) for node in analysis.outside_nested(expr, candidates, _ELSEWHERE)
+    )
+    return [use for use in found if use is not None]
 
 
 _ELSEWHERE = (

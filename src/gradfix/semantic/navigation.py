@@ -165,6 +165,20 @@ class Navigation:
         """Every ``<expr>.<attr>`` of the file, in source order (from the index, no walk)."""
         return list(self._attributes.get(attr, ()))
 
+    def outside_nested(
+        self, root: ast.AST, nodes: Sequence[_Node], nested: tuple[type, ...]
+    ) -> list[_Node]:
+        """``nodes`` (under ``root``) that no node of the types ``nested`` below ``root``
+        holds: what runs where ``root`` runs, not in a lambda or comprehension of it."""
+        inner: list[tuple[int, int]] = []
+        for kind in nested:
+            below: list[ast.AST] = self.descendants(root, kind)
+            inner += [(self._order[n], self._last[n]) for n in below if n is not root]
+        if not inner:
+            return list(nodes)
+        order = self._order
+        return [n for n in nodes if not any(a < order[n] <= b for a, b in inner)]
+
     def descendants(self, root: ast.AST, kind: type[_Node]) -> list[_Node]:
         """The nodes of exactly type ``kind`` in ``root``'s subtree (``root`` included), in
         pre-order: ``[n for n in ast.walk(root) if type(n) is kind]`` in source order,
