@@ -137,6 +137,8 @@ class BackwardTwice(Rule):
     """
 
     code = "GF401"
+    # every check starts from a backward call (a run's evidence aside)
+    needs = frozenset({"backward", *(name.rpartition(".")[2] for name in GRAD_FUNCTIONS)})
     name = "backward-twice"
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE

@@ -101,6 +101,7 @@ class CatInLoop(Rule):
     """
 
     code = "GF404"
+    needs = frozenset(name.rpartition(".")[2] for name in CAT_FUNCTIONS)
     name = "cat-in-loop"
     message = (
         "Tensor grown with torch.cat inside a loop: every iteration copies all rows so far "

@@ -78,6 +78,8 @@ class IntegerRequiresGrad(Rule):
     """
 
     code = "GF105"
+    # `requires_grad=True`, `.requires_grad = True`, `.requires_grad_()`, `nn.Parameter(...)`
+    needs = frozenset({"requires_grad", "requires_grad_", PARAMETER.rpartition(".")[2]})
     fix_restores_gradient = True
     name = "integer-requires-grad"
     message = "Integer tensor cannot require gradients; use a floating point dtype"

@@ -89,6 +89,7 @@ class NonleafGradRead(Rule):
 
     code = "GF106"
     calls = frozenset({"retain_grad", "backward"})
+    needs = frozenset({"grad"})  # every finding is a read of `x.grad`
     name = "nonleaf-grad-read"
     message = "`.grad` of a non-leaf tensor is `None` after backward(); call `.retain_grad()`"
     fix_safety = FixSafety.SAFE

@@ -36,6 +36,7 @@ from gradfix.rule import (
     Report,
     Rule,
     RuleContext,
+    rules_for_source,
 )
 from gradfix.semantic import Semantic
 from gradfix.suppression import has_suppressions, unsuppressed
@@ -273,7 +274,7 @@ def _collect_reports(
     if semantic.imports_torch() and rules:
         linted.torch_alias = semantic.torch_alias()
         context = RuleContext(path=path, source=source, semantic=semantic)
-        visitors = [rule(context) for rule in rules]
+        visitors = [rule(context) for rule in rules_for_source(rules, source)]
         walk_ast_batched(
             tree,
             visitors,
