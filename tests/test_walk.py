@@ -206,3 +206,80 @@ def test_rules_declaring_their_calls_find_what_they_find_when_handed_every_call(
             assert filtered == _reports(rule, source, aliases=False), (rule.code, source[:80])
             found += len(filtered)
     assert found > 50
+
+
+# -- the words a rule needs: files that spell none of them are not walked for it ------------
+
+
+def test_rules_for_source_keeps_a_rule_only_where_one_of_its_words_is_spelled() -> None:
+    from types import MappingProxyType
+
+    from gradfix.rule import Rule, rules_for_source
+
+    class NeedsGrad(Rule):
+        code = "GF990"
+        needs = frozenset({"grad"})
+
+    class Calls(Rule):
+        code = "GF991"
+        calls = frozenset({"where"})
+
+        def visit_Call(self, node: ast.Call) -> None: ...
+
+    class CallsAndAssigns(Calls):
+        code = "GF992"
+
+        def visit_Assign(self, node: ast.Assign) -> None: ...
+
+    class Any(Rule):
+        code = "GF993"
+
+    rules = [NeedsGrad, Calls, CallsAndAssigns, Any]
+    assert Calls.needed_words() == {"where"}  # derived: visit_Call is its only handler
+    assert CallsAndAssigns.needed_words() is None  # its other handler may see anything
+    assert rules_for_source(rules, "x.requires_grad_()\nno_grad()\nwhereas = 1\n") == [
+        CallsAndAssigns,
+        Any,
+    ]  # whole words only: neither ``requires_grad`` nor ``whereas`` spells one
+    assert rules_for_source(rules, "print(p.grad)\n") == [NeedsGrad, CallsAndAssigns, Any]
+    assert rules_for_source(rules, "# see torch.where\n") == [Calls, CallsAndAssigns, Any]
+    assert rules_for_source(rules, "from torch import where as w\nw(c, a, b)\n")[0] is Calls
+    assert rules_for_source(rules, "s = 'grad'\n")[0] is NeedsGrad  # strings count too
+    # a rule told what a run proved at a line runs whatever the file spells
+    told = type("Told", (NeedsGrad,), {"runtime": MappingProxyType({1: frozenset({"k"})})})
+    assert rules_for_source([told], "x = 1\n") == [told]
+
+
+def test_rules_needing_words_find_nothing_in_a_file_that_spells_none_of_them() -> None:
+    """``needs`` is a promise: on the fixtures, the real-world cases and the rules'
+    examples, a rule the engine would not run on a source reports nothing there when it
+    is run; and each rule's own invalid examples spell its words."""
+    import textwrap
+    from pathlib import Path
+
+    from gradfix.registry import all_rules
+    from gradfix.rule import rules_for_source
+
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted(root.glob("fixtures/*/*.py")) + sorted(root.glob("bench/realworld/*.py"))
+    sources = [p.read_text(encoding="utf-8") for p in paths]
+    needing = [r for r in all_rules() if r.needed_words() is not None]
+    assert {"GF105", "GF106", "GF401", "GF404"} <= {r.code for r in needing}
+    examples = {
+        rule: [textwrap.dedent(e.code) for e in (*rule.VALID, *rule.INVALID)]
+        for rule in all_rules()
+    }
+    skipped = 0
+    for rule in needing:
+        for invalid in rule.INVALID:
+            assert rules_for_source([rule], textwrap.dedent(invalid.code)), rule.code
+        for source in sources + [code for codes in examples.values() for code in codes]:
+            if rules_for_source([rule], source):
+                continue
+            try:
+                ast.parse(source)
+            except SyntaxError:
+                continue
+            assert _reports(rule, source, aliases=True) == [], (rule.code, source[:80])
+            skipped += 1
+    assert skipped > 500
