@@ -52,6 +52,10 @@ def child(stage: str, files: list[Path]) -> None:
 
     rules = [r for r in all_rules() if r.default_enabled and issubclass(r, Rule)]
     filters_calls = "call_aliases" in inspect.signature(walk_ast_batched).parameters
+    import gradfix.rule
+
+    # as the engine picks the rules a file may concern (older checkouts: every rule)
+    rules_for = getattr(gradfix.rule, "rules_for_source", lambda rules, text: rules)
     if stage == "start":
         return
     gc.disable()  # as the engine lints (cyclic_gc_paused)
@@ -70,7 +74,7 @@ def child(stage: str, files: list[Path]) -> None:
         walked = {"order": semantic.order, "last": semantic.last, "by_type": semantic.by_type}
         if filters_calls:  # as the engine walks (older checkouts: no call filter)
             walked["call_aliases"] = semantic.call_aliases()
-        walk_ast_batched(tree, [rule(context) for rule in rules], **walked)
+        walk_ast_batched(tree, [rule(context) for rule in rules_for(rules, text)], **walked)
 
 
 def instructions(python: str, stage: str, listing: Path) -> int:

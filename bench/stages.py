@@ -25,7 +25,7 @@ from pathlib import Path
 from gradfix.edits import Editor
 from gradfix.engine import may_import_torch, parse
 from gradfix.registry import all_rules
-from gradfix.rule import FixPlan, Rule, RuleContext
+from gradfix.rule import FixPlan, Rule, RuleContext, rules_for_source
 from gradfix.semantic import Semantic
 from gradfix.walk import walk_ast_batched
 
@@ -84,10 +84,10 @@ def main() -> None:
             continue
         try:
             start = clock()
-            visitors = [rule(context) for rule in ast_rules]
+            visitors = [rule(context) for rule in rules_for_source(ast_rules, text)]
             walk_ast_batched(tree, visitors, **_walked(semantic))
             cost["rules"] += clock() - start
-            for rule in ast_rules:
+            for rule in rules_for_source(ast_rules, text):
                 start = clock()
                 walk_ast_batched(tree, [rule(context)], **_walked(semantic))
                 alone[rule.code] += clock() - start

@@ -220,34 +220,32 @@ def test_rules_for_source_keeps_a_rule_only_where_one_of_its_words_is_spelled() 
         code = "GF990"
         needs = frozenset({"grad"})
 
-    class Calls(Rule):
+    class NeedsWhere(Rule):
         code = "GF991"
-        calls = frozenset({"where"})
-
-        def visit_Call(self, node: ast.Call) -> None: ...
-
-    class CallsAndAssigns(Calls):
-        code = "GF992"
-
-        def visit_Assign(self, node: ast.Assign) -> None: ...
+        needs = frozenset({"where", "select"})
 
     class Any(Rule):
         code = "GF993"
+        calls = frozenset({"where"})  # the walk's filter: no words needed
 
-    rules = [NeedsGrad, Calls, CallsAndAssigns, Any]
-    assert Calls.needed_words() == {"where"}  # derived: visit_Call is its only handler
-    assert CallsAndAssigns.needed_words() is None  # its other handler may see anything
-    assert rules_for_source(rules, "x.requires_grad_()\nno_grad()\nwhereas = 1\n") == [
-        CallsAndAssigns,
-        Any,
-    ]  # whole words only: neither ``requires_grad`` nor ``whereas`` spells one
-    assert rules_for_source(rules, "print(p.grad)\n") == [NeedsGrad, CallsAndAssigns, Any]
-    assert rules_for_source(rules, "# see torch.where\n") == [Calls, CallsAndAssigns, Any]
-    assert rules_for_source(rules, "from torch import where as w\nw(c, a, b)\n")[0] is Calls
+    rules = [NeedsGrad, NeedsWhere, Any]
+    assert Any.needed_words() is None
+    # whole words only: neither ``requires_grad`` nor ``whereas`` spells one
+    source = "x.requires_grad_()\nno_grad()\nwhereas = grad_\n"
+    assert rules_for_source(rules, source) == [Any]
+    assert rules_for_source(rules, "print(p.grad)\n") == [NeedsGrad, Any]
+    assert rules_for_source(rules, "grad") == [NeedsGrad, Any]  # at both ends of the text
+    assert rules_for_source(rules, "# see torch.where\n") == [NeedsWhere, Any]
+    assert rules_for_source(rules, "x.selected\ny = select(x)\n") == [NeedsWhere, Any]
+    assert rules_for_source(rules, "from torch import where as w\nw(c, a, b)\n")[0] is NeedsWhere
     assert rules_for_source(rules, "s = 'grad'\n")[0] is NeedsGrad  # strings count too
+    assert rules_for_source(rules, "gradé = grad2\n") == [Any]  # letters of every script
     # a rule told what a run proved at a line runs whatever the file spells
     told = type("Told", (NeedsGrad,), {"runtime": MappingProxyType({1: frozenset({"k"})})})
     assert rules_for_source([told], "x = 1\n") == [told]
+    # a name whose canonical form ends in a needed word counts (its import spells it)
+    functional = type("Functional", (Rule,), {"code": "GF994", "needs": frozenset({"functional"})})
+    assert "F" in (functional.needed_words() or ())
 
 
 def test_rules_needing_words_find_nothing_in_a_file_that_spells_none_of_them() -> None:

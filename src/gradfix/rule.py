@@ -25,7 +25,6 @@ import ast
 import dataclasses
 import enum
 import functools
-import re
 import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -336,16 +335,18 @@ class Rule(BaseRule):
     #: run's evidence: the identifiers every finding's shape contains (``{"grad"}`` for a
     #: rule about reads of ``x.grad``; an import alias spells the name it imports). The
     #: engine looks for them in the whole text, comments and strings included, and does
-    #: not run the rule on a file that spells none of them. None: the rule's handlers
-    #: decide alone; a rule whose only handler is ``visit_Call`` with a :attr:`calls` set
-    #: needs those names (:meth:`needed_words`).
+    #: not run the rule on a file that spells none of them (most files of a codebase run
+    #: no backward pass). None: every file. A rule whose only handler is ``visit_Call``
+    #: with a :attr:`calls` set needs no words: the walk already hands it nothing else.
     needs: ClassVar[frozenset[str] | None] = None
 
     @classmethod
     def needed_words(cls) -> frozenset[str] | None:
-        """The words a file must spell for this rule to run on it (None: every file)."""
+        """:attr:`needs`, with the last part of each name whose canonical form ends in
+        one of them (imported under its own name: ``torch.functional.F`` is
+        ``torch.nn.functional``). None: every file."""
         if cls not in _NEEDED_WORDS:
-            _NEEDED_WORDS[cls] = _needed_words(cls)
+            _NEEDED_WORDS[cls] = _needed_words(cls.needs)
         return _NEEDED_WORDS[cls]
 
     def __init__(self, context: RuleContext) -> None:
@@ -396,50 +397,50 @@ class Rule(BaseRule):
 _NEEDED_WORDS: dict[type[Rule], frozenset[str] | None] = {}
 
 
-def _needed_words(rule: type[Rule]) -> frozenset[str] | None:
+def _needed_words(words: frozenset[str] | None) -> frozenset[str] | None:
     from gradfix.torch_facts import CANONICAL
-    from gradfix.walk import handled_types  # the walk imports LibCST's node types
 
-    words = rule.needs
-    if words is None and rule.calls is not None and handled_types(rule) == {ast.Call}:
-        words = rule.calls  # its only handler is handed nothing else
     if words is None:
         return None
-    # a name whose canonical form ends in a word (``torch.functional.F`` is
-    # ``torch.nn.functional``) may be imported under its own last part
     also = {
         name.rpartition(".")[2]
         for name, canonical in CANONICAL.items()
         if canonical.rpartition(".")[2] in words
     }
-    return frozenset(words | also)
+    return words | also
 
 
 def rules_for_source(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:
     """``rules`` without those that cannot find anything in ``source``: it spells none of
-    their :meth:`Rule.needed_words` (one scan of the text for all of them). A rule told
-    what a run proved (:attr:`BaseRule.runtime`) always runs."""
-    pattern = _words_pattern(tuple(rule for rule in rules if not rule.runtime))
-    if pattern is None:
-        return list(rules)
-    spelled = set(pattern.findall(source))
-    return [
-        rule
-        for rule in rules
-        if rule.runtime or (words := rule.needed_words()) is None or not spelled.isdisjoint(words)
-    ]
+    their :meth:`Rule.needed_words`. A rule told what a run proved
+    (:attr:`BaseRule.runtime`) always runs."""
+    spelled: dict[str, bool] = {}
+    kept = []
+    for rule in rules:
+        words = None if rule.runtime else rule.needed_words()
+        if words is not None and not any(
+            spelled[word] if word in spelled else spelled.setdefault(word, _spells(source, word))
+            for word in words
+        ):
+            continue
+        kept.append(rule)
+    return kept
 
 
-# the same for every file a set of rules checks; bounded: a language server runs for long
-@functools.lru_cache(maxsize=64)
-def _words_pattern(rules: tuple[type[Rule], ...]) -> re.Pattern[str] | None:
-    words = {word for rule in rules for word in rule.needed_words() or ()}
-    if not words:
-        return None
-    # whole words: ``grad`` is not spelled by ``requires_grad`` (``\b`` and ``\w`` count
-    # the letters and digits of every script, as identifiers do)
-    alternatives = "|".join(sorted(map(re.escape, words), key=lambda w: (-len(w), w)))
-    return re.compile(rf"\b(?:{alternatives})\b")
+def _spells(source: str, word: str) -> bool:
+    """``word`` occurs in ``source`` as a whole word (``grad`` is not spelled by
+    ``requires_grad``): a search of the text per occurrence, not a regular expression
+    tried at every position (ten times slower on a large file)."""
+    size = len(word)
+    start = source.find(word)
+    while start >= 0:
+        end = start + size
+        before = source[start - 1] if start else " "
+        after = source[end] if end < len(source) else " "
+        if not (before.isalnum() or before == "_" or after.isalnum() or after == "_"):
+            return True
+        start = source.find(word, start + 1)
+    return False
 
 
 def missing_comments(fix: Fix) -> list[str]:
