@@ -4,6 +4,7 @@
     python bench/speed.py --packages transformers timm diffusers
     python bench/speed.py --paths DIR_OR_FILE ...          # explicit paths, nothing downloaded
     python bench/speed.py --setup-torchfix ~/.cache/gradfix-bench/torchfix   # venv + TorchFix
+    python bench/speed.py --setup-gradfix ~/.cache/gradfix-bench/gradfix     # venv + this checkout
     python bench/speed.py --torchfix ~/.cache/gradfix-bench/torchfix/bin/torchfix
     python bench/speed.py --torchfix ... --torchfix-sample 200 --seed 0      # extrapolated
     python bench/speed.py --runs torchfix --torchfix ...   # only some of the rows
@@ -26,6 +27,12 @@ and 1 when some files failed to parse or transform; both are valid timings. A fu
 over transformers takes 15-20 minutes on 2 cores: ``--torchfix-sample N`` runs it (and
 gradfix, for a measured ratio) on a seeded sample of N files and extrapolates its per-file
 rate to the whole corpus, labelled as extrapolated.
+
+TorchFix runs from a venv of its own; ``--setup-gradfix DIR`` runs gradfix the same way:
+this checkout installed as users install it (``pip install .``, no editable finder, no
+system site-packages: no ``.pth`` file of the machine runs at each start-up), reinstalled
+at every run. Without it, gradfix is this Python's (``python -m gradfix``, the editable
+install of a development checkout).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ import corpus
 
 PINNED = {"transformers": "5.23.0", "timm": "1.0.31", "diffusers": "0.42.1"}
 TORCHFIX_VERSION = "0.7.0"
+GRADFIX_DEFAULT = f"{shlex.quote(sys.executable)} -m gradfix"
 RUNS = ("cold", "warm", "fix", "torchfix", "verify")
 VERIFY_SCRIPT = Path(__file__).resolve().parent / "verify_speed.py"
 
@@ -359,6 +367,20 @@ def setup_torchfix(directory: Path) -> Path:
     return executable
 
 
+def setup_gradfix(directory: Path) -> list[str]:
+    """A venv in ``directory`` (made once) with this checkout installed, reinstalled now:
+    the command that runs its gradfix."""
+    python = directory / "bin" / "python"
+    steps = [] if python.exists() else [[sys.executable, "-m", "venv", str(directory)]]
+    root = str(Path(__file__).resolve().parent.parent)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    steps += [[*pip, root], [*pip, "--no-deps", "--force-reinstall", root]]  # deps, then ours
+    for step in steps:
+        if subprocess.run(step, check=False, capture_output=True).returncode != 0:
+            fail(f"{directory}: `{shlex.join(step)}` failed; check access to PyPI")
+    return [str(python), "-m", "gradfix"]
+
+
 def torchfix_version(command: Sequence[str]) -> str:
     try:
         result = subprocess.run(
@@ -398,6 +420,8 @@ class Commands:
     gradfix: list[str]
     torchfix: list[str] | None = None
     verify: list[str] | None = None
+    #: how the gradfix measured is installed (said in the report)
+    install: str = "this Python's install"
 
 
 @dataclass
@@ -467,6 +491,7 @@ class Report:
     torchfix_version: str = ""
     gradfix_version: str = ""
     revision: str = ""
+    install: str = ""
 
 
 def _met(value: float, limit: float) -> str:
@@ -738,6 +763,7 @@ def run_benchmark(corpus: Corpus, commands: Commands, settings: Settings) -> Rep
     env.pop("GRADFIX_NO_CACHE", None)  # the warm run needs the cache
     compile_bytecode()
     report.gradfix_version = gradfix_version(commands.gradfix)
+    report.install = commands.install
     report.revision = source_revision()
     with tempfile.TemporaryDirectory(prefix="gradfix-speed-") as directory:
         workdir = Path(directory)
@@ -779,7 +805,7 @@ def render(report: Report) -> str:
         f"### {corpus.label}: {len(corpus.files):,} files, {corpus.lines:,} lines",
         "",
         f"{time.strftime('%Y-%m-%d')}, {report.gradfix_version} (repository at "
-        f"{report.revision}), {cores} cores ({cpu_model()}), Python "
+        f"{report.revision}; {report.install}), {cores} cores ({cpu_model()}), Python "
         f"{platform.python_version()}, `-j {settings.jobs}`; load average before "
         f"{before}, after {after}.",
         "",
@@ -842,8 +868,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--gradfix",
-        default=f"{shlex.quote(sys.executable)} -m gradfix",
+        default=GRADFIX_DEFAULT,
         help="the gradfix command (default: this Python's gradfix)",
+    )
+    parser.add_argument(
+        "--setup-gradfix",
+        type=Path,
+        metavar="DIR",
+        help="install this checkout into a venv in DIR (made once, reinstalled each run) and "
+        "measure that gradfix, as TorchFix is measured from its own venv",
     )
     parser.add_argument(
         "--torchfix", metavar="PATH", help="a venv with TorchFix, its bin/torchfix or its python"
@@ -873,10 +906,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail("--jobs and --torchfix-sample take a number of at least 1")
     if args.setup_torchfix is not None and args.torchfix is None:
         args.torchfix = str(setup_torchfix(args.setup_torchfix.expanduser().resolve()))
+    gradfix = shlex.split(args.gradfix)
+    install = "this Python's install" if args.gradfix == GRADFIX_DEFAULT else f"`{args.gradfix}`"
+    if args.setup_gradfix is not None:
+        gradfix = setup_gradfix(args.setup_gradfix.expanduser().resolve())
+        install = "`pip install .` in a venv of its own, as TorchFix"
     commands = Commands(
-        gradfix=shlex.split(args.gradfix),
+        gradfix=gradfix,
         torchfix=None if args.torchfix is None else torchfix_command(args.torchfix),
         verify=[sys.executable, str(VERIFY_SCRIPT), "--jobs", str(args.jobs)],
+        install=install,
     )
     if args.paths:
         missing = [path for path in args.paths if not path.exists()]

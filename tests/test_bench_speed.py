@@ -312,3 +312,25 @@ def test_bytecode_is_compiled_before_timing(
     assert folders == [str(package), str(package / "codemods")]
     assert list((package / "__pycache__").glob("rule.*.pyc"))
     assert list((package / "codemods" / "__pycache__").glob("__init__.*.pyc"))
+
+
+def test_setup_gradfix_installs_this_checkout_into_its_venv_each_run(
+    speed: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python, calls = venv / "bin" / "python", tmp_path / "calls.txt"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ ! -e {tmp_path}/fail ]\n')
+    python.chmod(0o755)
+    assert speed.setup_gradfix(venv) == [str(python), "-m", "gradfix"]
+    root = str(Path(speed.__file__).resolve().parent.parent)
+    assert calls.read_text().splitlines() == [  # the venv exists: not made again
+        f"-m pip install -q {root}",
+        f"-m pip install -q --no-deps --force-reinstall {root}",  # the checkout as it is now
+    ]
+    (tmp_path / "fail").touch()
+    with pytest.raises(SystemExit) as stop:
+        speed.setup_gradfix(venv)
+    assert stop.value.code == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and "failed; check access to PyPI" in message
