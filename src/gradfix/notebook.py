@@ -43,11 +43,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gradfix.engine import MAX_PASSES, RuleCrash, SourceError, lint_source, single_fixes
+from gradfix.fileio.files import is_notebook as is_notebook  # re-exported
 from gradfix.fileio.text import split_lines
 from gradfix.noqa import codes_by_line, comment_lines
 from gradfix.rule import Finding, Rule
 
-NOTEBOOK_SUFFIX = ".ipynb"
 #: the line put before each code cell in the program; its number is the cell's index
 CELL_MARKER = "# gradfix: notebook cell {index}\n"
 #: the marker of an indented cell opens a block for it, so its lines and columns stay
@@ -162,10 +162,6 @@ class NotebookLint:
     skipped: list[str] = field(default_factory=list)
     #: rules that raised on the notebook's code (:attr:`LintResult.crashes`)
     crashes: list[RuleCrash] = field(default_factory=list)
-
-
-def is_notebook(path: str) -> bool:
-    return path.lower().endswith(NOTEBOOK_SUFFIX)
 
 
 def code_cell(index: int, source: str) -> Cell | None:

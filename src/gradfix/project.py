@@ -30,8 +30,7 @@ import os
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from gradfix.fileio.files import FileError, read_source
-from gradfix.notebook import is_notebook
+from gradfix.fileio.files import FileError, is_notebook, read_source
 
 #: files that mark the root of a project
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
@@ -42,7 +41,11 @@ def project_of(path: str, arguments: Sequence[str]) -> str:
     :data:`PROJECT_MARKERS` file, else the argument of the run that holds it (a file
     argument: its directory). Call sites count within one project: ``gradfix check a b``
     of two unrelated repositories does not mix their functions."""
-    directory = os.path.dirname(os.path.abspath(path))
+    return _project_of_directory(os.path.dirname(os.path.abspath(path)), tuple(arguments))
+
+
+@functools.lru_cache(maxsize=4096)  # asked for every file of a run: once per directory
+def _project_of_directory(directory: str, arguments: tuple[str, ...]) -> str:
     marked = _marked_root(directory)
     if marked is not None:
         return marked

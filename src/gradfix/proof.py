@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
-from gradfix.notebook import is_notebook
+from gradfix.fileio.files import is_notebook
 from gradfix.rule import Finding, Rule
 
 if TYPE_CHECKING:

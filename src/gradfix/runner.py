@@ -42,10 +42,10 @@ from gradfix.fileio.files import (
     SourceFile,
     decode_source,
     discover,
+    is_notebook,
     read_source,
     write_source,
 )
-from gradfix.notebook import is_notebook, lint_notebook
 from gradfix.rule import Finding, FixSafety, Rule
 
 if TYPE_CHECKING:
@@ -744,6 +744,8 @@ def _singles_from_json(items: Sequence[dict[str, Any]]) -> list[SingleFix]:
 
 def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) -> FileResult:
     """Like :func:`process_text`; ``original`` / ``fixed`` are the notebook file texts."""
+    from gradfix.notebook import lint_notebook  # only for notebooks
+
     result = FileResult(path, original=text, fixed=text, encoding=encoding)
     try:
         lint = lint_notebook(

@@ -71,7 +71,7 @@ def _fixes_judged(run: RunResult, progress: Progress | None) -> Callable[[int], 
     the changed files; nothing without ``progress``)."""
     if progress is None:
         return lambda count: None
-    from gradfix.notebook import is_notebook
+    from gradfix.fileio.files import is_notebook
 
     advance = progress(
         sum(r.applied_count for r in run.files if r.error is None and not is_notebook(r.path))
@@ -98,7 +98,7 @@ def _judge_files(
     file on the cluster of a Ray ``executor``), and its text with all of them; ``judged``
     is told how many fixes each file had judged, as they are."""
     from gradfix.engine import SourceError
-    from gradfix.notebook import is_notebook
+    from gradfix.fileio.files import is_notebook
     from gradfix.proof import verify_fixes
     from gradfix.runner import write_result
     from gradfix.verify.harness import EntryError
@@ -158,7 +158,7 @@ def _judged_on_cluster(
     back from the cluster."""
     if executor is None:
         return {}
-    from gradfix.notebook import is_notebook
+    from gradfix.fileio.files import is_notebook
     from gradfix.ray_executor import RayExecutor, verify_on
 
     if not isinstance(executor, RayExecutor):

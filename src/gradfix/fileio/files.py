@@ -42,7 +42,8 @@ PYTHON_SUFFIX = ".py"
 #: or generated code (``max-file-size`` in ``[tool.gradfix]`` changes it; 0: no limit)
 MAX_FILE_BYTES = 5_000_000
 #: suffixes a directory walk takes: Python files and Jupyter notebooks
-WALKED_SUFFIXES = (PYTHON_SUFFIX, ".ipynb")
+NOTEBOOK_SUFFIX = ".ipynb"
+WALKED_SUFFIXES = (PYTHON_SUFFIX, NOTEBOOK_SUFFIX)
 
 
 class FileError(Exception):
@@ -189,6 +190,11 @@ def _file_kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "device"
     return "special file"
+
+
+def is_notebook(path: str) -> bool:
+    """A Jupyter notebook, by its name (:mod:`gradfix.notebook` reads it)."""
+    return path.lower().endswith(NOTEBOOK_SUFFIX)
 
 
 def _is_walked(name: str) -> bool:
