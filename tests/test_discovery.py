@@ -126,3 +126,35 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("CI", "true")
     with progress_bar() as progress:
         assert progress is None
+
+
+def test_no_git_process_outside_a_repository(
+    tmp_path_factory: pytest.TempPathFactory, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``.git`` from a file's folder up to the filesystem's root: nothing is ignored and
+    git is not started (a run over an unpacked wheel); ``GIT_DIR`` or a ``.git`` asks it."""
+    import gradfix.fileio.gitfiles as gitfiles
+
+    outside = tmp_path_factory.mktemp("outside") / "a.py"  # beside the repository
+    if any((parent / ".git").exists() for parent in outside.parents):
+        pytest.skip("the temporary directory lies in a git repository")
+    asked: list[str] = []
+    real = gitfiles._git
+
+    def recording(args, cwd, stdin=None):  # type: ignore[no-untyped-def]
+        asked.append(cwd)
+        return real(args, cwd, stdin)
+
+    monkeypatch.setattr(gitfiles, "_git", recording)
+    monkeypatch.setattr(gitfiles, "_ROOTS", {})
+    outside.write_text("x = 1\n")
+    assert gitfiles.ignored_paths([str(outside)]) == set() and asked == []
+    monkeypatch.setattr(gitfiles, "_ROOTS", {})
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    gitfiles.ignored_paths([str(outside)])
+    assert asked  # GIT_DIR names a repository wherever the files are
+    monkeypatch.delenv("GIT_DIR")
+    monkeypatch.setattr(gitfiles, "_ROOTS", {})
+    asked.clear()
+    ignored = str(repo / "out" / "gen.py")  # the repository's .gitignore has out/
+    assert gitfiles.ignored_paths([ignored, str(repo / "a.py")]) == {ignored} and asked

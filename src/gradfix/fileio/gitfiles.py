@@ -66,9 +66,11 @@ def _cached_root(directory: str) -> str | None:
     by subdirectories that hold no ``.git`` of their own (no git process per folder)."""
     if directory not in _ROOTS:
         parent = os.path.dirname(directory)
-        inherited = parent != directory and not os.path.exists(os.path.join(directory, ".git"))
-        if inherited and os.path.isdir(parent):
+        marked = os.path.exists(os.path.join(directory, ".git"))
+        if not marked and parent != directory and os.path.isdir(parent):
             _ROOTS[directory] = _cached_root(parent)
+        elif not marked and "GIT_DIR" not in os.environ:
+            _ROOTS[directory] = None  # no ``.git`` up to the filesystem's root: no git asked
         else:
             _ROOTS[directory] = repository_root(directory) if os.path.isdir(directory) else None
     return _ROOTS[directory]
