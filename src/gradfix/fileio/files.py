@@ -30,7 +30,7 @@ import stat
 import tempfile
 import tokenize
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: Directory names never entered while walking a directory (an explicitly given
 #: directory is always walked, whatever its name). Hidden directories are skipped too.
@@ -64,6 +64,8 @@ class Candidate:
     error: str | None = None
     #: one-line remark about a path that holds nothing to process (not an error)
     warning: str | None = None
+    #: the file's device and inode when its ``stat`` was taken (one file, two names)
+    identity: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def discover(paths: Iterable[str]) -> list[Candidate]:
     for path in paths:
         for candidate in _expand(path):
             if candidate.error is None and candidate.warning is None:
-                key = _identity(candidate.path)
+                key = candidate.identity or _identity(candidate.path)
                 if key in seen:
                     continue
                 seen.add(key)
@@ -122,10 +124,10 @@ def _expand(path: str) -> Iterator[Candidate]:
         files, loops = _walk(path)
         if not files:
             yield Candidate(path, warning="no Python files found")
-        yield from (Candidate(file, error=_not_a_source(file)) for file in files)
+        yield from (_candidate(file) for file in files)
         yield from (Candidate(link, warning=LOOP_WARNING) for link in loops)
     elif os.path.lexists(path):
-        yield Candidate(path, error=_not_a_source(path, explicit=True))
+        yield _candidate(path, explicit=True)
     else:
         yield Candidate(path, error="no such file or directory")
 
@@ -164,22 +166,23 @@ def _encloses(directory: str, path: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def _not_a_source(path: str, *, explicit: bool = False) -> str | None:
-    """Why ``path`` (a file found or named) cannot be read as a source, or None.
+def _candidate(path: str, *, explicit: bool = False) -> Candidate:
+    """``path`` (a file found or named), or why it cannot be read as a source.
 
     A FIFO, socket or device would block or never end; a FIFO named on the command line
     is taken (``gradfix check <(git show HEAD:m.py)``)."""
     try:
-        mode = os.stat(path).st_mode
+        info = os.stat(path)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            return "symbolic link loop (it never reaches a file); skipped"
+            return Candidate(path, error="symbolic link loop (it never reaches a file); skipped")
         if os.path.islink(path):
-            return "broken symbolic link"
-        return _os_error_message(error)
+            return Candidate(path, error="broken symbolic link")
+        return Candidate(path, error=_os_error_message(error))
+    mode = info.st_mode
     if stat.S_ISREG(mode) or (explicit and stat.S_ISFIFO(mode)):
-        return None
-    return f"not a regular file (a {_file_kind(mode)}); skipped"
+        return Candidate(path, identity=(info.st_dev, info.st_ino))
+    return Candidate(path, error=f"not a regular file (a {_file_kind(mode)}); skipped")
 
 
 def _file_kind(mode: int) -> str:
