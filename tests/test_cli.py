@@ -624,3 +624,46 @@ def test_help_names_only_options_the_command_has(command: str) -> None:
 
 def test_fix_help_states_the_interactive_exit_status() -> None:
     assert "--interactive 0 whatever was accepted or declined" in _help("fix")
+
+
+def test_the_command_ends_without_teardown_but_runs_exit_handlers(project: Path) -> None:
+    """``gradfix`` (``run``) ends the process without tearing the interpreter down, after
+    waiting for other threads, running ``atexit`` handlers and flushing the output; the
+    exit status is the command's. ``main`` still raises ``SystemExit``."""
+    write(project, "m.py", BUGGY)
+    code = (
+        "import atexit, sys, threading, time\n"
+        "import gradfix.cli as cli\n"
+        "atexit.register(lambda: print('atexit handler', flush=True))\n"
+        "ending = threading.Event()\n"
+        "def late():\n"
+        "    ending.wait()  # still running when the command ends\n"
+        "    time.sleep(0.1)\n"
+        "    print('thread done', flush=True)\n"
+        "threading.Thread(target=late).start()\n"
+        "exit_now = cli._exit_now\n"
+        "def exiting(code):\n"
+        "    ending.set()\n"
+        "    exit_now(code)\n"
+        "cli._exit_now = exiting\n"
+        "sys.argv = ['gradfix', *sys.argv[1:]]\n"
+        "try:\n"
+        "    cli.{entry}()\n"
+        "except SystemExit as exit_:\n"
+        "    print('main raised', exit_.code, flush=True)\n"
+        "    ending.set()\n"
+        "    raise\n"
+    )
+    args = ["check", "--select", "GF101", "--format", "concise", "m.py"]
+    ran = subprocess.run(
+        [sys.executable, "-c", code.format(entry="run"), *args], capture_output=True, text=True
+    )
+    assert ran.returncode == 1, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0].startswith("m.py:5:5: GF101")
+    assert lines[1:] == ["thread done", "atexit handler"]  # no SystemExit out of run()
+    called = subprocess.run(
+        [sys.executable, "-c", code.format(entry="main"), *args], capture_output=True, text=True
+    )
+    assert called.returncode == 1
+    assert called.stdout.splitlines()[1:] == ["main raised 1", "thread done", "atexit handler"]
