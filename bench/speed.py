@@ -45,6 +45,7 @@ import platform
 import random
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -374,13 +375,27 @@ def setup_gradfix(directory: Path) -> list[str]:
     the command that runs its gradfix."""
     python = directory / "bin" / "python"
     steps = [] if python.exists() else [[sys.executable, "-m", "venv", str(directory)]]
-    root = str(Path(__file__).resolve().parent.parent)
-    pip = [str(python), "-m", "pip", "install", "-q"]
-    steps += [[*pip, root], [*pip, "--no-deps", "--force-reinstall", root]]  # deps, then ours
-    for step in steps:
-        if subprocess.run(step, check=False, capture_output=True).returncode != 0:
-            fail(f"{directory}: `{shlex.join(step)}` failed; check access to PyPI")
+    checkout = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="gradfix-install-") as scratch:
+        # built from a copy: setuptools leaves a build/ folder where it builds
+        root = Path(scratch) / "gradfix"
+        for name in INSTALLED_PARTS:
+            source, target = checkout / name, root / name
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        steps += [[*pip, str(root)], [*pip, "--no-deps", "--force-reinstall", str(root)]]
+        for step in steps:  # the dependencies, then this checkout as it is now
+            if subprocess.run(step, check=False, capture_output=True).returncode != 0:
+                fail(f"{directory}: `{shlex.join(step)}` failed; check access to PyPI")
     return [str(python), "-m", "gradfix"]
+
+
+#: what ``pip install .`` of the checkout reads
+INSTALLED_PARTS = ("pyproject.toml", "README.md", "src", "codemods")
 
 
 def torchfix_version(command: Sequence[str]) -> str:

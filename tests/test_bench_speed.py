@@ -325,14 +325,20 @@ def test_setup_gradfix_installs_this_checkout_into_its_venv_each_run(
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     python, calls = venv / "bin" / "python", tmp_path / "calls.txt"
-    python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ ! -e {tmp_path}/fail ]\n')
+    script = f'#!/bin/sh\necho "$@" >> {calls}\nfor last; do :; done\nls "$last" >> {calls}\n'
+    python.write_text(script + f"[ ! -e {tmp_path}/fail ]\n")
     python.chmod(0o755)
     assert speed.setup_gradfix(venv) == [str(python), "-m", "gradfix"]
-    root = str(Path(speed.__file__).resolve().parent.parent)
-    assert calls.read_text().splitlines() == [  # the venv exists: not made again
-        f"-m pip install -q {root}",
-        f"-m pip install -q --no-deps --force-reinstall {root}",  # the checkout as it is now
+    lines = calls.read_text().splitlines()
+    copy = lines[0].split()[-1]  # a copy of the checkout (setuptools builds in place)
+    listing = ["README.md", "codemods", "pyproject.toml", "src"]
+    assert lines == [  # the venv exists: not made again
+        f"-m pip install -q {copy}",
+        *listing,
+        f"-m pip install -q --no-deps --force-reinstall {copy}",  # the checkout as it is now
+        *listing,
     ]
+    assert not Path(copy).exists()
     (tmp_path / "fail").touch()
     with pytest.raises(SystemExit) as stop:
         speed.setup_gradfix(venv)
