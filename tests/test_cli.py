@@ -628,12 +628,16 @@ def test_fix_help_states_the_interactive_exit_status() -> None:
 
 def test_the_command_ends_without_teardown_but_runs_exit_handlers(project: Path) -> None:
     """``gradfix`` (``run``) ends the process without tearing the interpreter down, after
-    waiting for other threads, running ``atexit`` handlers and flushing the output; the
-    exit status is the command's. ``main`` still raises ``SystemExit``."""
+    stopping idle thread pools and waiting for other threads, running ``atexit`` handlers
+    and flushing the output; the exit status is the command's. ``main`` still raises
+    ``SystemExit``."""
     write(project, "m.py", BUGGY)
     code = (
         "import atexit, sys, threading, time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
         "import gradfix.cli as cli\n"
+        "idle = ThreadPoolExecutor(1)  # left open, as the language server's engine\n"
+        "idle.submit(int).result()\n"
         "atexit.register(lambda: print('atexit handler', flush=True))\n"
         "ending = threading.Event()\n"
         "def late():\n"
@@ -656,7 +660,10 @@ def test_the_command_ends_without_teardown_but_runs_exit_handlers(project: Path)
     )
     args = ["check", "--select", "GF101", "--format", "concise", "m.py"]
     ran = subprocess.run(
-        [sys.executable, "-c", code.format(entry="run"), *args], capture_output=True, text=True
+        [sys.executable, "-c", code.format(entry="run"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,  # an idle thread pool must not hang the end
     )
     assert ran.returncode == 1, ran.stderr
     lines = ran.stdout.splitlines()

@@ -82,9 +82,14 @@ def _exit_now(code: object) -> NoReturn:
     else:  # what ``SystemExit("message")`` does
         echo_stderr(str(code))
         status = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # as the interpreter ends: stop idle thread pools, then wait for the other threads
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # pragma: no cover - CPython has it (3.9-3.13)
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
