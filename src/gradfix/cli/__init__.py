@@ -65,10 +65,10 @@ def run() -> NoReturn:
     ends without tearing the interpreter down (as mypy's command does). Freeing a run's
     objects one by one (every module, the rules, the results) takes 40-70 ms at the end
     of each run, which the user only waits for: a fifth of a check of one file. What an
-    exit must do still happens, in the interpreter's order: other threads are waited
-    for, ``atexit`` handlers run (the verifier's server, worker pools, temporary
-    directories), the output is flushed. :func:`main` raises ``SystemExit`` as before,
-    for a program that calls it and goes on."""
+    exit must do still happens, in the interpreter's order: idle thread pools are stopped
+    and other threads waited for, ``atexit`` handlers run (the verifier's server, worker
+    pools, temporary directories), the output is flushed. :func:`main` raises
+    ``SystemExit`` as before, for a program that calls it and goes on."""
     try:
         main()
     except SystemExit as exit_:
