@@ -32,6 +32,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GRADFIX_CORPUS", Path.home() / ".cache" / "gradfix-corpus"))
 
 
+def sampled_files(paths: list[Path], sample: int = 0, seed: int = 0) -> list[Path]:
+    """The ``*.py`` files under ``paths`` (none given: the pinned transformers package,
+    fetched once), sorted; with ``sample``, a seeded random sample of that many (the same
+    seed, the same files)."""
+    if not paths:
+        unpacked = fetch([f"transformers=={PINNED['transformers']}"], cache_dir())[0]
+        paths = [unpacked / "transformers"]
+    files = sorted(p for root in paths for p in root.rglob("*.py"))
+    if sample:
+        files = sorted(random.Random(seed).sample(files, min(sample, len(files))))
+    return files
+
+
 def fetch(packages: list[str], root: Path) -> list[Path]:
     """Download and unpack each package's wheel once; return the unpacked directories.
 

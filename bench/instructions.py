@@ -18,7 +18,6 @@ prints the differences. Compare two checkouts by passing the other's interpreter
 from __future__ import annotations
 
 import argparse
-import random
 import re
 import shutil
 import subprocess
@@ -112,12 +111,7 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         fail("valgrind is not installed (apt install valgrind)")
-    if not args.paths:
-        unpacked = corpus.fetch(["transformers==5.23.0"], corpus.cache_dir())[0]
-        args.paths = [unpacked / "transformers"]
-    files = sorted(p for root in args.paths for p in root.rglob("*.py"))
-    if args.sample:
-        files = sorted(random.Random(args.seed).sample(files, min(args.sample, len(files))))
+    files = corpus.sampled_files(args.paths, args.sample, args.seed)
     listing = Path(corpus.cache_dir()) / f"instructions-{args.seed}-{len(files)}.txt"
     listing.parent.mkdir(parents=True, exist_ok=True)
     listing.write_text("\n".join(str(p) for p in files) + "\n")

@@ -61,6 +61,7 @@ import corpus
 PINNED = {"transformers": "5.23.0", "timm": "1.0.31", "diffusers": "0.42.1"}
 TORCHFIX_VERSION = "0.7.0"
 GRADFIX_DEFAULT = f"{shlex.quote(sys.executable)} -m gradfix"
+THIS_PYTHON = "this Python's install"  # how the default gradfix is installed, in the report
 #: gradfix runs on the sample TorchFix runs on (half before TorchFix, half after)
 SAMPLE_RUNS = 5
 RUNS = ("cold", "warm", "fix", "torchfix", "verify")
@@ -438,7 +439,7 @@ class Commands:
     torchfix: list[str] | None = None
     verify: list[str] | None = None
     #: how the gradfix measured is installed (said in the report)
-    install: str = "this Python's install"
+    install: str = THIS_PYTHON
 
 
 @dataclass
@@ -934,7 +935,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.setup_torchfix is not None and args.torchfix is None:
         args.torchfix = str(setup_torchfix(args.setup_torchfix.expanduser().resolve()))
     gradfix = shlex.split(args.gradfix)
-    install = "this Python's install" if args.gradfix == GRADFIX_DEFAULT else f"`{args.gradfix}`"
+    install = THIS_PYTHON if args.gradfix == GRADFIX_DEFAULT else f"`{args.gradfix}`"
     if args.setup_gradfix is not None:
         gradfix = setup_gradfix(args.setup_gradfix.expanduser().resolve())
         install = "`pip install .` in a venv of its own, as TorchFix"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import gc
-import random
 import sys
 import time
 from pathlib import Path
@@ -44,12 +43,7 @@ def main() -> None:
         "--no-libcst-baseline", action="store_true", help="skip timing LibCST on every file"
     )
     args = parser.parse_args()
-    if not args.paths:
-        unpacked = corpus.fetch(["transformers==5.23.0"], corpus.cache_dir())[0]
-        args.paths = [unpacked / "transformers"]
-    files = sorted(p for root in args.paths for p in root.rglob("*.py"))
-    if args.sample:
-        files = sorted(random.Random(args.seed).sample(files, min(args.sample, len(files))))
+    files = corpus.sampled_files(args.paths, args.sample, args.seed)
     rules = [rule for rule in all_rules() if rule.default_enabled]
     ast_rules = [rule for rule in rules if issubclass(rule, Rule)]
     if len(ast_rules) < len(rules):

@@ -82,14 +82,9 @@ def _exit_now(code: object) -> NoReturn:
     else:  # what ``SystemExit("message")`` does
         echo_stderr(str(code))
         status = 1
-    # as the interpreter ends: stop idle thread pools, then wait for the other threads
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    else:  # pragma: no cover - CPython has it (3.9-3.13)
-        for thread in threading.enumerate():
-            if thread is not threading.main_thread() and not thread.daemon:
-                thread.join()
+    # what the interpreter runs as it ends: idle thread pools are stopped and the other
+    # threads waited for (joining them directly hangs behind an idle pool), then atexit
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
