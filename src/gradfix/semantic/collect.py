@@ -11,10 +11,10 @@ from gradfix.semantic.syntax import (
     argument_value,
     argument_values,
     call_arguments,
+    children_function,
     is_function,
     is_super_call,
     parameter_defaults,
-    source_children,
     string_value,
 )
 
@@ -31,7 +31,6 @@ class Collector:
         self.by_type: dict[type, list[ast.AST]] = {}  # the nodes of each type, in pre-order
         self.last: dict[ast.AST, int] = {}
         self.scopes: dict[ast.AST, Scope] = {}
-        self.node_scopes: dict[ast.AST, Scope] = {}  # the scope each node is evaluated in
         self.names: dict[str, list[ast.Name]] = {}  # every Name node by spelling, in order
         self.name_orders: dict[str, list[int]] = {}  # their pre-order indices
         #: every ``x.<attr>`` by attribute name, in order (``requires_grad`` marks)
@@ -50,11 +49,10 @@ class Collector:
 
     def collect(self, module: ast.Module) -> None:
         counter = 0
-        parents, order, last, node_scopes = self.parents, self.order, self.last, self.node_scopes
-        recorders, by_type, attributes = _RECORDERS, self.by_type, self.attributes
+        parents, order, last = self.parents, self.order, self.last
+        plans, by_type, attributes = _PLANS, self.by_type, self.attributes
         names, name_orders = self.names, self.name_orders
         scope_stack = self._scope_stack
-        scope: Scope | None = None  # the innermost scope entered (``scope_stack[-1]``)
         # a node to enter, or ``(node,)`` once its subtree is done (no tuple per child)
         stack: list[Any] = [module]
         while stack:
@@ -65,7 +63,6 @@ class Collector:
                 last[done] = counter - 1
                 if type(done) in SCOPE_TYPES:
                     scope_stack.pop()
-                    scope = scope_stack[-1] if scope_stack else None
                 continue
             index = counter
             order[node] = index
@@ -75,8 +72,6 @@ class Collector:
                 by_type[kind] = [node]
             else:
                 of_kind.append(node)
-            if scope is not None:
-                node_scopes[node] = scope
             if kind is ast.Name:
                 spelled = names.get(node.id)
                 if spelled is None:
@@ -101,14 +96,15 @@ class Collector:
                 stack.append((node,))
                 stack.append(value)
                 continue
-            opens = kind in SCOPE_TYPES
+            plan = plans.get(kind)
+            if plan is None:
+                plan = plans[kind] = _plan(kind)
+            opens, recorder, children_of = plan
             if opens:
                 self._enter_scope(node)
-                scope = scope_stack[-1]
-            recorder = recorders.get(kind)
             if recorder is not None:
                 recorder(self, node)
-            children = source_children(node)
+            children = children_of(node)
             if not children and not opens:
                 last[node] = index  # a leaf: nothing to wait for
                 continue
@@ -310,6 +306,15 @@ class Collector:
     def _record_yield(self, node: ast.Yield | ast.YieldFrom) -> None:
         self.generators.add(self._scope.node)
 
+
+def _plan(kind: type) -> tuple[bool, Callable[[Collector, Any], None] | None, Callable]:
+    """What the traversal does with a node of type ``kind``: whether it opens a scope,
+    what it records, how its children are found (asked once per type)."""
+    return kind in SCOPE_TYPES, _RECORDERS.get(kind), children_function(kind)
+
+
+#: node type -> :func:`_plan` of it, filled as types are met
+_PLANS: dict[type, tuple[bool, Callable[[Collector, Any], None] | None, Callable]] = {}
 
 #: what each node type records: plain functions, not bound methods (a collector holding
 #: its own bound methods is a reference cycle, and its whole tree and analysis would wait

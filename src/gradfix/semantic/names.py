@@ -24,6 +24,15 @@ class NameQueries(Navigation):
         known = self._qualified.get(expr, _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
+        root = expr
+        while type(root) is ast.Attribute:
+            root = root.value  # type: ignore[attr-defined]
+        if type(root) is not ast.Name or root.id not in self._imported_names:
+            # no import binds the root of the chain (``self.proj.weight``, ``x.view``: most
+            # names asked about): the answer of every level, without resolving each
+            if expr in self._order:
+                self._qualified[expr] = None
+            return None
         if expr not in self._order:  # a node built by a rule
             return self._qualify(expr)
         qualified = self._qualified[expr] = self._qualify(expr)

@@ -42,7 +42,9 @@ class Navigation:
         self._scopes = collector.scopes
         self._calls_by_name = collector.calls_by_name
         self._super_calls = collector.super_calls
-        self._node_scopes = collector.node_scopes
+        #: node -> the scope it is evaluated in (a scope node's own is its parent's), for
+        #: the nodes asked about and their ancestors (:meth:`scope_of`)
+        self._node_scopes: dict[ast.AST, Scope] = {}
         self._names = collector.names
         self._name_orders = collector.name_orders
         self._attributes = collector.attributes
@@ -51,6 +53,9 @@ class Navigation:
         self._returns = collector.returns
         self._generators = collector.generators
         self._imports = collector.imports
+        #: every name an import binds somewhere in the file: a name outside it is no
+        #: imported name in any scope (:meth:`qualified_name`'s first question)
+        self._imported_names = frozenset(binding.name for binding in collector.imports)
         self._no_grad_cache: dict[ast.AST, bool] = {}
         #: node -> the ``with`` or function deciding the grad mode of what it holds
         self._grad_deciders: dict[ast.AST, ast.AST | None] = {}
@@ -209,10 +214,26 @@ class Navigation:
         known = self._node_scopes.get(node)
         if known is not None:
             return known
-        for ancestor in self.ancestors(node):
-            if ancestor in self._scopes:
-                return self._scopes[ancestor]
-        return self._scopes[self.module]
+        # the scope of the nearest ancestor that opens one (or whose scope is known),
+        # remembered for the nodes on the way: asked for the names of a few nodes only,
+        # not recorded for every node by the traversal
+        passed = [node]
+        scopes, node_scopes, parents = self._scopes, self._node_scopes, self._parents
+        current = parents.get(node)
+        while current is not None:
+            if current in scopes:
+                known = scopes[current]
+                break
+            known = node_scopes.get(current)
+            if known is not None:
+                break
+            passed.append(current)
+            current = parents.get(current)
+        else:
+            known = scopes[self.module]
+        for below in passed:
+            node_scopes[below] = known
+        return known
 
     def enclosing_statement(self, node: ast.AST) -> ast.stmt | None:
         """The innermost statement holding ``node`` (``node`` itself if a statement)."""

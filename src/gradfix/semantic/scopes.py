@@ -43,13 +43,14 @@ class Scope:
     node: ast.AST
     parent: Scope | None
     bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    #: a class body (asked at every step of a name lookup: an attribute, not a property)
+    is_class: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.is_class = type(self.node) is ast.ClassDef
 
     def bind(self, binding: Binding) -> None:
         self.bindings.setdefault(binding.name, []).append(binding)
-
-    @property
-    def is_class(self) -> bool:
-        return type(self.node) is ast.ClassDef
 
 
 @dataclass

@@ -39,6 +39,12 @@ def source_children(node: ast.AST) -> list[ast.AST]:
     return children
 
 
+def children_function(kind: type[ast.AST]) -> Callable[[Any], list[ast.AST]]:
+    """What gives :func:`source_children` of the nodes of type ``kind`` (a traversal looks
+    it up once per type instead of once per node)."""
+    return _SPECIAL_CHILDREN.get(kind, source_children)
+
+
 def _call_children(node: ast.Call) -> list[ast.AST]:
     if node.keywords and node.args:  # ``f(a=1, *b)``: keywords may come first
         return [node.func, *sorted([*node.args, *node.keywords], key=_start)]
