@@ -101,6 +101,7 @@ class CatInLoop(Rule):
     """
 
     code = "GF404"
+    assign_targets = frozenset({ast.Name})  # visit_Assign: ``out = torch.cat([out, row])``
     needs = frozenset(name.rpartition(".")[2] for name in CAT_FUNCTIONS)
     name = "cat-in-loop"
     message = (

@@ -255,6 +255,8 @@ class InplaceOnSaved(Rule):
     """
 
     code = "GF204"
+    #: visit_Assign: ``m.inplace = True``, ``h[0] = ...``
+    assign_targets = frozenset({ast.Attribute, ast.Subscript})
     name = "inplace-on-saved"
     message = (
         "In-place change of a tensor saved for backward: backward fails with "

@@ -78,6 +78,7 @@ class IntegerRequiresGrad(Rule):
     """
 
     code = "GF105"
+    assign_targets = frozenset({ast.Attribute})  # visit_Assign: ``ids.requires_grad = True``
     # `requires_grad=True`, `.requires_grad = True`, `.requires_grad_()`, `nn.Parameter(...)`
     needs = frozenset({"requires_grad", "requires_grad_", PARAMETER.rpartition(".")[2]})
     fix_restores_gradient = True

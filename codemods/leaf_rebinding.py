@@ -93,6 +93,7 @@ class LeafRebinding(Rule):
     """
 
     code = "GF102"
+    assign_targets = frozenset({ast.Name})  # visit_Assign: ``w = w * 2``
     fix_restores_gradient = True
     name = "leaf-rebinding"
     message = "Rebinding a leaf's name to an op on it loses the leaf: its `.grad` stays `None`"
@@ -240,6 +241,9 @@ class LeafRebinding(Rule):
         own_reads = self.analysis.outside_nested(node.value, spelled, (ast.Lambda,))
         if not own_reads:
             return
+        binding = self.analysis.reaching_binding(own_reads[0])
+        if binding is None or not _makes_leaf(binding):
+            return  # cheap first: the reason would hold this binding (most are parameters)
         reason = self.analysis.leaf_reason(own_reads[0])
         if reason is None or not _creates_leaf(reason):
             return
@@ -518,8 +522,13 @@ def _re_leafed(value: ast.expr | None) -> bool:
 
 def _creates_leaf(reason: LeafReason) -> bool:
     """The name's binding made the leaf (not an alias of one held elsewhere)."""
-    binding = reason.binding
-    if binding is None or binding.kind != "assign" or binding.unpack_index is not None:
+    return reason.binding is not None and _makes_leaf(reason.binding)
+
+
+def _makes_leaf(binding: Binding) -> bool:
+    """``binding`` assigns a value that may make a leaf: not an alias of a name or an
+    attribute, nor one part of an unpacked value."""
+    if binding.kind != "assign" or binding.unpack_index is not None:
         return False
     return binding.value is not None and not isinstance(binding.value, (ast.Name, ast.Attribute))
 

@@ -92,6 +92,7 @@ class LossAccumulation(Rule):
     """
 
     code = "GF403"
+    assign_targets = frozenset({ast.Name})  # visit_Assign: ``total = total + loss``
     calls = RECORDING_METHODS
     name = "loss-accumulation"
     message = "Accumulating a loss that requires grad keeps every iteration's graph alive"

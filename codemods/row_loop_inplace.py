@@ -98,6 +98,7 @@ class RowLoopInplace(Rule):
     """
 
     code = "GF203"
+    assign_targets = frozenset({ast.Subscript})  # visit_Assign: ``x[i] = ...``
     name = "row-loop-inplace"
     message = (
         "Loop writes rows of a tensor that requires grad from its own rows through an op "

@@ -78,6 +78,7 @@ class SelfReferencingIndexAssign(Rule):
     """
 
     code = "GF202"
+    assign_targets = frozenset({ast.Subscript})  # visit_Assign: ``p[2] = p[0] / p[1]``
     name = "self-referencing-index-assign"
     message = (
         "Index assignment into a tensor whose right-hand side reads it through an op that "

@@ -82,6 +82,7 @@ class TensorFromTensors(Rule):
     """
 
     code = "GF101"
+    assign_targets = frozenset({ast.Attribute})  # visit_Assign: ``p.requires_grad = False``
     calls = frozenset({name.rpartition(".")[2] for name in CONSTRUCTORS} | {"requires_grad_"})
     fix_restores_gradient = True
     name = "tensor-from-tensors"

@@ -98,6 +98,7 @@ class ViewAliasMutation(Rule):
     """
 
     code = "GF206"
+    assign_targets = frozenset({ast.Subscript})  # visit_Assign: ``v[0] = ...``
     name = "view-alias-mutation"
     message = "A view of a leaf tensor that requires grad is changed in place"
     fix_safety = FixSafety.SAFE

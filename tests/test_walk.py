@@ -4,6 +4,7 @@ is dropped and the others go on."""
 from __future__ import annotations
 
 import ast
+import textwrap
 
 import pytest
 
@@ -163,7 +164,35 @@ def test_a_visitor_declaring_its_calls_gets_those_spellings_and_their_aliases_on
     assert len(unfiltered.seen) == 7
 
 
-def _reports(rule: type, source: str, aliases: bool) -> list[tuple[int, int, str]]:
+class _SubscriptAssigns:
+    assign_targets = frozenset({ast.Subscript})
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.seen.append(ast.unparse(node))
+
+
+def test_a_visitor_declaring_assign_targets_gets_those_assignments_only() -> None:
+    from gradfix.semantic import Semantic
+    from gradfix.walk import walk_ast_batched
+
+    source = "a = 1\nx[0] = a\nself.w = a\nb = c = 2\nd, e = 1, 2\ny[1][2] = b\nf: int = 3\n"
+    tree = ast.parse(source)
+    semantic = Semantic(tree, source)
+    walked = dict(order=semantic.order, last=semantic.last, by_type=semantic.by_type)
+    declared, every = _SubscriptAssigns(), _SubscriptAssigns()
+    walk_ast_batched(tree, [declared], **walked)
+    # one target of a declared type, or several targets; not ``f: int = 3`` (AnnAssign)
+    assert declared.seen == ["x[0] = a", "b = c = 2", "y[1][2] = b"]
+    walk_ast_batched(tree, [every], filter_assigns=False, **walked)
+    assert len(every.seen) == 6
+
+
+def _reports(
+    rule: type, source: str, aliases: bool, filter_assigns: bool = True
+) -> list[tuple[int, int, str]]:
     from gradfix.rule import RuleContext
     from gradfix.semantic import Semantic
     from gradfix.walk import walk_ast_batched
@@ -178,6 +207,7 @@ def _reports(rule: type, source: str, aliases: bool) -> list[tuple[int, int, str
         last=semantic.last,
         by_type=semantic.by_type,
         call_aliases=semantic.call_aliases() if aliases else None,
+        filter_assigns=filter_assigns,
     )
     return [(r.position.start.line, r.position.start.column, r.message) for r in visitor.reports]
 
@@ -196,7 +226,7 @@ def test_rules_declaring_their_calls_find_what_they_find_when_handed_every_call(
     assert len(declaring) >= 10
     found = 0
     for rule in declaring:
-        examples = [e.code for e in (*rule.VALID, *rule.INVALID)]
+        examples = [textwrap.dedent(e.code) for e in (*rule.VALID, *rule.INVALID)]
         for source in sources + examples:
             try:
                 ast.parse(source)
@@ -204,6 +234,33 @@ def test_rules_declaring_their_calls_find_what_they_find_when_handed_every_call(
                 continue
             filtered = _reports(rule, source, aliases=True)
             assert filtered == _reports(rule, source, aliases=False), (rule.code, source[:80])
+            found += len(filtered)
+    assert found > 50
+
+
+def test_rules_declaring_assign_targets_find_what_they_find_when_handed_every_assignment() -> None:
+    """``assign_targets`` is a promise: on the fixtures, the real-world cases and the
+    rules' examples, each rule that declares it reports the same with and without it."""
+    from pathlib import Path
+
+    from gradfix.registry import all_rules
+
+    root = Path(__file__).resolve().parents[1]
+    paths = sorted(root.glob("fixtures/*/*.py")) + sorted(root.glob("bench/realworld/*.py"))
+    sources = [p.read_text(encoding="utf-8") for p in paths]
+    declaring = [r for r in all_rules() if getattr(r, "assign_targets", None) is not None]
+    assert len(declaring) >= 8
+    found = 0
+    for rule in declaring:
+        examples = [textwrap.dedent(e.code) for e in (*rule.VALID, *rule.INVALID)]
+        for source in sources + examples:
+            try:
+                ast.parse(source)
+            except SyntaxError:
+                continue
+            filtered = _reports(rule, source, aliases=True)
+            every = _reports(rule, source, aliases=True, filter_assigns=False)
+            assert filtered == every, (rule.code, source[:80])
             found += len(filtered)
     assert found > 50
 
@@ -252,7 +309,6 @@ def test_rules_needing_words_find_nothing_in_a_file_that_spells_none_of_them() -
     """``needs`` is a promise: on the fixtures, the real-world cases and the rules'
     examples, a rule the engine would not run on a source reports nothing there when it
     is run; and each rule's own invalid examples spell its words."""
-    import textwrap
     from pathlib import Path
 
     from gradfix.registry import all_rules

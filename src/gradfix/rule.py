@@ -331,6 +331,12 @@ class Rule(BaseRule):
     #: (a rule that reads calls of any name, or run evidence at any call).
     calls: ClassVar[frozenset[str] | None] = None
 
+    #: The types of the one target of the assignments ``visit_Assign`` handles:
+    #: ``{ast.Subscript}`` for a rule about ``x[i] = v``, ``{ast.Name}`` for one about
+    #: ``x = f(x)``. The walk then hands it only those, and the assignments to several
+    #: targets (``a = b = v``). None: every assignment.
+    assign_targets: ClassVar[frozenset[type[ast.expr]] | None] = None
+
     #: Words one of which a file must spell for this rule to find anything there without a
     #: run's evidence: the identifiers every finding's shape contains (``{"grad"}`` for a
     #: rule about reads of ``x.grad``; an import alias spells the name it imports). The

@@ -145,6 +145,7 @@ def walk_ast_batched(
     last: Mapping[ast.AST, int] | None = None,
     by_type: Mapping[type, list[ast.AST]] | None = None,
     call_aliases: Mapping[str, tuple[str, ...]] | None = None,
+    filter_assigns: bool = True,
 ) -> None:
     """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
     calling each visitor's own ``visit_<Type>`` before a node's children and
@@ -162,7 +163,11 @@ def walk_ast_batched(
     ``w`` -> ``("where",)`` for ``from torch import where as w``), a visitor whose type has a
     ``calls`` set (:attr:`gradfix.rule.Rule.calls`) gets ``visit_Call`` only for the
     calls spelled with one of those names (``torch.where(...)``, ``x.where(...)``,
-    ``where(...)``, ``w(...)``): most calls concern a few rules."""
+    ``where(...)``, ``w(...)``): most calls concern a few rules.
+
+    A visitor whose type has an ``assign_targets`` set (:attr:`gradfix.rule.Rule.assign_targets`)
+    gets ``visit_Assign`` only for the assignments to one target of those types, and for
+    those to several targets (``a = b = v``); ``filter_assigns=False`` hands it every one."""
     if order is None or last is None:
         order, last = _pre_order(tree)
     nodes: Iterable[ast.AST] = order
@@ -175,6 +180,16 @@ def walk_ast_batched(
         getattr(type(visitor), "calls", None) is not None for visitor in visitors
     )
     by_spelling: dict[str, tuple[Callable[[ast.AST], object], ...]] = {}  # Call handlers
+    filtering_assigns = filter_assigns and any(
+        getattr(type(visitor), "assign_targets", None) is not None for visitor in visitors
+    )
+    #: Assign handlers by the type of the one target (None: several targets)
+    by_target: dict[type | None, tuple[Callable[[ast.AST], object], ...]] = {}
+
+    def assign_handlers(target: type | None) -> tuple[Callable[[ast.AST], object], ...]:
+        owners = _assign_owners(live_kinds[0], target)
+        found = by_target[target] = tuple(live[index].visit_Assign for index in owners)  # type: ignore[attr-defined]
+        return found
 
     def call_handlers(spelled: str) -> tuple[Callable[[ast.AST], object], ...]:
         assert call_aliases is not None
@@ -224,6 +239,7 @@ def walk_ast_batched(
         live_kinds[0] = tuple(type(visitor) for visitor in live)
         visits.clear()  # rebuilt without it
         by_spelling.clear()
+        by_target.clear()
         leaves.clear()
 
     open_nodes: list[ast.AST] = []  # nodes whose ``leave_`` is due after their subtree
@@ -244,6 +260,10 @@ def walk_ast_batched(
                 else ""
             )
             found = by_spelling[spelled] if spelled in by_spelling else call_handlers(spelled)
+        elif kind is ast.Assign and filtering_assigns:
+            targets = node.targets  # type: ignore[attr-defined]
+            target = type(targets[0]) if len(targets) == 1 else None
+            found = by_target[target] if target in by_target else assign_handlers(target)
         else:
             found = visits[kind] if kind in visits else handlers(visits, "visit_", kind)
         if found:
@@ -297,6 +317,20 @@ def _call_owners(
         index
         for index in _owners(kinds, "visit_Call")
         if (wanted := getattr(kinds[index], "calls", None)) is None or not names.isdisjoint(wanted)
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _assign_owners(kinds: tuple[type, ...], target: type | None) -> tuple[int, ...]:
+    """The positions in ``kinds`` of the visitor types whose ``visit_Assign`` takes an
+    assignment to one target of type ``target`` (None: to several targets): those without
+    an ``assign_targets`` set, and those whose set holds ``target``."""
+    return tuple(
+        index
+        for index in _owners(kinds, "visit_Assign")
+        if target is None
+        or (wanted := getattr(kinds[index], "assign_targets", None)) is None
+        or target in wanted
     )
 
 
