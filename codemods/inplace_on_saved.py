@@ -54,6 +54,7 @@ from gradfix.semantic import (
     is_true,
 )
 from gradfix.torch_facts import (
+    CANONICAL,
     FACTORIES,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
@@ -71,6 +72,16 @@ TWIN_METHODS = frozenset(
 )
 #: Twins whose result has the receiver's dtype whatever the other arguments are.
 DTYPE_KEEPING_METHODS = frozenset("masked_fill index_fill".split())
+#: The last names of the calls :meth:`InplaceOnSaved.visit_Call` checks besides in-place
+#: methods (``*_``): ``nn.Sequential`` and the functional ops with an ``inplace`` flag,
+#: with every name that stands for one of them or for an in-place function
+_CALL_SHAPES = frozenset({"Sequential", *INPLACE_FLAG_POSITIONS}) | {
+    name.rpartition(".")[2]
+    for name, canonical in CANONICAL.items()
+    if (short := canonical.rpartition(".")[2]) in INPLACE_FLAG_POSITIONS
+    or short in ("Sequential",)
+    or short.endswith("_")
+}
 #: ``nn`` modules with an ``inplace`` flag, and its position in the constructor.
 INPLACE_MODULES = {
     "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardsigmoid": 0,
@@ -1122,6 +1133,8 @@ class InplaceOnSaved(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if not self._may_change_in_place(func):
+            return  # cheap first: most calls are none of the shapes below
         if self.analysis.call_name(node) == "torch.nn.Sequential":
             if small_statement(self.analysis, node) is not None:
                 self._check_sequential(node)
@@ -1151,6 +1164,26 @@ class InplaceOnSaved(Rule):
         statement = small_statement(self.analysis, node)
         if base is not None and statement is not None:
             self._check(Mutation(statement, node, base, "method", node))
+
+    def _may_change_in_place(self, func: ast.expr) -> bool:
+        """A call of ``func`` may be one :meth:`visit_Call` checks: spelled (or imported
+        as) a name ending in ``_``, ``Sequential`` or a functional op with an ``inplace``
+        flag, or the name of a module built with ``inplace=True``; or the file sets an
+        ``inplace`` flag, or ``func`` is no plain name (``nn.ReLU(inplace=True)(x)``)."""
+        if type(func) is ast.Attribute:
+            spelled = func.attr
+        elif type(func) is ast.Name:
+            spelled = func.id
+        else:
+            return True
+        if spelled.endswith("_") or spelled in _CALL_SHAPES:
+            return True
+        if spelled in self._inplace_module_names:
+            return True
+        aliased = self.analysis.call_aliases().get(spelled)  # ``from torch import relu_ as r``
+        if aliased is not None and any(n.endswith("_") or n in _CALL_SHAPES for n in aliased):
+            return True
+        return bool(self._flag_sets)
 
     def _check_inplace_flag(self, node: ast.Assign) -> None:
         """``m.inplace = True`` on a built module, where a run saw that module's in-place

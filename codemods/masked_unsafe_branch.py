@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from gradfix.index_after import (
     NanMasked,
     SingularIndex,
     ZeroDivisorIndex,
+    builds_literal_tensor,
     mask_expression,
     nan_data_before_index,
     singular_before_index,
@@ -515,7 +517,9 @@ class MaskedUnsafeBranch(Rule):
                 self._reported_ops.add(id(where))
                 self.report(where, _INDEX_MESSAGE, fix=self._index_fix(node, found))
             return
-        zero = zero_divisor_before_index(node, self.analysis)
+        zero = None
+        if self._builds_literal_tensor:  # the divisor is one
+            zero = zero_divisor_before_index(node, self.analysis)
         if zero is not None:
             where = zero.use.node if zero.binding is not None else node
             if id(where) not in self._reported_ops:
@@ -525,6 +529,10 @@ class MaskedUnsafeBranch(Rule):
         nan = nan_data_before_index(node, self.analysis)
         if nan is not None:
             self.report(node, _NAN_MESSAGE, fix=self._nan_fix(node, nan))
+
+    @functools.cached_property
+    def _builds_literal_tensor(self) -> bool:
+        return builds_literal_tensor(self.analysis)
 
     def _index_fix(self, node: ast.Subscript, found: SingularIndex) -> FixPlan | None:
         if found.binding is not None and found.condition_at_binding is None:

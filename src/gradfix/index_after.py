@@ -196,6 +196,14 @@ class ZeroDivisorIndex:
     zeros: frozenset[int]
 
 
+def builds_literal_tensor(analysis: Semantic) -> bool:
+    """The file builds a tensor from literal numbers somewhere (``torch.tensor([1., 0.])``):
+    the divisor :func:`zero_divisor_before_index` finds is one (ask once per file: most
+    files index many tensors and divide by no literal vector)."""
+    calls = analysis.calls_that_may_be(_LITERAL_TENSORS)
+    return any(analysis.call_name(call) in _LITERAL_TENSORS for call in calls)
+
+
 def zero_divisor_before_index(node: ast.Subscript, analysis: Semantic) -> ZeroDivisorIndex | None:
     """``(w / torch.tensor([1., 0., 1.]))[0]``, or ``r = w / d`` whose every read is a
     plain index of the positions where ``d`` is not zero: the forward never shows the
