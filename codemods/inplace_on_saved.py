@@ -22,6 +22,7 @@ from gradfix.inplace import (
     is_inplace_call,
     reads_of,
     small_statement,
+    spelled_inplace,
 )
 from gradfix.inplace_flags import FlagSet, flag_sets, sets_flag_of
 from gradfix.lazy import lazy_class
@@ -72,15 +73,11 @@ TWIN_METHODS = frozenset(
 )
 #: Twins whose result has the receiver's dtype whatever the other arguments are.
 DTYPE_KEEPING_METHODS = frozenset("masked_fill index_fill".split())
-#: The last names of the calls :meth:`InplaceOnSaved.visit_Call` checks besides in-place
-#: methods (``*_``): ``nn.Sequential`` and the functional ops with an ``inplace`` flag,
-#: with every name that stands for one of them or for an in-place function
-_CALL_SHAPES = frozenset({"Sequential", *INPLACE_FLAG_POSITIONS}) | {
+#: the names ``nn.Sequential`` is spelled with
+_SEQUENTIAL = frozenset({"Sequential"}) | {
     name.rpartition(".")[2]
     for name, canonical in CANONICAL.items()
-    if (short := canonical.rpartition(".")[2]) in INPLACE_FLAG_POSITIONS
-    or short in ("Sequential",)
-    or short.endswith("_")
+    if canonical == "torch.nn.Sequential"
 }
 #: ``nn`` modules with an ``inplace`` flag, and its position in the constructor.
 INPLACE_MODULES = {
@@ -1166,24 +1163,14 @@ class InplaceOnSaved(Rule):
             self._check(Mutation(statement, node, base, "method", node))
 
     def _may_change_in_place(self, func: ast.expr) -> bool:
-        """A call of ``func`` may be one :meth:`visit_Call` checks: spelled (or imported
-        as) a name ending in ``_``, ``Sequential`` or a functional op with an ``inplace``
-        flag, or the name of a module built with ``inplace=True``; or the file sets an
-        ``inplace`` flag, or ``func`` is no plain name (``nn.ReLU(inplace=True)(x)``)."""
-        if type(func) is ast.Attribute:
-            spelled = func.attr
-        elif type(func) is ast.Name:
-            spelled = func.id
-        else:
-            return True
-        if spelled.endswith("_") or spelled in _CALL_SHAPES:
-            return True
-        if spelled in self._inplace_module_names:
-            return True
-        aliased = self.analysis.call_aliases().get(spelled)  # ``from torch import relu_ as r``
-        if aliased is not None and any(n.endswith("_") or n in _CALL_SHAPES for n in aliased):
-            return True
-        return bool(self._flag_sets)
+        """A call of ``func`` may be one :meth:`visit_Call` checks: an in-place function or
+        method, ``nn.Sequential``, a module built with ``inplace=True`` (by the names they
+        are spelled or imported as), or any call where the file sets an ``inplace`` flag."""
+        return bool(self._flag_sets) or spelled_inplace(self.analysis, func, self._spelled)
+
+    @functools.cached_property
+    def _spelled(self) -> frozenset[str]:
+        return self._inplace_module_names | _SEQUENTIAL
 
     def _check_inplace_flag(self, node: ast.Assign) -> None:
         """``m.inplace = True`` on a built module, where a run saw that module's in-place

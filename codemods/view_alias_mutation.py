@@ -16,6 +16,7 @@ from gradfix.inplace import (
     inplace_function,
     is_inplace_call,
     small_statement,
+    spelled_inplace,
 )
 from gradfix.rule import (
     Edit,
@@ -211,6 +212,8 @@ class ViewAliasMutation(Rule):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if not spelled_inplace(self.analysis, func):
+            return  # cheap first: most calls change nothing in place
         first = first_argument(node)
         if inplace_function(self.analysis, node) is not None and first is not None:
             changed: ast.expr = first

@@ -33,6 +33,7 @@ from gradfix.semantic import (
 from gradfix.semantic.syntax import parameter_defaults, source_children
 from gradfix.torch_facts import (
     AUGMENTED_ASSIGNMENTS,
+    CANONICAL,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     NON_GRAPH_ATTRIBUTES,
@@ -238,6 +239,35 @@ def _argument_use(
         if short in TENSOR_OPS and short not in MAY_ALIAS_OPS:
             return Read(name, "fresh", top)
     return Read(name, "escape", top)
+
+
+#: The last names of the torch functions :func:`inplace_function` answers for besides
+#: ``*_``: the functional ops with an ``inplace`` flag, and every name that stands for one
+#: of them or for an in-place function (``CANONICAL``)
+INPLACE_CALL_NAMES = frozenset(INPLACE_FLAG_POSITIONS) | {
+    name.rpartition(".")[2]
+    for name, canonical in CANONICAL.items()
+    if (short := canonical.rpartition(".")[2]) in INPLACE_FLAG_POSITIONS or short.endswith("_")
+}
+
+
+def spelled_inplace(analysis: Semantic, func: ast.expr, also: frozenset[str] = frozenset()) -> bool:
+    """A call of ``func`` may change a tensor in place, by the name it is spelled or
+    imported as: ``x.add_(1)``, ``F.relu(x, inplace=True)``, ``from torch import relu_ as
+    r``, or a name in ``also``. True for a callee that is no name (``fns[0](x)``). A cheap
+    first question: :func:`inplace_function` and in-place methods need it."""
+    if type(func) is ast.Attribute:
+        spelled = func.attr  # type: ignore[attr-defined]
+    elif type(func) is ast.Name:
+        spelled = func.id  # type: ignore[attr-defined]
+    else:
+        return True
+    if spelled.endswith("_") or spelled in INPLACE_CALL_NAMES or spelled in also:
+        return True
+    aliased = analysis.call_aliases().get(spelled)  # ``from torch import relu_ as r``
+    return aliased is not None and any(
+        name.endswith("_") or name in INPLACE_CALL_NAMES or name in also for name in aliased
+    )
 
 
 def inplace_function(analysis: Semantic, call: ast.Call) -> str | None:
