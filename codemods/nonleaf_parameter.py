@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import io
 import tokenize
@@ -264,8 +265,21 @@ class NonleafParameter(Rule):
         named = [*analysis.calls_named("Parameter"), *analysis.calls_named("requires_grad_")]
         return any(_may_create_leaf(call) for call in named)
 
+    @functools.cached_property
+    def _creation_positions(self) -> list[int]:
+        """The pre-order positions of the calls that may create a leaf: every finding's
+        value holds one (its ops peel down to it)."""
+        analysis = self.analysis
+        calls = analysis.by_type.get(ast.Call, [])
+        return [analysis.index(c) for c in calls if _may_create_leaf(c)]  # type: ignore[arg-type]
+
+    def _holds_creation(self, value: ast.expr) -> bool:
+        positions = self._creation_positions
+        first = bisect.bisect_left(positions, self.analysis.index(value))
+        return first < len(positions) and positions[first] <= self.analysis.end_index(value)
+
     def _check(self, value: ast.expr, statement: ast.AST) -> None:
-        if not self._creates_leaves:
+        if not self._creates_leaves or not self._holds_creation(value):
             return
         lost = self._lost_leaf(value, statement)
         if lost is None or not lost.ops or self._moved_where_it_is(lost, statement):
