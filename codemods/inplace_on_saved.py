@@ -55,12 +55,12 @@ from gradfix.semantic import (
     is_true,
 )
 from gradfix.torch_facts import (
-    CANONICAL,
     FACTORIES,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     MULTI_OUTPUT_VIEW_OPS,
     VIEW_METHODS,
+    canonical_spellings,
     is_inplace_method,
 )
 
@@ -74,11 +74,7 @@ TWIN_METHODS = frozenset(
 #: Twins whose result has the receiver's dtype whatever the other arguments are.
 DTYPE_KEEPING_METHODS = frozenset("masked_fill index_fill".split())
 #: the names ``nn.Sequential`` is spelled with
-_SEQUENTIAL = frozenset({"Sequential"}) | {
-    name.rpartition(".")[2]
-    for name, canonical in CANONICAL.items()
-    if canonical == "torch.nn.Sequential"
-}
+_SEQUENTIAL = frozenset({"Sequential"}) | canonical_spellings("Sequential".__eq__)
 #: ``nn`` modules with an ``inplace`` flag, and its position in the constructor.
 INPLACE_MODULES = {
     "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardsigmoid": 0,

@@ -254,21 +254,10 @@ class NonleafParameter(Rule):
 
     # -- deciding --------------------------------------------------------------------------
     @functools.cached_property
-    def _creates_leaves(self) -> bool:
-        """Some call of the file may create a leaf (``_may_create_leaf``): what every
-        finding peels down to; many files have none."""
-        analysis = self.analysis  # from the indexes: the calls so named, the keywords
-        keywords = analysis.by_type.get(ast.keyword, [])
-        for keyword in keywords:
-            if keyword.arg == "requires_grad" and type(analysis.parent(keyword)) is ast.Call:  # type: ignore[attr-defined]
-                return True
-        named = [*analysis.calls_named("Parameter"), *analysis.calls_named("requires_grad_")]
-        return any(_may_create_leaf(call) for call in named)
-
-    @functools.cached_property
     def _creation_positions(self) -> list[int]:
-        """The pre-order positions of the calls that may create a leaf: every finding's
-        value holds one (its ops peel down to it)."""
+        """The pre-order positions of the calls that may create a leaf
+        (``_may_create_leaf``): every finding's value holds one (its ops peel down to it);
+        many files have none."""
         analysis = self.analysis
         calls = analysis.by_type.get(ast.Call, [])
         return [analysis.index(c) for c in calls if _may_create_leaf(c)]  # type: ignore[arg-type]
@@ -279,7 +268,7 @@ class NonleafParameter(Rule):
         return first < len(positions) and positions[first] <= self.analysis.end_index(value)
 
     def _check(self, value: ast.expr, statement: ast.AST) -> None:
-        if not self._creates_leaves or not self._holds_creation(value):
+        if not self._holds_creation(value):
             return
         lost = self._lost_leaf(value, statement)
         if lost is None or not lost.ops or self._moved_where_it_is(lost, statement):

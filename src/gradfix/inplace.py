@@ -33,11 +33,11 @@ from gradfix.semantic import (
 from gradfix.semantic.syntax import parameter_defaults, source_children
 from gradfix.torch_facts import (
     AUGMENTED_ASSIGNMENTS,
-    CANONICAL,
     INPLACE_FLAG_POSITIONS,
     MAY_ALIAS_OPS,
     NON_GRAPH_ATTRIBUTES,
     NON_GRAPH_CALLS,
+    canonical_spellings,
     is_inplace_method,
 )
 
@@ -244,11 +244,9 @@ def _argument_use(
 #: The last names of the torch functions :func:`inplace_function` answers for besides
 #: ``*_``: the functional ops with an ``inplace`` flag, and every name that stands for one
 #: of them or for an in-place function (``CANONICAL``)
-INPLACE_CALL_NAMES = frozenset(INPLACE_FLAG_POSITIONS) | {
-    name.rpartition(".")[2]
-    for name, canonical in CANONICAL.items()
-    if (short := canonical.rpartition(".")[2]) in INPLACE_FLAG_POSITIONS or short.endswith("_")
-}
+INPLACE_CALL_NAMES = frozenset(INPLACE_FLAG_POSITIONS) | canonical_spellings(
+    lambda short: short in INPLACE_FLAG_POSITIONS or short.endswith("_")
+)
 
 
 def spelled_inplace(analysis: Semantic, func: ast.expr, also: frozenset[str] = frozenset()) -> bool:

@@ -404,16 +404,11 @@ _NEEDED_WORDS: dict[type[Rule], frozenset[str] | None] = {}
 
 
 def _needed_words(words: frozenset[str] | None) -> frozenset[str] | None:
-    from gradfix.torch_facts import CANONICAL
+    from gradfix.torch_facts import canonical_spellings
 
     if words is None:
         return None
-    also = {
-        name.rpartition(".")[2]
-        for name, canonical in CANONICAL.items()
-        if canonical.rpartition(".")[2] in words
-    }
-    return words | also
+    return words | canonical_spellings(words.__contains__)
 
 
 def rules_for_source(rules: Sequence[type[Rule]], source: str) -> list[type[Rule]]:

@@ -22,7 +22,7 @@ tensor argument, ``"other"`` the second) and lists what autograd saved for backw
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gradfix.torch_facts.curated import (
@@ -138,11 +138,23 @@ __all__ = [
     "is_view",
     "may_return_input",
     "mutates_first_argument",
+    "canonical_spellings",
     "nonfinite_grad_points",
     "out_of_place",
     "overflows",
     "saved_for_backward",
 ]
+
+
+def canonical_spellings(last_part: Callable[[str], bool]) -> frozenset[str]:
+    """The last parts of the names :data:`CANONICAL` maps to a name whose last part passes
+    ``last_part``: what a call of such a torch name may also be spelled with
+    (``torch.nn.modules.container.Sequential`` -> ``Sequential``)."""
+    return frozenset(
+        name.rpartition(".")[2]
+        for name, canonical in CANONICAL.items()
+        if last_part(canonical.rpartition(".")[2])
+    )
 
 
 def _op(name: str) -> dict[str, Any]:
