@@ -18,6 +18,7 @@ from gradfix.inplace import (
     in_autograd_function,
     in_eval_only_branch,
     inplace_function,
+    inplace_spelling,
     is_constant,
     is_inplace_call,
     reads_of,
@@ -1123,6 +1124,11 @@ class InplaceOnSaved(Rule):
         base = _base_name(node.targets[0])
         if base is not None:
             self._check(Mutation(node, node, base, "index"))
+
+    def takes_call(self, spelled: str, aliased: tuple[str, ...]) -> bool:
+        """The walk hands :meth:`visit_Call` only the calls
+        :meth:`_may_change_in_place` keeps (asked once per spelling)."""
+        return bool(self._flag_sets) or inplace_spelling(spelled, aliased, self._spelled)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func

@@ -14,6 +14,7 @@ from gradfix.inplace import (
     code_with_parentheses,
     first_argument,
     inplace_function,
+    inplace_spelling,
     is_inplace_call,
     small_statement,
     spelled_inplace,
@@ -209,6 +210,10 @@ class ViewAliasMutation(Rule):
         view, through_data = _changed_name(target)
         if view is not None:
             self._check(Change(statement, statement, view, through_data))
+
+    def takes_call(self, spelled: str, aliased: tuple[str, ...]) -> bool:
+        """The walk hands :meth:`visit_Call` only the calls that may change in place."""
+        return inplace_spelling(spelled, aliased, frozenset())
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func

@@ -260,12 +260,16 @@ def spelled_inplace(analysis: Semantic, func: ast.expr, also: frozenset[str] = f
         spelled = func.id  # type: ignore[attr-defined]
     else:
         return True
-    if spelled.endswith("_") or spelled in INPLACE_CALL_NAMES or spelled in also:
+    return inplace_spelling(spelled, analysis.call_aliases().get(spelled, ()), also)
+
+
+def inplace_spelling(spelled: str, aliased: tuple[str, ...], also: frozenset[str]) -> bool:
+    """:func:`spelled_inplace` of a call spelled ``spelled`` (``""``: a callee that is no
+    name), a name an import binds to ``aliased`` (``from torch import relu_ as r``): what a
+    rule's ``takes_call`` answers the walk (:attr:`gradfix.rule.Rule.calls`)."""
+    if not spelled or spelled.endswith("_") or spelled in INPLACE_CALL_NAMES or spelled in also:
         return True
-    aliased = analysis.call_aliases().get(spelled)  # ``from torch import relu_ as r``
-    return aliased is not None and any(
-        name.endswith("_") or name in INPLACE_CALL_NAMES or name in also for name in aliased
-    )
+    return any(name.endswith("_") or name in INPLACE_CALL_NAMES or name in also for name in aliased)
 
 
 def inplace_function(analysis: Semantic, call: ast.Call) -> str | None:

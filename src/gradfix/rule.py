@@ -328,7 +328,12 @@ class Rule(BaseRule):
     #: ``torch.where``, ``"backward"`` for ``loss.backward()``. The walk then hands it only
     #: the calls spelled ``<anything>.where(...)`` or ``where(...)``, or with a name an
     #: import binds to one of them (``from torch import where as w``). None: every call
-    #: (a rule that reads calls of any name, or run evidence at any call).
+    #: (a rule that reads calls of any name, or run evidence at any call). A rule whose
+    #: calls no fixed set names (``*_``, or names the file decides) may define an instance
+    #: method ``takes_call(spelled, aliased) -> bool`` instead (or besides): the walk asks
+    #: it once per spelling and file (``spelled`` ``""`` for a callee that is no name;
+    #: ``aliased``, the last parts an import binds that name to) and hands it only the
+    #: calls it answers True for.
     calls: ClassVar[frozenset[str] | None] = None
 
     #: The types of the one target of the assignments ``visit_Assign`` handles:

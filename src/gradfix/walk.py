@@ -163,7 +163,9 @@ def walk_ast_batched(
     ``w`` -> ``("where",)`` for ``from torch import where as w``), a visitor whose type has a
     ``calls`` set (:attr:`gradfix.rule.Rule.calls`) gets ``visit_Call`` only for the
     calls spelled with one of those names (``torch.where(...)``, ``x.where(...)``,
-    ``where(...)``, ``w(...)``): most calls concern a few rules.
+    ``where(...)``, ``w(...)``): most calls concern a few rules. A visitor with a
+    ``takes_call(spelled, aliased)`` method gets only the calls it answers True for (asked
+    once per spelling and file; ``""`` for a callee that is no name).
 
     A visitor whose type has an ``assign_targets`` set (:attr:`gradfix.rule.Rule.assign_targets`)
     gets ``visit_Assign`` only for the assignments to one target of those types, and for
@@ -177,8 +179,11 @@ def walk_ast_batched(
     dead: set[int] = set()  # ids of the visitors that raised
     live_kinds = [tuple(type(visitor) for visitor in live)]  # the key of their handlers
     filtering = call_aliases is not None and any(
-        getattr(type(visitor), "calls", None) is not None for visitor in visitors
+        getattr(type(visitor), "calls", None) is not None
+        or getattr(visitor, "takes_call", None) is not None
+        for visitor in visitors
     )
+    takes = [_call_narrowers(live)]
     by_spelling: dict[str, tuple[Callable[[ast.AST], object], ...]] = {}  # Call handlers
     filtering_assigns = filter_assigns and any(
         getattr(type(visitor), "assign_targets", None) is not None for visitor in visitors
@@ -186,14 +191,30 @@ def walk_ast_batched(
     #: Assign handlers by the type of the one target (None: several targets)
     by_target: dict[type | None, tuple[Callable[[ast.AST], object], ...]] = {}
 
+    # which visitors (by position) handle what: the same for every file these visitor
+    # types walk, kept per process (asked once per node type, call spelling or target)
+    owners_of = [_owner_table(live_kinds[0])]
+
     def assign_handlers(target: type | None) -> tuple[Callable[[ast.AST], object], ...]:
-        owners = _assign_owners(live_kinds[0], target)
+        owners = owners_of[0].get(target, None)
+        if owners is None:
+            owners = owners_of[0][target] = _assign_owners(live_kinds[0], target)
         found = by_target[target] = tuple(live[index].visit_Assign for index in owners)  # type: ignore[attr-defined]
         return found
 
     def call_handlers(spelled: str) -> tuple[Callable[[ast.AST], object], ...]:
         assert call_aliases is not None
-        owners = _call_owners(live_kinds[0], spelled, call_aliases.get(spelled, ()))
+        key = (spelled, call_aliases.get(spelled, ()))
+        owners = owners_of[0].get(key)
+        if owners is None:
+            owners = owners_of[0][key] = _call_owners(live_kinds[0], *key)
+        narrowing = takes[0]
+        if narrowing is not None:
+            owners = tuple(
+                index
+                for index in owners
+                if (takes_call := narrowing[index]) is None or takes_call(*key)
+            )
         found = by_spelling[spelled] = tuple(live[index].visit_Call for index in owners)  # type: ignore[attr-defined]
         return found
 
@@ -204,7 +225,9 @@ def walk_ast_batched(
         table: dict[type, tuple[Callable[[ast.AST], object], ...]], prefix: str, kind: type
     ):  # type: ignore[no-untyped-def]
         name = prefix + kind.__name__
-        owners = _owners(live_kinds[0], name)
+        owners = owners_of[0].get(name)
+        if owners is None:
+            owners = owners_of[0][name] = _owners(live_kinds[0], name)
         found = table[kind] = tuple(getattr(live[index], name) for index in owners)
         return found
 
@@ -237,6 +260,8 @@ def walk_ast_batched(
         dead.add(id(visitor))
         live.remove(visitor)
         live_kinds[0] = tuple(type(visitor) for visitor in live)
+        owners_of[0] = _owner_table(live_kinds[0])
+        takes[0] = _call_narrowers(live)
         visits.clear()  # rebuilt without it
         by_spelling.clear()
         by_target.clear()
@@ -267,7 +292,17 @@ def walk_ast_batched(
         else:
             found = visits[kind] if kind in visits else handlers(visits, "visit_", kind)
         if found:
-            call(found, node)
+            if dead:
+                call(found, node)
+            else:
+                try:  # :func:`call`'s usual case, inline: one function call less per node
+                    for handler in found:
+                        handler(node)
+                except Exception as error:
+                    if on_error is None:
+                        raise
+                    drop(handler.__self__, error)  # type: ignore[attr-defined]
+                    call(found[found.index(handler) + 1 :], node)  # the others still see it
         ending = leaves[kind] if kind in leaves else handlers(leaves, "leave_", kind)
         if ending:
             open_nodes.append(node)
@@ -277,6 +312,13 @@ def walk_ast_batched(
             leaves[type(done)] if type(done) in leaves else handlers(leaves, "leave_", type(done)),
             done,
         )
+
+
+def _call_narrowers(visitors: Sequence[object]) -> list[Callable[..., bool] | None] | None:
+    """Each visitor's ``takes_call`` (None: it has none), by position; None when no
+    visitor has one."""
+    found = [getattr(visitor, "takes_call", None) for visitor in visitors]
+    return found if any(found) else None
 
 
 def _handled_nodes(
@@ -296,16 +338,29 @@ def _handled_nodes(
 
 _HANDLED: dict[type, frozenset[type]] = {}
 
+#: visitor types -> what each handles: a handler's name (``"visit_Call"``), a call's
+#: ``(spelling, aliased names)``, an assignment's target type -> the positions of the
+#: visitor types that handle it. The same for every file a set of rules walks; looked up
+#: with one hash of the visitor types per walk (hashing them at every question cost more
+#: than the answer). Bounded: a language server walks for as long as it runs.
+_OWNER_TABLES: dict[tuple[type, ...], dict[object, tuple[int, ...]]] = {}
 
-# Both answers are the same for every file a set of rules walks (asked once per node type,
-# or call spelling, and file); bounded: a language server walks for as long as it runs.
+
+def _owner_table(kinds: tuple[type, ...]) -> dict[object, tuple[int, ...]]:
+    table = _OWNER_TABLES.get(kinds)
+    if table is None or len(table) > 16384:
+        if len(_OWNER_TABLES) >= 64:
+            _OWNER_TABLES.clear()
+        table = _OWNER_TABLES[kinds] = {}
+    return table
+
+
 @functools.lru_cache(maxsize=1024)
 def _owners(kinds: tuple[type, ...], name: str) -> tuple[int, ...]:
     """The positions in ``kinds`` of the visitor types that define ``name``."""
     return tuple(i for i, kind in enumerate(kinds) if hasattr(kind, name))
 
 
-@functools.lru_cache(maxsize=16384)
 def _call_owners(
     kinds: tuple[type, ...], spelled: str, aliased: tuple[str, ...]
 ) -> tuple[int, ...]:
@@ -320,7 +375,6 @@ def _call_owners(
     )
 
 
-@functools.lru_cache(maxsize=1024)
 def _assign_owners(kinds: tuple[type, ...], target: type | None) -> tuple[int, ...]:
     """The positions in ``kinds`` of the visitor types whose ``visit_Assign`` takes an
     assignment to one target of type ``target`` (None: to several targets): those without
