@@ -31,6 +31,7 @@ from gradfix.rule import (
     Valid,
 )
 from gradfix.unsafe_branch import (
+    MASK_TYPES,
     Mask,
     UnsafeUse,
     branch_without,
@@ -507,9 +508,16 @@ class MaskedUnsafeBranch(Rule):
         self._reported_ops: set[int] = set()  # ops reported as indexed later
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        if type(node.ctx) is not ast.Load or self.analysis.in_no_grad(node):
+        if type(node.ctx) is not ast.Load:
             return
-        found = singular_before_index(node, self.analysis)
+        # most indices are constants, slices and tuples: no mask (the singular and the
+        # nan checks index by one), and only a division by a literal vector is left
+        masked = type(node.slice) in MASK_TYPES
+        if not masked and not self._builds_literal_tensor:
+            return
+        if self.analysis.in_no_grad(node):
+            return
+        found = singular_before_index(node, self.analysis) if masked else None
         if found is not None:
             # a name indexed later is reported where its op is computed (and guarded)
             where = found.use.node if found.binding is not None else node
@@ -526,7 +534,7 @@ class MaskedUnsafeBranch(Rule):
                 self._reported_ops.add(id(where))
                 self.report(where, _ZERO_MESSAGE, fix=self._zero_divisor_fix(zero))
             return
-        nan = nan_data_before_index(node, self.analysis)
+        nan = nan_data_before_index(node, self.analysis) if masked else None
         if nan is not None:
             self.report(node, _NAN_MESSAGE, fix=self._nan_fix(node, nan))
 

@@ -663,9 +663,17 @@ class Mask:
     is_bool: bool
 
 
+#: the expression types :func:`resolve_mask` may resolve: a slice of any other type
+#: (``x[0]``, ``x[:, 1:]``, ``x[i, j]``) is no mask
+MASK_TYPES: frozenset[type[ast.expr]] = frozenset(
+    {ast.Compare, ast.UnaryOp, ast.BinOp, ast.Call, ast.Name}
+)
+
+
 def resolve_mask(expr: ast.expr, at: ast.AST, analysis: Semantic, depth: int = 0) -> Mask | None:
     """``expr`` provably holds 0/1 values: a comparison (bool), a conversion of one
-    (`(x < 0.003).float()`), or a name bound to one of these."""
+    (`(x < 0.003).float()`), or a name bound to one of these (an expression of a type in
+    :data:`MASK_TYPES`)."""
     if depth > 8:
         return None
     if _is_bool_expression(expr, analysis):
