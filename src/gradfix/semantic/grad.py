@@ -18,6 +18,7 @@ from gradfix.semantic.syntax import (
     iterated_source,
 )
 from gradfix.torch_facts import (
+    BACKWARD_FUNCTIONS,
     FACTORIES,
     GRAD_CUTTING_METHODS,
     NO_GRAD_CONTEXTS,
@@ -29,6 +30,10 @@ from gradfix.torch_facts import (
 
 
 class GradQueries(LeafQueries):
+    #: scope node -> (root, backward call) of the backward calls run in that scope, once
+    #: asked
+    _backward_roots: dict[ast.AST, list[tuple[ast.expr, ast.Call]]] | None = None
+
     # -- grad mode ---------------------------------------------------------------------------
     def in_no_grad(self, node: ast.AST) -> bool:
         """``node`` runs with autograd recording off: in ``with torch.no_grad():`` (or
@@ -348,22 +353,21 @@ class GradQueries(LeafQueries):
 
     def backward_roots(self, scope: ast.AST) -> list[tuple[ast.expr, ast.Call]]:
         """``(root, call)`` for each backward call evaluated in ``scope`` (``loss`` of
-        ``loss.backward()``, each output of ``torch.autograd.grad(outputs, ...)``)."""
-        known = self._backward_roots.get(scope)
-        if known is not None:
-            return known
-        roots: list[tuple[ast.expr, ast.Call]] = []
-        for call in self._by_type.get(ast.Call, []):
-            if self.scope_of(call).node is not scope:
-                continue
-            for root in self._backward_call_roots(call):  # type: ignore[arg-type]
-                roots.append((root, call))  # type: ignore[arg-type]
-        self._backward_roots[scope] = roots
-        return roots
+        ``loss.backward()``, each output of ``torch.autograd.grad(outputs, ...)``), in
+        order. Found for every scope at the first question, among the calls spelled
+        ``backward`` or ``grad`` (or an import's alias of them)."""
+        by_scope = self._backward_roots
+        if by_scope is None:
+            by_scope = self._backward_roots = {}
+            spelled = self.calls_that_may_be(BACKWARD_FUNCTIONS)  # ``x.backward()`` too
+            for call in sorted(set(spelled), key=self._order.__getitem__):
+                for root in self._backward_call_roots(call):
+                    by_scope.setdefault(self.scope_of(call).node, []).append((root, call))
+        return by_scope.get(scope, [])
 
     def _backward_call_roots(self, call: ast.Call) -> list[ast.expr]:
         name = self.call_name(call)
-        if name in ("torch.autograd.grad", "torch.autograd.backward"):
+        if name in BACKWARD_FUNCTIONS:
             root = argument(call, "outputs", 0) or argument(call, "tensors", 0)
         elif name is None and is_backward_call(call):
             root = call.func.value  # type: ignore[attr-defined]

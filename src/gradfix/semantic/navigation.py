@@ -68,8 +68,6 @@ class Navigation:
         self.open_functions: set[ast.AST] = set()
         self._requires_grad_cache: dict[ast.AST, list[tuple[ast.AST, bool]]] = {}
         self._requires_grad_memo: dict[tuple[ast.AST, ast.AST, int], bool] = {}
-        #: scope node -> (root, backward call) of the backward calls run in that scope
-        self._backward_roots: dict[ast.AST, list[tuple[ast.expr, ast.Call]]] = {}
         #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
         self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
         self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node

@@ -27,6 +27,7 @@ from typing import Any
 
 from gradfix.torch_facts.curated import (
     AUGMENTED_ASSIGNMENTS,
+    BACKWARD_FUNCTIONS,
     CANONICAL,
     ELEMENTWISE,
     FACTORIES,
@@ -83,6 +84,7 @@ from gradfix.torch_facts.table import (
 
 __all__ = [
     "AUGMENTED_ASSIGNMENTS",
+    "BACKWARD_FUNCTIONS",
     "CANONICAL",
     "CRASHED",
     "ELEMENTWISE",

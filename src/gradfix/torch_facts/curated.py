@@ -132,6 +132,9 @@ GRAPH_CUTS = {
 
 # -- names, grad mode, layers ---------------------------------------------------------------
 
+#: The functions that run a backward pass, besides the method ``Tensor.backward``.
+BACKWARD_FUNCTIONS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
+
 #: Canonical spellings of torch names that have several import paths.
 CANONICAL = {
     "torch.nn.parameter.Parameter": "torch.nn.Parameter",
