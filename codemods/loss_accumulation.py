@@ -433,13 +433,15 @@ class LossAccumulation(Rule):
         analysis = self.analysis
         if not self._in_loop(node) or analysis.in_no_grad(node):
             return
+        # cheap first: a total or history that starts empty before the loop (most
+        # ``x.append(v)`` in loops grow lists the function was handed or returns)
+        if not meter and not self._starts_empty(accumulator, node, list_accumulator):
+            return
         held: list[ast.expr] = []
         if not (analysis.requires_grad(value, node) or analysis.backpropagated(value, node)):
             held = self._held_roots(value, node) if list_accumulator else []
             if not held:
                 return
-        if not meter and not self._starts_empty(accumulator, node, list_accumulator):
-            return
         verdict = self._only_logged(accumulator.id, node, {node}, 0)
         if verdict is None:
             return
