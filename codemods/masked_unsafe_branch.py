@@ -14,7 +14,7 @@ from gradfix.index_after import (
     NanMasked,
     SingularIndex,
     ZeroDivisorIndex,
-    builds_literal_tensor,
+    builds_zero_vector,
     mask_expression,
     nan_data_before_index,
     singular_before_index,
@@ -511,9 +511,9 @@ class MaskedUnsafeBranch(Rule):
         if type(node.ctx) is not ast.Load:
             return
         # most indices are constants, slices and tuples: no mask (the singular and the
-        # nan checks index by one), and only a division by a literal vector is left
+        # nan checks index by one): only a division by a literal vector with a zero is left
         masked = type(node.slice) in MASK_TYPES
-        if not masked and not self._builds_literal_tensor:
+        if not masked and not self._builds_zero_vector:
             return
         if self.analysis.in_no_grad(node):
             return
@@ -526,7 +526,7 @@ class MaskedUnsafeBranch(Rule):
                 self.report(where, _INDEX_MESSAGE, fix=self._index_fix(node, found))
             return
         zero = None
-        if self._builds_literal_tensor:  # the divisor is one
+        if self._builds_zero_vector:  # the divisor is one
             zero = zero_divisor_before_index(node, self.analysis)
         if zero is not None:
             where = zero.use.node if zero.binding is not None else node
@@ -539,8 +539,8 @@ class MaskedUnsafeBranch(Rule):
             self.report(node, _NAN_MESSAGE, fix=self._nan_fix(node, nan))
 
     @functools.cached_property
-    def _builds_literal_tensor(self) -> bool:
-        return builds_literal_tensor(self.analysis)
+    def _builds_zero_vector(self) -> bool:
+        return builds_zero_vector(self.analysis)
 
     def _index_fix(self, node: ast.Subscript, found: SingularIndex) -> FixPlan | None:
         if found.binding is not None and found.condition_at_binding is None:

@@ -196,12 +196,15 @@ class ZeroDivisorIndex:
     zeros: frozenset[int]
 
 
-def builds_literal_tensor(analysis: Semantic) -> bool:
-    """The file builds a tensor from literal numbers somewhere (``torch.tensor([1., 0.])``):
-    the divisor :func:`zero_divisor_before_index` finds is one (ask once per file: most
-    files index many tensors and divide by no literal vector)."""
+def builds_zero_vector(analysis: Semantic) -> bool:
+    """The file builds a tensor from literal numbers, one of them zero, somewhere
+    (``torch.tensor([1., 0.])``): the divisor :func:`zero_divisor_before_index` finds is
+    one (ask once per file: most files index many tensors and divide by no such vector)."""
     calls = analysis.calls_that_may_be(_LITERAL_TENSORS)
-    return any(analysis.call_name(call) in _LITERAL_TENSORS for call in calls)
+    return any(
+        0 in (_literal_numbers(call) or ()) and analysis.call_name(call) in _LITERAL_TENSORS
+        for call in calls
+    )
 
 
 def zero_divisor_before_index(node: ast.Subscript, analysis: Semantic) -> ZeroDivisorIndex | None:
@@ -271,7 +274,12 @@ def _literal_vector(expr: ast.expr, at: ast.AST, analysis: Semantic) -> list[flo
         expr = values[0][0]
     if type(expr) is not ast.Call or analysis.call_name(expr) not in _LITERAL_TENSORS:
         return None
-    values = argument_values(expr)
+    return _literal_numbers(expr)
+
+
+def _literal_numbers(call: ast.Call) -> list[float] | None:
+    """The numbers of the one literal list ``call`` is passed (``torch.tensor([1., 0.])``)."""
+    values = argument_values(call)
     items = literal_items(values[0]) if len(values) == 1 else None
     numbers = [literal_number(item) for item in items or []]
     if not numbers or any(n is None for n in numbers):
