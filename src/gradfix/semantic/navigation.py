@@ -71,6 +71,8 @@ class Navigation:
         #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
         self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
         self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node
+        #: reaching_binding by (name, where asked)
+        self._reaching: dict[tuple[ast.AST, ast.AST], Binding | None] = {}
         #: a name's qualified name by (scope it is read in, spelling): the same in the scope
         self._qualified_in_scope: dict[tuple[int, str], str | None] = {}
         self._lines: list[str] | None = None  # the source's lines with their ends
@@ -292,8 +294,12 @@ class Navigation:
     def reaching_binding(self, name: ast.Name, at: ast.AST | None = None) -> Binding | None:
         """The binding of ``name`` that textually precedes ``at`` (default: the name).
 
-        A binding in one branch of an ``if`` does not reach a use in another branch."""
+        A binding in one branch of an ``if`` does not reach a use in another branch.
+        Remembered: rules ask again about half of the pairs."""
         at = at if at is not None else name
+        key = (name, at)
+        if key in self._reaching:
+            return self._reaching[key]
         position = self._order[at]
         found: Binding | None = None
         # A scope's bindings of a name are in source order (recorded in pre-order): the
@@ -305,6 +311,7 @@ class Navigation:
                 continue
             if not self._exclusive(binding.node, at):
                 found = binding
+        self._reaching[key] = found
         return found
 
     def reaching_bindings(self, name: ast.Name, at: ast.AST | None = None) -> list[Binding]:

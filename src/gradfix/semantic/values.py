@@ -19,6 +19,8 @@ _READING_METHODS = ("index", "count", "copy")
 
 
 class ValueQueries(NameQueries):
+    _def_names: frozenset[str] | None = None  # the answer of ``_function_names`` once asked
+
     def is_self(self, expr: ast.AST, at: ast.AST) -> bool:
         """``expr`` is the first parameter of the method enclosing ``at``."""
         if type(expr) is not ast.Name:
@@ -45,6 +47,9 @@ class ValueQueries(NameQueries):
         """The function of this file that calling ``func`` runs: a ``def`` that is the only
         binding of its name (``make_weights()``), or a method of the enclosing class called
         on ``self`` (``self.build()``). Generators and ``async def`` are not followed."""
+        spelled = func.id if type(func) is ast.Name else getattr(func, "attr", None)
+        if spelled not in self._function_names():
+            return None  # cheap first: ``self.proj(x)``, ``F.relu(x)``: no ``def`` of it
         found: ast.AST | None = None
         if type(func) is ast.Name:
             bindings = self.bindings(func)
@@ -62,6 +67,13 @@ class ValueQueries(NameQueries):
         if type(found) is not ast.FunctionDef:
             return None
         return None if found in self._generators else found
+
+    def _function_names(self) -> frozenset[str]:
+        """The names of the file's ``def`` statements (at any depth)."""
+        if self._def_names is None:
+            functions = self._by_type.get(ast.FunctionDef, [])
+            self._def_names = frozenset(f.name for f in functions)  # type: ignore[attr-defined]
+        return self._def_names
 
     def _instance_class(self, expr: ast.expr, at: ast.AST) -> ast.ClassDef | None:
         """The class of this file whose instance the name ``expr`` holds where it is read:
