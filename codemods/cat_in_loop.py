@@ -273,9 +273,7 @@ def _find_growth(analysis: Semantic, node: ast.Assign) -> Growth | None:
         return None
     name = node.targets[0].id
     call = node.value
-    if type(call) is not ast.Call or analysis.call_name(call) not in CAT_FUNCTIONS:
-        return None
-    if not call.args or type(call.args[0]) is ast.Starred:
+    if type(call) is not ast.Call or not call.args or type(call.args[0]) is ast.Starred:
         return None  # (a keyword cannot come before a plain positional argument)
     if any(k.arg == "out" for k in call.keywords):
         return None
@@ -285,6 +283,8 @@ def _find_growth(analysis: Semantic, node: ast.Assign) -> Growth | None:
     first, second = items
     own = [type(e) is ast.Name and e.id == name for e in (first, second)]
     if own.count(True) != 1:
+        return None  # cheap first: most calls pass no pair holding the name
+    if analysis.call_name(call) not in CAT_FUNCTIONS:
         return None
     accumulated = first if own[0] else second
     assert type(accumulated) is ast.Name

@@ -1196,15 +1196,17 @@ class InplaceOnSaved(Rule):
     def _check(self, mutation: Mutation) -> None:
         analysis = self.analysis
         name, statement = mutation.name, mutation.statement
+        binding = analysis.reaching_binding(name, statement)
+        if binding is None:
+            return
+        if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
+            return
         if analysis.leaf_reason(name, statement) is not None:
             return  # raises at once: GF201 leaf-inplace
-        binding = analysis.reaching_binding(name, statement)
-        if binding is None or in_eval_only_branch(analysis, statement):
+        if in_eval_only_branch(analysis, statement):
             return
         if in_autograd_function(analysis, statement):
             return  # autograd records nothing inside a custom Function
-        if analysis.scope_of(binding.node).node is not analysis.scope_of(statement).node:
-            return
         if _is_list_display(binding):
             self._check_element(mutation, binding)
             return

@@ -109,6 +109,8 @@ class NonleafParameter(Rule):
 
     code = "GF103"
     calls = frozenset({"append", "register_parameter"})
+    #: every finding's value holds a call spelled one of these (``_may_create_leaf``)
+    needs = frozenset({"Parameter", "requires_grad", "requires_grad_"})
     fix_restores_gradient = True
     name = "nonleaf-parameter"
     message = "An op after creating a leaf makes the bound value a non-leaf: `.grad` stays `None`"
@@ -264,6 +266,8 @@ class NonleafParameter(Rule):
 
     def _holds_creation(self, value: ast.expr) -> bool:
         positions = self._creation_positions
+        if not positions:
+            return False  # most files create no leaf
         first = bisect.bisect_left(positions, self.analysis.index(value))
         return first < len(positions) and positions[first] <= self.analysis.end_index(value)
 

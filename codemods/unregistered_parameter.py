@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 
 import libcst as cst
@@ -360,11 +361,17 @@ class UnregisteredParameter(Rule):
             return (flag is None or is_true(flag)) and type(func.value) is ast.Call
         return False
 
+    @functools.cached_property
+    def _spells_requires_grad(self) -> bool:
+        return "requires_grad" in self.context.source
+
     def _later_marker(
         self, attr: str, statement: ast.Assign, init: ast.FunctionDef
     ) -> ast.stmt | None:
         """``self.<attr>.requires_grad = True`` / ``self.<attr>.requires_grad_()``, a
         statement of ``__init__``'s body after ``statement``."""
+        if not self._spells_requires_grad:
+            return None  # cheap first: most files mark nothing (each mark spells it)
         position = self.analysis.index(statement)
         for later in init.body:
             if self.analysis.index(later) > position and _marks(later, attr, self, later):
