@@ -71,6 +71,8 @@ class Navigation:
         #: (expr, at) pairs whose ``is_tensor`` is being answered: asking again is a cycle
         self._is_tensor_asked: set[tuple[ast.AST, ast.AST]] = set()
         self._qualified: dict[ast.AST, str | None] = {}  # qualified_name by node
+        #: super-call name -> base name -> ``super().<name>()`` in classes deriving from it
+        self._supers_by_base: dict[str, dict[str, list[ast.Call]]] = {}
         #: reaching_binding by (name, where asked)
         self._reaching: dict[tuple[ast.AST, ast.AST], Binding | None] = {}
         #: a name's qualified name by (scope it is read in, spelling): the same in the scope
@@ -276,8 +278,23 @@ class Navigation:
         supers = self._super_calls.get(func.name) if cls is not None else None
         if not supers:
             return sites
-        derived = [s for s in supers if _derives(self.enclosing_class(s), cls.name)]  # type: ignore[union-attr]
+        derived = self._super_calls_deriving(func.name, cls.name)  # type: ignore[union-attr]
         return sorted(sites + derived, key=self._order.__getitem__) if derived else sites
+
+    def _super_calls_deriving(self, name: str, base: str) -> list[ast.Call]:
+        """``super().<name>(...)`` in the classes that name ``base`` among their bases
+        (``class B(A)``, ``class B(mod.A)``), in order. Indexed by base once per name: a
+        file's ``__init__`` methods would otherwise each scan every ``super().__init__``."""
+        by_base = self._supers_by_base.get(name)
+        if by_base is None:
+            by_base = self._supers_by_base[name] = {}
+            for call in self._super_calls.get(name, ()):
+                cls = self.enclosing_class(call)
+                for spelled in _base_names(cls) if cls is not None else ():
+                    calls = by_base.setdefault(spelled, [])
+                    if not calls or calls[-1] is not call:  # ``class B(A, mod.A)``: once
+                        calls.append(call)
+        return by_base.get(base, [])
 
     # -- names -----------------------------------------------------------------------------
     def bindings(self, name: ast.Name) -> list[Binding]:
@@ -438,11 +455,11 @@ class Navigation:
         return lines[number - 1] if 0 < number <= len(lines) else ""
 
 
-def _derives(cls: ast.ClassDef | None, base: str) -> bool:
-    """``cls`` names ``base`` among its bases (``class B(A)``, ``class B(mod.A)``)."""
-    if cls is None:
-        return False
-    return any(
-        (type(b) is ast.Name and b.id == base) or (type(b) is ast.Attribute and b.attr == base)
+def _base_names(cls: ast.ClassDef) -> list[str]:
+    """The names ``cls`` spells its bases with (``A`` of ``class B(A)`` and of ``class
+    B(mod.A)``)."""
+    return [
+        b.id if type(b) is ast.Name else b.attr  # type: ignore[union-attr]
         for b in cls.bases
-    )
+        if type(b) is ast.Name or type(b) is ast.Attribute
+    ]
