@@ -48,6 +48,7 @@ from gradfix.semantic import (
     SAVES_OUTPUT,
     TENSOR_OPS,
     Binding,
+    Semantic,
     argument,
     argument_node,
     argument_value,
@@ -1627,7 +1628,7 @@ class InplaceOnSaved(Rule):
 
     def _loop_backward_calls(self, loop: ast.AST) -> list[ast.Call]:
         if loop not in self._loop_backwards:
-            self._loop_backwards[loop] = _backward_calls(loop)
+            self._loop_backwards[loop] = _backward_calls(self.analysis, loop)
         return self._loop_backwards[loop]
 
     def _aliased(self, binding: Binding) -> ast.Name | None:
@@ -1852,7 +1853,7 @@ class InplaceOnSaved(Rule):
         scope = analysis.scope_of(mutation.statement).node
         start = analysis.end_index(saver.statement)
         end = analysis.index(mutation.statement)
-        if any(start < analysis.index(call) < end for call in _backward_calls(scope)):
+        if any(start < analysis.index(call) < end for call in _backward_calls(analysis, scope)):
             return False
         holders = set(_bound_names(saver.statement))
         if saver.output:
@@ -2375,15 +2376,16 @@ class _AttributeUses(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _backward_calls(scope: ast.AST) -> list[ast.Call]:
-    """``x.backward()`` and ``x.grad(...)`` calls anywhere under ``scope``."""
-    return [
-        node
-        for node in ast.walk(scope)
-        if type(node) is ast.Call
-        and type(node.func) is ast.Attribute
-        and node.func.attr in ("backward", "grad")
-    ]
+def _backward_calls(analysis: Semantic, scope: ast.AST) -> list[ast.Call]:
+    """``x.backward()`` and ``x.grad(...)`` calls anywhere under ``scope``, in order (from
+    the analysis's calls by name: no walk)."""
+    found: dict[ast.Call, None] = {}
+    for name in ("backward", "grad"):
+        for call in analysis.calls_named(name):
+            func = call.func
+            if type(func) is ast.Attribute and func.attr == name and analysis.contains(scope, call):
+                found[call] = None
+    return sorted(found, key=analysis.index)
 
 
 def _loop_without(rule: InplaceOnSaved, node: ast.AST, binding: ast.AST) -> ast.AST | None:
