@@ -11,11 +11,9 @@ from gradfix.edits import Editor, cst_argument, with_argument
 from gradfix.lazy import lazy_class
 from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument, is_false, is_true
-from gradfix.torch_facts import INTEGER_DTYPES, canonical_spellings
+from gradfix.torch_facts import INTEGER_DTYPES
 
 PARAMETER = "torch.nn.Parameter"
-#: the names a call of ``nn.Parameter`` may be spelled with (or an import's alias of one)
-_PARAMETER_SPELLINGS = frozenset({"Parameter"}) | canonical_spellings("Parameter".__eq__)
 #: torch functions whose result is an integer (or bool) tensor: indices, counts, draws.
 INTEGER_FUNCTIONS = frozenset(
     "torch." + name
@@ -199,7 +197,7 @@ class IntegerRequiresGrad(Rule):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         marks = type(func) is ast.Attribute and func.attr == "requires_grad_"
-        if not marks and not self._may_ask_for_grad(node):
+        if not marks and not self._asks_for_grad(node):
             return  # cheap first: most calls neither pass requires_grad nor feed a Parameter
         name = self.analysis.call_name(node)
         if name is None:
@@ -322,21 +320,6 @@ class IntegerRequiresGrad(Rule):
             return [editor.remove_argument(call, "requires_grad")]
 
         return self.plan(build, "Drop `requires_grad=True`: the tensor holds ids")
-
-    def _may_ask_for_grad(self, node: ast.Call) -> bool:
-        """What :meth:`_asks_for_grad` needs, by spelling only: a ``requires_grad``
-        keyword, or a call around it spelled like ``nn.Parameter``."""
-        if any(keyword.arg == "requires_grad" for keyword in node.keywords):
-            return True
-        wrapper = self.analysis.parent(node)
-        if type(wrapper) is ast.keyword:
-            wrapper = self.analysis.parent(wrapper)
-        if type(wrapper) is not ast.Call:
-            return False
-        func = wrapper.func
-        spelled = func.attr if type(func) is ast.Attribute else getattr(func, "id", "")
-        aliased = self.analysis.call_aliases().get(spelled, ())
-        return spelled in _PARAMETER_SPELLINGS or not _PARAMETER_SPELLINGS.isdisjoint(aliased)
 
     def _asks_for_grad(self, node: ast.Call) -> bool:
         """``requires_grad=True`` on the call, or the call is the data of ``nn.Parameter``."""

@@ -20,8 +20,10 @@ from gradfix.rule import (
 )
 from gradfix.semantic import Binding
 
-#: Calls that fill ``.grad`` of the tensors that retain it.
-BACKWARD_FUNCTIONS = frozenset({"torch.autograd.backward"})
+#: The backward function (besides ``x.backward()``) that fills ``.grad`` of the tensors
+#: that retain it; ``torch.autograd.grad`` returns the gradients instead (the torch fact
+#: ``BACKWARD_FUNCTIONS`` holds both)
+_FILLS_GRAD = frozenset({"torch.autograd.backward"})
 
 
 @dataclass
@@ -228,7 +230,7 @@ class NonleafGradRead(Rule):
                 self._retained.setdefault(func.value.id, []).append(node)
         if type(func) is ast.Attribute and func.attr == "backward":
             self._backwards.append(node)
-        elif self.analysis.call_name(node) in BACKWARD_FUNCTIONS:
+        elif self.analysis.call_name(node) in _FILLS_GRAD:
             self._backwards.append(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
