@@ -51,6 +51,7 @@ def child(stage: str, files: list[Path]) -> None:
 
     rules = [r for r in all_rules() if r.default_enabled and issubclass(r, Rule)]
     filters_calls = "call_aliases" in inspect.signature(walk_ast_batched).parameters
+    lists_walked = "walked" in inspect.signature(walk_ast_batched).parameters
     import gradfix.rule
 
     # as the engine picks the rules a file may concern (older checkouts: every rule)
@@ -66,14 +67,22 @@ def child(stage: str, files: list[Path]) -> None:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
-        semantic = Semantic(tree, text)
+        running = rules_for(rules, text)
+        if lists_walked:  # as the engine: the analysis lists the nodes the rules visit
+            from gradfix.walk import walked_types
+
+            semantic = Semantic(tree, text, walked=walked_types(tuple(running)))
+        else:
+            semantic = Semantic(tree, text)
         if stage != "rules" or not semantic.imports_torch():
             continue
         context = RuleContext(str(path), text, semantic)
         walked = {"order": semantic.order, "last": semantic.last, "by_type": semantic.by_type}
         if filters_calls:  # as the engine walks (older checkouts: no call filter)
             walked["call_aliases"] = semantic.call_aliases()
-        walk_ast_batched(tree, [rule(context) for rule in rules_for(rules, text)], **walked)
+        if lists_walked:
+            walked["walked"] = (semantic.walked_types, semantic.walked_nodes)
+        walk_ast_batched(tree, [rule(context) for rule in running], **walked)
 
 
 def instructions(python: str, stage: str, listing: Path) -> int:

@@ -26,7 +26,7 @@ from gradfix.engine import may_import_torch, parse
 from gradfix.registry import all_rules
 from gradfix.rule import FixPlan, Rule, RuleContext, rules_for_source
 from gradfix.semantic import Semantic
-from gradfix.walk import walk_ast_batched
+from gradfix.walk import walk_ast_batched, walked_types
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus  # noqa: E402
@@ -70,18 +70,19 @@ def main() -> None:
             cost["ast.parse"] += clock() - start
         except (SyntaxError, ValueError):
             continue
+        running = rules_for_source(ast_rules, text)
         start = clock()
-        semantic = Semantic(tree, text)
+        semantic = Semantic(tree, text, walked=walked_types(tuple(running)))
         cost["semantic"] += clock() - start
         context = RuleContext(str(path), text, semantic)
         if not semantic.imports_torch():
             continue
         try:
             start = clock()
-            visitors = [rule(context) for rule in rules_for_source(ast_rules, text)]
+            visitors = [rule(context) for rule in running]
             walk_ast_batched(tree, visitors, **_walked(semantic))
             cost["rules"] += clock() - start
-            for rule in rules_for_source(ast_rules, text):
+            for rule in running:
                 start = clock()
                 walk_ast_batched(tree, [rule(context)], **_walked(semantic))
                 alone[rule.code] += clock() - start
@@ -116,12 +117,14 @@ def main() -> None:
 
 
 def _walked(semantic: Semantic) -> dict[str, object]:
-    """What the engine hands the walk: the analysis's pre-order and nodes by type."""
+    """What the engine hands the walk: the analysis's pre-order, nodes by type and the
+    nodes of the rules' types listed in pre-order."""
     return {
         "order": semantic.order,
         "last": semantic.last,
         "by_type": semantic.by_type,
         "call_aliases": semantic.call_aliases(),
+        "walked": (semantic.walked_types, semantic.walked_nodes),
     }
 
 

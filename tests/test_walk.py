@@ -119,6 +119,46 @@ def test_ast_walk_by_type_visits_only_handled_types_in_the_same_order() -> None:
     assert handled_types(_Calls) == {ast.Call, ast.FunctionDef, ast.For}
 
 
+def test_ast_walk_of_the_nodes_the_analysis_listed() -> None:
+    """The analysis lists the nodes of the walked types during its traversal: walking that
+    list calls the visitors exactly as the full walk does; a list that lacks a type some
+    visitor handles is not used (the walk picks the nodes by type instead)."""
+    from gradfix.semantic import Semantic
+    from gradfix.walk import walk_ast_batched, walked_types
+
+    tree = ast.parse(NESTED_SOURCE)
+    expected = _Calls()
+    walk_ast_batched(tree, [expected])
+    listed_types = walked_types((_Calls,))
+    assert listed_types == {ast.Call, ast.FunctionDef, ast.For}
+    semantic = Semantic(tree, NESTED_SOURCE, walked=listed_types)
+    assert [type(n) for n in semantic.walked_nodes].count(ast.Call) == len(
+        semantic.by_type[ast.Call]
+    )
+    assert semantic.walked_nodes == sorted(semantic.walked_nodes, key=semantic.order.__getitem__)
+    listed = _Calls()
+    walk_ast_batched(
+        tree,
+        [listed],
+        order=semantic.order,
+        last=semantic.last,
+        walked=(semantic.walked_types, semantic.walked_nodes),
+    )
+    assert listed.events == expected.events
+    # the names a second visitor reads are not in the list: the walk does not use it
+    short = Semantic(tree, NESTED_SOURCE, walked=frozenset({ast.Call}))
+    mixed, events = _Calls(), _Events()
+    walk_ast_batched(
+        tree,
+        [mixed, events],
+        order=short.order,
+        last=short.last,
+        by_type=short.by_type,
+        walked=(short.walked_types, short.walked_nodes),
+    )
+    assert mixed.events == expected.events and "i" in events.events
+
+
 def test_descendants_of_one_type_in_source_order() -> None:
     from gradfix.semantic import Semantic
 

@@ -41,7 +41,7 @@ from gradfix.rule import (
 )
 from gradfix.semantic import Semantic
 from gradfix.suppression import has_suppressions, unsuppressed
-from gradfix.walk import walk_ast_batched
+from gradfix.walk import walk_ast_batched, walked_types
 
 if TYPE_CHECKING:
     from libcst.metadata import CodeRange
@@ -283,11 +283,13 @@ def _collect_reports(
         crashed[rule] = RuleCrash.of(rule, error)
 
     linted = Linted([], source, tree)
-    semantic = Semantic(tree, source, no_grad_callers)
+    running = rules_for_source(rules, source)
+    walked = walked_types(tuple(running))
+    semantic = Semantic(tree, source, no_grad_callers, walked)
     if semantic.imports_torch() and rules:
         linted.torch_alias = semantic.torch_alias()
         context = RuleContext(path=path, source=source, semantic=semantic)
-        visitors = [rule(context) for rule in rules_for_source(rules, source)]
+        visitors = [rule(context) for rule in running]
         walk_ast_batched(
             tree,
             visitors,
@@ -296,6 +298,7 @@ def _collect_reports(
             last=semantic.last,
             by_type=semantic.by_type,
             call_aliases=semantic.call_aliases(),
+            walked=(walked, semantic.walked_nodes),
         )
         reports = [r for v in visitors if type(v) not in crashed for r in v.reports]
         if reports and has_suppressions(source):

@@ -146,6 +146,7 @@ def walk_ast_batched(
     by_type: Mapping[type, list[ast.AST]] | None = None,
     call_aliases: Mapping[str, tuple[str, ...]] | None = None,
     filter_assigns: bool = True,
+    walked: tuple[frozenset[type], Sequence[ast.AST]] | None = None,
 ) -> None:
     """:func:`walk_batched` for Python's ``ast``: one depth-first walk in source order
     calling each visitor's own ``visit_<Type>`` before a node's children and
@@ -157,7 +158,11 @@ def walk_ast_batched(
     traversal (:class:`gradfix.semantic.Semantic`): the walk then only reads that list
     instead of traversing the tree again. With ``by_type`` too (node type -> its nodes in
     pre-order), only the nodes of the types some visitor handles are walked (most nodes
-    are names and constants no rule visits). Without them the tree is traversed.
+    are names and constants no rule visits). With ``walked`` (node types, and every node
+    of those types in pre-order: :attr:`gradfix.semantic.Semantic.walked_nodes`, listed
+    during the analysis's traversal for :func:`walked_types` of the visitors), those nodes
+    are walked when the types hold every type a visitor handles (nothing is sorted).
+    Without them the tree is traversed.
 
     With ``call_aliases`` (a name an import binds -> the last parts of what it imports:
     ``w`` -> ``("where",)`` for ``from torch import where as w``), a visitor whose type has a
@@ -173,7 +178,9 @@ def walk_ast_batched(
     if order is None or last is None:
         order, last = _pre_order(tree)
     nodes: Iterable[ast.AST] = order
-    if by_type is not None:
+    if walked is not None and walked_types(tuple(type(v) for v in visitors)) <= walked[0]:
+        nodes = walked[1]
+    elif by_type is not None:
         nodes = _handled_nodes(visitors, order, by_type)
     live = list(visitors)
     dead: set[int] = set()  # ids of the visitors that raised
@@ -314,6 +321,13 @@ def walk_ast_batched(
         )
 
 
+@functools.lru_cache(maxsize=256)
+def walked_types(visitor_types: tuple[type, ...]) -> frozenset[type]:
+    """The node types visitors of ``visitor_types`` handle (:func:`handled_types`): what
+    the analysis lists for their walk (``Semantic(..., walked=...)``)."""
+    return frozenset().union(*map(handled_types, visitor_types))
+
+
 def _call_narrowers(visitors: Sequence[object]) -> list[Callable[..., bool] | None] | None:
     """Each visitor's ``takes_call`` (None: it has none), by position; None when no
     visitor has one."""
@@ -327,9 +341,7 @@ def _handled_nodes(
     by_type: Mapping[type, list[ast.AST]],
 ) -> list[ast.AST]:
     """The nodes of the types the visitors handle, in pre-order."""
-    kinds: set[type] = set()
-    for visitor in visitors:
-        kinds |= handled_types(type(visitor))
+    kinds = walked_types(tuple(type(visitor) for visitor in visitors))
     groups = [by_type[kind] for kind in kinds if kind in by_type]
     if len(groups) == 1:
         return groups[0]

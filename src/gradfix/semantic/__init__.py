@@ -101,11 +101,17 @@ class Semantic(TensorQueries):
     """Facts about one module parsed with ``ast.parse``; see the module docstring."""
 
     def __init__(
-        self, tree: ast.Module, source: str = "", no_grad_callers: frozenset[str] = frozenset()
+        self,
+        tree: ast.Module,
+        source: str = "",
+        no_grad_callers: frozenset[str] = frozenset(),
+        walked: frozenset[type] = frozenset(),
     ) -> None:
         """``no_grad_callers``: the names of functions that other files call only under
-        ``no_grad`` (see :attr:`~.navigation.Navigation.no_grad_callers`)."""
-        super().__init__(tree, source)
+        ``no_grad`` (see :attr:`~.navigation.Navigation.no_grad_callers`). ``walked``: the
+        node types the rules' walk visits (:func:`gradfix.walk.walked_types`): their nodes
+        are listed in pre-order during the one traversal (``walked_nodes``)."""
+        super().__init__(tree, source, walked)
         self.no_grad_callers = no_grad_callers
 
 

@@ -9,7 +9,6 @@ from typing import Any
 from gradfix.semantic.scopes import SCOPE_TYPES, Binding, Scope
 from gradfix.semantic.syntax import (
     argument_value,
-    argument_values,
     call_arguments,
     children_function,
     is_function,
@@ -25,7 +24,13 @@ class Collector:
     """Walks a module once (pre-order, in source order, with an explicit stack) and
     records what every query of :class:`~gradfix.semantic.Semantic` reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, walked: frozenset[type] = frozenset()) -> None:
+        """``walked``: the node types whose nodes :attr:`walked` lists (the rules' walk)."""
+        self.walked_types = walked
+        #: the nodes of the ``walked`` types, in pre-order: what the rules' walk visits
+        #: (sorting them from ``by_type`` afterwards reads every node's index again, in no
+        #: order the memory likes: 5 % of a cold check)
+        self.walked: list[ast.AST] = []
         self.parents: dict[ast.AST, ast.AST] = {}
         self.order: dict[ast.AST, int] = {}
         self.by_type: dict[type, list[ast.AST]] = {}  # the nodes of each type, in pre-order
@@ -53,6 +58,10 @@ class Collector:
         plans, by_type, attributes = _PLANS, self.by_type, self.attributes
         names, name_orders = self.names, self.name_orders
         scope_stack = self._scope_stack
+        walked_types, walked = self.walked_types, self.walked
+        # the most frequent types are decided before the set is asked
+        walk_names, walk_constants = ast.Name in walked_types, ast.Constant in walked_types
+        walk_attributes = ast.Attribute in walked_types
         # a node to enter, or ``(node,)`` once its subtree is done (no tuple per child)
         stack: list[Any] = [module]
         while stack:
@@ -73,6 +82,8 @@ class Collector:
             else:
                 of_kind.append(node)
             if kind is ast.Name:
+                if walk_names:
+                    walked.append(node)
                 spelled = names.get(node.id)
                 if spelled is None:
                     names[node.id] = [node]
@@ -83,9 +94,13 @@ class Collector:
                 last[node] = index  # a leaf (its ``ctx`` is a shared singleton)
                 continue
             if kind is ast.Constant:
+                if walk_constants:
+                    walked.append(node)
                 last[node] = index  # most nodes are names and constants: no children
                 continue
             if kind is ast.Attribute:  # the next most frequent: one child, no recorder
+                if walk_attributes:
+                    walked.append(node)
                 attrs = attributes.get(node.attr)
                 if attrs is None:
                     attributes[node.attr] = [node]
@@ -96,6 +111,8 @@ class Collector:
                 stack.append((node,))
                 stack.append(value)
                 continue
+            if kind in walked_types:
+                walked.append(node)
             plan = plans.get(kind)
             if plan is None:
                 plan = plans[kind] = _plan(kind)
@@ -280,24 +297,26 @@ class Collector:
 
     def _record_call(self, node: ast.Call) -> None:
         func = node.func
+        calls_by_name = self.calls_by_name
         if type(func) is ast.Name:
-            self.calls_by_name.setdefault(func.id, []).append(node)
+            calls_by_name.setdefault(func.id, []).append(node)
         elif type(func) is ast.Attribute:
-            by_name = self.super_calls if is_super_call(func.value) else self.calls_by_name
+            by_name = self.super_calls if is_super_call(func.value) else calls_by_name
             by_name.setdefault(func.attr, []).append(node)
-            arguments = call_arguments(node)
-            if func.attr == "register_parameter" and len(arguments) >= 2:
-                attr = string_value(argument_value(arguments[0]))
-                if attr is not None and attr.isidentifier():
-                    value = argument_value(arguments[1])
-                    self._record_self_attribute(func.value, attr, value, node)
-        # A function passed by reference (``model.apply(init_fn)``) runs where the call is.
-        for ref in argument_values(node):
-            name = ref.id if type(ref) is ast.Name else None
-            if type(ref) is ast.Attribute:
-                name = ref.attr
-            if name is not None:
-                self.calls_by_name.setdefault(name, []).append(node)
+            if func.attr == "register_parameter":
+                arguments = call_arguments(node)
+                if len(arguments) >= 2:
+                    attr = string_value(argument_value(arguments[0]))
+                    if attr is not None and attr.isidentifier():
+                        value = argument_value(arguments[1])
+                        self._record_self_attribute(func.value, attr, value, node)
+        # A function passed by reference (``model.apply(init_fn)``) runs where the call is
+        # (the values of the positional, then the keyword arguments: no list is built for
+        # each of the file's calls).
+        for argument in node.args:
+            _record_reference(calls_by_name, argument, node)
+        for keyword in node.keywords:
+            _record_reference(calls_by_name, keyword.value, node)
 
     def _record_return(self, node: ast.Return) -> None:
         if is_function(self._scope.node):
@@ -305,6 +324,18 @@ class Collector:
 
     def _record_yield(self, node: ast.Yield | ast.YieldFrom) -> None:
         self.generators.add(self._scope.node)
+
+
+def _record_reference(
+    calls_by_name: dict[str, list[ast.Call]], ref: ast.expr, call: ast.Call
+) -> None:
+    """``call`` under the name of a function it is passed (``f``, ``self.f``, ``*f``)."""
+    if type(ref) is ast.Starred:
+        ref = ref.value
+    if type(ref) is ast.Name:
+        calls_by_name.setdefault(ref.id, []).append(call)
+    elif type(ref) is ast.Attribute:
+        calls_by_name.setdefault(ref.attr, []).append(call)
 
 
 def _plan(kind: type) -> tuple[bool, Callable[[Collector, Any], None] | None, Callable]:

@@ -30,9 +30,14 @@ _LOOPS = (ast.For, ast.AsyncFor)
 class Navigation:
     """Facts of the one traversal and the questions they answer directly."""
 
-    def __init__(self, tree: ast.Module, source: str) -> None:
-        collector = Collector()
+    def __init__(
+        self, tree: ast.Module, source: str, walked: frozenset[type] = frozenset()
+    ) -> None:
+        collector = Collector(walked)
         collector.collect(tree)
+        #: the node types of :attr:`walked_nodes`, and those nodes in pre-order
+        self.walked_types = walked
+        self.walked_nodes = collector.walked
         self.module = tree
         self.source = source
         self._parents = collector.parents
