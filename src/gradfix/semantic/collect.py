@@ -151,30 +151,46 @@ class Collector:
         kind: str,
         node: ast.AST,
         value: ast.expr | None,
-        **extra: object,
+        qualified: str | None = None,
+        unpack_index: int | None = None,
+        annotation: ast.expr | None = None,
     ) -> Binding:
-        binding = Binding(name, kind, node, value, self.order[node], -1, **extra)  # type: ignore[arg-type]
-        scope.bind(binding)
+        binding = Binding(
+            name, kind, node, value, self.order[node], -1, qualified, unpack_index, annotation
+        )
+        of_name = scope.bindings.get(name)  # Scope.bind, inline: one binding per assignment
+        if of_name is None:
+            scope.bindings[name] = [binding]
+        else:
+            of_name.append(binding)
         self._pending.append(binding)
         return binding
 
     def _finish(self) -> None:
+        last, defaults = self.last, self._defaults
         for binding in self._pending:
             node = binding.node
-            if type(node) is ast.comprehension:
+            kind = type(node)
+            if kind is ast.comprehension:
                 binding.end = -1  # visible in the whole comprehension, element included
-            elif type(node) is ast.For or type(node) is ast.AsyncFor:
-                binding.end = self.last[node.iter]  # visible in the loop body
-            elif type(node) is ast.arg and node in self._defaults:
-                binding.end = self.last[self._defaults[node]]  # the default sees outside
+            elif kind is ast.For or kind is ast.AsyncFor:
+                binding.end = last[node.iter]  # visible in the loop body
+            elif kind is ast.arg and node in defaults:
+                binding.end = last[defaults[node]]  # the default sees outside
             else:
-                binding.end = self.last.get(node, binding.start)
+                binding.end = last.get(node, binding.start)
 
     # -- what binds names ------------------------------------------------------------------
     def _record_assign(self, node: ast.Assign) -> None:
+        scope = self._scope_stack[-1]
+        value = node.value
         for target in node.targets:
-            self._bind_target(target, node, node.value, "assign")
-            self._record_class_level(target, node.value, node)
+            if type(target) is ast.Name:  # most assignments: ``x = ...`` in a function
+                self._bind(scope, target.id, "assign", node, value)
+                if scope.is_class:
+                    self._record_class_level(target, value, node)
+                continue
+            self._bind_target(target, node, value, "assign")
             if type(target) is ast.Subscript and type(target.value) is ast.Name:
                 entry = (node, node.value)
                 self.subscript_assigns.setdefault(target.value.id, []).append(entry)
@@ -203,7 +219,9 @@ class Collector:
                 self._defaults[arg] = default
 
     def _record_parameter(self, node: ast.arg) -> None:
-        self._bind(self._scope, node.arg, "param", node, None, annotation=node.annotation)
+        self._bind(
+            self._scope_stack[-1], node.arg, "param", node, None, None, None, node.annotation
+        )
 
     def _record_except_handler(self, node: ast.ExceptHandler) -> None:
         if node.name is not None:
@@ -222,13 +240,7 @@ class Collector:
             target = target.value
         if type(target) is ast.Name:
             self._bind(
-                self._scope,
-                target.id,
-                kind,
-                node,
-                value,
-                unpack_index=unpack_index,
-                annotation=annotation,
+                self._scope_stack[-1], target.id, kind, node, value, None, unpack_index, annotation
             )
         elif type(target) is ast.Tuple or type(target) is ast.List:
             elements = target.elts
@@ -299,10 +311,10 @@ class Collector:
         func = node.func
         calls_by_name = self.calls_by_name
         if type(func) is ast.Name:
-            calls_by_name.setdefault(func.id, []).append(node)
+            _add(calls_by_name, func.id, node)
         elif type(func) is ast.Attribute:
             by_name = self.super_calls if is_super_call(func.value) else calls_by_name
-            by_name.setdefault(func.attr, []).append(node)
+            _add(by_name, func.attr, node)
             if func.attr == "register_parameter":
                 arguments = call_arguments(node)
                 if len(arguments) >= 2:
@@ -333,9 +345,18 @@ def _record_reference(
     if type(ref) is ast.Starred:
         ref = ref.value
     if type(ref) is ast.Name:
-        calls_by_name.setdefault(ref.id, []).append(call)
+        _add(calls_by_name, ref.id, call)
     elif type(ref) is ast.Attribute:
-        calls_by_name.setdefault(ref.attr, []).append(call)
+        _add(calls_by_name, ref.attr, call)
+
+
+def _add(index: dict[str, list[ast.Call]], name: str, call: ast.Call) -> None:
+    """``index.setdefault(name, []).append(call)`` without a new list at every call."""
+    calls = index.get(name)
+    if calls is None:
+        index[name] = [call]
+    else:
+        calls.append(call)
 
 
 def _plan(kind: type) -> tuple[bool, Callable[[Collector, Any], None] | None, Callable]:

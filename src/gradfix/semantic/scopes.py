@@ -21,7 +21,7 @@ SCOPE_TYPES = frozenset(
 )
 
 
-@dataclass
+@dataclass(slots=True)  # hundreds of thousands per codebase: no instance dict
 class Binding:
     """One place where a scope binds a name."""
 

@@ -46,9 +46,12 @@ def children_function(kind: type[ast.AST]) -> Callable[[Any], list[ast.AST]]:
 
 
 def _call_children(node: ast.Call) -> list[ast.AST]:
-    if node.keywords and node.args:  # ``f(a=1, *b)``: keywords may come first
-        return [node.func, *sorted([*node.args, *node.keywords], key=_start)]
-    return [node.func, *node.args, *node.keywords]
+    args, keywords = node.args, node.keywords
+    if keywords and args:  # ``f(a=1, *b)``: a keyword may come before a (starred) argument
+        last, first = args[-1], keywords[0]
+        if (last.lineno, last.col_offset) > (first.lineno, first.col_offset):
+            return [node.func, *sorted([*args, *keywords], key=_start)]
+    return [node.func, *args, *keywords]
 
 
 def _dict_children(node: ast.Dict) -> list[ast.AST]:
