@@ -28,8 +28,7 @@ class Collector:
         """``walked``: the node types whose nodes :attr:`walked` lists (the rules' walk)."""
         self.walked_types = walked
         #: the nodes of the ``walked`` types, in pre-order: what the rules' walk visits
-        #: (sorting them from ``by_type`` afterwards reads every node's index again, in no
-        #: order the memory likes: 5 % of a cold check)
+        #: (sorting them from ``by_type`` afterwards looked up every node's index again)
         self.walked: list[ast.AST] = []
         self.parents: dict[ast.AST, ast.AST] = {}
         self.order: dict[ast.AST, int] = {}
@@ -158,7 +157,7 @@ class Collector:
         binding = Binding(
             name, kind, node, value, self.order[node], -1, qualified, unpack_index, annotation
         )
-        of_name = scope.bindings.get(name)  # Scope.bind, inline: one binding per assignment
+        of_name = scope.bindings.get(name)  # the scope's bindings of the name, in order
         if of_name is None:
             scope.bindings[name] = [binding]
         else:

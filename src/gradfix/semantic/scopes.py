@@ -49,9 +49,6 @@ class Scope:
     def __post_init__(self) -> None:
         self.is_class = type(self.node) is ast.ClassDef
 
-    def bind(self, binding: Binding) -> None:
-        self.bindings.setdefault(binding.name, []).append(binding)
-
 
 @dataclass
 class LeafReason:
