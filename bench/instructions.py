@@ -53,6 +53,7 @@ def child(stage: str, files: list[Path]) -> None:
     filters_calls = "call_aliases" in inspect.signature(walk_ast_batched).parameters
     lists_walked = "walked" in inspect.signature(walk_ast_batched).parameters
     import gradfix.rule
+    import gradfix.walk
 
     # as the engine picks the rules a file may concern (older checkouts: every rule)
     rules_for = getattr(gradfix.rule, "rules_for_source", lambda rules, text: rules)
@@ -68,12 +69,9 @@ def child(stage: str, files: list[Path]) -> None:
         except (SyntaxError, ValueError):
             continue
         running = rules_for(rules, text)
-        if lists_walked:  # as the engine: the analysis lists the nodes the rules visit
-            from gradfix.walk import walked_types
-
-            semantic = Semantic(tree, text, walked=walked_types(tuple(running)))
-        else:
-            semantic = Semantic(tree, text)
+        # as the engine: the analysis lists the nodes the rules visit (older checkouts: no list)
+        listed = {"walked": gradfix.walk.walked_types(tuple(running))} if lists_walked else {}
+        semantic = Semantic(tree, text, **listed)
         if stage != "rules" or not semantic.imports_torch():
             continue
         context = RuleContext(str(path), text, semantic)
