@@ -288,3 +288,37 @@ def test_the_fixes_verified_alone_are_written_when_an_overlapping_one_spoils_the
     fixed = script.read_text(encoding="utf-8")
     assert "        logits = torch.stack(logits, 1)\n" in fixed
     assert code == 0, err
+
+
+# GF302's fix of a reciprocal behind `where`: the function jumps at 0 (1/n against the 0
+# branch), so no difference quotient there is a derivative (it grows fourfold per halved
+# step). The element is left out and counted; the fix is proven on the others.
+RECIPROCAL_WHERE = """import torch
+
+n = torch.tensor([0.0, 3.0, 5.0], requires_grad=True)
+r = torch.where(n != 0, 1.0 / n, torch.zeros_like(n))
+r.sum().backward()
+print(n.grad)
+"""
+
+
+def test_a_fix_at_a_discontinuity_is_written_and_the_element_left_out(tmp_path: Path) -> None:
+    script = write(tmp_path / "recip.py", RECIPROCAL_WHERE)
+    code, _, err = invoke("fix", "--write", str(script))
+    assert "1.0 / torch.where(n != 0, n, torch.ones_like(n))" in script.read_text("utf-8")
+    assert f"{script}:4:5: GF302 verified: " in err
+    assert "1 element(s) left out where the forward has no derivative" in err
+    assert code == 0
+
+
+def test_a_wrong_fix_at_a_discontinuity_is_still_rejected_on_the_converged_elements(
+    tmp_path: Path,
+) -> None:
+    """The element at the jump decides nothing; the others' converged quotients show that
+    a detached reciprocal loses the gradient."""
+    with_term = RECIPROCAL_WHERE.replace("r.sum()", "(r.sum() + n.sum())")
+    bug = write(tmp_path / "bug.py", with_term)
+    wrong = write(tmp_path / "wrong.py", with_term.replace("1.0 / n", "1.0 / n.detach()"))
+    code, out, _ = invoke("verify", "--baseline", str(bug), str(wrong))
+    assert code == 1 and "rejected" in out
+    assert "at element 1" in out or "at element 2" in out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gradfix.registry import fix_intent
 from gradfix.trace.launch import TraceResult, run_trace
 
 pytest.importorskip("torch")
@@ -293,12 +294,14 @@ def test_the_verifier_lets_a_gf401_fix_leave_out_a_leaf_and_compares_the_rest() 
 
     before = _run([4, 7], {"0": [5.0, 6.0], "1": [1.0, 2.0]})
     after = _run([7], {"0": [1.0, 2.0]})
-    verdict = compare_traces(before, after, rules=["GF401"])
+    verdict = compare_traces(before, after, intent=fix_intent(["GF401"]))
     assert verdict.status == "verified" and "#0 (line 7)" in verdict.reason
     assert "the leaves made at line 4" in " ".join(verdict.evidence["notes"])
     wrong = _run([7], {"0": [1.0, 2.5]})
-    assert compare_traces(before, wrong, rules=["GF401"]).status == "rejected"
-    other = compare_traces(before, after, rules=["GF204"])  # other rules keep every leaf
+    assert compare_traces(before, wrong, intent=fix_intent(["GF401"])).status == "rejected"
+    other = compare_traces(
+        before, after, intent=fix_intent(["GF204"])
+    )  # other rules keep every leaf
     assert other.status == "rejected" and "creates 1 leaf tensor(s)" in other.reason
     moved = _run([5], {"0": [1.0, 2.0]})  # not one of before's leaves
-    assert compare_traces(before, moved, rules=["GF401"]).status == "rejected"
+    assert compare_traces(before, moved, intent=fix_intent(["GF401"])).status == "rejected"

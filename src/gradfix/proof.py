@@ -279,11 +279,12 @@ class _Prover:
         cache = _PROVEN
         if cache is None:
             return self._prove(single, codes)
-        from gradfix.verify.oracle import fix_changes_training, fix_restores_gradient
+        from gradfix.registry import fix_intent
 
-        strict = fix_restores_gradient(codes)
+        intent = fix_intent(codes)
+        strict = intent.restores_gradient
         # a fix declared to change what trains is judged by a replay: another verdict
-        key = (*self._key(single.source), fix_changes_training(codes))
+        key = (*self._key(single.source), intent.changes_training)
         with _PROVEN_LOCK:
             known = cache.get((*key, strict))
             stricter = cache.get((*key, True))
@@ -415,8 +416,13 @@ def verify_baseline(
     """The oracle on a refactor made by hand: NEW must keep OLD's forward results and
     give correct finite gradients. Returns ``(status, reason, evidence)``."""
     from gradfix.verify import verify_files
+    from gradfix.verify.intent import FixIntent
 
-    verdict = verify_files(old_path, new_path, timeout=timeout, seed=seed)
+    # a change made by hand declares nothing: it may make other leaves train, or stop
+    # making throw-away leaves, as a fix of a rule that declares it may
+    verdict = verify_files(
+        old_path, new_path, timeout=timeout, seed=seed, intent=FixIntent.unknown()
+    )
     return verdict.status, verdict.reason, verdict.evidence
 
 

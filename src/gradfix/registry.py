@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gradfix.rule import Rule
+    from gradfix.verify.intent import FixIntent
 
 ALL_SELECTOR = "ALL"
 #: the implicit selector of default rules when ``--select`` is not given
@@ -113,3 +114,18 @@ def find_rule(code_or_name: str, rules: Sequence[type[Rule]] | None = None) -> t
         if rule.code.upper() == wanted.upper() or rule.name == wanted.lower():
             return rule
     raise SelectionError(f"unknown rule {wanted!r} (run `gradfix rules` to list them)")
+
+
+def fix_intent(codes: Iterable[str]) -> FixIntent:
+    """What the fixes of these rules (codes) declare (:mod:`gradfix.verify.intent`); an
+    unknown code (a rule of a test) declares nothing."""
+    from gradfix.verify.intent import FixIntent
+
+    wanted = {str(code).upper() for code in codes}
+    rules = [rule for rule in all_rules() if rule.code.upper() in wanted]
+    return FixIntent(
+        codes=tuple(sorted(wanted)),
+        restores_gradient=any(rule.fix_restores_gradient for rule in rules),
+        changes_training=any(rule.fix_changes_training for rule in rules),
+        drops_leaves=any(rule.fix_drops_leaves for rule in rules),
+    )

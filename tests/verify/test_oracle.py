@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gradfix.registry import fix_intent
 from gradfix.verify import Verdict, compare_traces, plan_fd, verify_files, verify_sources
 
 TIMEOUT = 30.0
@@ -867,14 +868,14 @@ def test_a_leaf_torch_made_without_gradient_is_checked_for_a_fix_that_restores_o
     both["leaves"][1]["declared"] = False  # type: ignore[index]
     both["parameter_names"] = {"1": "model.lin.weight"}
     plan = {"after": [{"event": 0, "leaf": 1, "elements": [0, 1]}]}
-    assert plan_fd(both, both, rules=["GF101"]) == plan
-    assert plan_fd(both, both, rules=["GF104", "GF403"]) == {}
+    assert plan_fd(both, both, intent=fix_intent(["GF101"])) == plan
+    assert plan_fd(both, both, intent=fix_intent(["GF104", "GF403"])) == {}
     cut = {"after": fd(fd_entry(0, 1, [0.0, 0.5]))}
-    lost = compare_traces(both, both, cut, rules=["GF101"])
+    lost = compare_traces(both, both, cut, intent=fix_intent(["GF101"]))
     assert lost.status == "rejected"
     assert lost.reason.startswith("gradient lost: leaf 1 'model.lin.weight' (")
     unused = {"after": fd(fd_entry(0, 1, [0.0, 0.0], unused=True))}
-    independent = compare_traces(both, both, unused, rules=["GF101"])
+    independent = compare_traces(both, both, unused, intent=fix_intent(["GF101"]))
     assert independent.status == "verified", independent.reason
     assert "finite differences of the fix's forward: #1 'model.lin.weight' (line 3)" in (
         independent.reason
@@ -900,8 +901,8 @@ def test_a_leaf_whose_reference_is_undefined_everywhere_is_listed_as_not_compare
 def test_a_frozen_leaf_is_not_checked_for_a_lost_gradient() -> None:
     both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
     both["events"][0]["frozen"] = [1]  # type: ignore[index]
-    assert plan_fd(both, both, rules=["GF101"]) == {}
-    verdict = compare_traces(both, both, rules=["GF101"])
+    assert plan_fd(both, both, intent=fix_intent(["GF101"])) == {}
+    verdict = compare_traces(both, both, intent=fix_intent(["GF101"]))
     assert verdict.status == "verified", verdict.reason
     assert "not compared: #1 (line 3) (no gradient in either version; frozen" in verdict.reason
 

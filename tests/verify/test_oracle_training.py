@@ -6,6 +6,7 @@ fix is compared against its own finite differences."""
 
 from __future__ import annotations
 
+from gradfix.registry import fix_intent
 from gradfix.verify import verify_sources
 from gradfix.verify.oracle import fix_changes_training, newly_trained
 
@@ -183,11 +184,11 @@ def test_a_fix_that_still_accumulates_later_is_rejected() -> None:
     before = trace(call(0, [], 1.0), call(1, [0], 2.0))
     after = trace(call(0, [], 1.0), call(1, [], 2.0), call(2, [0], 3.0))
     verdict = compare_traces(
-        before, dict(after, event_count=2, events=after["events"][:2]), rules=["GF405"]
+        before, dict(after, event_count=2, events=after["events"][:2]), intent=fix_intent(["GF405"])
     )
     assert verdict.status == "verified", verdict.reason
     before = trace(call(0, [], 1.0), call(1, [0], 2.0), call(2, [0], 3.0))
-    verdict = compare_traces(before, after, rules=["GF405"])
+    verdict = compare_traces(before, after, intent=fix_intent(["GF405"]))
     assert verdict.status == "rejected", verdict.reason
     assert "backward call #3 at line 9 still adds to a stale gradient of #0 (line 3)" in (
         verdict.reason
@@ -223,7 +224,7 @@ def test_a_leaf_no_optimizer_clears_may_accumulate_in_both() -> None:
 
     before = trace(call(0, []), call(1, [0, 1]))
     after = trace(call(0, []), call(1, [1]))  # leaf 1, an input, is never cleared
-    verdict = compare_traces(before, after, rules=["GF405"])
+    verdict = compare_traces(before, after, intent=fix_intent(["GF405"]))
     assert verdict.status == "verified", verdict.reason
     assert "adds each gradient to stale ones" not in verdict.reason  # no later call parted
     assert "adds to the gradient left by earlier calls of #0 (line 3)" in " ".join(

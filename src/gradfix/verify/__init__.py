@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gradfix.registry import fix_intent
+from gradfix.verify.intent import FixIntent
 from gradfix.verify.oracle import (
     Verdict,
     compare_traces,
-    fix_changes_training,
     newly_trained,
     plan_fd,
 )
@@ -45,6 +46,7 @@ from gradfix.verify.process import (
 )
 
 __all__ = [
+    "FixIntent",
     "Verdict",
     "compare_traces",
     "plan_fd",
@@ -70,6 +72,7 @@ def verify_sources(
     max_steps: int | None = None,
     patched: dict[str, str] | None = None,
     rules: Sequence[str] = (),
+    intent: FixIntent | None = None,
 ) -> Verdict:
     """Execute BEFORE and AFTER and decide whether AFTER is a proven fix.
 
@@ -81,7 +84,8 @@ def verify_sources(
     too (the project's other fixes; BEFORE sees the files as they are).
     ``rules``: the codes of the rules whose fix AFTER is; a fix of a rule that must restore
     a gradient (:attr:`~gradfix.rule.BaseRule.fix_restores_gradient`) has the weights torch
-    made checked for a lost gradient too.
+    made checked for a lost gradient too. ``intent``: what the fix declares, when the
+    caller knows it better than ``rules`` (:meth:`FixIntent.unknown` for ``--baseline``).
     """
     early = _check_syntax(before_src, after_src, filename)
     if early is not None:
@@ -98,6 +102,7 @@ def verify_sources(
             "fd_budget": fd_budget,
             "max_steps": max_steps,
             "rules": tuple(rules),
+            "intent": intent if intent is not None else fix_intent(rules),
         }
         return _verify(before_src, after_src, options, limits, patched or {})
     except RunnerFailure as failure:
@@ -138,7 +143,7 @@ def _verify(
                 before, raised = reference, before
             else:
                 reference = None
-        plan = plan_fd(before, after, rules=limits["rules"])
+        plan = plan_fd(before, after, intent=limits["intent"])
         sent = {
             source: _send(
                 procs[source],
@@ -156,7 +161,7 @@ def _verify(
             source: failed or _receive(procs[source], deadline, timeout)
             for source, failed in sent.items()
         }
-    verdict = compare_traces(before, after, fd or None, rules=limits["rules"])
+    verdict = compare_traces(before, after, fd or None, intent=limits["intent"])
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     verdict.evidence["max_steps"] = max_steps
@@ -174,11 +179,11 @@ def _hold_newly_trained(
     proc: RunnerProcess, before: dict[str, Any], after: dict[str, Any], limits: dict[str, Any]
 ) -> dict[str, Any]:
     """AFTER's trace to compare: for a fix that may change what trains
-    (:func:`~gradfix.verify.oracle.fix_changes_training`) and makes the optimizer step
+    (:attr:`~gradfix.verify.intent.FixIntent.changes_training`) and makes the optimizer step
     leaves BEFORE never steps, AFTER replayed with those leaves restored after each
     optimizer step (the same session: its finite differences hold them too). Every
     forward result and gradient of the replay must then equal BEFORE's."""
-    if not fix_changes_training(limits["rules"]):
+    if not limits["intent"].changes_training:
         return after
     trained = newly_trained(before, after)
     if not trained:

@@ -325,28 +325,74 @@ class _Estimator:
         plus: tuple[float, float],
         minus: tuple[float, float],
     ) -> _Estimate:
+        """The central estimate at ``h``, kept only where it converged: the estimate at
+        ``h/2`` agrees with it (or, under strong curvature, the one at ``h/4`` agrees with
+        the one at ``h/2``). A quotient across a discontinuity (a ``where`` whose branch
+        switches inside the step, a pole) is no derivative: it grows as the step shrinks,
+        and the element is left out (``discontinuous`` / ``unconverged``, value nan)."""
         (f_plus, x_plus), (f_minus, x_minus) = plus, minus
         width = x_plus - x_minus
         noise = NOISE_FACTOR * eps * max(abs(f_plus), abs(f_minus)) * 2 / width
         estimate = _Estimate((f_plus - f_minus) / width, "central", noise)
-        if f0 is None or not math.isfinite(f0):
+        half_plus, half_minus = self._objective(entry, j, 0.5), self._objective(entry, j, -0.5)
+        if not _finite(*half_plus, *half_minus) or half_plus[1] == half_minus[1]:
             return estimate
+        half = (half_plus[0] - half_minus[0]) / (half_plus[1] - half_minus[1])
+        if _jumps(f_plus - f_minus, half_plus[0] - half_minus[0], estimate.value, half, noise):
+            return _Estimate(math.nan, "discontinuous", noise)
+        if f0 is None or not math.isfinite(f0):
+            return self._converged(entry, j, eps, estimate, width, half_plus, half_minus)
         gap, low, high = _one_sided_gap(f0, plus, minus)
         one_sided_noise = (
             NOISE_FACTOR * eps * max(abs(f0), abs(f_plus), abs(f_minus)) * 2 / min(x_plus, -x_minus)
         )
         if gap <= KINK_GAP * (FD_ATOL + FD_RTOL * max(abs(low), abs(high)) + one_sided_noise):
-            return estimate
+            return self._converged(entry, j, eps, estimate, width, half_plus, half_minus)
         # The slopes on either side disagree: a kink, or strong curvature. With curvature
         # the gap halves with the step; at a kink it stays (or grows, as for sqrt at 0).
-        half_plus, half_minus = self._objective(entry, j, 0.5), self._objective(entry, j, -0.5)
-        if not _finite(*half_plus, *half_minus):
-            return estimate
         half_gap, half_low, half_high = _one_sided_gap(f0, half_plus, half_minus)
         if half_gap < 0.75 * gap:
             extrapolated = _extrapolated(estimate, width, half_plus, half_minus)
             return self._confirmed(entry, j, eps, extrapolated)
         return _Estimate(estimate.value, "kink", noise, (min(low, half_low), max(high, half_high)))
+
+    def _converged(
+        self,
+        entry: _Entry,
+        j: int,
+        eps: float,
+        estimate: _Estimate,
+        width: float,
+        half_plus: tuple[float, float],
+        half_minus: tuple[float, float],
+    ) -> _Estimate:
+        """``estimate`` when the central estimate at ``h/2`` agrees with it; else the
+        extrapolation once the estimates at ``h/2`` and ``h/4`` agree (curvature shrinks
+        the error fourfold per halving); else ``unconverged``."""
+        half_width = half_plus[1] - half_minus[1]
+        half = (half_plus[0] - half_minus[0]) / half_width
+        half_noise = (
+            NOISE_FACTOR * eps * max(abs(half_plus[0]), abs(half_minus[0])) * 2 / (half_width)
+        )
+        if _agree(estimate.value, half, estimate.noise + half_noise):
+            return estimate
+        quarter_plus = self._objective(entry, j, 0.25)
+        quarter_minus = self._objective(entry, j, -0.25)
+        if not _finite(*quarter_plus, *quarter_minus) or quarter_plus[1] == quarter_minus[1]:
+            return _Estimate(math.nan, "unconverged", estimate.noise)
+        quarter_width = quarter_plus[1] - quarter_minus[1]
+        quarter = (quarter_plus[0] - quarter_minus[0]) / quarter_width
+        quarter_noise = (
+            NOISE_FACTOR
+            * eps
+            * max(abs(quarter_plus[0]), abs(quarter_minus[0]))
+            * (2 / quarter_width)
+        )
+        shrinking = abs(half - quarter) < 0.5 * abs(estimate.value - half)
+        if shrinking and _agree(half, quarter, half_noise + quarter_noise):
+            halved = _Estimate(half, "central", half_noise)
+            return _extrapolated(halved, half_width, quarter_plus, quarter_minus)
+        return _Estimate(math.nan, "unconverged", estimate.noise)
 
     def _confirmed(self, entry: _Entry, j: int, eps: float, extrapolated: _Estimate) -> _Estimate:
         """The extrapolation assumes smooth curvature between the steps; a step an eighth
@@ -417,6 +463,20 @@ def _one_sided_gap(
     right = (plus[0] - f0) / plus[1]
     left = (f0 - minus[0]) / -minus[1]
     return abs(right - left), min(left, right), max(left, right)
+
+
+def _agree(a: float, b: float, noise: float) -> bool:
+    """Two estimates of one derivative agree within the finite-difference tolerance."""
+    return abs(a - b) <= FD_ATOL + FD_RTOL * max(abs(a), abs(b)) + noise
+
+
+def _jumps(delta: float, half_delta: float, estimate: float, half: float, noise: float) -> bool:
+    """The difference ``f(+h) - f(-h)`` does not shrink with the step (a jump: it stays;
+    a pole: it grows), while the quotients disagree: no derivative exists there. Smooth
+    functions and kinks halve it, ``sqrt`` at 0 shrinks it by sqrt(2)."""
+    if _agree(estimate, half, 3 * noise):
+        return False
+    return abs(half_delta) > 0.85 * abs(delta)
 
 
 def _finite(*values: float | None) -> bool:

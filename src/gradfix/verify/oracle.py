@@ -44,7 +44,7 @@ no such estimate. When the finite differences were capped, the elements estimate
 and the others count as not compared.
 
 A fix whose purpose is to change what trains (a rule's ``fix_changes_training``, passed
-by ``rules``: GF109 registers a tensor as an ``nn.Parameter``, and the optimizer built
+in ``intent``: GF109 registers a tensor as an ``nn.Parameter``, and the optimizer built
 from ``parameters()`` now steps it) parts from BEFORE's trajectory at the first optimizer
 step. The leaves AFTER's optimizer steps between backward calls and BEFORE's never does
 (:func:`newly_trained`, by the leaves' version counters) are then held: AFTER is replayed
@@ -67,7 +67,7 @@ differences of AFTER's forward at a few of its elements must then be zero, or th
 rejected ("gradient lost: leaf 0 'model.lin.weight' ..."). This holds for every leaf the
 program declared (``requires_grad=True``, its own ``nn.Parameter``), and for the weights
 torch makes (``nn.Linear``'s) only when the fix is one of a rule whose fix must restore a
-gradient (each rule's ``fix_restores_gradient``, by the codes passed as ``rules``): other fixes
+gradient (each rule's ``fix_restores_gradient``, passed in ``intent``): other fixes
 keep a frozen weight frozen on purpose (a distillation's teacher detached by GF104's
 ``.detach().clone()``). A leaf that no longer requires grad at the call
 (``requires_grad_(False)``) is frozen and never checked. AFTER's ``None`` counts as zero
@@ -137,15 +137,17 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gradfix.trace.errors import BACKWARD_TWICE
+from gradfix.verify.intent import NO_INTENT, FixIntent
 
 FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 FD_RTOL, FD_ATOL = 1e-2, 1e-3
+#: finite-difference methods of elements where no derivative exists (left out, counted)
+NO_DERIVATIVE = frozenset({"discontinuous", "unconverged"})
 #: finite differences of the program run in float64 (``instrument.float64_run``), plus
 #: their noise bound and truncation error: they judge a silent graph cut float32's
 #: estimate cannot (before's and after's gradients both within its tolerance)
@@ -172,25 +174,6 @@ MAKE_FASTER = (
     "; to verify it, stop it sooner (--max-steps 5) or drive it yourself: "
     '--cmd "python train.py --epochs 1" or --entry MODULE:FUNCTION'
 )
-
-
-def fix_restores_gradient(rules: Iterable[str]) -> bool:
-    """Whether a fix of these rules (codes) must restore a cut-off gradient: what each
-    rule declares (:attr:`gradfix.rule.BaseRule.fix_restores_gradient`); an unknown code
-    (a rule of a test) does not."""
-    from gradfix.registry import all_rules
-
-    restoring = {rule.code for rule in all_rules() if rule.fix_restores_gradient}
-    return any(code.upper() in restoring for code in rules)
-
-
-def fix_changes_training(rules: Iterable[str]) -> bool:
-    """Whether a fix of these rules (codes) may make the optimizer train leaves it did not
-    train before (:attr:`gradfix.rule.BaseRule.fix_changes_training`)."""
-    from gradfix.registry import all_rules
-
-    changing = {rule.code for rule in all_rules() if rule.fix_changes_training}
-    return any(code.upper() in changing for code in rules)
 
 
 def newly_trained(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
@@ -228,15 +211,6 @@ def _stepped(trace: dict[str, Any]) -> set[int] | None:
         old, new = earlier["versions"], later["versions"]
         changed.update(k for k in range(min(len(old), len(new))) if old[k] != new[k])
     return changed
-
-
-def fix_drops_leaves(rules: Iterable[str]) -> bool:
-    """Whether a fix of these rules (codes) may leave out leaves of the original
-    (:attr:`gradfix.rule.BaseRule.fix_drops_leaves`)."""
-    from gradfix.registry import all_rules
-
-    dropping = {rule.code for rule in all_rules() if rule.fix_drops_leaves}
-    return any(code.upper() in dropping for code in rules)
 
 
 def _kept_leaves(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[int] | None:
@@ -339,21 +313,22 @@ def compare_traces(
     after: dict[str, Any],
     fd: dict[str, Any] | None = None,
     *,
-    rules: Iterable[str] = (),
+    intent: FixIntent = NO_INTENT,
     estimable: bool = True,
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
     ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers;
-    ``rules``: the codes of the rules whose fix AFTER is (see ``Rule.fix_restores_gradient``);
+    ``intent``: what the fix declares (its rules' ``fix_restores_gradient`` and the like, see
+    :mod:`.intent`; :meth:`FixIntent.unknown` for a change made by hand);
     ``estimable``: False where no finite differences can be run (a ``--cmd`` harness), so a
     gradient only they could judge leaves the fix unverified instead of rejected.
     """
-    return _Comparison(before, after, fd, rules=rules, estimable=estimable).run()
+    return _Comparison(before, after, fd, intent=intent, estimable=estimable).run()
 
 
 def plan_fd(
-    before: dict[str, Any], after: dict[str, Any], *, rules: Iterable[str] = ()
+    before: dict[str, Any], after: dict[str, Any], *, intent: FixIntent = NO_INTENT
 ) -> dict[str, list[dict[str, Any]]]:
     """Finite-difference targets the comparison needs, by script (empty when none): missing
     or non-finite reference gradients, and the elements where AFTER's gradient differs from
@@ -361,7 +336,7 @@ def plan_fd(
 
     Nothing is planned when the verdict is already decided without them (a rejection).
     """
-    comparison = _Comparison(before, after, None, planning=True, rules=rules)
+    comparison = _Comparison(before, after, None, planning=True, intent=intent)
     verdict = comparison.run()
     if verdict.status == "rejected":
         return {}
@@ -479,18 +454,19 @@ class _Comparison:
         after: dict[str, Any],
         fd: dict[str, Any] | None,
         planning: bool = False,
-        rules: Iterable[str] = (),
+        intent: FixIntent = NO_INTENT,
         estimable: bool = True,
     ) -> None:
         self.before = before
         self.estimable = estimable
         self.after = after
         self.fd = fd
-        self.rules = sorted(set(rules))
+        self.intent = intent
+        self.rules = sorted(set(intent.codes))
         # the weights torch made are checked for a lost gradient only for these fixes
-        self.check_torch_made = fix_restores_gradient(self.rules)
-        # a fix meant to change the training (see ``fix_changes_training``)
-        self.changes_training = fix_changes_training(self.rules)
+        self.check_torch_made = intent.restores_gradient
+        # a fix meant to change the training (see ``FixIntent.changes_training``)
+        self.changes_training = intent.changes_training
         self.stale_at: int | None = None  # first call where before adds to a stale gradient
         self.cleared: set[int] = set()  # the leaves whose stale gradient the fix clears
 
@@ -505,6 +481,7 @@ class _Comparison:
         self.fd_details: dict[str, Any] = {
             "one_sided": [],
             "kinks": [],
+            "left_out": [],
             "undefined": 0,
             "uncompared": 0,
             "capped": False,
@@ -563,7 +540,7 @@ class _Comparison:
         gradient of them to compare; their values stay BEFORE's through the replay, so
         every other forward result and gradient must still be BEFORE's."""
         leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
-        if len(leaves_a) <= len(leaves_b) or not fix_changes_training(self.rules):
+        if len(leaves_a) <= len(leaves_b) or not self.intent.changes_training:
             return
         kept = _kept_leaves(leaves_a, leaves_b)
         if kept is None:
@@ -665,6 +642,11 @@ class _Comparison:
             parts.append(
                 f"{self.kink_checks} element(s) at a kink of the forward function "
                 "accepted between its one-sided slopes"
+            )
+        if self.fd_details["left_out"]:
+            parts.append(
+                f"{len(self.fd_details['left_out'])} element(s) left out where the forward "
+                "has no derivative (finite differences do not converge: a discontinuity)"
             )
         if self.fd_details.get("capped"):
             parts.append("finite differences were capped (see evidence)")
@@ -823,7 +805,7 @@ class _Comparison:
 
     def _drop_uncreated_leaves(self) -> None:
         leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
-        if len(leaves_a) >= len(leaves_b) or not fix_drops_leaves(self.rules):
+        if len(leaves_a) >= len(leaves_b) or not self.intent.drops_leaves:
             return
         kept = _kept_leaves(leaves_b, leaves_a)
         if kept is None:
@@ -1332,14 +1314,16 @@ class _Comparison:
             self.fd_details["uncompared"] += len(mismatched) - len(judged)
         else:
             judged = mismatched
-        found = [
-            dict(
-                self._judge_changed_element(j, estimates.get(j), changed, entry),
-                event=i,
-                leaf=k,
-            )
-            for j in judged
+        judgements = [
+            (j, self._judge_changed_element(j, estimates.get(j), changed, entry)) for j in judged
         ]
+        found = [dict(judged_j, event=i, leaf=k) for _, judged_j in judgements if judged_j]
+        if not found:
+            raise _Unverifiable(
+                f"{changed.message(judged[0])}; before's forward has no derivative there "
+                "(finite differences do not converge: a discontinuity inside the step), "
+                "so neither gradient can be checked"
+            )
         self.silent_cuts.extend(found)
         self.values_checked.add(k)
         first = found[0]
@@ -1358,14 +1342,19 @@ class _Comparison:
         estimate: tuple[float, str, float, Any] | None,
         changed: _GradientChange,
         entry: dict[str, Any],
-    ) -> dict[str, Any]:
-        """The evidence of a silent graph cut at element ``j``, or a rejection."""
+    ) -> dict[str, Any] | None:
+        """The evidence of a silent graph cut at element ``j``, a rejection, or None where
+        before's forward has no derivative (left out)."""
         if estimate is None:
             raise _Rejected(
                 f"{changed.message(j)}; no finite-difference estimate of "
                 "before's forward was computed there to check it"
             )
         value, method, noise, interval = estimate
+        if method in NO_DERIVATIVE:
+            # a quotient across a discontinuity is no derivative: nothing to judge by
+            self.fd_details["left_out"].append({"source": "before", "element": j, "method": method})
+            return None
         if not math.isfinite(value):
             raise _Rejected(
                 f"{changed.message(j)}; the finite-difference derivative of "
@@ -1522,7 +1511,9 @@ class _Comparison:
         label: str,
     ) -> None:
         where = {"source": source, "event": i, "leaf": k, "element": j}
-        if not math.isfinite(estimate):
+        if method in NO_DERIVATIVE:
+            self.fd_details["left_out"].append(dict(where, method=method))
+        elif not math.isfinite(estimate):
             self.fd_details["undefined"] += 1
             self.undefined_at[k] = self.undefined_at.get(k, 0) + 1
         elif method == "kink" and interval is not None:
