@@ -65,6 +65,7 @@ class InnerGradWithoutCreateGraph(Rule):
     """
 
     code = "GF406"
+    fix_differentiates_gradients = True
     calls = frozenset({"grad"})
     name = "inner-grad-without-create-graph"
     message = (

@@ -367,12 +367,76 @@ def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) ->
     status, reason, evidence = run(source, single.source, "the file run as a script")
     if status != "unverified" or not reason.startswith(NOTHING_TO_COMPARE):
         return status, reason, evidence
-    # The file only defines the code around the fix: drive it with a probe.
+    # The file only defines the code around the fix: drive it through the project's
+    # scripts that import it (as the user runs it), else with a probe.
+    for script in importing_scripts(path):
+        driven = _prove_through(script, path, single.source, others, limits)
+        if driven[0] != "unverified" or not driven[1].startswith(NOTHING_TO_COMPARE):
+            return driven
     lines = [finding.line for finding in single.findings] or _changed_lines(source, single.source)
     probe = probe_for(source, lines[0]) if lines else None
     if probe is None:
         return status, reason, evidence
     return run(source + probe.code, single.source + probe.code, f"probe: {probe.description}")
+
+
+def importing_scripts(path: str) -> list[str]:
+    """The scripts beside ``path`` that import it and run as a program (an ``if __name__
+    == "__main__":`` block): the project's own entry points into that module."""
+    import ast
+    import re
+
+    directory = os.path.dirname(os.path.abspath(path))
+    module = os.path.splitext(os.path.basename(path))[0]
+    imports = re.compile(rf"^\s*(?:import|from)\s+{re.escape(module)}\b", re.MULTILINE)
+    found = []
+    for name in sorted(os.listdir(directory)):
+        candidate = os.path.join(directory, name)
+        if not name.endswith(".py") or candidate == os.path.abspath(path):
+            continue
+        try:
+            with open(candidate, encoding="utf-8") as handle:
+                text = handle.read()
+            tree = ast.parse(text)
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        if imports.search(text) and any(_is_main_block(node) for node in tree.body):
+            found.append(candidate)
+    return found
+
+
+def _is_main_block(node: Any) -> bool:
+    import ast
+
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
+
+
+def _prove_through(
+    script: str, path: str, fixed: str, others: dict[str, str], limits: dict[str, Any]
+) -> Outcome:
+    """Run ``script`` (which imports ``path``) as it is, and with ``path`` fixed (and the
+    project's other fixes) swapped in."""
+    from gradfix.verify import verify_sources
+
+    directory = os.path.dirname(os.path.abspath(script))
+    with open(script, encoding="utf-8") as handle:
+        text = handle.read()
+    patched = {**others, os.path.relpath(os.path.abspath(path), directory): fixed}
+    verdict = verify_sources(
+        text,
+        text,
+        filename=os.path.basename(script),
+        source_dir=directory,
+        patched=patched,
+        **limits,
+    )
+    harness = f"run through {os.path.basename(script)}, which imports it"
+    return verdict.status, verdict.reason, {**verdict.evidence, "harness": harness}
 
 
 def _inside(files: dict[str, str], directory: str) -> dict[str, str]:

@@ -128,4 +128,5 @@ def fix_intent(codes: Iterable[str]) -> FixIntent:
         restores_gradient=any(rule.fix_restores_gradient for rule in rules),
         changes_training=any(rule.fix_changes_training for rule in rules),
         drops_leaves=any(rule.fix_drops_leaves for rule in rules),
+        differentiates_gradients=any(rule.fix_differentiates_gradients for rule in rules),
     )

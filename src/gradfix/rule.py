@@ -228,6 +228,10 @@ class BaseRule:
     #: program's leaves to the original's by line, shape and dtype and leaves the dropped
     #: ones uncompared. False: both versions must create the same leaves.
     fix_drops_leaves: ClassVar[bool] = False
+    #: the fix makes ``autograd.grad`` record its gradients' graph (GF406's
+    #: ``create_graph=True``): finite differences then follow the inner gradients instead
+    #: of holding them constant, as autograd without ``create_graph`` does.
+    fix_differentiates_gradients: ClassVar[bool] = False
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
     #: What a run of the program proved at lines of this file (``gradfix trace``): line ->

@@ -102,7 +102,9 @@ def verify_sources(
             "fd_budget": fd_budget,
             "max_steps": max_steps,
             "rules": tuple(rules),
-            "intent": intent if intent is not None else fix_intent(rules),
+            "intent": (intent if intent is not None else fix_intent(rules)).for_change(
+                before_src, after_src
+            ),
         }
         return _verify(before_src, after_src, options, limits, patched or {})
     except RunnerFailure as failure:
@@ -143,7 +145,8 @@ def _verify(
                 before, raised = reference, before
             else:
                 reference = None
-        plan = plan_fd(before, after, intent=limits["intent"])
+        changed = changed_places(options["filename"], before_src, after_src)
+        plan = plan_fd(before, after, intent=limits["intent"], changed=changed)
         sent = {
             source: _send(
                 procs[source],
@@ -152,7 +155,7 @@ def _verify(
                 targets=targets,
                 budget=fd_budget,
                 time_budget=0.8 * timeout,
-                constant_grads=constant_grads(limits["rules"]),
+                constant_grads=constant_grads(limits["intent"]),
             )
             for source, targets in plan.items()
         }
@@ -161,7 +164,7 @@ def _verify(
             source: failed or _receive(procs[source], deadline, timeout)
             for source, failed in sent.items()
         }
-    verdict = compare_traces(before, after, fd or None, intent=limits["intent"])
+    verdict = compare_traces(before, after, fd or None, intent=limits["intent"], changed=changed)
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     verdict.evidence["max_steps"] = max_steps
@@ -173,6 +176,21 @@ def _verify(
         **{f"fd_{source}": result.get("duration_s") for source, result in fd.items()},
     }
     return verdict
+
+
+def changed_places(filename: str, before_src: str, after_src: str) -> set[str]:
+    """``file:line`` (as the runner names a failing place) of each line of AFTER that the
+    change wrote: inserted or replaced lines, and the line after a deletion."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(
+        None, before_src.splitlines(), after_src.splitlines(), autojunk=False
+    )
+    lines: set[int] = set()
+    for tag, _, _, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            lines.update(range(j1 + 1, max(j2, j1 + 1) + 1))
+    return {f"{filename}:{line}" for line in lines}
 
 
 def _hold_newly_trained(
@@ -193,15 +211,11 @@ def _hold_newly_trained(
     return failed or _receive(proc, time.monotonic() + timeout, timeout)
 
 
-#: Rules whose fix changes whether ``autograd.grad`` records its gradients' graph: their
-#: finite differences follow the inner gradients (first vs second order is the question).
-GRAPH_OF_GRADIENTS_RULES = frozenset({"GF406"})
-
-
-def constant_grads(rules: Any) -> bool:
+def constant_grads(intent: FixIntent) -> bool:
     """Whether finite differences hold the gradients of ``autograd.grad`` calls without
-    ``create_graph`` constant, as autograd does (all fixes but GF406's)."""
-    return not {str(code).upper() for code in rules} & GRAPH_OF_GRADIENTS_RULES
+    ``create_graph`` constant, as autograd does (every fix but one that makes them
+    differentiable, GF406's; and a change made by hand, whose intent is unknown)."""
+    return not intent.differentiates_gradients
 
 
 def _raised_without_backward(before: dict[str, Any], after: dict[str, Any]) -> bool:

@@ -4,16 +4,19 @@ A rule's class data says what its fix may change besides the bug (see
 :class:`gradfix.rule.BaseRule`): ``fix_restores_gradient`` (a cut gradient must come back,
 so the weights torch made are checked for a lost gradient too), ``fix_changes_training``
 (the optimizer may now step leaves it never stepped: judged by a replay that holds them),
-``fix_drops_leaves`` (leaves the original made may no longer require grad). The caller
+``fix_drops_leaves`` (leaves the original made may no longer require grad),
+``fix_differentiates_gradients`` (finite differences follow ``autograd.grad``'s results
+instead of holding them constant). The caller
 turns a fix's rule codes into a :class:`FixIntent` (:func:`gradfix.registry.fix_intent`);
 a change made by hand (``verify --baseline``) has no declared intent:
 :meth:`FixIntent.unknown` allows what a fix may legitimately change (it may make other
-leaves train or stop making throw-away leaves) and demands no restored gradient.
+leaves train or stop making throw-away leaves; whether it differentiates a gradient is
+read from the change, :meth:`FixIntent.for_change`) and demands no restored gradient.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -22,12 +25,23 @@ class FixIntent:
     restores_gradient: bool = False
     changes_training: bool = False
     drops_leaves: bool = False
+    differentiates_gradients: bool = False
     #: False: a refactor made by hand, whose intent is unknown
     declared: bool = True
 
     @classmethod
     def unknown(cls) -> FixIntent:
         return cls(changes_training=True, drops_leaves=True, declared=False)
+
+    def for_change(self, before_src: str, after_src: str) -> FixIntent:
+        """An unknown intent made precise by the change itself: a change that asks for
+        the graph of a gradient where the original did not (``create_graph=True``) means
+        its gradients to be differentiated (MAML's second order); otherwise they stay the
+        constants autograd makes of them, as the program wrote it (first-order MAML)."""
+        if self.declared:
+            return self
+        added = after_src.count("create_graph=True") > before_src.count("create_graph=True")
+        return replace(self, differentiates_gradients=added)
 
 
 #: a fix that declares nothing beyond the bug

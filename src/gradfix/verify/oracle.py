@@ -137,6 +137,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,8 @@ from gradfix.trace.errors import BACKWARD_TWICE
 from gradfix.verify.intent import NO_INTENT, FixIntent
 
 FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
+#: how far an eps guard may move a forward result whose gradient was not finite
+EPS_GUARD = 1e-3
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 FD_RTOL, FD_ATOL = 1e-2, 1e-3
 #: finite-difference methods of elements where no derivative exists (left out, counted)
@@ -152,6 +155,8 @@ NO_DERIVATIVE = frozenset({"discontinuous", "unconverged"})
 #: their noise bound and truncation error: they judge a silent graph cut float32's
 #: estimate cannot (before's and after's gradients both within its tolerance)
 PRECISE_RTOL, PRECISE_ATOL = 1e-3, 1e-6
+#: the relative rounding error of a gradient computed in float32
+FLOAT32_GRADIENT = 1e-5
 TOLERANCES = {
     "forward": {"rtol": FORWARD_RTOL, "atol": FORWARD_ATOL},
     "gradient": {"rtol": GRAD_RTOL, "atol": GRAD_ATOL},
@@ -168,6 +173,11 @@ TOLERANCES = {
 MAKE_VERIFIABLE = (
     '; to verify it, drive the program yourself: --cmd "python train.py --epochs 1" '
     "or --entry MODULE:FUNCTION"
+)
+#: Why a change made by hand that restructures the run is left undecided.
+STRUCTURE_UNDECIDED = (
+    ": the backward calls and leaves do not line up one to one, and the change declares "
+    "no intent to match them by"
 )
 #: The same after a timeout, when fewer steps may be enough.
 MAKE_FASTER = (
@@ -315,20 +325,27 @@ def compare_traces(
     *,
     intent: FixIntent = NO_INTENT,
     estimable: bool = True,
+    changed: Iterable[str] = (),
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
     ``fd`` maps ``"before"``/``"after"`` to the runner's finite-difference answers;
     ``intent``: what the fix declares (its rules' ``fix_restores_gradient`` and the like, see
     :mod:`.intent`; :meth:`FixIntent.unknown` for a change made by hand);
+    ``changed``: ``file:line`` of AFTER's lines the fix wrote (as the runner names a failing
+    place): a failure elsewhere, after BEFORE failed at its own bug, is another bug's;
     ``estimable``: False where no finite differences can be run (a ``--cmd`` harness), so a
     gradient only they could judge leaves the fix unverified instead of rejected.
     """
-    return _Comparison(before, after, fd, intent=intent, estimable=estimable).run()
+    return _Comparison(before, after, fd, intent=intent, estimable=estimable, changed=changed).run()
 
 
 def plan_fd(
-    before: dict[str, Any], after: dict[str, Any], *, intent: FixIntent = NO_INTENT
+    before: dict[str, Any],
+    after: dict[str, Any],
+    *,
+    intent: FixIntent = NO_INTENT,
+    changed: Iterable[str] = (),
 ) -> dict[str, list[dict[str, Any]]]:
     """Finite-difference targets the comparison needs, by script (empty when none): missing
     or non-finite reference gradients, and the elements where AFTER's gradient differs from
@@ -336,7 +353,7 @@ def plan_fd(
 
     Nothing is planned when the verdict is already decided without them (a rejection).
     """
-    comparison = _Comparison(before, after, None, planning=True, intent=intent)
+    comparison = _Comparison(before, after, None, planning=True, intent=intent, changed=changed)
     verdict = comparison.run()
     if verdict.status == "rejected":
         return {}
@@ -375,6 +392,30 @@ def _same_values(tb: dict[str, Any], ta: dict[str, Any]) -> bool:
     return all(
         abs(a - b) <= FORWARD_ATOL + FORWARD_RTOL * abs(b) for b, a in zip(_values(tb), _values(ta))
     )
+
+
+def _non_finite_gradient(event: dict[str, Any]) -> bool:
+    """The backward call raised, or gave some leaf a nan/inf gradient."""
+    if event.get("error"):
+        return True
+    return any(
+        grad is not None and not all(math.isfinite(v) for v in _values(grad))
+        for grad in (event.get("grads") or {}).values()
+    )
+
+
+def _no_path_to_any_leaf(event: dict[str, Any]) -> bool:
+    """The backward call raised because its objective has no graph to any leaf."""
+    error = event.get("error") or {}
+    return "does not require grad and does not have a grad_fn" in str(error.get("message"))
+
+
+def _first_clause(message: str) -> str:
+    return message.split(" and ")[0].split(". ")[0]
+
+
+def _file_of(where: Any) -> str:
+    return str(where).rsplit(":", 1)[0]
 
 
 def _at_line(line: int | None) -> str:
@@ -456,8 +497,11 @@ class _Comparison:
         planning: bool = False,
         intent: FixIntent = NO_INTENT,
         estimable: bool = True,
+        changed: Iterable[str] = (),
     ) -> None:
         self.before = before
+        #: ``file:line`` of after's lines the fix wrote (a failure there is the fix's)
+        self.changed = set(changed)
         self.estimable = estimable
         self.after = after
         self.fd = fd
@@ -508,6 +552,8 @@ class _Comparison:
         self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
         # (call, leaf) whose gradients differ but are reset unread in both versions
         self.discarded_gradients: list[dict[str, int]] = []
+        #: backward calls whose forward an eps guard moved (see ``_eps_guard``)
+        self.eps_guarded: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------- driver
     def run(self) -> Verdict:
@@ -642,6 +688,12 @@ class _Comparison:
             parts.append(
                 f"{self.kink_checks} element(s) at a kink of the forward function "
                 "accepted between its one-sided slopes"
+            )
+        if self.eps_guarded:
+            moved = max(entry["moved"] for entry in self.eps_guarded)
+            parts.append(
+                f"the forward moved by at most {_format(moved)} at {len(self.eps_guarded)} "
+                "call(s) whose gradient before was not finite (an eps guard)"
             )
         if self.fd_details["left_out"]:
             parts.append(
@@ -800,6 +852,7 @@ class _Comparison:
             "globals_compared": list(self.globals_compared),
             "before_outcome": self.before.get("outcome"),
             "after_outcome": self.after.get("outcome"),
+            "eps_guarded": list(self.eps_guarded),
             "notes": list(self.notes),
         }
 
@@ -841,27 +894,56 @@ class _Comparison:
             return
         if oa.get("status") == "error" and self._same_failure(ob, oa):
             self.blocked = oa  # judged once the calls both versions made are compared
+        elif oa.get("status") == "error" and self._failed_further_on(ob, oa):
+            # before stopped at its bug; the fix got past it and the run stops at another
+            # statement, which the fix did not write: another bug blocks the proof
+            self.blocked = oa
         elif oa.get("status") == "error":
             raise _Rejected(f"after raised {_outcome_text(oa)}")
 
     @staticmethod
     def _same_failure(ob: dict[str, Any], oa: dict[str, Any]) -> bool:
         """Both versions fail with the same error at the same statement, which the fix
-        left as it was (another bug in the program, not the fix's)."""
-        keys = ("status", "type", "message", "code", "where")
+        left as it was (another bug in the program, not the fix's). The statement is
+        matched by its file and text, so a fix that inserts or removes lines above it
+        does not make it another one."""
+        keys = ("status", "type", "message", "code")
         located = oa.get("where") is not None or oa.get("type") == "CommandFailed"
-        return located and all(ob.get(k) == oa.get(k) for k in keys)
+        if not located or not all(ob.get(k) == oa.get(k) for k in keys):
+            return False
+        if oa.get("type") == "CommandFailed" or ob.get("where") == oa.get("where"):
+            return True
+        return _file_of(ob.get("where")) == _file_of(oa.get("where")) and bool(oa.get("code"))
+
+    def _failed_further_on(self, ob: dict[str, Any], oa: dict[str, Any]) -> bool:
+        """Before failed with a code error at one statement, after at another one that the
+        fix did not change (its ``changed`` lines): the fix got past before's failure and
+        another bug stops the run."""
+        if ob.get("status") != "error" or ob.get("category") != "code":
+            return False
+        if oa.get("category") != "code" or not oa.get("where") or not ob.get("where"):
+            return False
+        if (ob.get("where"), ob.get("code")) == (oa.get("where"), oa.get("code")):
+            return False  # the same statement, another error: the fix's doing
+        return oa.get("where") not in self.changed
 
     def _check_counts(self) -> None:
         nb, na = self.before.get("event_count", 0), self.after.get("event_count", 0)
         before_died = self.before["outcome"].get("status") == "error"
+        # A different structure is evidence against a fix that declares none (a rule's);
+        # a change made by hand may restructure (one backward of a sum for two, no more
+        # throw-away leaves each step): matching that is not built yet, so it is undecided.
+        differs = _Rejected if self.intent.declared else _Unverifiable
+        suffix = "" if self.intent.declared else STRUCTURE_UNDECIDED
         if na < nb:
-            raise _Rejected(f"after makes {na} backward call(s), before makes {nb}")
+            raise differs(f"after makes {na} backward call(s), before makes {nb}{suffix}")
         if na > nb and not before_died:
-            raise _Rejected(f"after makes {na} backward call(s), before only {nb}")
+            raise differs(f"after makes {na} backward call(s), before only {nb}{suffix}")
         lb, la = len(self.before.get("leaves", [])), len(self.after.get("leaves", []))
         if la < lb or (la > lb and not before_died):
-            raise _Rejected(f"after creates {la} leaf tensor(s) that require grad, before {lb}")
+            raise differs(
+                f"after creates {la} leaf tensor(s) that require grad, before {lb}{suffix}"
+            )
         for k in range(min(lb, la)):
             self._check_leaf(k)
         if self.after.get("events_truncated"):
@@ -891,6 +973,10 @@ class _Comparison:
         ea = self.after["events"][i]
         label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
         if ea.get("error"):
+            if self.blocked is not None and self.blocked.get("message") == ea["error"].get(
+                "message"
+            ):
+                raise _Unverifiable(self._blocked_reason(self.blocked))
             raise _Rejected(
                 f"after: {label} raised {ea['error']['type']}: {ea['error']['message']}"
             )
@@ -912,6 +998,16 @@ class _Comparison:
             return  # beyond the recorded window (noted in _check_counts)
         eb = before_events[i]
         mismatch = self._roots_mismatch(eb, ea, label)
+        if mismatch is not None and self._eps_guard(eb, ea, label):
+            mismatch = None
+        if mismatch is not None and _no_path_to_any_leaf(eb):
+            # before's objective reaches no leaf (an argmax, an integer cast): it has no
+            # gradient to keep, and a fix that gives it one must change the forward
+            raise _Unverifiable(
+                f"{mismatch}; before's {label} raised {eb['error']['type']}: "
+                f"{_first_clause(eb['error']['message'])} (its objective reaches no leaf), "
+                "so there is no reference gradient: check the new objective yourself"
+            )
         if mismatch is None:
             self._compare_event_grads(i, eb, ea, label)
             self._check_stale_gradient(i, eb, ea, label)
@@ -955,6 +1051,30 @@ class _Comparison:
             if mismatch:
                 return mismatch
         return None
+
+    def _eps_guard(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> bool:
+        """Whether AFTER's forward moved off BEFORE's only by an eps guard: BEFORE's gradient
+        at this call is not finite (the guard's reason, ``sqrt(mse + 1e-8)``, ``acos`` of
+        a clamped cosine) and every result moved by at most ``EPS_GUARD`` (absolute, and
+        relative to the result). The gradients are still judged as usual; the verdict
+        says how far the forward moved."""
+        if self.broken_at is not None or not _non_finite_gradient(eb):
+            return False
+        worst = 0.0
+        for rb, ra in zip(eb.get("roots", []), ea.get("roots", [])):
+            for e, a in zip(_values(rb), _values(ra)):
+                if not math.isfinite(a) or (
+                    math.isfinite(e) and abs(a - e) > EPS_GUARD * (1 + abs(e))
+                ):
+                    return False
+                if math.isfinite(e):
+                    worst = max(worst, abs(a - e))
+        self.eps_guarded.append({"event": ea.get("index"), "moved": worst})
+        self.notes.append(
+            f"{label}: before's gradient is not finite and the fix moves the forward by "
+            f"at most {_format(worst)} (an eps guard)"
+        )
+        return True
 
     def _forward_mismatch(
         self, expected: list[float], actual: list[float], what: str, nan_matters: bool = False
@@ -1407,7 +1527,20 @@ class _Comparison:
         value, noise, error = (float(x) for x in found[j])
         tolerance = PRECISE_ATOL + noise + error + PRECISE_RTOL * abs(value)
         before, after = changed.before[j], changed.after[j]
-        if abs(before - value) <= tolerance:
+        # the estimate's own error bound (rounding noise, truncation, float32 gradients):
+        # where it separates the two gradients, it tells them apart although both are
+        # within the customary tolerance
+        bound = PRECISE_ATOL + noise + error + FLOAT32_GRADIENT * abs(value)
+        d_before, d_after = abs(before - value), abs(after - value)
+        if d_before <= tolerance and d_after <= tolerance:
+            if d_after <= bound < d_before / 2:
+                return self._precisely_accepted(j, before, after, value)
+            if not d_before <= bound < d_after / 2:
+                raise _Unverifiable(
+                    f"{changed.message(j)}; the float64 finite-difference derivative of "
+                    f"before's forward, {_format(value)}, cannot tell the two apart"
+                )
+        if d_before <= tolerance:
             raise _Rejected(
                 f"{changed.message(j)}; the float64 finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {_format(value)}"
@@ -1419,6 +1552,11 @@ class _Comparison:
                 f"derivative of before's forward is {_format(value)} (before's autograd "
                 f"gives {_format(before)}; rtol {PRECISE_RTOL}, atol {_format(tolerance)})"
             )
+        return self._precisely_accepted(j, before, after, value)
+
+    def _precisely_accepted(
+        self, j: int, before: float, after: float, value: float
+    ) -> dict[str, Any]:
         self.finite.add(after, value)
         self.fd_details["float64"] = self.fd_details.get("float64", 0) + 1
         return {
