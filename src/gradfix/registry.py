@@ -119,14 +119,26 @@ def find_rule(code_or_name: str, rules: Sequence[type[Rule]] | None = None) -> t
 def fix_intent(codes: Iterable[str]) -> FixIntent:
     """What the fixes of these rules (codes) declare (:mod:`gradfix.verify.intent`); an
     unknown code (a rule of a test) declares nothing."""
+    from gradfix.trace import errors
     from gradfix.verify.intent import FixIntent
 
     wanted = {str(code).upper() for code in codes}
     rules = [rule for rule in all_rules() if rule.code.upper() in wanted]
+    needles = {
+        "view-leaf-inplace": errors.VIEW_OF_LEAF_INPLACE,
+        "leaf-inplace": errors.LEAF_INPLACE,
+        "integer-grad": errors.INTEGER_GRAD,
+        "inplace-saved": errors.INPLACE_SAVED,
+        "view-inplace": errors.MULTI_VIEW_INPLACE,
+        "backward-twice": errors.BACKWARD_TWICE,
+        "no-grad-fn": errors.NO_GRAD_FN,
+    }
+    repairs = sorted(needles[kind] for kind, code in errors.CODES.items() if code in wanted)
     return FixIntent(
         codes=tuple(sorted(wanted)),
         restores_gradient=any(rule.fix_restores_gradient for rule in rules),
         changes_training=any(rule.fix_changes_training for rule in rules),
         drops_leaves=any(rule.fix_drops_leaves for rule in rules),
         differentiates_gradients=any(rule.fix_differentiates_gradients for rule in rules),
+        repairs=tuple(repairs),
     )

@@ -32,7 +32,13 @@ def gradfix(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
 
 
 def sockets(tmp_path: Path) -> list[Path]:
-    return sorted((tmp_path / "run" / "gradfix").glob("forkserver-*.sock"))
+    """The sockets of the servers started under ``tmp_path/run`` (where a deep runtime
+    directory puts them: see ``_socket_path``)."""
+    from gradfix.verify.process import _socket_path, daemon_key
+
+    directory = tmp_path / "run" / "gradfix"
+    address = Path(_socket_path(str(directory), f"forkserver-{daemon_key()}.sock"))
+    return sorted(address.parent.glob("forkserver*.sock"))
 
 
 def test_a_second_run_reuses_the_warm_server_with_its_own_environment(tmp_path: Path) -> None:
@@ -69,3 +75,24 @@ def test_an_idle_server_exits_by_itself(tmp_path: Path) -> None:
     while sockets(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sockets(tmp_path) == []
+
+
+def test_a_deep_runtime_directory_still_gets_a_socket_it_can_bind(tmp_path: Path) -> None:
+    """A Unix socket's path is limited to ~108 bytes: a deep XDG_RUNTIME_DIR (a test
+    runner's worker directory, a container's) gets a short private directory per
+    runtime directory instead of `AF_UNIX path too long`."""
+    import socket
+
+    from gradfix.verify.process import SOCKET_PATH_MAX, _socket_path
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = _socket_path(str(deep), "forkserver-" + "k" * 40 + ".sock")
+    other = _socket_path(str(deep / "x"), "forkserver-" + "k" * 40 + ".sock")
+    assert len(os.fsencode(path)) <= SOCKET_PATH_MAX and path != other
+    assert os.stat(os.path.dirname(path)).st_mode & 0o077 == 0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+    os.unlink(path)
+    short = _socket_path(str(tmp_path), "s.sock")
+    assert short == str(tmp_path / "s.sock")

@@ -26,6 +26,9 @@ class FixIntent:
     changes_training: bool = False
     drops_leaves: bool = False
     differentiates_gradients: bool = False
+    #: autograd error messages (a stable part of each) the fix is meant to make go away:
+    #: where the very same error persists at the same statement, the fix failed
+    repairs: tuple[str, ...] = ()
     #: False: a refactor made by hand, whose intent is unknown
     declared: bool = True
 

@@ -893,6 +893,10 @@ class _Comparison:
             self.notes.append(f"both versions stop at {_outcome_text(oa)}")
             return
         if oa.get("status") == "error" and self._same_failure(ob, oa):
+            if self._repairs(oa):
+                raise _Rejected(
+                    f"after still raises the error the fix is meant to repair: {_outcome_text(oa)}"
+                )
             self.blocked = oa  # judged once the calls both versions made are compared
         elif oa.get("status") == "error" and self._failed_further_on(ob, oa):
             # before stopped at its bug; the fix got past it and the run stops at another
@@ -914,6 +918,10 @@ class _Comparison:
         if oa.get("type") == "CommandFailed" or ob.get("where") == oa.get("where"):
             return True
         return _file_of(ob.get("where")) == _file_of(oa.get("where")) and bool(oa.get("code"))
+
+    def _repairs(self, outcome: dict[str, Any]) -> bool:
+        message = str(outcome.get("message", "")).lower()
+        return any(needle.lower() in message for needle in self.intent.repairs)
 
     def _failed_further_on(self, ob: dict[str, Any], oa: dict[str, Any]) -> bool:
         """Before failed with a code error at one statement, after at another one that the

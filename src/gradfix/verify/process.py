@@ -147,7 +147,7 @@ class SharedForkServer:
     def __init__(self) -> None:
         self.directory = _private_directory()
         key = daemon_key()
-        self.address = os.path.join(self.directory, f"forkserver-{key}.sock")
+        self.address = _socket_path(self.directory, f"forkserver-{key}.sock")
         self._lock_path = os.path.join(self.directory, f"forkserver-{key}.lock")
         self._log = os.path.join(self.directory, f"forkserver-{key}.log")
 
@@ -257,6 +257,29 @@ def _private_directory() -> str:
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise RunnerFailure("crash", f"{directory} is not private to this user")
     return directory
+
+
+#: a Unix socket's path must fit ``sockaddr_un`` (108 bytes on Linux, 104 on macOS,
+#: with the final NUL)
+SOCKET_PATH_MAX = 103
+
+
+def _socket_path(directory: str, name: str) -> str:
+    """``directory/name``, or, where that is too long for a Unix socket (a deep
+    ``XDG_RUNTIME_DIR`` or temporary directory), a short private directory under ``/tmp``
+    named by a hash of ``directory`` (so each directory still has its own server)."""
+    path = os.path.join(directory, name)
+    if len(os.fsencode(path)) <= SOCKET_PATH_MAX:
+        return path
+    import hashlib
+
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
+    short = os.path.join("/tmp", f"gradfix-{os.getuid()}-{digest}")
+    os.makedirs(short, mode=0o700, exist_ok=True)
+    info = os.stat(short)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RunnerFailure("crash", f"{short} is not private to this user")
+    return os.path.join(short, "forkserver.sock")
 
 
 _SERVER: ForkServer | SharedForkServer | None = None
