@@ -434,13 +434,41 @@ def test_stdin_notebook_is_fixed_to_stdout(project: Path) -> None:
     assert json.loads(result.stdout)["cells"][2]["source"][1] == "with torch.no_grad():\n"
 
 
-def test_fix_verify_skips_notebooks_with_a_warning(project: Path) -> None:
+def test_fix_verify_executes_a_notebook_and_names_the_cell_in_its_verdict(project: Path) -> None:
+    """The code cells run as one program in the notebook's directory (magics stubbed);
+    the verdict names the cell and its line, in its place and in its reason."""
     pytest.importorskip("torch")
-    path = write_notebook(project / "nb.ipynb", SEED_001_CELLS)
-    before = path.read_bytes()
+    cells = [SEED_001_CELLS[0], "%matplotlib inline\n" + SEED_001_CELLS[2], SEED_001_CELLS[3]]
+    path = write_notebook(project / "nb.ipynb", cells)
+    (project / "scale.txt").write_text("2.0", encoding="utf-8")  # read from its directory
+    path.write_text(
+        path.read_text("utf-8").replace(
+            "linspace(0.0, 1.0, 10)", "linspace(0.0, float(open('scale.txt').read()), 10)"
+        ),
+        encoding="utf-8",
+    )
     result = invoke("fix", "--verify", "--write", "nb.ipynb")
-    assert "warning: nb.ipynb: notebooks cannot be verified yet; skipped" in result.stderr
-    assert path.read_bytes() == before
+    assert "nb.ipynb:cell 2:line 3:col 1: GF201 verified: " in result.stderr, result.stderr
+    assert "before raised RuntimeError at cell 2, line 3" in result.stderr
+    assert "with torch.no_grad():\n" in code_sources(path)[1]
+    assert "%matplotlib inline" in code_sources(path)[1]  # the magic kept byte for byte
+    assert "cannot be verified" not in result.stderr
+
+
+def test_a_notebook_verdict_names_its_cell_and_keeps_its_program_key(project: Path) -> None:
+    """A silent graph cut in a cell is proven like a script's; the verdict shows the cell,
+    its key stays the finding's place in the joined program (how fixes are applied)."""
+    pytest.importorskip("torch")
+    from gradfix.notebook_proof import verify_notebook_fixes
+    from gradfix.registry import select_rules
+
+    text = jupyter_text(notebook(["import torch\nw = torch.randn(3, requires_grad=True)",
+                                  "a = torch.tensor([w[0] * 2, w[1]])",
+                                  "(a.sum() + w.sum()).backward()"]))  # fmt: skip
+    (verdict,) = verify_notebook_fixes("nb.ipynb", text, rules=select_rules(select=["GF101"]))
+    assert verdict.line().startswith("nb.ipynb:cell 2:line 1:col 5: GF101 verified: ")
+    assert verdict.to_dict()["cell"] == 2 and verdict.to_dict()["line"] == 1
+    assert verdict.finding.line == verdict.evidence["program_line"] > 2
 
 
 def test_fix_interactive_leaves_notebooks_alone_and_says_so(project: Path) -> None:

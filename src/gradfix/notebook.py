@@ -382,9 +382,12 @@ def lint_notebook(
     path: str = "<stdin>.ipynb",
     fix: bool = False,
     unsafe_fixes: bool = False,
+    keep: Callable[[Finding], bool] | None = None,
 ) -> NotebookLint:
     """Lint (and fix) the notebook file ``text``; raise :class:`NotebookError` when it is not
-    a readable nbformat 4 notebook. Pure: no I/O."""
+    a readable nbformat 4 notebook. Pure: no I/O. ``keep``: only the fixes whose findings
+    it accepts, the findings at their positions in the joined program (as the verifier,
+    which runs that program, names them)."""
     data = load_notebook(text)
     program = build_program(data)
     if not program.cells:
@@ -401,7 +404,9 @@ def lint_notebook(
     if style is None:
         result.dropped.append(_LAYOUT_NOTE)
         return result
-    fixed, result.dropped = fix_program(program, rules, path=path, unsafe_fixes=unsafe_fixes)
+    fixed, result.dropped = fix_program(
+        program, rules, path=path, unsafe_fixes=unsafe_fixes, keep=keep
+    )
     cells = program.split(fixed)
     if fixed == source or cells is None:
         return result
@@ -412,14 +417,23 @@ def lint_notebook(
 
 
 def fix_program(
-    program: Program, rules: Sequence[type[Rule]], *, path: str, unsafe_fixes: bool
+    program: Program,
+    rules: Sequence[type[Rule]],
+    *,
+    path: str,
+    unsafe_fixes: bool,
+    keep: Callable[[Finding], bool] | None = None,
 ) -> tuple[str, list[str]]:
-    """The program with every fix applied whose result maps back to the cells; the fixes
-    that would move code across cells are left out (one note each)."""
+    """The program with every fix applied whose result maps back to the cells (and that
+    ``keep`` accepts, when given); the fixes that would move code across cells are left
+    out (one note each)."""
     source = program.source
     notes: list[str] = []
+    accept = keep or (lambda finding: True)
     for _ in range(MAX_PASSES):
-        lint = lint_source(source, rules=rules, path=path, fix=True, unsafe_fixes=unsafe_fixes)
+        lint = lint_source(
+            source, rules=rules, path=path, fix=True, unsafe_fixes=unsafe_fixes, keep=keep
+        )
         if not lint.changed or program.split(lint.source) is not None:
             return lint.source, notes + lint.dropped
         crossing, refused = _crossing_fixes(program, source, rules, path)
@@ -430,7 +444,9 @@ def fix_program(
             path=path,
             fix=True,
             unsafe_fixes=unsafe_fixes,
-            keep=lambda finding, crossing=crossing: _key(finding) not in crossing,
+            keep=lambda finding, crossing=crossing: (
+                _key(finding) not in crossing and accept(finding)
+            ),
         )
         if not step.changed or program.split(step.source) is None:
             break

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
+from gradfix.engine import SingleFix, lint_source, single_fixes
 from gradfix.fileio.files import is_notebook
 from gradfix.rule import Finding, Rule
 
@@ -53,16 +53,23 @@ class FixVerdict:
     description: str
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    #: a notebook's finding in its cell (``finding`` is at its place in the joined program
+    #: the verifier ran, as the fixes are keyed)
+    shown: Finding | None = None
+
     def line(self) -> str:
-        """``path:line:col: CODE verified|rejected|unverified: reason`` (the contract)."""
-        f = self.finding
-        return f"{self.path}:{f.line}:{f.col}: {f.code} {self.status}: {self.reason}"
+        """``path:line:col: CODE verified|rejected|unverified: reason`` (the contract);
+        ``path:cell N:line L:col C: ...`` in a notebook, as ``check`` names it."""
+        f = self.shown or self.finding
+        where = f"cell {f.cell}:line {f.line}:col {f.col}" if f.cell else f"{f.line}:{f.col}"
+        return f"{self.path}:{where}: {f.code} {self.status}: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
-        f = self.finding
+        f = self.shown or self.finding
         return {
             "code": f.code,
             "path": self.path,
+            **({"cell": f.cell} if f.cell is not None else {}),
             "line": f.line,
             "col": f.col,
             "verdict": self.status,
@@ -107,8 +114,20 @@ def verify_fixes(
     Raises :class:`gradfix.engine.SourceError` when ``source`` does not parse, or is a
     notebook (not executed yet)."""
     if is_notebook(path):
-        raise SourceError(
-            "notebooks cannot be verified yet: `gradfix fix` without --verify shows the fixes"
+        from gradfix.notebook_proof import verify_notebook_fixes
+
+        return verify_notebook_fixes(
+            path,
+            source,
+            rules=rules,
+            timeout=timeout,
+            seed=seed,
+            jobs=jobs,
+            entry=entry,
+            root=root,
+            command=command,
+            max_steps=max_steps,
+            unsafe=unsafe,
         )
     singles = [
         single
@@ -338,7 +357,16 @@ def prove_change(
     """The oracle on a whole change of one file (``fix --verify``'s final check of the
     fixes it is about to write together); ``others``: other files of the project (path ->
     text) that the fixed version sees fixed as well; ``rules``: the codes of the fixes in
-    the change (those that must restore a gradient have torch's weights checked too)."""
+    the change (those that must restore a gradient have torch's weights checked too).
+    A notebook's change is proven on its joined program (:mod:`gradfix.notebook_proof`)."""
+    if is_notebook(path):
+        from gradfix.notebook_proof import PROGRAM_SUFFIX, program_source
+
+        path, original, fixed = (
+            path + PROGRAM_SUFFIX,
+            program_source(original),
+            program_source(fixed),
+        )
     prover = _Prover(
         path, original, timeout, seed, entry, root, command, max_steps, dict(others or {})
     )

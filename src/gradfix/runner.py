@@ -776,6 +776,21 @@ def refix_selected(
     :func:`write_result`."""
     if result.original is None or result.error is not None:
         return
+    if is_notebook(result.path):
+        from gradfix.notebook import lint_notebook
+
+        notebook = lint_notebook(
+            result.original,
+            rules=options.rules_for(result.path),
+            path=result.path,
+            fix=True,
+            unsafe_fixes=options.unsafe_fixes,
+            keep=keep,
+        )
+        result.fixed = notebook.text
+        result.remaining = sorted(notebook.remaining)
+        result.applied = None  # counted from the findings fixed
+        return
     lint = lint_source(
         result.original,
         rules=options.rules_for(result.path),

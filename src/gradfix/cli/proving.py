@@ -71,11 +71,8 @@ def _fixes_judged(run: RunResult, progress: Progress | None) -> Callable[[int], 
     the changed files; nothing without ``progress``)."""
     if progress is None:
         return lambda count: None
-    from gradfix.fileio.files import is_notebook
 
-    advance = progress(
-        sum(r.applied_count for r in run.files if r.error is None and not is_notebook(r.path))
-    )
+    advance = progress(sum(r.applied_count for r in run.files if r.error is None))
 
     def judged(count: int) -> None:
         for _ in range(count):
@@ -98,9 +95,7 @@ def _judge_files(
     file on the cluster of a Ray ``executor``), and its text with all of them; ``judged``
     is told how many fixes each file had judged, as they are."""
     from gradfix.engine import SourceError
-    from gradfix.fileio.files import is_notebook
     from gradfix.proof import verify_fixes
-    from gradfix.runner import write_result
     from gradfix.verify.harness import EntryError
 
     verdicts: dict[str, list[FixVerdict]] = {}
@@ -110,13 +105,6 @@ def _judge_files(
     )
     for result in run.files:
         if result.error is not None or not result.changed or result.original is None:
-            continue
-        if is_notebook(result.path):  # nothing executes notebooks yet: no proof
-            if strict:  # ... and no fix; by default, as without verification
-                run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
-                result.fixed, result.remaining = result.original, list(result.findings)
-            elif options.write:
-                write_result(result)
             continue
         unsafe = strict or options.unsafe_fixes
         try:
