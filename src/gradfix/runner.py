@@ -275,11 +275,21 @@ def _is_excluded(path: str, options: RunOptions) -> bool:
     return options.config is not None and options.config.is_excluded(path)
 
 
+#: how the note of a file left out by ``exclude`` starts (:attr:`FileResult.skipped`)
+EXCLUDED_NOTE = "excluded by "
+
+
+def skipped_on_purpose(reason: str) -> bool:
+    """A :attr:`FileResult.skipped` reason the configuration or the file asked for
+    (``exclude``, ``@generated``), not a file gradfix could not take (too large)."""
+    return reason == "generated" or reason.startswith(EXCLUDED_NOTE)
+
+
 def _excluded_note(options: RunOptions) -> str:
     """Why a file named on the command line was not looked at (shown as a note)."""
     assert options.config is not None
     where = options.config.origin("exclude")
-    return f'excluded by {where} (to check it anyway: --config "exclude=[]")'
+    return f'{EXCLUDED_NOTE}{where} (to check it anyway: --config "exclude=[]")'
 
 
 def process_files(

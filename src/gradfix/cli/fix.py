@@ -23,6 +23,7 @@ from gradfix.cli.common import (
     count_skipped_cells,
     echo_stderr,
     errors_sentence,
+    nothing_checked,
     paths_or_default,
     progress_bar,
     report_problems,
@@ -109,8 +110,9 @@ def fix(
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
       --interactive     0 whatever was accepted or declined
       always            2 a file or a notebook cell could not be processed, or a
-                        file not written (the others are still fixed), or a bad
-                        option
+                        file not written (the others are still fixed), no file
+                        could be checked (each too large or unreadable), or a
+                        bad option
       Ctrl-C            130; every file is either completely fixed or untouched
     """
     from gradfix.runner import RunOptions
@@ -169,7 +171,11 @@ def fix(
 def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) -> str:
     """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write;
     ``Fixed 1 finding (2 fixes) in 1 file.`` when more fixes were applied than findings
-    fixed (a later pass fixed what an earlier fix left, or a fix left a finding)."""
+    fixed (a later pass fixed what an earlier fix left, or a fix left a finding);
+    ``Nothing was checked: ...`` when no file could be (:func:`nothing_checked`)."""
+    unchecked = nothing_checked(run)
+    if unchecked is not None:
+        return unchecked
     fixed = sum(result.fixed_count for result in run.files)
     fixes = sum(result.applied_count for result in run.files)
     remaining = sum(len(result.remaining) for result in run.files)
@@ -190,7 +196,7 @@ def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) ->
 
 
 def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
-    if run.failed:
+    if run.failed or nothing_checked(run) is not None:
         return EXIT_ERROR
     if applied:
         return EXIT_FINDINGS if any(result.remaining for result in run.files) else EXIT_CLEAN
