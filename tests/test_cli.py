@@ -623,7 +623,7 @@ def test_help_names_only_options_the_command_has(command: str) -> None:
 
 
 def test_fix_help_states_the_interactive_exit_status() -> None:
-    assert "--interactive 0 whatever was accepted or declined" in _help("fix")
+    assert "--interactive 0 no finding left, 1 findings left" in _help("fix")
 
 
 def test_the_command_ends_without_teardown_but_runs_exit_handlers(project: Path) -> None:

@@ -45,6 +45,8 @@ class Review:
     skipped: int = 0
     #: fixes ``a`` did not apply because the verifier did not accept them
     refused: int = 0
+    #: of those, the ones the verifier rejected (the others were unverified)
+    rejected: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -140,6 +142,7 @@ class Reviewer:
             review.current, review.accepted = candidate.source, review.accepted + 1
         else:
             review.skipped, review.refused = review.skipped + 1, review.refused + 1
+            review.rejected += status == "rejected"
 
     def _apply_remaining(self, review: Review) -> str:
         """Every remaining fix, except those declined before ``a`` was answered."""

@@ -108,7 +108,8 @@ def fix(
     Exit status:
       without --write   0 nothing to change, 1 there is a diff
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
-      --interactive     0 whatever was accepted or declined
+      --interactive     0 no finding left, 1 findings left (declined, not
+                        proven, or without a fix)
       always            2 a file or a notebook cell could not be processed, or a
                         file not written (the others are still fixed), no file
                         could be checked (each too large or unreadable), or a
@@ -254,8 +255,11 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
     reviewer = Reviewer(
         options.rules, options.unsafe_fixes, ask, typer.echo, verdict if timeout else None
     )
-    accepted = refused = 0
+    accepted = refused = rejected = 0
+    left = {result.path: len(result.findings) for result in run.files}
     for result in sorted(run.files, key=lambda r: r.path):
+        if reviewer.stopped:  # q: the files after it keep their findings
+            break
         if result.error is not None or not result.changed or result.original is None:
             continue
         if result.path.endswith(".ipynb"):
@@ -263,16 +267,30 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             continue
         review = reviewer.review(result.path, result.original)
         accepted, refused = accepted + review.accepted, refused + review.refused
+        rejected += review.rejected
         result.fixed = review.current
         if review.changed:
+            left[result.path] = _findings_left(review.current, result.path, options)
             write_result(result)
             if result.error is not None:
                 echo_stderr(f"{result.path}: {result.error}")
-        if reviewer.stopped:
-            break
     written = sum(1 for r in run.files if r.written)
     answered = f"{accepted} accepted one by one" if not reviewer.apply_all else "all remaining"
-    if refused:
-        answered += f"; {refused} not applied (rejected or unverified)"
-    echo_stderr(f"Wrote {count_of(written, 'file')} ({answered}).")
-    raise typer.Exit(EXIT_ERROR if run.failed else EXIT_CLEAN)
+    if rejected:
+        answered += f"; {rejected} rejected by verification"
+    if refused - rejected:
+        answered += f"; {refused - rejected} unverified (applied only with --unsafe-fixes)"
+    remaining = sum(left.values())
+    more = f"; {count_of(remaining, 'finding')} remaining" if remaining else ""
+    echo_stderr(f"Wrote {count_of(written, 'file')} ({answered}){more}.")
+    if run.failed or nothing_checked(run) is not None:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
+
+
+def _findings_left(source: str, path: str, options: RunOptions) -> int:
+    """The findings of the reviewed text (fixes declined, or refused by the verifier, and
+    findings no rule fixes), as ``fix --write`` counts what it leaves."""
+    from gradfix.engine import lint_source
+
+    return len(lint_source(source, rules=options.rules_for(path), path=path).findings)
