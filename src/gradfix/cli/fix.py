@@ -182,18 +182,37 @@ def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) ->
     remaining = sum(len(result.remaining) for result in run.files)
     files = sum(1 for result in run.files if result.changed)
     counted = f" ({count_of(fixes, 'fix')})" if fixes > fixed else ""
+    held = [reason for result in run.files for reason in result.held]
     if fixed:
         verb = "Fixed" if applied else "Would fix"
         text = f"{verb} {count_of(fixed, 'finding')}{counted} in {count_of(files, 'file')}"
     elif files:  # the fixes changed the code without removing a finding
         text = f"{'Changed' if applied else 'Would change'} {count_of(files, 'file')}{counted}"
+    elif held:
+        text = "No fixes applied" if applied else "No fixes would be applied"
     else:
         text = "Nothing to fix" if not remaining else "No fixes available"
     if remaining:
         unsafe = 0 if unsafe_fixes else sum(len(r.unsafe_remaining()) for r in run.files)
         more = f", {unsafe} fixable with --unsafe-fixes" if unsafe else ""
+        if held:
+            more = ": " + ", ".join(_why_remaining(run, held, unsafe))
         text += f" ({remaining} remaining{more})"
     return text + "." + errors_sentence(len(run.errors), count_skipped_cells(run))
+
+
+def _why_remaining(run: RunResult, held: list[str], unsafe: int) -> list[str]:
+    """``5 fixes rejected by verification``, ``2 findings without a fix``...: why each
+    finding left was not fixed, once verification held fixes back."""
+    import collections
+
+    parts = [f"{count_of(n, 'fix')} {why}" for why, n in collections.Counter(held).items()]
+    if unsafe:
+        parts.append(f"{unsafe} fixable with --unsafe-fixes")
+    without = sum(1 for r in run.files for finding in r.remaining if finding.fix is None)
+    if without:
+        parts.append(f"{count_of(without, 'finding')} without a fix")
+    return parts
 
 
 def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
