@@ -469,3 +469,33 @@ def _wait_for_a_written_file(
             pytest.fail(f"gradfix ended before any file was written: {process.returncode}")
         time.sleep(0.02)
     pytest.fail("no file was written within 120 s")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["check", "good.py"], "no file was changed"),
+        (["check", "--format", "json", "."], "no file was changed"),
+        (["fix", "good.py"], "no file was changed"),  # a preview
+        (["fix", "-qw", "--no-verify", "."], "files already fixed are complete"),
+        (["check", "--add-noqa", "."], "files already given their noqa comments are complete"),
+    ],
+)
+def test_ctrl_c_says_what_the_command_left_on_disk(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    arguments: list[str], said: str,
+) -> None:  # fmt: skip
+    """A check fixes nothing: Ctrl-C during one does not speak of fixed files."""
+    import gradfix.cli
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gradfix.runner, "process_paths", interrupted)
+    monkeypatch.setattr(sys, "argv", ["gradfix", *arguments])
+    with pytest.raises(SystemExit) as exit_:
+        gradfix.cli.main()
+    assert exit_.value.code == 130
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gradfix: interrupted; {said}"), line
+    assert (project / "good.py").read_text(encoding="utf-8") == BEFORE
