@@ -20,6 +20,7 @@ from gradfix.engine import SingleFix, lint_source, single_fixes
 from gradfix.fileio.diff import unified_diff
 from gradfix.proof import may_apply
 from gradfix.rule import Finding, Rule
+from gradfix.shorten import shorten
 
 PROMPT = "Apply this fix? [y]es, [n]o, [a]ll remaining, [q]uit (default n): "
 HINT = "Please answer y (apply), n (skip), a (all remaining) or q (quit); Enter: n."
@@ -100,7 +101,7 @@ class Reviewer:
         if self.verdict is not None:
             codes = sorted({finding.code for finding in candidate.findings})
             status, reason = self.verdict(review.path, review.current, candidate.source, codes)
-            self.show(f"Verdict: {status}: {reason}")
+            self.show(f"Verdict: {status}: {shorten(reason)}")
         self.show(unified_diff(review.current, candidate.source, review.path).rstrip("\n"))
         return status
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gradfix.engine import SingleFix, SourceError, lint_source, single_fixes
 from gradfix.fileio.files import is_notebook
 from gradfix.rule import Finding, Rule
+from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
     from gradfix.verify.command import CommandHarness
@@ -54,9 +55,11 @@ class FixVerdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
-        """``path:line:col: CODE verified|rejected|unverified: reason`` (the contract)."""
+        """``path:line:col: CODE verified|rejected|unverified: reason`` (the contract), the
+        reason shortened to one readable line (:mod:`gradfix.shorten`; the whole of it is
+        in :meth:`to_dict`)."""
         f = self.finding
-        return f"{self.path}:{f.line}:{f.col}: {f.code} {self.status}: {self.reason}"
+        return f"{self.path}:{f.line}:{f.col}: {f.code} {self.status}: {shorten(self.reason)}"
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding

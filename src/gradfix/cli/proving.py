@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gradfix.cli.common import EXIT_ERROR, echo_stderr
+from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -227,7 +228,9 @@ def _keep_accepted(
     refused = _refix_proven(result, keys, options, harness, strict=strict)
     if refused is None:
         return None
-    echo_stderr(f"{result.path}: the accepted fixes together are {refused[0]}: {refused[1]}")
+    echo_stderr(
+        f"{result.path}: the accepted fixes together are {refused[0]}: {shorten(refused[1])}"
+    )
     # a fix verified only with the others (it overlaps one: applied first, it takes the
     # other's place) falls with them; the ones verified alone may still hold together
     alone = {
