@@ -140,6 +140,10 @@ class BackwardTwice(Rule):
     # every check starts from a backward call (a run's evidence aside)
     needs = frozenset({"backward", *(name.rpartition(".")[2] for name in GRAD_FUNCTIONS)})
     name = "backward-twice"
+    synopsis = (
+        "Finds a second backward pass through a graph the first one freed and adds "
+        "`retain_graph=True` to the first call."
+    )
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)

@@ -75,6 +75,10 @@ class LayerCreatedInForward(Rule):
 
     code = "GF108"
     name = "layer-created-in-forward"
+    synopsis = (
+        "Finds a layer with parameters built inside `forward`, fresh weights on every "
+        "call that never train, and moves it to `__init__` when its arguments allow."
+    )
     message = (
         "Layer with parameters built inside `forward`: every call makes new random "
         "weights that the optimizer never trains; build it once in `__init__`"

@@ -73,6 +73,10 @@ class MissingZeroGrad(Rule):
     code = "GF405"
     calls = frozenset({"backward"})
     name = "missing-zero-grad"
+    synopsis = (
+        "Finds a training loop that calls `backward()` and `optimizer.step()` but never "
+        "clears the gradients, which add up, and inserts `optimizer.zero_grad()`."
+    )
     message = (
         "Gradients accumulate across iterations: the loop calls backward() and "
         "optimizer.step() but never zeroes the gradients"
