@@ -568,6 +568,36 @@ def test_usage_error_exits_2() -> None:
     assert invoke("check", "--format", "yaml").exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["check", "--format", "xml", "."],
+            "error: unknown format 'xml' (choose from: text, concise, json, sarif, github)",
+        ),
+        (["rules", "--format", "xml"], "error: unknown format 'xml' (choose from: text, json)"),
+        (
+            ["fix", "--executor", "dask", "."],
+            "error: unknown executor 'dask' (choose from: local, ray)",
+        ),
+        (
+            ["check", "--jobs", "many", "."],
+            "error: invalid value for --jobs: input should be a valid integer, unable to parse "
+            "string as an integer (see gradfix check -h)",
+        ),
+        (
+            ["check", "--formt", "json", "."],
+            "error: no such option: --formt; did you mean --format or --report? "
+            "(see gradfix check -h)",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_plain_line(args: list[str], line: str) -> None:
+    """Not the usage, a hint and Pydantic's `Value error, 'xml' is not one of ...`."""
+    result = invoke(*args)
+    assert (result.exit_code, result.stderr) == (2, line + "\n")
+
+
 # --- the installed command -------------------------------------------------------------------
 
 

@@ -32,10 +32,12 @@ from typing import Annotated, NoReturn
 import typer
 
 from gradfix.cli.coercion import install as install_plain_coercion
+from gradfix.cli.usage import install as install_one_line_usage_errors
 from gradfix.lazy import defer_libcst
 
 defer_libcst()  # before the commands import the engine: most runs build no fix
 install_plain_coercion()  # typer's option checks without Pydantic for plain values
+install_one_line_usage_errors()  # `error: unknown format 'xml' (choose from: ...)`
 
 from gradfix.cli import check, fix, rules, server, trace, verify  # noqa: E402
 from gradfix.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, echo_stderr  # noqa: E402
