@@ -813,7 +813,7 @@ def refix_selected(
     source, applied = done.source, done.applied
     refused = {(f.line, f.code) for f in result.findings if not keep(f)}
     wanted = {(f.line, f.code) for f in result.findings if keep(f)} - refused
-    origin = list(range(1, result.original.count("\n") + 2))  # line -> line of the original
+    origin: list[int | None] = list(range(1, result.original.count("\n") + 2))  # -> original
     previous = result.original
     for _ in range(MAX_PASSES - 1):
         if source == previous or not wanted:
