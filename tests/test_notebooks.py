@@ -441,6 +441,9 @@ def test_fix_verify_skips_notebooks_with_a_warning(project: Path) -> None:
     result = invoke("fix", "--verify", "--write", "nb.ipynb")
     assert "warning: nb.ipynb: notebooks cannot be verified yet; skipped" in result.stderr
     assert path.read_bytes() == before
+    # the summary says why the fixes were not applied, not "No fixes available"
+    assert result.stderr.splitlines()[-1].startswith("No fixes applied (")
+    assert "fix not proven: notebooks are not executed yet" in result.stderr.splitlines()[-1]
 
 
 def test_fix_interactive_leaves_notebooks_alone_and_says_so(project: Path) -> None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gradfix.proof import FixVerdict
+    from gradfix.rule import Finding
     from gradfix.runner import Executor, FileResult, Progress, RunOptions, RunResult
 
 
@@ -117,6 +118,7 @@ def _judge_files(
             if strict:  # ... and no fix; by default, as without verification
                 run.warnings.append(f"{result.path}: notebooks cannot be verified yet; skipped")
                 result.fixed, result.remaining = result.original, list(result.findings)
+                result.held = [HELD_NOTEBOOK] * len(_applicable_left(result, options))
             elif options.write:
                 write_result(result)
             continue
@@ -211,6 +213,15 @@ def _judge_across_files(
         )
 
 
+def _applicable_left(result: FileResult, options: RunOptions) -> list[Finding]:
+    """The findings left with a fix the run applies (safe, or unsafe with --unsafe-fixes)."""
+    return [
+        f
+        for f in result.remaining
+        if f.fix is not None and (f.fix.safety == "safe" or options.unsafe_fixes)
+    ]
+
+
 def _keep_accepted(
     result: FileResult,
     found: list[FixVerdict],
@@ -254,6 +265,7 @@ HELD_REJECTED = "rejected by verification"
 HELD_UNVERIFIED = "unverified, applied only with --unsafe-fixes"
 HELD_TOGETHER = "{} together with the file's other fixes"
 HELD_LATER = "available only after another one, proven by the next run"
+HELD_NOTEBOOK = "not proven: notebooks are not executed yet"
 
 
 def held_back(
@@ -270,19 +282,16 @@ def held_back(
     possible is not proven in this run)."""
     from gradfix.proof import may_apply
 
-    def applies(safety: str) -> bool:
-        return safety == "safe" or options.unsafe_fixes
-
     unverified_ok = options.unsafe_fixes or not strict
     reasons = []
     for verdict in found:
-        if not applies(verdict.safety):
+        if not (verdict.safety == "safe" or options.unsafe_fixes):
             continue
         if verdict.status == "rejected":
             reasons.append(HELD_REJECTED)
         elif not may_apply(verdict.status, unverified=unverified_ok):
             reasons.append(HELD_UNVERIFIED)
-    left = sum(1 for f in result.remaining if f.fix is not None and applies(f.fix.safety))
+    left = len(_applicable_left(result, options))
     rest = max(0, left - len(reasons))
     later = HELD_LATER if together is None else HELD_TOGETHER.format(together)
     return reasons[:left] + [later] * rest
