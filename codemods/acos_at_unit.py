@@ -91,6 +91,10 @@ class AcosAtUnit(Rule):
     code = "GF304"
     calls = frozenset({"acos", "arccos", "asin", "arcsin"})
     name = "acos-at-unit"
+    synopsis = (
+        "Finds `acos` / `asin` of a value that reaches ±1, where the derivative is "
+        "infinite, and rewrites `cos(n * acos(c))` to its polynomial in `c`."
+    )
     message = (
         "`acos`/`asin` of a value that reaches ±1 (clamped to [-1, 1] or a cosine): its "
         "derivative is infinite there, so the gradient is `nan`/`inf` for aligned vectors; "

@@ -77,6 +77,13 @@ _DEFERRED = (
 )
 
 
+#: ``backward(retain_variables=True)``: the argument's name before torch 1.5
+RETAIN_VARIABLES_MESSAGE = (
+    "`retain_variables` was renamed `retain_graph` in torch 1.5: this call raises "
+    "TypeError: backward() got an unexpected keyword argument 'retain_variables'"
+)
+
+
 class BackwardTwice(Rule):
     """
     ## What it does
@@ -140,6 +147,10 @@ class BackwardTwice(Rule):
     # every check starts from a backward call (a run's evidence aside)
     needs = frozenset({"backward", *(name.rpartition(".")[2] for name in GRAD_FUNCTIONS)})
     name = "backward-twice"
+    synopsis = (
+        "Finds a second backward pass through a graph the first one freed and adds "
+        "`retain_graph=True` to the first call."
+    )
     message = "Second backward pass through a graph freed by the first; pass `retain_graph=True`"
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)
@@ -516,7 +527,9 @@ class BackwardTwice(Rule):
             entry = None
             if fix is None and own_part:
                 entry = self._shared_entry(root, node, saving, shared)
-            if entry is None:
+            if argument(node, "retain_variables", None) is not None:  # torch < 1.5 code
+                self.report(node, RETAIN_VARIABLES_MESSAGE, fix=self._renamed_retain(node))
+            elif entry is None:
                 self.report(node, fix=fix)
             else:
                 name, statement = entry
@@ -1355,6 +1368,21 @@ class BackwardTwice(Rule):
             return node.with_changes(args=args)
 
         return self.plan_replace(call, retain_graph, "Pass `retain_graph=True`")
+
+    def _renamed_retain(self, call: ast.Call) -> FixPlan:
+        """``retain_variables=`` (torch < 1.5) renamed ``retain_graph=``, its value kept:
+        the original raises a TypeError at the call, so there is nothing to disagree with."""
+
+        def rename(editor: Editor, node: cst.CSTNode) -> cst.Call:
+            assert isinstance(node, cst.Call)
+            old = cst_argument(node, "retain_variables", None)
+            args = [
+                a.with_changes(keyword=cst.Name("retain_graph")) if a is old else a
+                for a in node.args
+            ]
+            return node.with_changes(args=args)
+
+        return self.plan_replace(call, rename, "Rename `retain_variables` to `retain_graph`")
 
     def _updates_between(self, call: ast.Call, later: ast.Call) -> bool:
         """An optimizer step or an in-place op runs between the two calls."""

@@ -104,6 +104,10 @@ class CatInLoop(Rule):
     assign_targets = frozenset({ast.Name})  # visit_Assign: ``out = torch.cat([out, row])``
     needs = frozenset(name.rpartition(".")[2] for name in CAT_FUNCTIONS)
     name = "cat-in-loop"
+    synopsis = (
+        "Finds a tensor grown by `torch.cat` inside a loop, O(n²) copies, and rewrites "
+        "it to a list appended in the loop and one `torch.cat` after it."
+    )
     message = (
         "Tensor grown with torch.cat inside a loop: every iteration copies all rows so far "
         "(O(n²)); collect the rows in a list and concatenate once after the loop"

@@ -108,6 +108,10 @@ class CreateGraphBackward(Rule):
     code = "GF402"
     calls = frozenset({"backward"})
     name = "create-graph-backward"
+    synopsis = (
+        "Finds `loss.backward(create_graph=True)`, a reference cycle that leaks memory, "
+        "and rewrites it to `torch.autograd.grad(..., create_graph=True)`."
+    )
     message = (
         "`backward(create_graph=True)` makes a reference cycle between each leaf and its "
         "`.grad` (memory leak); use `torch.autograd.grad(loss, inputs, create_graph=True)` "

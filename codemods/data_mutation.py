@@ -136,6 +136,10 @@ class DataMutation(NoGradBlockRule):
     code = "GF205"
     fix_restores_gradient = True
     name = "data-mutation"
+    synopsis = (
+        "Finds `x.data` used to change or read a tensor past autograd and rewrites it to "
+        "`torch.no_grad()` updates and `x.detach()` reads."
+    )
     message = "`.data` bypasses autograd's version check; use `torch.no_grad()` or `.detach()`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

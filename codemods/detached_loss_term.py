@@ -77,6 +77,10 @@ class DetachedLossTerm(Rule):
     code = "GF408"
     calls = frozenset({"backward", "grad"})
     name = "detached-loss-term"
+    synopsis = (
+        "Finds a loss term whose path to the model was cut by `.detach()` or `.item()`, "
+        "a constant that trains nothing, and removes the `.detach()` where it can."
+    )
     message = (
         "This term of the backpropagated loss has no gradient: `.detach()`/`.data`/`.item()` "
         "cut its only path to the model, so it adds nothing to training; keep the graph"

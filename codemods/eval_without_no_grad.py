@@ -70,6 +70,10 @@ class EvalWithoutNoGrad(Rule):
 
     code = "GF407"
     name = "eval-without-no-grad"
+    synopsis = (
+        "Finds an evaluation loop that keeps model outputs outside `torch.no_grad()`, "
+        "each holding its graph, and runs the model under `torch.no_grad()`."
+    )
     message = (
         "Evaluation loop keeps model outputs that record their graph (no `torch.no_grad()`): "
         "memory grows with every batch; run the model under `torch.no_grad()`"

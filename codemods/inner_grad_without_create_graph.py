@@ -68,6 +68,10 @@ class InnerGradWithoutCreateGraph(Rule):
     fix_differentiates_gradients = True
     calls = frozenset({"grad"})
     name = "inner-grad-without-create-graph"
+    synopsis = (
+        "Finds an inner gradient step whose new weights feed a later backpropagated loss "
+        "without `create_graph=True`, dropping the second-order term, and adds it."
+    )
     message = (
         "Gradient step whose result is backpropagated again, taken without "
         "`create_graph=True`: the outer gradient silently drops the second-order term"

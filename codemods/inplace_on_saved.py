@@ -264,6 +264,10 @@ class InplaceOnSaved(Rule):
     #: visit_Assign: ``m.inplace = True``, ``h[0] = ...``
     assign_targets = frozenset({ast.Attribute, ast.Subscript})
     name = "inplace-on-saved"
+    synopsis = (
+        'Finds in-place changes of a tensor an earlier op saved for backward ("modified '
+        'by an inplace operation") and makes them out of place.'
+    )
     message = (
         "In-place change of a tensor saved for backward: backward fails with "
         "'modified by an inplace operation'"

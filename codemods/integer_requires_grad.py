@@ -83,6 +83,10 @@ class IntegerRequiresGrad(Rule):
     needs = frozenset({"requires_grad", "requires_grad_", PARAMETER.rpartition(".")[2]})
     fix_restores_gradient = True
     name = "integer-requires-grad"
+    synopsis = (
+        "Finds integer tensors asked to require gradients, which raises, and makes them "
+        "floating point (float literals or `dtype=torch.float32`)."
+    )
     message = "Integer tensor cannot require gradients; use a floating point dtype"
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)

@@ -9,7 +9,7 @@ import libcst as cst
 from gradfix.edits import Editor
 from gradfix.rule import Builder, Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic.syntax import argument, is_false
-from gradfix.torch_facts import NN_PARAMETER_LAYERS
+from gradfix.torch_facts import NN_CONSTANT_INIT_LAYERS, NN_PARAMETER_LAYERS
 
 #: what an enclosing test of a lazily built layer asks (``if self.fc is None``,
 #: ``if not hasattr(self, "fc")``, ``if key not in self.heads``): the layer is built once
@@ -75,6 +75,10 @@ class LayerCreatedInForward(Rule):
 
     code = "GF108"
     name = "layer-created-in-forward"
+    synopsis = (
+        "Finds a layer with parameters built inside `forward`, fresh weights on every "
+        "call that never train, and moves it to `__init__` when its arguments allow."
+    )
     message = (
         "Layer with parameters built inside `forward`: every call makes new random "
         "weights that the optimizer never trains; build it once in `__init__`"
@@ -215,7 +219,21 @@ class LayerCreatedInForward(Rule):
         for call in self.analysis.descendants(node, ast.Call):
             if _spelled_like_a_parameter_layer(call) and self._builds_parameters(call):
                 if not self._built_once(call, node):
-                    self.report(call, fix=self._move_to_init(call, node, cls))
+                    fix = self._move_to_init(call, node, cls)
+                    self.report(call, self._message(call), fix=fix)
+
+    def _message(self, call: ast.Call) -> str | None:
+        """A layer whose reset sets constants (``nn.LayerNorm``: weight 1, bias 0) gets
+        no random weights: it is reset to them on every call (None: the rule's message)."""
+        layer = (self.analysis.call_name(call) or "").rpartition(".")[2]
+        start = NN_CONSTANT_INIT_LAYERS.get(layer)
+        if start is None:
+            return None
+        return (
+            "Layer with parameters built inside `forward`: every call makes a new one whose "
+            f"parameters start again at their initial values ({start}) and are never "
+            "trained; build it once in `__init__`"
+        )
 
     # -- detection -------------------------------------------------------------------------
     def _builds_parameters(self, call: ast.Call) -> bool:

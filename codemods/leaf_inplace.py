@@ -67,6 +67,10 @@ class LeafInplace(NoGradBlockRule):
 
     code = "GF201"
     name = "leaf-inplace"
+    synopsis = (
+        "Finds in-place operations on a leaf that requires grad (`w.normal_()`, `w -= lr "
+        "* w.grad`) outside `torch.no_grad()` and wraps them in it."
+    )
     message = "In-place operation on a leaf tensor that requires grad"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

@@ -96,6 +96,10 @@ class LeafRebinding(Rule):
     assign_targets = frozenset({ast.Name})  # visit_Assign: ``w = w * 2``
     fix_restores_gradient = True
     name = "leaf-rebinding"
+    synopsis = (
+        "Finds a name holding a leaf rebound to a value derived from it (`w = w * 2`), "
+        "which loses the leaf, and binds the derived value to a new name."
+    )
     message = "Rebinding a leaf's name to an op on it loses the leaf: its `.grad` stays `None`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

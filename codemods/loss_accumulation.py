@@ -95,6 +95,10 @@ class LossAccumulation(Rule):
     assign_targets = frozenset({ast.Name})  # visit_Assign: ``total = total + loss``
     calls = RECORDING_METHODS
     name = "loss-accumulation"
+    synopsis = (
+        "Finds losses kept in a running total or a history for logging, which keeps "
+        "every graph alive, and detaches them (`loss.detach()`, `.item()`)."
+    )
     message = "Accumulating a loss that requires grad keeps every iteration's graph alive"
     fix_safety = FixSafety.SAFE
     fix_safeties = (FixSafety.SAFE, FixSafety.UNSAFE)

@@ -68,6 +68,10 @@ class LossOnIndices(Rule):
     code = "GF110"
     calls = frozenset({"backward", "grad"})
     name = "loss-on-indices"
+    synopsis = (
+        "Finds a backpropagated loss that reaches the model only through integer or "
+        "boolean results (`argmax`, comparisons), so no gradient flows; report only."
+    )
     message = (
         "Loss computed from integer indices or booleans: no gradient flows through "
         "`argmax`/comparisons back to the scores; use a differentiable surrogate "

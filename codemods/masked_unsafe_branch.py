@@ -135,6 +135,10 @@ class MaskedUnsafeBranch(Rule):
 
     code = "GF301"
     name = "masked-unsafe-branch"
+    synopsis = (
+        "Finds mask-weighted blends whose masked-out branch is singular, giving `nan` "
+        "gradients, and rewrites them to `torch.where` with a guarded input."
+    )
     message = (
         "Masked-out branch is singular (`0 * inf = nan` in its gradient); "
         "use `torch.where` with a guarded input"

@@ -73,6 +73,10 @@ class MissingZeroGrad(Rule):
     code = "GF405"
     calls = frozenset({"backward"})
     name = "missing-zero-grad"
+    synopsis = (
+        "Finds a training loop that calls `backward()` and `optimizer.step()` but never "
+        "clears the gradients, which add up, and inserts `optimizer.zero_grad()`."
+    )
     message = (
         "Gradients accumulate across iterations: the loop calls backward() and "
         "optimizer.step() but never zeroes the gradients"
@@ -222,9 +226,20 @@ class MissingZeroGrad(Rule):
         if loop is None or _zeroes(loop) or self._calls_zeroing_function(loop):
             return
         calls = list(_calls_in_scope(loop))
+        if node is not self._first_backward(loop, calls):
+            return  # one missing reset, one finding: at the loop's first backward call
         steps = [call for call in calls if self._steps_every_iteration(call, loop)]
         if steps:
             self.report(node, fix=self._clear_before(node, loop, calls, steps))
+
+    def _first_backward(self, loop: ast.AST, calls: list[ast.Call]) -> ast.Call | None:
+        """The first backward call (in source order) whose innermost loop is ``loop``."""
+        own = [
+            call
+            for call in calls
+            if self._is_backward(call) and _innermost_loop(self.analysis, call) is loop
+        ]
+        return min(own, key=lambda call: (call.lineno, call.col_offset), default=None)
 
     def _clear_before(
         self, backward: ast.Call, loop: ast.AST, calls: list[ast.Call], steps: list[ast.Call]

@@ -93,6 +93,10 @@ class NonleafGradRead(Rule):
     calls = frozenset({"retain_grad", "backward"})
     needs = frozenset({"grad"})  # every finding is a read of `x.grad`
     name = "nonleaf-grad-read"
+    synopsis = (
+        "Finds reads of `.grad` on a non-leaf tensor after `backward()`, always `None`, "
+        "and inserts `b.retain_grad()` after its binding."
+    )
     message = "`.grad` of a non-leaf tensor is `None` after backward(); call `.retain_grad()`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

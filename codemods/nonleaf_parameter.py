@@ -113,6 +113,10 @@ class NonleafParameter(Rule):
     needs = frozenset({"Parameter", "requires_grad", "requires_grad_"})
     fix_restores_gradient = True
     name = "nonleaf-parameter"
+    synopsis = (
+        "Finds an op applied to a leaf where it is created (`.to(device)`, `* 0.01`), so "
+        "the bound value is no leaf, and moves the op into the creation."
+    )
     message = "An op after creating a leaf makes the bound value a non-leaf: `.grad` stays `None`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

@@ -75,6 +75,10 @@ class PlainModuleContainer(Rule):
 
     code = "GF107"
     name = "plain-module-container"
+    synopsis = (
+        "Finds sub-modules or parameters kept in a plain list or dict on an `nn.Module`, "
+        "which `parameters()` misses, and wraps them in `nn.ModuleList` and kin."
+    )
     message = (
         "Sub-modules or parameters in a plain list or dict are not registered: "
         "`parameters()` misses them"

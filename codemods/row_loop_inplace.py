@@ -100,6 +100,10 @@ class RowLoopInplace(Rule):
     code = "GF203"
     assign_targets = frozenset({ast.Subscript})  # visit_Assign: ``x[i] = ...``
     name = "row-loop-inplace"
+    synopsis = (
+        "Finds loops that rewrite a tensor in the graph row by row from its own rows and "
+        "rebuild it with `torch.stack` over the rows."
+    )
     message = (
         "Loop writes rows of a tensor that requires grad from its own rows through an op "
         "that saves them for backward: backward fails with 'modified by an inplace operation'"

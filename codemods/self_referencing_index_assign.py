@@ -80,6 +80,10 @@ class SelfReferencingIndexAssign(Rule):
     code = "GF202"
     assign_targets = frozenset({ast.Subscript})  # visit_Assign: ``p[2] = p[0] / p[1]``
     name = "self-referencing-index-assign"
+    synopsis = (
+        "Finds index assignments `p[k] = f(p)` that overwrite a value saved for backward "
+        "and rebuilds `p` with `torch.stack` / `torch.cat`."
+    )
     message = (
         "Index assignment into a tensor whose right-hand side reads it through an op that "
         "saves it for backward: backward fails with 'modified by an inplace operation'"

@@ -110,6 +110,10 @@ class SqrtOfSquares(Rule):
     code = "GF303"
     calls = frozenset({"sqrt"})
     name = "sqrt-of-squares"
+    synopsis = (
+        "Finds a Euclidean norm written by hand, `torch.sqrt((x ** 2).sum())`, with a "
+        "`nan` gradient at zero, and rewrites it to `torch.linalg.vector_norm`."
+    )
     message = "`sqrt` of a sum of squares has a `nan` gradient at 0; use `torch.linalg.vector_norm`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

@@ -67,6 +67,10 @@ class TensorCopyConstruct(Rule):
     code = "GF104"
     calls = frozenset({"tensor"})
     name = "tensor-copy-construct"
+    synopsis = (
+        "Finds `torch.tensor(t)` where `t` is already a tensor and rewrites it to "
+        "`t.detach().clone()`."
+    )
     message = "`torch.tensor()` of a tensor; use `t.detach().clone()`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

@@ -86,6 +86,10 @@ class TensorFromTensors(Rule):
     calls = frozenset({name.rpartition(".")[2] for name in CONSTRUCTORS} | {"requires_grad_"})
     fix_restores_gradient = True
     name = "tensor-from-tensors"
+    synopsis = (
+        "Finds `torch.tensor([...])` built from tensors in the graph, a constant copy "
+        "that cuts backward, and rewrites it to `torch.stack` / `torch.cat`."
+    )
     message = "`torch.tensor()` of tensors cuts the autograd graph; use `torch.stack()`"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

@@ -102,6 +102,10 @@ class UnregisteredParameter(Rule):
 
     code = "GF109"
     name = "unregistered-parameter"
+    synopsis = (
+        "Finds a tensor meant to be trained stored on an `nn.Module` as a plain "
+        "attribute, which the optimizer misses, and wraps it in `nn.Parameter`."
+    )
     message = (
         "Tensor that requires grad stored as a plain module attribute: `parameters()` "
         "misses it and the optimizer never trains it; wrap it in `nn.Parameter`"

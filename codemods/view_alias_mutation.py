@@ -102,6 +102,10 @@ class ViewAliasMutation(Rule):
     code = "GF206"
     assign_targets = frozenset({ast.Subscript})  # visit_Assign: ``v[0] = ...``
     name = "view-alias-mutation"
+    synopsis = (
+        "Finds in-place changes to a view of a leaf that requires grad (`a = w[:4]; "
+        "a.add_(1)`) and makes the view a copy where a copy was meant."
+    )
     message = "A view of a leaf tensor that requires grad is changed in place"
     fix_safety = FixSafety.SAFE
     fix_availability = FixAvailability.SOMETIMES

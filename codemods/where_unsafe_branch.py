@@ -92,6 +92,10 @@ class WhereUnsafeBranch(Rule):
     code = "GF302"
     calls = frozenset({"where"})
     name = "where-unsafe-branch"
+    synopsis = (
+        "Finds `torch.where(cond, a, b)` whose discarded branch is singular or "
+        "overflows, giving `nan` gradients, and guards that branch's input."
+    )
     message = (
         "`torch.where` branch is singular where it is masked out (`0 * inf = nan` in its "
         "gradient); guard its input with an inner `torch.where`"

@@ -318,3 +318,21 @@ def test_no_detach_where_the_first_losss_gradients_may_be_used(before: str, afte
     source = "params = []\n" + GAN.replace(before, after)
     assert lint_source(source, rules=[BackwardTwice]).findings
     assert _moved(source) is None
+
+
+def test_retain_variables_of_torch_before_1_5_is_named_for_what_it_raises() -> None:
+    """Not "pass retain_graph=True" on a call that passes it under its old name: the call
+    raises a TypeError first; the fix renames the argument, its value kept."""
+    body = "l1.backward(retain_variables=True)\nl2.backward()\n"
+    [finding] = _lint(body).findings
+    assert finding.message == (
+        "`retain_variables` was renamed `retain_graph` in torch 1.5: this call raises "
+        "TypeError: backward() got an unexpected keyword argument 'retain_variables'"
+    )
+    result = _lint(body, fix=True)
+    assert result.source.endswith("l1.backward(retain_graph=True)\nl2.backward()\n")
+    assert result.remaining == []
+    torch = pytest.importorskip("torch")  # what the message quotes is what torch says
+    w = torch.ones(2, requires_grad=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'retain_variables'"):
+        (w * w).sum().backward(retain_variables=True)

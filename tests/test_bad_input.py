@@ -225,13 +225,55 @@ def test_a_file_larger_than_5_mb_is_skipped_with_a_note(project: Path) -> None:
 def test_the_size_limit_is_configurable(project: Path) -> None:
     write(project, "small.py", BEFORE)
     result = invoke("check", "--config", "max-file-size=100", "--format", "concise", ".")
-    assert result.exit_code == 0
+    assert result.exit_code == 2  # every file too large: nothing was checked
     assert result.stdout == ""
     assert result.stderr.startswith("good.py: skipped: the file is larger than 0.0001 MB")
     assert invoke("check", "--config", "max-file-size=0", ".").exit_code == 1
     bad = invoke("check", "--config", "max-file-size=-1", ".")
     assert bad.exit_code == 2
     assert bad.stderr == "error: --config: max-file-size must be a number of bytes (0: no limit)\n"
+
+
+@pytest.mark.parametrize("command", ["check", "fix", "fix --write --no-verify"])
+def test_when_no_file_could_be_checked_no_pass_is_claimed(project: Path, command: str) -> None:
+    """Every named file skipped (too large) or unreadable (binary, a syntax error): one
+    line says nothing was checked, never "All checks passed." / "Nothing to fix.", and the
+    exit status is 2: CI must not pass code gradfix could not read."""
+    write(project, "big.py", b"x = 1\n" * 900_000)
+    write(project, "blob.py", b"\x00\x01binary")
+    write(project, "broken.py", SYNTAX_ERROR)
+    summary = "check" if command == "check" else "fix"
+    for names, line in [
+        (["big.py"], "Nothing was checked: 1 file larger than max-file-size."),
+        (
+            ["big.py", "blob.py", "broken.py"],
+            "Nothing was checked: 2 files could not be processed, 1 file larger than "
+            "max-file-size.",
+        ),
+    ]:
+        result = invoke(*command.split(), "--config", "max-file-size=5000000", *names)
+        assert result.exit_code == 2, result.output
+        out = result.stdout if summary == "check" else result.stderr
+        assert out.splitlines()[-1] == line
+        assert "passed" not in result.output and "Nothing to fix" not in result.output
+    # one file checked, the other too large: the note leaves the exit status alone
+    assert invoke(*command.split(), "big.py", "good.py").exit_code == (
+        0 if "--write" in command else 1
+    )
+
+
+def test_no_file_checked_is_said_on_stderr_beside_a_machine_format(project: Path) -> None:
+    write(project, "big.py", b"x = 1\n" * 900_000)
+    result = invoke("check", "--format", "json", "big.py")
+    assert (result.exit_code, result.stdout) == (2, "[]\n")
+    assert result.stderr.splitlines()[-1] == (
+        "Nothing was checked: 1 file larger than max-file-size."
+    )
+    assert invoke("check", "--format", "json", "--quiet", "big.py").stderr == ""
+
+    # pre-commit names excluded files: leaving them out is what was asked, not a failure
+    (project / "pyproject.toml").write_text('[tool.gradfix]\nexclude = ["good.py"]\n')
+    assert invoke("check", "good.py").exit_code == 0
 
 
 def test_symlink_loops_end_discovery_with_one_line_each(project: Path) -> None:
@@ -427,3 +469,33 @@ def _wait_for_a_written_file(
             pytest.fail(f"gradfix ended before any file was written: {process.returncode}")
         time.sleep(0.02)
     pytest.fail("no file was written within 120 s")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["check", "good.py"], "no file was changed"),
+        (["check", "--format", "json", "."], "no file was changed"),
+        (["fix", "good.py"], "no file was changed"),  # a preview
+        (["fix", "-qw", "--no-verify", "."], "files already fixed are complete"),
+        (["check", "--add-noqa", "."], "files already given their noqa comments are complete"),
+    ],
+)
+def test_ctrl_c_says_what_the_command_left_on_disk(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    arguments: list[str], said: str,
+) -> None:  # fmt: skip
+    """A check fixes nothing: Ctrl-C during one does not speak of fixed files."""
+    import gradfix.cli
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gradfix.runner, "process_paths", interrupted)
+    monkeypatch.setattr(sys, "argv", ["gradfix", *arguments])
+    with pytest.raises(SystemExit) as exit_:
+        gradfix.cli.main()
+    assert exit_.value.code == 130
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gradfix: interrupted; {said}"), line
+    assert (project / "good.py").read_text(encoding="utf-8") == BEFORE

@@ -568,6 +568,36 @@ def test_usage_error_exits_2() -> None:
     assert invoke("check", "--format", "yaml").exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["check", "--format", "xml", "."],
+            "error: unknown format 'xml' (choose from: text, concise, json, sarif, github)",
+        ),
+        (["rules", "--format", "xml"], "error: unknown format 'xml' (choose from: text, json)"),
+        (
+            ["fix", "--executor", "dask", "."],
+            "error: unknown executor 'dask' (choose from: local, ray)",
+        ),
+        (
+            ["check", "--jobs", "many", "."],
+            "error: invalid value for --jobs: input should be a valid integer, unable to parse "
+            "string as an integer (see gradfix check -h)",
+        ),
+        (
+            ["check", "--formt", "json", "."],
+            "error: no such option: --formt; did you mean --format or --report? "
+            "(see gradfix check -h)",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_plain_line(args: list[str], line: str) -> None:
+    """Not the usage, a hint and Pydantic's `Value error, 'xml' is not one of ...`."""
+    result = invoke(*args)
+    assert (result.exit_code, result.stderr) == (2, line + "\n")
+
+
 # --- the installed command -------------------------------------------------------------------
 
 
@@ -623,7 +653,7 @@ def test_help_names_only_options_the_command_has(command: str) -> None:
 
 
 def test_fix_help_states_the_interactive_exit_status() -> None:
-    assert "--interactive 0 whatever was accepted or declined" in _help("fix")
+    assert "--interactive 0 no finding left, 1 findings left" in _help("fix")
 
 
 def test_the_command_ends_without_teardown_but_runs_exit_handlers(project: Path) -> None:

@@ -62,7 +62,7 @@ def test_write_never_writes_a_rejected_fix_by_default(tmp_path: Path) -> None:
     assert code == 1 and f"{model}:12:20: GF205" in out  # the finding stays
     assert f"{model}:12:20: GF205 rejected: gradient lost" in err
     assert f"{train}:4:5: GF101 verified: " in err
-    assert "Fixed 1 finding in 1 file (1 remaining)." in err
+    assert "Fixed 1 finding in 1 file (1 remaining: 1 fix rejected by verification)." in err
 
 
 # The same read on the weight nn.Linear made (not declared by the program).
@@ -245,8 +245,9 @@ while True:
 
 
 # `.data` on a decoder's logits: GF205 offers `.detach()` (the graph stays cut), GF408
-# drops `.data`. Together the first wins the node and the file's change is rejected; the
-# fix verified alone is still written.
+# drops `.data`. Applied in one pass the first wins the node; GF408's fix, verified alone,
+# then drops the `.detach()` in a second pass, and the whole is proven. Should the whole
+# be refused, the fix verified alone is still written.
 DECODER_DATA = """import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -278,8 +279,19 @@ loss.backward()
 
 
 def test_the_fixes_verified_alone_are_written_when_an_overlapping_one_spoils_the_whole(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    script = write(tmp_path / "train.py", DECODER_DATA)
+    code, _, err = invoke("fix", "--write", "--unsafe-fixes", "--select", "GF205,GF408",
+                          str(script))  # fmt: skip
+    assert (code, err.splitlines()[-1]) == (0, "Fixed 2 findings in 1 file."), err
+    assert "        logits = torch.stack(logits, 1)\n" in script.read_text(encoding="utf-8")
+    from gradfix import proof
+
+    def refused(*_: object, **__: object) -> tuple[str, str, dict[str, object]]:
+        return "rejected", "a forward result changed", {}
+
+    monkeypatch.setattr(proof, "prove_change", refused)  # the whole, proven at the end
     script = write(tmp_path / "train.py", DECODER_DATA)
     code, _, err = invoke("fix", "--write", "--unsafe-fixes", "--select", "GF205,GF408",
                           str(script))  # fmt: skip
@@ -322,3 +334,74 @@ def test_a_wrong_fix_at_a_discontinuity_is_still_rejected_on_the_converged_eleme
     code, out, _ = invoke("verify", "--baseline", str(bug), str(wrong))
     assert code == 1 and "rejected" in out
     assert "at element 1" in out or "at element 2" in out
+
+
+# GF110 only reports: its finding has no fix.
+NO_FIX_STEP = """
+
+def step(x, y):
+    _, predicted = torch.max(Scale()(x), 0)
+    loss = ((predicted.float() - y) ** 2).sum()
+    loss.backward()
+"""
+
+
+def test_the_summary_says_why_each_finding_is_left(tmp_path: Path) -> None:
+    """Not "No fixes available" when a fix existed and verification rejected it."""
+    model = write(tmp_path / "model.py", DATA_IN_FORWARD + NO_FIX_STEP)
+    code, _, err = invoke("fix", "--write", "--select", "GF205,GF110", "--unsafe-fixes",
+                          str(model))  # fmt: skip
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        "No fixes applied (2 remaining: 1 fix rejected by verification, 1 finding without a fix)."
+    )
+    script = write(tmp_path / "needs_data.py", NEEDS_DATA)
+    code, _, err = invoke("fix", "--verify", "--select", "GF201", str(script))
+    assert code == 0  # a preview whose diff is empty
+    assert err.splitlines()[-1] == (
+        "No fixes would be applied (1 remaining: 1 fix unverified, applied only with "
+        "--unsafe-fixes)."
+    )
+
+
+# GF103 and GF105 on one call, neither can run (no weights.pt): both unverified, both
+# safe, so both are written, as without verification (the second in a second pass)
+OVERLAPPING_UNVERIFIED = """import torch
+
+data = torch.load("weights.pt")
+x = torch.tensor([1, 2], requires_grad=True).double()
+(x * data).sum().backward()
+"""
+
+
+def test_overlapping_unverified_fixes_are_all_written(tmp_path: Path) -> None:
+    script = write(tmp_path / "train.py", OVERLAPPING_UNVERIFIED)
+    code, _, err = invoke("fix", "--write", "--select", "GF103,GF105", str(script))
+    assert "GF103 unverified" in err and "GF105 unverified" in err
+    assert "x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)\n" in (
+        script.read_text(encoding="utf-8")
+    )
+    assert (code, err.splitlines()[-1]) == (0, "Fixed 2 findings in 1 file.")
+
+
+# The outer GF101 gets a fix only once the inner `torch.tensor` is a `torch.stack`: no
+# verdict in this run, so it is not written; the summary says so.
+NESTED_CUT = """import torch
+
+data = torch.load("weights.pt")
+w = torch.randn(3, requires_grad=True)
+a = torch.tensor([torch.tensor([w[0], w[1]]).sum(), w[2]])
+(a * data).sum().backward()
+"""
+
+
+def test_a_fix_another_fix_makes_possible_waits_for_the_next_run(tmp_path: Path) -> None:
+    script = write(tmp_path / "train.py", NESTED_CUT)
+    code, _, err = invoke("fix", "--write", "--select", "GF101", "--unsafe-fixes", str(script))
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        "Fixed 1 finding in 1 file (1 remaining: 1 fix available only after another one, "
+        "proven by the next run)."
+    )
+    code, _, err = invoke("fix", "--write", "--select", "GF101", "--unsafe-fixes", str(script))
+    assert (code, err.splitlines()[-1]) == (0, "Fixed 1 finding in 1 file.")

@@ -32,7 +32,7 @@ def review(tmp_path: Path, answers: str, *extra: str) -> tuple[int, str, list[st
 
 def test_yes_no_and_quit(tmp_path: Path) -> None:
     code, out, (a, b) = review(tmp_path, "y\nn\ny\nq\n")
-    assert code == 0
+    assert code == 1  # declined and unreviewed fixes leave findings, as `fix --write` says
     assert NORMAL in a and "\nw.zero_()\n" in a and STACK in a
     assert b == SOURCE  # quit before anything was accepted there
     # the second diff is shown against the file with the first fix already in it
@@ -42,7 +42,7 @@ def test_yes_no_and_quit(tmp_path: Path) -> None:
 
 def test_enter_is_no(tmp_path: Path) -> None:
     code, _, (a, b) = review(tmp_path, "\n\n")
-    assert code == 0 and a == SOURCE and b == SOURCE
+    assert code == 1 and a == SOURCE and b == SOURCE
 
 
 def test_all_remaining(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_unknown_answer_asks_again(tmp_path: Path) -> None:
 
 def test_end_of_input_quits(tmp_path: Path) -> None:
     code, out, (a, b) = review(tmp_path, "y\n")
-    assert code == 0
+    assert code == 1
     assert NORMAL in a and "\nw.zero_()\n" in a and b == SOURCE
     assert out.count("Apply this fix?") == 2  # nothing asked after the end of the input
 
@@ -109,4 +109,44 @@ def test_all_remaining_still_verifies_each_fix(tmp_path: Path, monkeypatch) -> N
         assert NORMAL in text and "torch.tensor([w[0], w[1]])" in text, name
     assert result.stdout.count("Verdict: rejected: a forward result changed") == 2
     assert result.stdout.count("Verdict: verified:") == 2
-    assert "2 not applied (rejected or unverified)" in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "Wrote 2 files (all remaining; 2 rejected by verification); 2 findings remaining."
+    )
+    assert result.exit_code == 1
+
+
+def test_exit_status_is_that_of_fix_write(tmp_path: Path) -> None:
+    """0 when the review leaves no finding, 1 when findings are left (declined, or not
+    proven), as `fix --write` (it used to be 0 whatever was left)."""
+    code, _, (a, b) = review(tmp_path, "a\n")
+    assert code == 0 and NORMAL in a and NORMAL in b
+    code, _, _ = review(tmp_path, "n\na\n")
+    assert code == 1
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(SOURCE, encoding="utf-8")
+    result = CliRunner().invoke(app, ["fix", "-i", str(tmp_path)], input="q\n")
+    assert result.exit_code == 1
+    assert (
+        result.stderr.splitlines()[-1]
+        == "Wrote 0 files (0 accepted one by one); 6 findings remaining."
+    )
+
+
+def test_unverified_fixes_left_by_all_are_counted_and_exit_1(tmp_path: Path, monkeypatch) -> None:
+    """`--interactive --verify` + `a`: a fix nothing could run is not applied (without
+    --unsafe-fixes), the summary says it was unverified, not "rejected or unverified",
+    and the exit status is 1: a finding is left."""
+    pytest.importorskip("torch")
+    from gradfix import proof
+
+    monkeypatch.setattr(
+        proof, "prove_change", lambda *_, **__: ("unverified", "could not run: ImportError", {})
+    )
+    (tmp_path / "a.py").write_text(TWO_FIXES, encoding="utf-8")
+    result = CliRunner().invoke(app, ["fix", "-i", "--verify", str(tmp_path)], input="a\n")
+    assert (tmp_path / "a.py").read_text(encoding="utf-8") == TWO_FIXES
+    assert result.stderr.splitlines()[-1] == (
+        "Wrote 0 files (all remaining; 2 unverified (applied only with --unsafe-fixes)); "
+        "2 findings remaining."
+    )
+    assert result.exit_code == 1

@@ -117,3 +117,15 @@ def test_the_real_rules() -> None:
     assert find_rule("GF101").name == "tensor-from-tensors"
     assert find_rule("tensor-from-tensors").code == "GF101"
     assert "GF101" in [rule.code for rule in select_rules()]
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)
+def test_every_summary_is_one_sentence_that_fits_a_table_cell(rule: type[Rule]) -> None:
+    """`gradfix rules` shows it in a table cell (GF204's was 2,000 characters): the rule
+    declares one sentence of at most 160 characters; `explain` has the details."""
+    summary = rule.summary()
+    assert "synopsis" in vars(rule), f"{rule.code} declares no synopsis"
+    assert len(summary) <= 160, (rule.code, len(summary))
+    assert summary.endswith(".") and "\n" not in summary
+    prose = re.sub(r"`[^`]*`", "code", summary)  # dots inside code spans are not stops
+    assert not re.search(r"[.!?]\s", prose), f"{rule.code}: more than one sentence: {summary}"

@@ -242,3 +242,28 @@ def test_index_ops_and_integer_casts_give_results_without_gradient() -> None:
     for name in sorted(facts.VALUES_INDICES_OPS):
         values, indices = getattr(torch, name)(x.view(2, 3), 1) if name != "topk" else x.topk(2)
         assert values.requires_grad and not indices.requires_grad, name
+
+
+def test_constant_init_layers_start_at_constants_and_the_others_at_random_numbers() -> None:
+    """What GF108 says a layer built in `forward` holds on each call: `nn.LayerNorm`'s
+    weight 1 and bias 0, not "new random weights"."""
+    torch = pytest.importorskip("torch")
+    expected = {"weight 1, bias 0": (1.0, 0.0), "weight 1": (1.0, None)}
+    expected["weight `init`, 0.25 by default"] = (0.25, None)
+    for name in sorted(facts.NN_PARAMETER_LAYERS):
+        if name.startswith("Lazy"):
+            continue  # no values before the first call
+        torch.manual_seed(0)
+        first = [p.detach().clone() for p in _build_layer(torch, name).parameters()]
+        torch.manual_seed(1)
+        second = [p.detach() for p in _build_layer(torch, name).parameters()]
+        same = all(torch.equal(a, b) for a, b in zip(first, second))
+        start = facts.NN_CONSTANT_INIT_LAYERS.get(name)
+        assert same == (start is not None), name
+        if start is not None:
+            weight, bias = expected[start]
+            layer = _build_layer(torch, name)
+            assert torch.all(layer.weight == weight), name
+            assert (getattr(layer, "bias", None) is None) == (bias is None), name
+            if bias is not None:
+                assert torch.all(layer.bias == bias), name

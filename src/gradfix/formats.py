@@ -85,7 +85,7 @@ def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.message},
-        "fullDescription": {"text": rule.summary()},
+        "fullDescription": {"text": rule.description()},
         "help": {"text": rule.docs(), "markdown": rule.docs()},
         "defaultConfiguration": {"level": "warning", "enabled": rule.default_enabled},
         "properties": {

@@ -20,6 +20,7 @@ from gradfix.engine import SingleFix, lint_source, single_fixes
 from gradfix.fileio.diff import unified_diff
 from gradfix.proof import may_apply
 from gradfix.rule import Finding, Rule
+from gradfix.shorten import shorten
 
 PROMPT = "Apply this fix? [y]es, [n]o, [a]ll remaining, [q]uit (default n): "
 HINT = "Please answer y (apply), n (skip), a (all remaining) or q (quit); Enter: n."
@@ -45,6 +46,8 @@ class Review:
     skipped: int = 0
     #: fixes ``a`` did not apply because the verifier did not accept them
     refused: int = 0
+    #: of those, the ones the verifier rejected (the others were unverified)
+    rejected: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -98,7 +101,7 @@ class Reviewer:
         if self.verdict is not None:
             codes = sorted({finding.code for finding in candidate.findings})
             status, reason = self.verdict(review.path, review.current, candidate.source, codes)
-            self.show(f"Verdict: {status}: {reason}")
+            self.show(f"Verdict: {status}: {shorten(reason)}")
         self.show(unified_diff(review.current, candidate.source, review.path).rstrip("\n"))
         return status
 
@@ -140,6 +143,7 @@ class Reviewer:
             review.current, review.accepted = candidate.source, review.accepted + 1
         else:
             review.skipped, review.refused = review.skipped + 1, review.refused + 1
+            review.rejected += status == "rejected"
 
     def _apply_remaining(self, review: Review) -> str:
         """Every remaining fix, except those declined before ``a`` was answered."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gradfix.engine import SingleFix, lint_source, single_fixes
 from gradfix.fileio.files import is_notebook
 from gradfix.rule import Finding, Rule
+from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
     from gradfix.verify.command import CommandHarness
@@ -59,10 +60,12 @@ class FixVerdict:
 
     def line(self) -> str:
         """``path:line:col: CODE verified|rejected|unverified: reason`` (the contract);
-        ``path:cell N:line L:col C: ...`` in a notebook, as ``check`` names it."""
+        ``path:cell N:line L:col C: ...`` in a notebook, as ``check`` names it. The reason
+        is shortened to one readable line (:mod:`gradfix.shorten`; the whole of it is in
+        :meth:`to_dict`)."""
         f = self.shown or self.finding
         where = f"cell {f.cell}:line {f.line}:col {f.col}" if f.cell else f"{f.line}:{f.col}"
-        return f"{self.path}:{where}: {f.code} {self.status}: {self.reason}"
+        return f"{self.path}:{where}: {f.code} {self.status}: {shorten(self.reason)}"
 
     def to_dict(self) -> dict[str, Any]:
         f = self.shown or self.finding

@@ -205,6 +205,9 @@ class BaseRule:
     code: ClassVar[str]
     name: ClassVar[str]
     message: ClassVar[str]
+    #: what the rule finds and fixes in one sentence (at most 160 characters): the summary
+    #: of ``gradfix rules``; the docstring's "What it does" gives the details
+    synopsis: ClassVar[str] = ""
     #: the safety of the fixes :meth:`fix` builds unless a fix says otherwise
     fix_safety: ClassVar[FixSafety]
     fix_availability: ClassVar[FixAvailability] = FixAvailability.ALWAYS
@@ -248,6 +251,11 @@ class BaseRule:
 
     @classmethod
     def summary(cls) -> str:
+        """One sentence: :attr:`synopsis` (a rule without one: :meth:`description`)."""
+        return cls.synopsis or cls.description()
+
+    @classmethod
+    def description(cls) -> str:
         """The first paragraph of the docstring's "What it does" section, on one line."""
         return docs_section(cls, "What it does").split("\n\n")[0].replace("\n", " ").strip()
 

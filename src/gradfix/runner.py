@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gradfix.config import Config
 from gradfix.engine import (
+    MAX_PASSES,
     FileLint,
+    LintResult,
     RuleCrash,
     SingleFix,
     SourceError,
@@ -129,6 +131,9 @@ class FileResult:
     #: functions around findings whose grad mode only other files' callers decide
     #: (:mod:`gradfix.project`)
     open_callers: tuple[str, ...] = ()
+    #: why each remaining finding with an applicable fix was not fixed, one short reason
+    #: per finding (``rejected by verification``...): set by verification
+    held: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -275,11 +280,21 @@ def _is_excluded(path: str, options: RunOptions) -> bool:
     return options.config is not None and options.config.is_excluded(path)
 
 
+#: how the note of a file left out by ``exclude`` starts (:attr:`FileResult.skipped`)
+EXCLUDED_NOTE = "excluded by "
+
+
+def skipped_on_purpose(reason: str) -> bool:
+    """A :attr:`FileResult.skipped` reason the configuration or the file asked for
+    (``exclude``, ``@generated``), not a file gradfix could not take (too large)."""
+    return reason == "generated" or reason.startswith(EXCLUDED_NOTE)
+
+
 def _excluded_note(options: RunOptions) -> str:
     """Why a file named on the command line was not looked at (shown as a note)."""
     assert options.config is not None
     where = options.config.origin("exclude")
-    return f'excluded by {where} (to check it anyway: --config "exclude=[]")'
+    return f'{EXCLUDED_NOTE}{where} (to check it anyway: --config "exclude=[]")'
 
 
 def process_files(
@@ -771,9 +786,15 @@ def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) 
 def refix_selected(
     result: FileResult, options: RunOptions, keep: Callable[[Finding], bool]
 ) -> None:
-    """Recompute ``result.fixed`` with only the fixes whose findings ``keep`` accepts (one
-    pass over the original). ``fix --verify`` uses it to apply proven fixes only, then
-    :func:`write_result`."""
+    """Recompute ``result.fixed`` with only the fixes whose findings ``keep`` accepts.
+    ``fix --verify`` uses it to apply proven fixes only, then :func:`write_result`.
+
+    The first pass applies the accepted fixes of the original; two of them that overlap
+    (GF103 and GF105 on one call) cannot be applied in one pass, so later passes apply
+    the fixes of the findings still reported on the line of an accepted finding, with its
+    code (lines followed through the edits), unless a finding refused there has that
+    code too: what the engine's passes do without ``keep``, limited to what was accepted.
+    The caller proves the accepted fixes together."""
     if result.original is None or result.error is not None:
         return
     if is_notebook(result.path):
@@ -791,17 +812,59 @@ def refix_selected(
         result.remaining = sorted(notebook.remaining)
         result.applied = None  # counted from the findings fixed
         return
-    lint = lint_source(
-        result.original,
-        rules=options.rules_for(result.path),
-        path=result.path,
-        fix=True,
-        unsafe_fixes=options.unsafe_fixes,
-        keep=keep,
-    )
-    result.fixed = lint.source
-    result.remaining = sorted(lint.remaining)
-    result.applied = lint.applied
+    rules = options.rules_for(result.path)
+
+    def lint(text: str, chosen: Callable[[Finding], bool]) -> LintResult:
+        return lint_source(
+            text,
+            rules=rules,
+            path=result.path,
+            fix=True,
+            unsafe_fixes=options.unsafe_fixes,
+            keep=chosen,
+        )
+
+    done = lint(result.original, keep)
+    source, applied = done.source, done.applied
+    refused = {(f.line, f.code) for f in result.findings if not keep(f)}
+    wanted = {(f.line, f.code) for f in result.findings if keep(f)} - refused
+    origin: list[int | None] = list(range(1, result.original.count("\n") + 2))  # -> original
+    previous = result.original
+    for _ in range(MAX_PASSES - 1):
+        if source == previous or not wanted:
+            break
+        origin = [
+            origin[line - 1] if line is not None else None
+            for line in _line_origins(previous, source)
+        ]
+
+        def follow(finding: Finding, origin: list[int | None] = origin) -> bool:
+            line = origin[finding.line - 1] if finding.line <= len(origin) else None
+            return (line, finding.code) in wanted
+
+        if not any(follow(f) for f in done.remaining):
+            break
+        previous, done = source, lint(source, follow)
+        source, applied = done.source, applied + done.applied
+    result.fixed = source
+    result.remaining = sorted(done.remaining)
+    result.applied = applied
+
+
+def _line_origins(before: str, after: str) -> list[int | None]:
+    """For each line of ``after``, the line of ``before`` it comes from (1-based; None for
+    a line an edit inserted; a line of a rewritten block maps to the block's line of the
+    same rank, or its last)."""
+    import difflib
+
+    old, new = before.split("\n"), after.split("\n")
+    origins: list[int | None] = [None] * len(new)
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("equal", "replace"):
+            for j in range(j1, j2):
+                origins[j] = i1 + min(j - j1, i2 - i1 - 1) + 1
+    return origins
 
 
 def write_result(result: FileResult) -> None:

@@ -32,10 +32,12 @@ from typing import Annotated, NoReturn
 import typer
 
 from gradfix.cli.coercion import install as install_plain_coercion
+from gradfix.cli.usage import install as install_one_line_usage_errors
 from gradfix.lazy import defer_libcst
 
 defer_libcst()  # before the commands import the engine: most runs build no fix
 install_plain_coercion()  # typer's option checks without Pydantic for plain values
+install_one_line_usage_errors()  # `error: unknown format 'xml' (choose from: ...)`
 
 from gradfix.cli import check, fix, rules, server, trace, verify  # noqa: E402
 from gradfix.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, echo_stderr  # noqa: E402
@@ -118,9 +120,27 @@ def main() -> None:
 
 def _interrupted() -> NoReturn:
     """Ctrl-C: one line and exit 130 (128 + SIGINT, the shell's convention). Writes are
-    atomic, so every file is either complete (fixed) or as it was."""
-    echo_stderr("gradfix: interrupted; files already fixed are complete, the others unchanged")
+    atomic, so every file is either complete (fixed) or as it was; a command that writes
+    nothing says that nothing was changed."""
+    echo_stderr(f"gradfix: interrupted; {_what_was_written(sys.argv[1:])}")
     sys.exit(EXIT_INTERRUPTED)
+
+
+def _what_was_written(arguments: list[str]) -> str:
+    """What an interrupted run leaves on disk, from its command line: ``fix --write`` /
+    ``--interactive`` and ``trace --write`` fix files, ``check --add-noqa`` comments
+    them, the rest (``check``, a ``fix`` preview, ``verify``...) writes nothing."""
+    options = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    command = next((argument for argument in options if not argument.startswith("-")), "")
+    flags = set(options)
+    for short in (a for a in options if len(a) > 1 and a[0] == "-" and a[1] != "-"):
+        flags |= {f"-{letter}" for letter in short[1:]}  # -qw: -q -w
+    fixing = command in ("fix", "trace") and bool(flags & {"--write", "-w"})
+    if fixing or (command == "fix" and bool(flags & {"--interactive", "-i"})):
+        return "files already fixed are complete, the others unchanged"
+    if command == "check" and "--add-noqa" in flags:
+        return "files already given their noqa comments are complete, the others unchanged"
+    return "no file was changed"
 
 
 def _caused_by_interrupt(error: BaseException) -> bool:

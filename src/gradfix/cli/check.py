@@ -21,6 +21,7 @@ from gradfix.cli.common import (
     count_skipped_cells,
     echo_stderr,
     errors_sentence,
+    nothing_checked,
     paths_or_default,
     report_problems,
     run_files,
@@ -99,7 +100,8 @@ def check(
       0  no findings
       1  findings
       2  a file or a notebook cell could not be processed (the others are
-         still checked), or a bad option (e.g. an unknown rule code)
+         still checked), no file could be checked (each too large or
+         unreadable), or a bad option (e.g. an unknown rule code)
       130  interrupted (Ctrl-C)
     """
     from gradfix.runner import RunOptions
@@ -126,6 +128,8 @@ def check(
         ((result.path, finding) for result in run.files for finding in result.findings),
         key=lambda item: (item[0], item[1]),
     )
+    unchecked = nothing_checked(run)
+    text_summary = output_format is CheckFormat.text and not statistics and not quiet
     if statistics:
         from gradfix.formats import statistics as per_rule
 
@@ -133,10 +137,13 @@ def check(
     else:
         frames = _frames(run, options) if output_format is CheckFormat.text else {}
         print_findings(findings, output_format, options.rules, frames)
-        if output_format is CheckFormat.text and not quiet:
+        if text_summary:
             found = [finding for _, finding in findings]
-            typer.echo(check_summary(found, len(run.errors), count_skipped_cells(run)))
-    if run.failed:
+            summary = check_summary(found, len(run.errors), count_skipped_cells(run))
+            typer.echo(unchecked or summary)
+    if unchecked is not None and not text_summary and not quiet:
+        echo_stderr(unchecked)  # stdout holds the report of the format
+    if run.failed or unchecked is not None:
         raise typer.Exit(EXIT_ERROR)
     raise typer.Exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
 

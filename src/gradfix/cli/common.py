@@ -227,6 +227,36 @@ def errors_sentence(errors: int, skipped_cells: int = 0) -> str:
     return text
 
 
+def nothing_checked(run: RunResult) -> str | None:
+    """The one line that replaces the summary when not one file could be checked: each
+    was too large or could not be processed (unreadable, binary, undecodable, a syntax
+    error). The run then exits 2: nothing passed, nothing was looked at. None when a file
+    was checked, or when the files were left out on purpose (``exclude``, ``@generated``:
+    pre-commit names excluded files, and passing them is what the user asked for)."""
+    from gradfix.runner import skipped_on_purpose
+
+    if not run.files or any(
+        (result.error is None and result.skipped is None) or result.findings for result in run.files
+    ):
+        return None
+    too_large = sum(
+        1
+        for result in run.files
+        if result.error is None
+        and result.skipped is not None
+        and not skipped_on_purpose(result.skipped)
+    )
+    errors = len(run.errors)
+    if not too_large and not errors:
+        return None
+    parts = []
+    if errors:
+        parts.append(f"{count_of(errors, 'file')} could not be processed")
+    if too_large:
+        parts.append(f"{count_of(too_large, 'file')} larger than max-file-size")
+    return f"Nothing was checked: {', '.join(parts)}."
+
+
 def count_skipped_cells(run: RunResult) -> int:
     return sum(len(result.skipped_cells) for result in run.files)
 

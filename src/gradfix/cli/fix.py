@@ -23,6 +23,7 @@ from gradfix.cli.common import (
     count_skipped_cells,
     echo_stderr,
     errors_sentence,
+    nothing_checked,
     paths_or_default,
     progress_bar,
     report_problems,
@@ -107,10 +108,12 @@ def fix(
     Exit status:
       without --write   0 nothing to change, 1 there is a diff
       --write, or `-`   0 no finding left, 1 findings left that were not fixed
-      --interactive     0 whatever was accepted or declined
+      --interactive     0 no finding left, 1 findings left (declined, not
+                        proven, or without a fix)
       always            2 a file or a notebook cell could not be processed, or a
-                        file not written (the others are still fixed), or a bad
-                        option
+                        file not written (the others are still fixed), no file
+                        could be checked (each too large or unreadable), or a
+                        bad option
       Ctrl-C            130; every file is either completely fixed or untouched
     """
     from gradfix.runner import RunOptions
@@ -169,28 +172,51 @@ def fix(
 def fix_summary(run: RunResult, *, applied: bool, unsafe_fixes: bool = False) -> str:
     """``Fixed 3 findings in 2 files (1 remaining).`` / ``Would fix ...`` without --write;
     ``Fixed 1 finding (2 fixes) in 1 file.`` when more fixes were applied than findings
-    fixed (a later pass fixed what an earlier fix left, or a fix left a finding)."""
+    fixed (a later pass fixed what an earlier fix left, or a fix left a finding);
+    ``Nothing was checked: ...`` when no file could be (:func:`nothing_checked`)."""
+    unchecked = nothing_checked(run)
+    if unchecked is not None:
+        return unchecked
     fixed = sum(result.fixed_count for result in run.files)
     fixes = sum(result.applied_count for result in run.files)
     remaining = sum(len(result.remaining) for result in run.files)
     files = sum(1 for result in run.files if result.changed)
     counted = f" ({count_of(fixes, 'fix')})" if fixes > fixed else ""
+    held = [reason for result in run.files for reason in result.held]
     if fixed:
         verb = "Fixed" if applied else "Would fix"
         text = f"{verb} {count_of(fixed, 'finding')}{counted} in {count_of(files, 'file')}"
     elif files:  # the fixes changed the code without removing a finding
         text = f"{'Changed' if applied else 'Would change'} {count_of(files, 'file')}{counted}"
+    elif held:
+        text = "No fixes applied" if applied else "No fixes would be applied"
     else:
         text = "Nothing to fix" if not remaining else "No fixes available"
     if remaining:
         unsafe = 0 if unsafe_fixes else sum(len(r.unsafe_remaining()) for r in run.files)
         more = f", {unsafe} fixable with --unsafe-fixes" if unsafe else ""
+        if held:
+            more = ": " + ", ".join(_why_remaining(run, held, unsafe))
         text += f" ({remaining} remaining{more})"
     return text + "." + errors_sentence(len(run.errors), count_skipped_cells(run))
 
 
+def _why_remaining(run: RunResult, held: list[str], unsafe: int) -> list[str]:
+    """``5 fixes rejected by verification``, ``2 findings without a fix``...: why each
+    finding left was not fixed, once verification held fixes back."""
+    import collections
+
+    parts = [f"{count_of(n, 'fix')} {why}" for why, n in collections.Counter(held).items()]
+    if unsafe:
+        parts.append(f"{unsafe} fixable with --unsafe-fixes")
+    without = sum(1 for r in run.files for finding in r.remaining if finding.fix is None)
+    if without:
+        parts.append(f"{count_of(without, 'finding')} without a fix")
+    return parts
+
+
 def _fix_exit_code(run: RunResult, *, applied: bool) -> int:
-    if run.failed:
+    if run.failed or nothing_checked(run) is not None:
         return EXIT_ERROR
     if applied:
         return EXIT_FINDINGS if any(result.remaining for result in run.files) else EXIT_CLEAN
@@ -248,8 +274,11 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
     reviewer = Reviewer(
         options.rules, options.unsafe_fixes, ask, typer.echo, verdict if timeout else None
     )
-    accepted = refused = 0
+    accepted = refused = rejected = 0
+    left = {result.path: len(result.findings) for result in run.files}
     for result in sorted(run.files, key=lambda r: r.path):
+        if reviewer.stopped:  # q: the files after it keep their findings
+            break
         if result.error is not None or not result.changed or result.original is None:
             continue
         if result.path.endswith(".ipynb"):
@@ -257,16 +286,30 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
             continue
         review = reviewer.review(result.path, result.original)
         accepted, refused = accepted + review.accepted, refused + review.refused
+        rejected += review.rejected
         result.fixed = review.current
         if review.changed:
+            left[result.path] = _findings_left(review.current, result.path, options)
             write_result(result)
             if result.error is not None:
                 echo_stderr(f"{result.path}: {result.error}")
-        if reviewer.stopped:
-            break
     written = sum(1 for r in run.files if r.written)
     answered = f"{accepted} accepted one by one" if not reviewer.apply_all else "all remaining"
-    if refused:
-        answered += f"; {refused} not applied (rejected or unverified)"
-    echo_stderr(f"Wrote {count_of(written, 'file')} ({answered}).")
-    raise typer.Exit(EXIT_ERROR if run.failed else EXIT_CLEAN)
+    if rejected:
+        answered += f"; {rejected} rejected by verification"
+    if refused - rejected:
+        answered += f"; {refused - rejected} unverified (applied only with --unsafe-fixes)"
+    remaining = sum(left.values())
+    more = f"; {count_of(remaining, 'finding')} remaining" if remaining else ""
+    echo_stderr(f"Wrote {count_of(written, 'file')} ({answered}){more}.")
+    if run.failed or nothing_checked(run) is not None:
+        raise typer.Exit(EXIT_ERROR)
+    raise typer.Exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
+
+
+def _findings_left(source: str, path: str, options: RunOptions) -> int:
+    """The findings of the reviewed text (fixes declined, or refused by the verifier, and
+    findings no rule fixes), as ``fix --write`` counts what it leaves."""
+    from gradfix.engine import lint_source
+
+    return len(lint_source(source, rules=options.rules_for(path), path=path).findings)

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gradfix.cli.common import EXIT_ERROR, echo_stderr
+from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from gradfix.proof import FixVerdict
+    from gradfix.rule import Finding
     from gradfix.runner import Executor, FileResult, Progress, RunOptions, RunResult
 
 
@@ -58,7 +60,8 @@ def verify_run(
             found = verdicts.get(result.path)
             if found is None or result.original is None:
                 continue
-            _keep_accepted(result, found, options, harness, strict=strict)
+            together = _keep_accepted(result, found, options, harness, strict=strict)
+            result.held = held_back(result, found, options, strict=strict, together=together)
             if options.write:
                 for verdict in found:
                     echo_stderr(verdict.line())
@@ -197,6 +200,15 @@ def _judge_across_files(
         )
 
 
+def _applicable_left(result: FileResult, options: RunOptions) -> list[Finding]:
+    """The findings left with a fix the run applies (safe, or unsafe with --unsafe-fixes)."""
+    return [
+        f
+        for f in result.remaining
+        if f.fix is not None and (f.fix.safety == "safe" or options.unsafe_fixes)
+    ]
+
+
 def _keep_accepted(
     result: FileResult,
     found: list[FixVerdict],
@@ -204,16 +216,19 @@ def _keep_accepted(
     harness: dict[str, Any],
     *,
     strict: bool,
-) -> None:
-    """Refix ``result`` with the accepted fixes only; none when together they fail."""
+) -> str | None:
+    """Refix ``result`` with the accepted fixes only; none when together they fail.
+    Returns the verdict that refused them together (``rejected``), None when applied."""
     from gradfix.proof import accepted, finding_key
 
     assert result.original is not None
     keys = accepted(found, unverified=options.unsafe_fixes or not strict)
     refused = _refix_proven(result, keys, options, harness, strict=strict)
     if refused is None:
-        return
-    echo_stderr(f"{result.path}: the accepted fixes together are {refused[0]}: {refused[1]}")
+        return None
+    echo_stderr(
+        f"{result.path}: the accepted fixes together are {refused[0]}: {shorten(refused[1])}"
+    )
     # a fix verified only with the others (it overlaps one: applied first, it takes the
     # other's place) falls with them; the ones verified alone may still hold together
     alone = {
@@ -227,8 +242,45 @@ def _keep_accepted(
         and _refix_proven(result, alone, options, harness, strict=strict) is None
     ):
         echo_stderr(f"{result.path}: the fixes verified alone are applied")
-        return
+        return refused[0]
     result.fixed, result.remaining = result.original, list(result.findings)
+    return refused[0]
+
+
+#: why a fix the run would apply was not (:attr:`FileResult.held`)
+HELD_REJECTED = "rejected by verification"
+HELD_UNVERIFIED = "unverified, applied only with --unsafe-fixes"
+HELD_TOGETHER = "{} together with the file's other fixes"
+HELD_LATER = "available only after another one, proven by the next run"
+
+
+def held_back(
+    result: FileResult,
+    found: list[FixVerdict],
+    options: RunOptions,
+    *,
+    strict: bool,
+    together: str | None,
+) -> list[str]:
+    """One reason per finding left with a fix the run would apply (safe, or unsafe with
+    --unsafe-fixes): its fix was rejected, unverified under --verify, refused with the
+    file's other fixes, or it exists only on the fixed text (a fix that another fix makes
+    possible is not proven in this run)."""
+    from gradfix.proof import may_apply
+
+    unverified_ok = options.unsafe_fixes or not strict
+    reasons = []
+    for verdict in found:
+        if not (verdict.safety == "safe" or options.unsafe_fixes):
+            continue
+        if verdict.status == "rejected":
+            reasons.append(HELD_REJECTED)
+        elif not may_apply(verdict.status, unverified=unverified_ok):
+            reasons.append(HELD_UNVERIFIED)
+    left = len(_applicable_left(result, options))
+    rest = max(0, left - len(reasons))
+    later = HELD_LATER if together is None else HELD_TOGETHER.format(together)
+    return reasons[:left] + [later] * rest
 
 
 def _refix_proven(

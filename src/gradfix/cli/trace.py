@@ -26,6 +26,7 @@ from gradfix.cli.options import (
     TraceMaxStepsOption,
     TraceTimeoutOption,
 )
+from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
     from gradfix.rule import Finding, Rule
@@ -163,7 +164,7 @@ def _print_trace(
                 together = f" ({fix.single.description})" if fix.parts else ""
                 typer.echo(
                     f"{path}:{finding.line}:{finding.col}: {finding.code} "
-                    f"{fix.verdict[0]}{together}: {fix.verdict[1]}"
+                    f"{fix.verdict[0]}{together}: {shorten(fix.verdict[1])}"
                 )
     if output_format is CheckFormat.text:
         typer.echo(check_summary([finding for _, finding in located]))

@@ -40,6 +40,7 @@ from gradfix.cli.options import (
     VerifyFormat,
 )
 from gradfix.cli.proving import harness_limits, require_torch, verify_run
+from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
     from gradfix.proof import FixVerdict
@@ -162,5 +163,5 @@ def _verify_baseline(
         record = {"old": old, "new": new, "verdict": status, "reason": reason}
         typer.echo(json.dumps({**record, "evidence": evidence}, indent=2))
     else:
-        typer.echo(f"{new}: {status}: {reason}")
+        typer.echo(f"{new}: {status}: {shorten(reason)}")
     raise typer.Exit(EXIT_CLEAN if status == "verified" else EXIT_FINDINGS)

@@ -196,6 +196,19 @@ NN_PARAMETER_LAYERS: dict[str, tuple[str, int] | None] = {
     "RMSNorm": ("elementwise_affine", 2),
 }
 
+#: ``NN_PARAMETER_LAYERS`` whose ``reset_parameters`` sets constants, not random numbers
+#: -> what a new one holds: the normalisation layers start at weight 1 and bias 0,
+#: ``RMSNorm`` (no bias) at weight 1, ``PReLU`` at its ``init`` (0.25). The others draw
+#: random weights. ``tests/test_torch_facts.py`` builds each one to check it.
+NN_CONSTANT_INIT_LAYERS: dict[str, str] = {
+    **dict.fromkeys(
+        "BatchNorm1d BatchNorm2d BatchNorm3d SyncBatchNorm GroupNorm LayerNorm".split(),
+        "weight 1, bias 0",
+    ),
+    "RMSNorm": "weight 1",
+    "PReLU": "weight `init`, 0.25 by default",
+}
+
 #: Ops (torch functions and tensor methods) whose result is integer indices into their
 #: tensor input: no gradient flows through them back to the input.
 INDEX_OPS = frozenset("argmax argmin argsort nonzero bucketize searchsorted".split())

@@ -524,10 +524,17 @@ def _stale(grads: list[torch.Tensor | None]) -> list[int]:
     return found
 
 
+#: the longest error message kept from a run (the JSON evidence and reports hold it whole)
+ONE_LINE_CHARS = 2000
+
+
 def one_line(exc: BaseException) -> str:
+    """The first line of the error's message; a huge one (a tensor printed in it) is cut
+    at a word boundary, never inside a word (verdict lines shorten it further)."""
+    from gradfix.shorten import shorten
+
     text = str(exc).strip().splitlines()
-    message = text[0] if text else ""
-    return message if len(message) <= 300 else message[:297] + "..."
+    return shorten(text[0], ONE_LINE_CHARS) if text else ""
 
 
 def _maybe_encode(value: float | None) -> float | str | None:
