@@ -210,7 +210,12 @@ def test_fix_write_fixes_the_other_cells_and_never_a_skipped_one(project: Path) 
     path = write_notebook(project / "nb.ipynb", BLANK_CELLS)
     result = invoke("fix", "--write", "nb.ipynb")
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == [
+    lines = result.stderr.splitlines()
+    verdicts = [line for line in lines if " GF201 " in line]
+    if verdicts:  # with torch, the fix is proven first: the program runs without the cells
+        assert [v.split(": GF201 ")[0] for v in verdicts] == ["nb.ipynb:cell 4:line 2:col 1"]
+        assert " GF201 verified: " in verdicts[0]
+    assert [line for line in lines if line not in verdicts] == [
         *SKIPPED_LINES,
         "Fixed 1 finding in 1 file. 2 notebook cells could not be parsed (skipped).",
     ]
