@@ -910,12 +910,13 @@ def test_a_frozen_leaf_is_not_checked_for_a_lost_gradient() -> None:
 def test_the_rules_whose_fix_restores_a_gradient_say_so() -> None:
     """Each rule declares it (one place per rule); the oracle reads the declaration."""
     from gradfix.codemods import ALL_RULES
-    from gradfix.verify.oracle import fix_restores_gradient
 
     restoring = {rule.code for rule in ALL_RULES if rule.fix_restores_gradient}
     assert restoring == {"GF101", "GF102", "GF103", "GF105", "GF205"}
-    assert fix_restores_gradient(["gf101", "GF201"]) and not fix_restores_gradient(["GF104"])
-    assert not fix_restores_gradient(["GF999"])  # a test's own rule
+    assert fix_intent(["gf101", "GF201"]).restores_gradient
+    assert not fix_intent(["GF104"]).restores_gradient
+    assert not fix_intent(["GF999"]).restores_gradient  # a test's own rule
+    assert fix_intent(["GF201"]).repairs and not fix_intent(["GF104"]).repairs
 
 
 def test_same_failure_in_both_versions_is_blocked_not_rejected() -> None:

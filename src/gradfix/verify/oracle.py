@@ -919,6 +919,14 @@ class _Comparison:
             return True
         return _file_of(ob.get("where")) == _file_of(oa.get("where")) and bool(oa.get("code"))
 
+    def _blocked_in_backward(self, error: dict[str, Any]) -> bool:
+        """A backward call fails in after as the run of both versions does, with an error
+        the fix declares it does not repair (it repairs others): another bug's. A fix that
+        declares nothing owns every error of its backward calls."""
+        if self.blocked is None or self.blocked.get("message") != error.get("message"):
+            return False
+        return bool(self.intent.repairs) and not self._repairs(error)
+
     def _repairs(self, outcome: dict[str, Any]) -> bool:
         message = str(outcome.get("message", "")).lower()
         return any(needle.lower() in message for needle in self.intent.repairs)
@@ -931,8 +939,8 @@ class _Comparison:
             return False
         if oa.get("category") != "code" or not oa.get("where") or not ob.get("where"):
             return False
-        if (ob.get("where"), ob.get("code")) == (oa.get("where"), oa.get("code")):
-            return False  # the same statement, another error: the fix's doing
+        if ob.get("where") == oa.get("where") or ob.get("code") == oa.get("code"):
+            return False  # the same statement (rewritten, or moved by the fix): the fix's
         return oa.get("where") not in self.changed
 
     def _check_counts(self) -> None:
@@ -981,10 +989,8 @@ class _Comparison:
         ea = self.after["events"][i]
         label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
         if ea.get("error"):
-            if self.blocked is not None and self.blocked.get("message") == ea["error"].get(
-                "message"
-            ):
-                raise _Unverifiable(self._blocked_reason(self.blocked))
+            if self._blocked_in_backward(ea["error"]):
+                raise _Unverifiable(self._blocked_reason(self.blocked or {}))
             raise _Rejected(
                 f"after: {label} raised {ea['error']['type']}: {ea['error']['message']}"
             )
@@ -1009,13 +1015,8 @@ class _Comparison:
         if mismatch is not None and self._eps_guard(eb, ea, label):
             mismatch = None
         if mismatch is not None and _no_path_to_any_leaf(eb):
-            # before's objective reaches no leaf (an argmax, an integer cast): it has no
-            # gradient to keep, and a fix that gives it one must change the forward
-            raise _Unverifiable(
-                f"{mismatch}; before's {label} raised {eb['error']['type']}: "
-                f"{_first_clause(eb['error']['message'])} (its objective reaches no leaf), "
-                "so there is no reference gradient: check the new objective yourself"
-            )
+            self._judge_new_objective(i, eb, ea, label, mismatch)
+            return
         if mismatch is None:
             self._compare_event_grads(i, eb, ea, label)
             self._check_stale_gradient(i, eb, ea, label)
@@ -1059,6 +1060,44 @@ class _Comparison:
             if mismatch:
                 return mismatch
         return None
+
+    def _judge_new_objective(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str, mismatch: str
+    ) -> None:
+        """Before's objective at call ``i`` reaches no leaf and after's forward differs.
+        Where finite differences show before's forward depends on the leaves (a graph
+        cut by ``torch.tensor``, ``.item()``: the values flow, the graph does not), the fix
+        had to keep it: rejected. Where it is flat in them (an ``argmax``, a count: no
+        derivative to keep), a fix that gives the objective a gradient must change it:
+        there is no reference, unverified."""
+        leaves = sorted(int(k) for k in (ea.get("grads") or {}))
+        entries = [self._fd_entry("before", i, k, None) for k in leaves]
+        if self.planning or not leaves:
+            if not leaves:
+                raise _Rejected(mismatch)
+            return
+        if any(entry is None for entry in entries):
+            raise _Rejected(f"{mismatch}; finite differences of before's forward were not computed")
+        values = [
+            float(value)
+            for entry in entries
+            if entry is not None and not entry.get("unused")
+            for value, method in zip(entry["values"], entry["methods"])
+            if method not in NO_DERIVATIVE and math.isfinite(float(value))
+        ]
+        unused = all(entry is not None and entry.get("unused") for entry in entries)
+        if unused or (values and all(abs(v) <= FD_ATOL for v in values)):
+            raise _Unverifiable(
+                f"{mismatch}; before's {label} raised {eb['error']['type']}: "
+                f"{_first_clause(eb['error']['message'])}, and its forward is flat in every "
+                "leaf (finite differences are 0): there is no gradient to keep, and a fix "
+                "that gives the objective one must change it; check the new objective yourself"
+            )
+        steepest = max((abs(v) for v in values), default=math.nan)
+        raise _Rejected(
+            f"{mismatch}; before's forward depends on the leaves (finite differences up to "
+            f"{_format(steepest)}) though its graph was cut: the fix must keep its values"
+        )
 
     def _eps_guard(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> bool:
         """Whether AFTER's forward moved off BEFORE's only by an eps guard: BEFORE's gradient
