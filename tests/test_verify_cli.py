@@ -370,7 +370,8 @@ def test_a_realistic_project_end_to_end(tmp_path: Path, monkeypatch: pytest.Monk
     records = {(r["path"], r["code"]): r for r in json.loads(out)}
     model = records[("models.py", "GF101")]
     assert model["verdict"] == "verified", model
-    assert model["evidence"]["harness"] == "probe: Regressor() through forward()"
+    # proven as the user runs it: through the project's script that imports it
+    assert model["evidence"]["harness"] == "run through train.py, which imports it"
     calibrate = records[("calibrate.py", "GF201")]
     assert calibrate["verdict"] == "unverified" and "measurements.pt" in calibrate["reason"]
     assert code == 1
