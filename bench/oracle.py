@@ -190,12 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", action="append", type=Path, help="a folder of cases")
     parser.add_argument("--case", default="", help="only cases whose id starts with this")
     parser.add_argument("--jobs", type=int, default=2, help="pairs judged at the same time")
+    parser.add_argument("--kind", choices=("all", "expert", "wrong"), default="all",
+                        help="judge only the experts' fixes or only the wrong ones")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write every pair's verdict as JSON")
     parser.add_argument("--markdown", action="store_true", help="the totals as Markdown")
     parser.add_argument("--quiet", action="store_true", help="no line per pair")
     args = parser.parse_args(argv)
     roots = args.root or [DEFAULT_ROOT]
-    work = discover(roots, args.case)
+    work = [(d, p) for d, p in discover(roots, args.case) if args.kind in ("all", p.kind)]
     if not work:
         print("no cases found", file=sys.stderr)
         return 2
