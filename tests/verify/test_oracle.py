@@ -784,15 +784,46 @@ def test_nan_forward_in_before_is_not_compared() -> None:
     ("after_value", "noise", "status"),
     [
         (2.02, 0.0, "verified"),  # |diff| <= 1e-3 + 1e-2 * 2.0
-        (2.03, 0.0, "rejected"),
+        (2.03, 0.0, "rejected"),  # float64 agrees with float32's quotient
         (2.03, 0.02, "verified"),  # the estimate's rounding-noise bound widens atol
     ],
 )
 def test_finite_difference_tolerance_edge(after_value: float, noise: float, status: str) -> None:
     after = trace(event(1.0, {0: tensor([after_value, 0.0])}))
-    verdict = compare_traces(RAISED, after, {"before": fd(fd_entry(0, 0, [2.0, 0.0], noise))})
+    entry = dict(fd_entry(0, 0, [2.0, 0.0], noise), precise=[[0, 2.0, 1e-9, 1e-9]])
+    verdict = compare_traces(RAISED, after, {"before": dict(fd(entry), confirmed=True)})
     assert verdict.status == status, verdict.reason
     assert verdict.evidence["fd_used"] is True
+
+
+@pytest.mark.parametrize(
+    ("float64", "status", "said"),
+    [
+        (None, "unverified", "to be confirmed in float64"),  # asked for, not yet there
+        (2.5, "verified", "checked against finite differences"),  # float32 rounding
+        (2.0, "rejected", "in float64 it is 2"),  # a converged, consistent disagreement
+        (3.0, "unverified", "do not agree between precisions"),  # decides nothing
+    ],
+)
+def test_a_float32_disagreement_is_decided_in_float64(
+    float64: float | None, status: str, said: str
+) -> None:
+    """Finite differences of a float32 program can miss by more than the tolerance (deep
+    networks, kinks inside the step): a disagreement rejects only when the float64
+    replay's quotient agrees with float32's."""
+    after = trace(event(1.0, {0: tensor([2.5, 0.0])}))
+    entry = fd_entry(0, 0, [2.0, 0.0])
+    if float64 is None:
+        verdict = compare_traces(RAISED, after, {"before": fd(entry)})
+        assert verdict.evidence["confirm"] == [
+            {"source": "before", "event": 0, "leaf": 0, "elements": [0], "precise": True}
+        ]
+    else:
+        entry = dict(entry, precise=[[0, float64, 1e-9, 1e-9]])
+        verdict = compare_traces(RAISED, after, {"before": dict(fd(entry), confirmed=True)})
+        assert "confirm" not in verdict.evidence
+    assert verdict.status == status, verdict.reason
+    assert said in verdict.reason
 
 
 def test_undefined_estimate_is_skipped_but_after_must_be_finite() -> None:

@@ -554,6 +554,12 @@ class _Comparison:
         self.discarded_gradients: list[dict[str, int]] = []
         #: backward calls whose forward an eps guard moved (see ``_eps_guard``)
         self.eps_guarded: list[dict[str, Any]] = []
+        #: finite-difference targets whose float32 disagreement float64 must confirm
+        self.confirm: list[dict[str, Any]] = []
+        #: this comparison already has the float64 answers it asked for
+        self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
+        self._entry: dict[str, Any] | None = None
+        self._estimate32: float | None = None
 
     # ------------------------------------------------------------- driver
     def run(self) -> Verdict:
@@ -853,6 +859,7 @@ class _Comparison:
             "before_outcome": self.before.get("outcome"),
             "after_outcome": self.after.get("outcome"),
             "eps_guarded": list(self.eps_guarded),
+            **({"confirm": list(self.confirm)} if self.confirm else {}),
             "notes": list(self.notes),
         }
 
@@ -1541,6 +1548,11 @@ class _Comparison:
                 f"before's forward agrees with before's autograd: {shown}"
                 + self._precise_missing(entry)
             )
+        if not low <= after <= high and interval is None:
+            # float32's quotient says after is wrong: float64 decides where it can
+            refined = self._judge_precisely(j, changed, entry)
+            if refined is not None:
+                return refined
         if not low <= after <= high:
             raise _Rejected(
                 f"gradient wrong: {changed.label} gives {changed.leaf} the "
@@ -1669,9 +1681,11 @@ class _Comparison:
                 continue
             done.add(j)
             a = actual[j] if actual is not None and j < len(actual) else None
+            self._entry = entry  # the float64 estimates that confirm a disagreement
             self._check_fd_estimate(
                 source, i, k, j, a, float(value), method, float(noise), interval, label
             )
+            self._entry = None
         requested = entry.get("requested", 0) if wanted is None else len(wanted)
         self.fd_details["uncompared"] += max(0, requested - len(done))
 
@@ -1708,7 +1722,7 @@ class _Comparison:
         else:
             if method != "central":
                 self.fd_details["one_sided"].append(dict(where, method=method))
-            self._check_fd_element(k, j, actual, estimate, noise, source, label)
+            self._check_fd_element(k, j, actual, estimate, noise, source, label, event=i)
 
     def _check_fd_element(
         self,
@@ -1719,21 +1733,72 @@ class _Comparison:
         noise: float,
         source: str,
         label: str,
+        event: int | None = None,
     ) -> None:
-        """``actual`` None: AFTER left ``.grad`` None, which is right only for zero."""
+        """``actual`` None: AFTER left ``.grad`` None, which is right only for zero.
+
+        A float32 quotient that disagrees with the gradient rejects it only once the
+        program's float64 replay agrees with the quotient (a converged, consistent
+        disagreement); where float64 agrees with the gradient it is accepted (float32's
+        rounding through a deep network, not the fix); where there is no float64 estimate
+        yet, one is asked for (``confirm``), and without one the fix is unverified."""
         atol = FD_ATOL + noise
         value = 0.0 if actual is None else actual
         if not abs(value - estimate) <= atol + FD_RTOL * abs(estimate):
             whose = "before's forward" if source == "before" else "the fix's own forward"
             got = "no gradient (None)" if actual is None else _format(value)
-            raise _Rejected(
+            disagreement = (
                 f"gradient wrong: {label} gives {self._leaf_name(k)} the "
                 f"gradient {got} at element {j}, the finite-difference "
                 f"derivative of {whose} is {_format(estimate)} "
                 f"(rtol {FD_RTOL}, atol {_format(atol)})"
             )
+            if event is None:
+                raise _Rejected(disagreement)
+            self._estimate32 = estimate
+            self._confirm_in_float64(source, event, k, j, value, disagreement)
+            return
         self.finite.add(value, estimate)
         self.values_checked.add(k)
+
+    def _confirm_in_float64(
+        self, source: str, event: int, k: int, j: int, value: float, disagreement: str
+    ) -> None:
+        entry = self._entry or {}
+        found = {int(p[0]): p[1:] for p in entry.get("precise") or []}
+        if j in found:
+            wide, noise, error = (float(x) for x in found[j])
+            tolerance = PRECISE_ATOL + noise + error + (PRECISE_RTOL + FLOAT32_GRADIENT) * abs(wide)
+            if abs(value - wide) <= tolerance:
+                self.finite.add(value, wide)
+                self.values_checked.add(k)
+                self.fd_details["float64_confirmed"] = (
+                    self.fd_details.get("float64_confirmed", 0) + 1
+                )
+                return
+            estimate = float(self._estimate32 if self._estimate32 is not None else wide)
+            if abs(estimate - wide) > FD_ATOL + noise + error + FD_RTOL * abs(wide):
+                raise _Unverifiable(
+                    f"{disagreement}; in float64 it is {_format(wide)}: the quotients do "
+                    "not agree between precisions (kinks or rounding inside the step), so "
+                    "they decide nothing"
+                )
+            raise _Rejected(f"{disagreement}; in float64 it is {_format(wide)}")
+        why = entry.get("precise_error")
+        if why and "float64 itself" in str(why):
+            raise _Rejected(disagreement)  # the quotient was float64 already
+        if why or self.confirmed:
+            raise _Unverifiable(
+                f"{disagreement}, but float32's quotients are not trusted alone and "
+                f"float64 could not confirm it ({why or 'no estimate'})"
+            )
+        leaf = k
+        if source == "before" and self.before_leaves is not None:
+            leaf = self.before_leaves[k]
+        self.confirm.append(
+            {"source": source, "event": event, "leaf": leaf, "elements": [j], "precise": True}
+        )
+        raise _Unverifiable(f"{disagreement}; to be confirmed in float64")
 
     def _check_fd_interval(
         self,
