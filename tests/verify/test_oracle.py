@@ -720,6 +720,14 @@ def fd_entry(
     }
 
 
+def without_claims(plan: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[str, object]]]:
+    """A plan without the gradients its targets are to judge (``claims``)."""
+    return {
+        source: [{k: v for k, v in target.items() if k != "claims"} for target in targets]
+        for source, targets in plan.items()
+    }
+
+
 def fd(*entries: dict[str, object], probe: dict[str, float] | None = None) -> dict[str, object]:
     return {
         "entries": list(entries),
@@ -861,6 +869,9 @@ def test_none_gradient_in_after_counts_as_zero_only_against_finite_differences()
     assert compare_traces(RAISED, after, unused).status == "verified"
     needed = {"before": fd(fd_entry(0, 0, [1.0, 0.0]))}
     verdict = compare_traces(RAISED, after, needed)
+    assert verdict.status == "unverified" and "to be confirmed in float64" in verdict.reason
+    confirmed = dict(fd_entry(0, 0, [1.0, 0.0]), precise=[[0, 1.0, 1e-9, 1e-9]])
+    verdict = compare_traces(RAISED, after, {"before": dict(fd(confirmed), confirmed=True)})
     assert verdict.status == "rejected"
     assert "no gradient (None)" in verdict.reason
     lost = compare_traces(trace(event(1.0, {0: tensor([0.0, 0.0])})), after)
@@ -869,7 +880,9 @@ def test_none_gradient_in_after_counts_as_zero_only_against_finite_differences()
 
 def test_no_gradient_in_either_version_is_checked_by_finite_differences_of_after() -> None:
     both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
-    assert plan_fd(both, both) == {"after": [{"event": 0, "leaf": 1, "elements": [0, 1]}]}
+    assert without_claims(plan_fd(both, both)) == {
+        "after": [{"event": 0, "leaf": 1, "elements": [0, 1]}]
+    }
     independent = compare_traces(both, both, {"after": fd(fd_entry(0, 1, [0.0, 0.0]))})
     assert independent.status == "verified", independent.reason
     assert independent.evidence["leaves_without_gradient"] == [1]
@@ -885,7 +898,7 @@ def test_no_gradient_in_either_version_is_checked_by_finite_differences_of_after
 def test_a_leaf_torch_made_without_gradient_is_listed_as_not_compared() -> None:
     both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
     both["leaves"][1]["declared"] = False  # type: ignore[index]
-    assert plan_fd(both, both) == {}
+    assert without_claims(plan_fd(both, both)) == {}
     verdict = compare_traces(both, both)
     assert verdict.status == "verified", verdict.reason
     assert "not compared: #1 (line 3) (no gradient in either version; made by torch" in (
@@ -899,8 +912,8 @@ def test_a_leaf_torch_made_without_gradient_is_checked_for_a_fix_that_restores_o
     both["leaves"][1]["declared"] = False  # type: ignore[index]
     both["parameter_names"] = {"1": "model.lin.weight"}
     plan = {"after": [{"event": 0, "leaf": 1, "elements": [0, 1]}]}
-    assert plan_fd(both, both, intent=fix_intent(["GF101"])) == plan
-    assert plan_fd(both, both, intent=fix_intent(["GF104", "GF403"])) == {}
+    assert without_claims(plan_fd(both, both, intent=fix_intent(["GF101"]))) == plan
+    assert without_claims(plan_fd(both, both, intent=fix_intent(["GF104", "GF403"]))) == {}
     cut = {"after": fd(fd_entry(0, 1, [0.0, 0.5]))}
     lost = compare_traces(both, both, cut, intent=fix_intent(["GF101"]))
     assert lost.status == "rejected"
@@ -932,7 +945,7 @@ def test_a_leaf_whose_reference_is_undefined_everywhere_is_listed_as_not_compare
 def test_a_frozen_leaf_is_not_checked_for_a_lost_gradient() -> None:
     both = trace(event(1.0, {0: tensor([1.0, 1.0]), 1: None}), leaves=2)
     both["events"][0]["frozen"] = [1]  # type: ignore[index]
-    assert plan_fd(both, both, intent=fix_intent(["GF101"])) == {}
+    assert without_claims(plan_fd(both, both, intent=fix_intent(["GF101"]))) == {}
     verdict = compare_traces(both, both, intent=fix_intent(["GF101"]))
     assert verdict.status == "verified", verdict.reason
     assert "not compared: #1 (line 3) (no gradient in either version; frozen" in verdict.reason
@@ -984,7 +997,9 @@ def test_timeout_says_what_would_make_it_verifiable() -> None:
 
 def test_missing_reference_is_planned_then_unverified_without_it() -> None:
     after = trace(event(1.0, {0: tensor([2.0, 0.0])}))
-    assert plan_fd(RAISED, after) == {"before": [{"event": 0, "leaf": 0, "elements": None}]}
+    assert without_claims(plan_fd(RAISED, after)) == {
+        "before": [{"event": 0, "leaf": 0, "elements": None}]
+    }
     verdict = compare_traces(RAISED, after)
     assert verdict.status == "unverified"
     assert "finite-difference" in verdict.reason
@@ -992,13 +1007,15 @@ def test_missing_reference_is_planned_then_unverified_without_it() -> None:
 
 def test_nothing_is_planned_when_already_rejected() -> None:
     after = trace(event(2.0, {0: tensor([2.0, 0.0])}))  # forward changed
-    assert plan_fd(RAISED, after) == {}
+    assert without_claims(plan_fd(RAISED, after)) == {}
 
 
 def test_partially_nan_gradient_plans_only_those_elements() -> None:
     before = trace(event(1.0, {0: tensor([math.nan, 3.0])}))
     after = trace(event(1.0, {0: tensor([0.0, 3.0])}))
-    assert plan_fd(before, after) == {"before": [{"event": 0, "leaf": 0, "elements": [0]}]}
+    assert without_claims(plan_fd(before, after)) == {
+        "before": [{"event": 0, "leaf": 0, "elements": [0]}]
+    }
 
 
 def test_fewer_backward_calls_after_a_raising_backward_is_rejected() -> None:
@@ -1070,7 +1087,7 @@ def test_trajectory_after_a_broken_gradient_is_self_checked() -> None:
     # its optimizer never moves it; the fixed run moves, and its next loss differs.
     before = trace(event(4.0, {0: None}), event(4.0, {0: None}, line=9))
     after = trace(event(4.0, {0: tensor([1.0, 1.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
-    plan = plan_fd(before, after)
+    plan = without_claims(plan_fd(before, after))
     assert plan == {
         "before": [{"event": 0, "leaf": 0, "elements": None}],
         "after": [{"event": 1, "leaf": 0, "elements": None}],
@@ -1086,7 +1103,7 @@ def test_changed_gradient_plans_finite_differences_of_the_changed_elements() -> 
     after = trace(event(1.0, {0: tensor([0.0, 1.0, 5.0])}))
     # float64 estimates too: they judge a silent graph cut float32's cannot
     planned = {"event": 0, "leaf": 0, "elements": [0, 2], "precise": True}
-    assert plan_fd(before, after) == {"before": [planned]}
+    assert without_claims(plan_fd(before, after)) == {"before": [planned]}
 
 
 SILENT_BEFORE = trace(event(1.0, {0: tensor([1.0, 1.0])}))
@@ -1160,7 +1177,7 @@ def test_changed_gradient_whose_finite_differences_fail_is_rejected() -> None:
 def test_changed_gradient_plans_the_later_calls_of_a_parted_trajectory() -> None:
     before = trace(event(4.0, {0: tensor([1.0, 1.0])}), event(4.0, {0: tensor([1.0, 1.0])}))
     after = trace(event(4.0, {0: tensor([1.0, 3.0])}), event(3.0, {0: tensor([0.5, 0.5])}))
-    assert plan_fd(before, after) == {
+    assert without_claims(plan_fd(before, after)) == {
         "before": [{"event": 0, "leaf": 0, "elements": [1], "precise": True}],
         "after": [{"event": 1, "leaf": 0, "elements": None}],
     }

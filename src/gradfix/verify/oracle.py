@@ -1451,7 +1451,9 @@ class _Comparison:
         self._mark_broken(i)
         changed = _GradientChange(label, self._leaf_name(k), expected, actual)
         try:
-            entry = self._fd_entry("before", i, k, sorted(undefined + mismatched), precise=True)
+            entry = self._fd_entry(
+                "before", i, k, sorted(undefined + mismatched), precise=True, claims=actual
+            )
         except _Unverifiable as exc:
             raise _Rejected(
                 f"{changed.message(mismatched[0])}; finite differences of "
@@ -1648,7 +1650,8 @@ class _Comparison:
             self.not_compared.setdefault(k, "frozen (requires_grad is False at the call)")
             return
         self._require_finite(grad_a, k, label)
-        entry = self._fd_entry(source, i, k, elements)
+        claims = _values(grad_a) if grad_a is not None else None
+        entry = self._fd_entry(source, i, k, elements, claims=claims)
         if entry is None:
             return
         self.leaves_compared.add(k)
@@ -1826,15 +1829,28 @@ class _Comparison:
         self.values_checked.add(k)
 
     def _fd_entry(
-        self, source: str, i: int, k: int, elements: list[int] | None, precise: bool = False
+        self,
+        source: str,
+        i: int,
+        k: int,
+        elements: list[int] | None,
+        precise: bool = False,
+        claims: list[float] | None = None,
     ) -> dict[str, Any] | None:
-        """``precise``: float64 estimates too (a possible silent graph cut)."""
+        """``precise``: float64 estimates too (a possible silent graph cut); ``claims``:
+        the gradient the estimates are to judge (the runner spends no convergence test on
+        an element whose first quotient already agrees with it)."""
         leaf = k
         if source == "before" and self.before_leaves is not None:
             leaf = self.before_leaves[k]  # as BEFORE's runs number its leaves
         target: dict[str, Any] = {"event": i, "leaf": leaf, "elements": elements}
         if precise:
             target["precise"] = True
+        if claims is not None:
+            wanted = range(len(claims)) if elements is None else elements
+            target["claims"] = {
+                str(j): claims[j] for j in wanted if j < len(claims) and math.isfinite(claims[j])
+            }
         result = (self.fd or {}).get(source)
         if result is None:
             self.needs[source].append(target)
