@@ -4,8 +4,8 @@ source: https://github.com/Hunter-DDM/knowledge-neurons/issues/14
 symptom: error
 rule: GF201
 shape: script editing `model.bert.encoder.layer[layer].output.dense.weight[:, pos] -= ...` in a loop over neurons
-wrong: other
-why: edits a clone of the weight, so the in-place error goes away but the model's weight is never changed
+wrong: forward-change
+why: edits a clone of the weight, so the in-place error goes away but the model's weight is never changed and the edited model computes the old logits
 """
 import torch
 import torch.nn as nn
