@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import html
 import os
 from collections.abc import Sequence
@@ -65,13 +66,10 @@ def mark_label(code: str, kind: str | None = None) -> str:
 def static_path(source: str, line: int, mark: str = "mark") -> list[Step]:
     """The path through the statement at ``line``: from the leaf its values come from to
     the backward call its results reach; that statement's box has the role ``mark``."""
-    from gradfix.semantic import Semantic
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    analysed = _analyse(source)
+    if analysed is None:
         return []
-    semantic = Semantic(tree, source)
+    tree, semantic = analysed
     start = _statement_at(tree, line)
     if start is None:
         return []
@@ -86,6 +84,18 @@ def static_path(source: str, line: int, mark: str = "mark") -> list[Step]:
     if forward and _is_backward(forward[-1]):
         steps[-1] = _with_role(steps[-1], "root")
     return steps
+
+
+@functools.lru_cache(maxsize=4)
+def _analyse(source: str) -> tuple[ast.Module, Any] | None:
+    """The tree and analysis of a source (one per file, whatever its findings' count)."""
+    from gradfix.semantic import Semantic
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    return tree, Semantic(tree, source)
 
 
 def _statement_at(tree: ast.Module, line: int) -> ast.stmt | None:

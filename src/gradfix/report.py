@@ -158,8 +158,11 @@ def _pictures(run: RunResult) -> dict[tuple[str, int, int, str], str]:
                 ),
                 None,
             )
-            after = fixed_path(source, single.source, finding.line) if single else []
-            before = static_path(source, finding.line)
+            try:
+                after = fixed_path(source, single.source, finding.line) if single else []
+                before = static_path(source, finding.line)
+            except RecursionError:  # a file nested too deep to analyse: no drawing
+                continue
             pictures[(result.path, *key)] = figure(before, after, mark_label(finding.code))
     return pictures
 
