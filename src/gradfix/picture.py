@@ -202,12 +202,22 @@ def _forward_chain(semantic: Any, tree: ast.Module, statement: ast.stmt) -> list
             continue
         names = _bound(current)
         after = [s for s in simple if s.lineno > (current.end_lineno or current.lineno)]
-        following = next((s for s in after if names & {_spelled(n) for n in _reads(s)}), None)
+        following = next(
+            (s for s in after if _carries(s) and names & {_spelled(n) for n in _reads(s)}),
+            None,
+        )
         if following is None or following in chain:
             break
         chain.append(following)
         current = following
     return chain
+
+
+def _carries(statement: ast.stmt) -> bool:
+    """Whether a statement can pass a value on: not a bare call of a function
+    (``print(loss)``, ``log(x)``), but an assignment, a return, ``x.add_(1)``..."""
+    value = statement.value if isinstance(statement, ast.Expr) else None
+    return not isinstance(value, ast.Call) or isinstance(value.func, ast.Attribute)
 
 
 def _spelled(read: ast.Name | ast.Attribute) -> str:
