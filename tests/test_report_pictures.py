@@ -71,6 +71,18 @@ def test_check_report_path_through_a_function_and_an_index_assignment(tmp_path: 
     assert (16, "op") in before and (20, "mark") in before
 
 
+def test_check_report_fix_that_opens_a_block(tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    CliRunner().invoke(app, ["check", "--report", str(page), str(EXAMPLES / "init_weights.py")])
+    text = page.read_text(encoding="utf-8")
+    before, after = drawings(text)
+    assert before == [(4, "leaf"), (6, "mark"), (9, "root")]
+    # the fixed code: w.normal_() moved to line 7, under the with the fix wrote on line 6
+    assert after == [(4, "leaf"), (7, "fixed"), (10, "root")]
+    assert "under `with torch.no_grad():`" in text
+    assert "RuntimeError: a leaf" not in text  # the line's comment is not drawn
+
+
 def trace_report(script: Path, page: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gradfix", "trace", "--report", str(page), "--", sys.executable,

@@ -78,6 +78,8 @@ def static_path(source: str, line: int, mark: str = "mark") -> list[Step]:
     forward = _forward_chain(semantic, tree, start)
     chain = [*back, start, *forward]
     steps = [_step(semantic, s, lines, "op") for s in chain]
+    if not start.lineno <= line <= (start.end_lineno or start.lineno):
+        line = start.lineno  # a compound statement's header: its body's first statement
     steps[len(back)] = Step(line, steps[len(back)].op, _text(lines, line), mark)
     if back:
         steps[0] = _with_role(steps[0], "leaf")
@@ -254,7 +256,12 @@ def _step(semantic: Any, statement: ast.stmt, lines: list[str], role: str) -> St
 
 
 def _text(lines: list[str], line: int) -> str:
-    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    """The line without indentation and its trailing comment (a ``#`` outside quotes)."""
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    code, hash_, _ = text.partition("#")
+    if hash_ and code.count("'") % 2 == 0 and code.count('"') % 2 == 0:
+        return code.rstrip()
+    return text
 
 
 def _with_role(step: Step, role: str) -> Step:
@@ -273,7 +280,18 @@ def fixed_path(original: str, fixed: str, line: int) -> list[Step]:
         if i1 < line <= i2 or (tag == "insert" and i1 == line - 1):
             target = j1 + 1 + (min(line - 1 - i1, j2 - j1 - 1) if tag == "equal" else 0)
     steps = static_path(fixed, target, "fixed")
-    return [Step(s.line, s.op, s.text, "fixed") if s.line in changed else _unmark(s) for s in steps]
+    shown = {s.line for s in steps}
+    drawn = []
+    for step in steps:
+        if step.line not in changed:
+            drawn.append(_unmark(step))
+            continue
+        # a line the fix wrote just before it and no box shows: the block it opened
+        header = step.line - 1
+        opened = header in changed and header not in shown
+        op = f"{step.op} under `{_text(new, header)}`" if opened else step.op
+        drawn.append(Step(step.line, op, step.text, "fixed"))
+    return drawn
 
 
 def _unmark(step: Step) -> Step:
