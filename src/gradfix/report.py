@@ -90,10 +90,13 @@ def write_report(
     if suffix not in SUFFIXES:
         raise ReportError(f"--report {path}: the suffix must be one of {', '.join(SUFFIXES)}")
     data = build_report(run, verdicts)
-    render = {".json": _json, ".md": _markdown, ".html": _html}[suffix]
+    if suffix == ".html":
+        text = _html(data, _pictures(run))
+    else:
+        text = {".json": _json, ".md": _markdown}[suffix](data)
     try:
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(render(data))
+            handle.write(text)
     except OSError as error:
         raise ReportError(f"--report {path}: {error.strerror}") from None
 
@@ -130,7 +133,46 @@ def _markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html(data: dict[str, Any]) -> str:
+def _pictures(run: RunResult) -> dict[tuple[str, int, int, str], str]:
+    """Each finding's drawing (:mod:`gradfix.picture`): its path before, and after its fix
+    when it has one. Notebooks get none (their lines count from each cell)."""
+    from gradfix.engine import single_fixes
+    from gradfix.picture import figure, fixed_path, mark_label, static_path
+    from gradfix.registry import all_rules
+
+    pictures = {}
+    for result in run.files:
+        source = result.original
+        if not result.findings or source is None or result.path.endswith(".ipynb"):
+            continue
+        singles = result.singles
+        if singles is None and any(f.fix is not None for f in result.findings):
+            singles = single_fixes(source, rules=all_rules(), path=result.path)
+        for finding in result.findings:
+            key = (finding.line, finding.col, finding.code)
+            single = next(
+                (
+                    s
+                    for s in singles or []
+                    if s.source is not None and key in {(f.line, f.col, f.code) for f in s.findings}
+                ),
+                None,
+            )
+            try:
+                after = fixed_path(source, single.source, finding.line) if single else []
+                before = static_path(source, finding.line)
+            except RecursionError:  # a file nested too deep to analyse: no drawing
+                continue
+            pictures[(result.path, *key)] = figure(before, after, mark_label(finding.code))
+    return pictures
+
+
+def _html(
+    data: dict[str, Any], pictures: Mapping[tuple[str, int, int, str], str] | None = None
+) -> str:
+    from gradfix.picture import STYLE
+
+    pictures = pictures or {}
     e = html.escape
     totals = data["totals"]
     rows = "".join(f"<tr><td>{e(c)}</td><td>{n}</td></tr>" for c, n in totals["by_rule"].items())
@@ -140,7 +182,7 @@ def _html(data: dict[str, Any]) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>gradfix report</title>",
         "<style>body{font-family:sans-serif}pre{background:#f6f8fa;padding:8px}"
-        "td,th{padding:2px 8px}</style></head><body><h1>gradfix migration report</h1>",
+        "td,th{padding:2px 8px}" + STYLE + "</style></head><body><h1>gradfix migration report</h1>",
         f"<p>{totals['files']} files, {totals['files_with_findings']} with findings; "
         f"{totals['findings']} findings, {totals['fixed']} fixed, {totals['errors']} errors.</p>",
         f"<table><tr><th>Rule</th><th>Findings</th></tr>{rows}</table>",
@@ -156,7 +198,8 @@ def _html(data: dict[str, Any]) -> str:
             verdict = f" — <b>{e(f['verdict'])}</b>: {e(f['reason'])}" if "verdict" in f else ""
             parts.append(
                 f"<li>{f['line']}:{f['col']} <code>{e(f['code'])}</code> "
-                f"{e(f['message'])}{verdict}</li>"
+                f"{e(f['message'])}{verdict}"
+                f"{pictures.get((entry['path'], f['line'], f['col'], f['code']), '')}</li>"
             )
         parts.append("</ul>")
         if entry["diff"]:

@@ -187,7 +187,18 @@ CheckReportOption = Annotated[
         "--report",
         metavar="FILE",
         help="Also write a report: every finding and its fix (diff), with totals by rule; "
-        ".json, .md or .html by the suffix.",
+        ".json, .md or .html by the suffix (the HTML draws each finding's path, leaf to "
+        "loss, before and after its fix).",
+        show_default=False,
+    ),
+]
+TraceReportOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--report",
+        metavar="FILE.html",
+        help="Also write an HTML report: each finding with a drawing of the path the run "
+        "took to it (leaf to loss, one box per op and line) and of the fixed code's path.",
         show_default=False,
     ),
 ]

@@ -24,6 +24,7 @@ from gradfix.cli.options import (
     TraceCommandArgument,
     TraceEntryOption,
     TraceMaxStepsOption,
+    TraceReportOption,
     TraceTimeoutOption,
 )
 from gradfix.shorten import shorten
@@ -60,6 +61,7 @@ def trace(
         typer.Option("--write", "-w", help="Apply the fixes proven by --verify (implies it)."),
     ] = False,
     no_cache: NoCacheOption = False,
+    report: TraceReportOption = None,
 ) -> None:
     """Run a program once under instrumentation and report the autograd bugs it hits.
 
@@ -80,6 +82,9 @@ def trace(
     from gradfix.trace import LaunchError, run_trace
 
     argv = _trace_command(command, entry)
+    if report is not None and not report.lower().endswith(".html"):
+        echo_stderr(f"error: --report {report}: the suffix must be .html")
+        raise typer.Exit(EXIT_ERROR)
     machine = output_format in (CheckFormat.json, CheckFormat.sarif, CheckFormat.github)
     try:
         result = run_trace(
@@ -96,6 +101,8 @@ def trace(
     if verify_fixes or write:
         fixes = prove_fixes(fixes, argv, timeout=timeout or 60.0)
     _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
+    if report is not None:
+        _write_trace_report(report, result, fixes, " ".join(argv) if entry is None else entry)
     if write:
         _write_trace_fixes(fixes)
     if result.findings:
@@ -168,6 +175,20 @@ def _print_trace(
                 )
     if output_format is CheckFormat.text:
         typer.echo(check_summary([finding for _, finding in located]))
+
+
+def _write_trace_report(
+    path: str, result: TraceResult, fixes: list[TraceFix], command: str
+) -> None:
+    from gradfix.registry import all_rules
+    from gradfix.trace.report import trace_html
+
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(trace_html(result, fixes, all_rules(), command))
+    except OSError as error:
+        echo_stderr(f"error: --report {path}: {error.strerror}")
+        raise typer.Exit(EXIT_ERROR) from None
 
 
 def _write_trace_fixes(fixes: list[TraceFix]) -> None:

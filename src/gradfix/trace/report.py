@@ -9,6 +9,7 @@ the ops involved, shapes).
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -88,10 +89,57 @@ def notes_summary(result: TraceResult) -> str | None:
 
 
 def _relative(value: Any) -> Any:
-    """Evidence with its ``{"path", "line"}`` sites relative to the current directory."""
-    if isinstance(value, dict) and set(value) == {"path", "line"}:
-        return {"path": display_path(str(value["path"])), "line": value["line"]}
+    """Evidence with its ``{"path", "line"}`` sites (also those of a ``graph`` list's
+    ``{"op", "path", "line"}``) relative to the current directory."""
+    if isinstance(value, list):
+        return [_relative(item) for item in value]
+    if isinstance(value, dict) and {"path", "line"} <= set(value) <= {"op", "path", "line"}:
+        path = value["path"]
+        return {**value, "path": display_path(str(path)) if path is not None else None}
     return value
+
+
+def trace_html(
+    result: TraceResult, fixes: Sequence[TraceFix], rules: Sequence[type[Rule]], command: str
+) -> str:
+    """``gradfix trace --report run.html``: each finding of the run with its drawing
+    (:mod:`gradfix.picture`): the path the run took to it, and the fixed code's path."""
+    from gradfix.picture import STYLE, figure, fixed_path, mark_label, runtime_path
+
+    e = html.escape
+    linked = {id(fix.runtime): fix for fix in fixes if not fix.parts}
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>gradfix trace</title>",
+        "<style>body{font-family:sans-serif}code{background:#f6f8fa}" + STYLE + "</style>",
+        "</head><body><h1>gradfix trace report</h1>",
+        f"<p>{e(run_summary(result, command))}</p><ul>",
+    ]
+    for runtime in result.findings:
+        fix = linked.get(id(runtime))
+        finding = trace_finding(runtime, fix, rules)
+        source = _read(runtime.path)
+        before = runtime_path(runtime.path, runtime.line, runtime.evidence, source)
+        after = []
+        if fix is not None and fix.single.source is not None:
+            after = fixed_path(fix.original.text, fix.fixed_source, fix.static.line)
+        fixing = f" — fix: {e(finding.fix.description)}" if finding.fix is not None else ""
+        parts.append(
+            f"<li>{e(finding.location(display_path(runtime.path)))} "
+            f"<code>{e(finding.code)}</code> {e(runtime.message)} (step {runtime.step})"
+            f"{fixing}{figure(before, after, mark_label(runtime.code, runtime.kind))}</li>"
+        )
+    if not result.findings:
+        parts.append("<li>No findings.</li>")
+    parts.append("</ul></body></html>\n")
+    return "\n".join(parts)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
 
 
 def _line_length(path: str, line: int) -> int:

@@ -60,6 +60,7 @@ INPLACE_OPERATORS = INPLACE_DUNDERS | {"__setitem__"}
 ACCUMULATING = frozenset({"add", "add_", "__add__", "__radd__", "__iadd__"})
 MASKING = frozenset({"__getitem__", "masked_select"})  # ops that can drop elements by a mask
 MAX_GRAPH_NODES = 20_000
+MAX_GRAPH_CHAIN = 12  # the nodes of a finding's ``graph`` evidence (a drawing's path)
 STEP = "optimizer.step"
 MAX_INPLACE_CHANGES = 1000  # the latest in-place changes kept (a long run makes millions)
 MAX_BACKWARD_SITES = 64  # the lines of the latest backward calls kept
@@ -326,7 +327,8 @@ class Tracer:
         node: Any = result.grad_fn
         site = self._stamp(node)
         if name in self.singular:
-            node.register_hook(functools.partial(self._check_finite, site, type(node).__name__))
+            check = functools.partial(self._check_finite, site, type(node).__name__)
+            node.register_hook(functools.partial(check, graph=self._graph(node)))
         if name in ACCUMULATING and self.steps:
             self._check_accumulation(args, site)
         if name in MASKING and _masked_by_bool(args):
@@ -387,6 +389,29 @@ class Tracer:
         leaves = [getattr(n, "variable", None) for n, _ in node.next_functions if n is not None]
         known = {id(leaf): k for k, leaf in enumerate(self.recorder.leaves)}
         return {self.recorder.leaf_sites[known[id(v)]] for v in leaves if id(v) in known}
+
+    def _graph(self, node: Any) -> list[dict[str, Any]]:
+        """The grad_fn chain from a leaf to ``node`` (along each node's first input), with
+        the user lines the tracer stamped: the drawing of an HTML report (``graph``
+        evidence); a leaf tensor stands for its ``AccumulateGrad``."""
+        chain: list[dict[str, Any]] = []
+        while node is not None and len(chain) < MAX_GRAPH_CHAIN:
+            if isinstance(node, torch.Tensor):  # a leaf itself (a cut's source)
+                k, name = self.recorder._leaf_index.get(id(node)), "leaf"
+                node = None
+            elif hasattr(node, "variable"):
+                k, name = self.recorder._leaf_index.get(id(node.variable)), "leaf"
+                node = None
+            else:
+                k, name = None, type(node).__name__
+            if k is not None and k < len(self.recorder.leaf_sites):
+                site = self.recorder.leaf_sites[k]
+            else:
+                site = _metadata(node).get(SITE_KEY) if node is not None else None
+            chain.append({"op": name, **(_site_dict(site) or {"path": None, "line": None})})
+            if node is not None:
+                node = next((n for n, _ in node.next_functions if n is not None), None)
+        return chain[::-1]
 
     def _leaf_lost_on_creation(self, node: Any, made_at: Site, read_at: Site | None) -> None:
         """``w = torch.randn(3, requires_grad=True) / 2``: the name holds the op's result,
@@ -529,6 +554,7 @@ class Tracer:
         grad_outputs: Any,
         *,
         masked: bool = False,
+        graph: list[dict[str, Any]] | None = None,
     ) -> None:
         self.busy = True
         try:
@@ -545,7 +571,12 @@ class Tracer:
                     site,
                     f"the backward of {node_name} turned finite gradients into nan/inf here "
                     f"({why})",
-                    {"grad_fn": node_name, **({"masked": True} if masked else {})},
+                    {
+                        "grad_fn": node_name,
+                        "backward_at": _site_dict(self.frames.site()),
+                        **({"masked": True} if masked else {}),
+                        **({"graph": graph} if graph else {}),
+                    },
                 )
         except Exception as error:  # noqa: BLE001
             self.note_internal_error("finite check", error)
@@ -600,6 +631,7 @@ class Tracer:
             "backward_at": _site_dict(site),
             "saved_by": type(saver).__name__ if saver is not None else None,
             "saved_at": _site_dict(saver_site),
+            "graph": self._graph(saver) if saver is not None else [],
         }
         if change is None:
             self.report_error(
@@ -816,7 +848,11 @@ class Tracer:
             cut.site,
             f"the graph is cut here (`{cut.kind}` of a tensor that requires grad): the "
             f"backward{_at(site, cut.site)} finds no grad_fn",
-            {"cut": cut.kind, "backward_at": _site_dict(site)},
+            {
+                "cut": cut.kind,
+                "backward_at": _site_dict(site),
+                "graph": self._graph(cut.sources[0]) if cut.sources else [],
+            },
         )
 
     def _tagged_cut(self, error: RuntimeError, site: Site | None, how: str, here: Site) -> None:
