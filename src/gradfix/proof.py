@@ -400,10 +400,16 @@ def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) ->
         return status, reason, evidence
     # The file only defines the code around the fix: drive it through the project's
     # scripts that import it (as the user runs it), else with a probe.
-    for script in importing_scripts(path):
-        driven = _prove_through(script, path, single.source, others, limits)
-        if driven[0] != "unverified" or not driven[1].startswith(NOTHING_TO_COMPARE):
-            return driven
+    driven_by = [
+        _prove_through(script, path, single.source, others, dict(limits))
+        for script in importing_scripts(path)
+    ]
+    # each script may meet the project's other bugs: a proof through one stands, and a
+    # run another bug blocks is less misleading than a rejection another bug may cause
+    for wanted in ("verified", "unverified", "rejected"):
+        for driven in driven_by:
+            if driven[0] == wanted and not driven[1].startswith(NOTHING_TO_COMPARE):
+                return driven
     lines = [finding.line for finding in single.findings] or _changed_lines(source, single.source)
     probe = probe_for(source, lines[0]) if lines else None
     if probe is None:

@@ -928,11 +928,13 @@ class _Comparison:
 
     def _blocked_in_backward(self, error: dict[str, Any]) -> bool:
         """A backward call fails in after as the run of both versions does, with an error
-        the fix declares it does not repair (it repairs others): another bug's. A fix that
-        declares nothing owns every error of its backward calls."""
+        that the fix's rules do not repair (a rule's fix declares the errors it repairs,
+        none for a fix that is not about an error: GF107, GF407): another bug's. A change
+        of no known rule (a test's, or ``--baseline``) owns every error of its backward
+        calls: it still raises."""
         if self.blocked is None or self.blocked.get("message") != error.get("message"):
             return False
-        return bool(self.intent.repairs) and not self._repairs(error)
+        return bool(self.intent.codes) and not self._repairs(error)
 
     def _repairs(self, outcome: dict[str, Any]) -> bool:
         message = str(outcome.get("message", "")).lower()
