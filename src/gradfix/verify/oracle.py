@@ -965,7 +965,12 @@ class _Comparison:
         if na > nb and not before_died:
             raise differs(f"after makes {na} backward call(s), before only {nb}{suffix}")
         lb, la = len(self.before.get("leaves", [])), len(self.after.get("leaves", []))
-        if la < lb or (la > lb and not before_died):
+        if la > lb and not before_died:
+            # leaves after makes that before does not, and that are no parameters it now
+            # trains (held and dropped above): fresh tensors asking for grad, cut off from
+            # the model (`torch.tensor(loss.item(), requires_grad=True)`), whatever the intent
+            raise _Rejected(f"after creates {la} leaf tensor(s) that require grad, before {lb}")
+        if la < lb:
             raise differs(
                 f"after creates {la} leaf tensor(s) that require grad, before {lb}{suffix}"
             )
