@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
@@ -25,6 +26,7 @@ from gradfix.cli.options import (
     TraceEntryOption,
     TraceMaxStepsOption,
     TraceTimeoutOption,
+    TraceVerifyCommandOption,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ def trace(
         bool,
         typer.Option("--write", "-w", help="Apply the fixes proven by --verify (implies it)."),
     ] = False,
+    verify_command: TraceVerifyCommandOption = None,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Run a program once under instrumentation and report the autograd bugs it hits.
@@ -79,6 +82,9 @@ def trace(
     from gradfix.trace import LaunchError, run_trace
 
     argv = _trace_command(command, entry)
+    if verify_command is not None and not (verify_fixes or write):
+        echo_stderr("error: --cmd drives the verification: add --verify (or --write)")
+        raise typer.Exit(EXIT_ERROR)
     machine = output_format in (CheckFormat.json, CheckFormat.sarif, CheckFormat.github)
     try:
         result = run_trace(
@@ -93,7 +99,8 @@ def trace(
 
     fixes = link_fixes(result.findings)
     if verify_fixes or write:
-        fixes = prove_fixes(fixes, argv, timeout=timeout or 60.0)
+        driver = argv if verify_command is None else shlex.split(verify_command)
+        fixes = prove_fixes(fixes, driver, timeout=timeout or 60.0)
     _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
     if write:
         _write_trace_fixes(fixes)
