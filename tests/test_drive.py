@@ -166,3 +166,25 @@ def test_a_driver_without_verification_is_one_error_line(
     (tmp_path / "train.py").write_text("import torch\n", encoding="utf-8")
     code, out, err = invoke(*args, *(["train.py"] if args[0] == "fix" else []))
     assert code == 2 and err.startswith(message) and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.skipif(not __import__("gradfix.proof").proof.torch_available(), reason="torch")
+def test_trace_verifies_with_the_command_given_instead_of_the_traced_program(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    data = Path(__file__).resolve().parent / "data" / "trace" / "inplace_saved.py"
+    (tmp_path / "inplace_saved.py").write_text(data.read_text(encoding="utf-8"))
+    (tmp_path / "noop.py").write_text("print('no backward here')\n", encoding="utf-8")
+    traced = [sys.executable, "inplace_saved.py"]
+    command = [sys.executable, "-m", "gradfix", "trace", "--verify", "--format", "concise"]
+    done = subprocess.run(
+        [*command, "--cmd", f"{sys.executable} noop.py", "--", *traced],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    # the command, not the traced program, ran each version: it makes no backward call
+    assert "inplace_saved.py:6:1: GF204 unverified: nothing to compare" in done.stdout, done
+    plain = subprocess.run([*command, "--", *traced], capture_output=True, text=True,
+                           cwd=tmp_path, check=False)  # fmt: skip
+    assert "inplace_saved.py:6:1: GF204 verified: " in plain.stdout
