@@ -117,7 +117,7 @@ def check(
         singles=output_format is CheckFormat.text and not statistics,
     )
     with cluster(executor, ray_address) as on:
-        run, _ = run_files(paths, options, stdin_filename, jobs, on)
+        run, _ = run_files(paths, options, stdin_filename, jobs, on, quiet=quiet)
     if add_noqa:
         _add_noqa(run, quiet)
     report_problems(run, verbose, notes=not quiet)

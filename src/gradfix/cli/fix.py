@@ -150,7 +150,7 @@ def fix(
         cluster(executor, ray_address, ship) as on,
         command_harness(command, timeout, max_steps) as driver,
     ):
-        run, stdin_data = run_files(paths, first, stdin_filename, jobs, on)
+        run, stdin_data = run_files(paths, first, stdin_filename, jobs, on, quiet=quiet)
         harness = harness_limits(timeout, max_steps, entry=entry, command=driver)
         if interactive:
             report_problems(run, verbose)
@@ -158,7 +158,7 @@ def fix(
         verdicts = {}
         if mode is not VerifyMode.off:
             strict = mode is VerifyMode.strict
-            with progress_bar("proving fixes", PROGRESS_MIN_FIXES) as progress:
+            with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix", quiet=quiet) as progress:
                 verdicts = verify_run(
                     run, options, harness, strict=strict, executor=on, progress=progress
                 )

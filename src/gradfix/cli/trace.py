@@ -14,10 +14,12 @@ from gradfix.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    PROGRESS_MIN_FIXES,
     cache_dir,
     check_entry,
     count_of,
     echo_stderr,
+    progress_bar,
 )
 from gradfix.cli.options import (
     CheckFormat,
@@ -100,7 +102,8 @@ def trace(
     fixes = link_fixes(result.findings)
     if verify_fixes or write:
         driver = argv if verify_command is None else shlex.split(verify_command)
-        fixes = prove_fixes(fixes, driver, timeout=timeout or 60.0)
+        with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix") as progress:
+            fixes = prove_fixes(fixes, driver, timeout=timeout or 60.0, progress=progress)
     _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
     if write:
         _write_trace_fixes(fixes)

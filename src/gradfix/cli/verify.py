@@ -112,7 +112,7 @@ def verify(
     ):
         run, _ = run_files(paths, options, None, 1, on)
         limits = harness_limits(timeout, max_steps, entry=entry, command=harness)
-        with progress_bar("proving fixes", PROGRESS_MIN_FIXES) as progress:
+        with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix") as progress:
             verdicts = verify_run(run, options, limits, jobs=jobs, executor=on, progress=progress)
     report_problems(run, verbose)
     found = [v for path in sorted(verdicts) for v in verdicts[path]]
