@@ -46,6 +46,7 @@ name = "demo"
 [project.scripts]
 demo-train = "demo.cli:main"
 other = "demo.other:run"
+external = "numpy.f2py:main"
 """
 
 
@@ -63,6 +64,7 @@ def layout(tmp_path: Path) -> Path:
         "src/demo/__init__.py": "",
         "src/demo/model.py": "import torch\n\ndef step(w):\n    w.normal_()\n",
         "src/demo/cli.py": "from demo.model import step\n\ndef main():\n    step(None)\n",
+        "src/demo/other.py": "def run():\n    pass\n",
         "scripts/train.py": "from demo import model\n\nif __name__ == '__main__':\n    pass\n",
         "scripts/plot.py": "import matplotlib\n\nif __name__ == '__main__':\n    pass\n",
         "tests/test_model.py": "from demo.model import step\n",

@@ -84,11 +84,7 @@ def drivers(path: str, root: str) -> tuple[str, ...]:
     it, then the console scripts of the project."""
     names = _module_names(path, root)
     scripts, tests = [], []
-    for file in _python_files(root):
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
+    for file, text in _project_texts(root):
         relative = _relative(file, root)
         itself = os.path.abspath(file) == path
         if not itself and not _imports(text, names):
@@ -131,6 +127,19 @@ def _imports(text: str, names: frozenset[str]) -> bool:
             ):
                 return True
     return False
+
+
+@functools.lru_cache(maxsize=4)
+def _project_texts(root: str) -> tuple[tuple[Path, str], ...]:
+    """Each Python file of the project and its text (read once per verification run:
+    every unverified fix of the project asks)."""
+    texts = []
+    for file in _python_files(root):
+        try:
+            texts.append((file, file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return tuple(texts)
 
 
 def _python_files(root: str) -> list[Path]:
@@ -179,5 +188,17 @@ def _console_scripts(root: str, names: frozenset[str]) -> list[str]:
         for value in scripts.values()
         if isinstance(value, str) and ":" in value
     ]
+    # the project's own modules only (a script of a dependency is not this code's driver)
+    targets = [target for target in targets if _in_project(target.split(":", 1)[0], root)]
     targets.sort(key=lambda target: target.split(":", 1)[0] not in names)
     return [f"--entry {target}" for target in targets]
+
+
+def _in_project(module: str, root: str) -> bool:
+    """Whether the dotted ``module`` is a file of the project (flat or ``src/`` layout)."""
+    relative = Path(*module.split("."))
+    return any(
+        Path(root, base, relative).with_suffix(".py").is_file()
+        or Path(root, base, relative, "__init__.py").is_file()
+        for base in ("", "src")
+    )
