@@ -135,6 +135,83 @@ def test_json_findings_carry_the_cell_and_the_line_inside_it(project: Path) -> N
     assert finding["end_line"] == 2 and finding["code"] == "GF201"
 
 
+# a graph made in cell 1, backpropagated in a loop in cell 3 (program line 10): GF401
+STALE_GRAPH_CELLS = [
+    "import torch\n\nw = torch.randn(3, requires_grad=True)\nloss = (w * 2).sum()",
+    "md:## Train\nthe loop",
+    "opt = torch.optim.SGD([w], lr=0.1)\nfor step in range(3):\n    opt.zero_grad()\n"
+    '    loss.backward()  # "again"\n    opt.step()',
+]
+
+
+def json_line_of(path: Path, cell: int, line: int) -> int:
+    """The line of the file's JSON text that stores ``line`` of ``cell``'s source."""
+    stored = json.dumps(json.loads(path.read_text())["cells"][cell - 1]["source"][line - 1])
+    [number] = [n for n, text in enumerate(path.read_text().splitlines(), 1) if stored in text]
+    return number
+
+
+def test_sarif_places_a_notebook_finding_on_the_json_line_that_stores_its_code(
+    project: Path,
+) -> None:
+    path = write_notebook(project / "explore.ipynb", STALE_GRAPH_CELLS)
+    log = json.loads(invoke("check", "--format", "sarif", "--select", "GF401", ".").stdout)
+    [result] = log["runs"][0]["results"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "explore.ipynb"
+    line = json_line_of(path, 1, 4)
+    text = path.read_text().splitlines()[line - 1]
+    assert region["startLine"] == region["endLine"] == line != 4
+    assert text[region["startColumn"] - 1 : region["endColumn"] - 1] == "loss = (w * 2).sum()"
+    assert result["properties"] == {"cell": 1, "cellLine": 4, "cellColumn": 1}
+    assert result["message"]["text"].startswith("cell 1, line 4: Graph built once")
+
+
+def test_a_columns_counts_the_json_escapes_before_it(project: Path) -> None:
+    cells = [
+        's = "tab\\t"; x = "é"\nimport torch\nw = torch.ones(2, requires_grad=True)\nw.zero_()'
+    ]
+    path = project / "nb.ipynb"
+    path.write_text(json.dumps(notebook(cells), indent=1, ensure_ascii=True) + "\n")
+    from gradfix.notebook import source_position
+
+    position = source_position(path.read_text())
+    assert position is not None
+    text = path.read_text().splitlines()
+    line, col = position(1, 1, 14)  # after `\\t` (written `\\\\t`), before `\u00e9`
+    assert text[line - 1][col - 1 :].startswith('x = \\"\\u00e9')
+    line, col = position(1, 4, 1)
+    assert text[line - 1][col - 1 :].startswith("w.zero_()")
+
+
+def test_github_annotations_of_a_notebook_name_the_cell_on_the_json_line(project: Path) -> None:
+    path = write_notebook(project / "explore.ipynb", STALE_GRAPH_CELLS)
+    output = invoke("check", "--format", "github", "--select", "GF401", ".").stdout
+    assert f"file=explore.ipynb,line={json_line_of(path, 1, 4)},col=" in output
+    assert "title=gradfix GF401 (backward-twice) in cell 1::GF401 cell 1, line 4: " in output
+
+
+def test_messages_name_the_cell_and_line_of_the_code_they_point_at(project: Path) -> None:
+    write_notebook(project / "explore.ipynb", STALE_GRAPH_CELLS)
+    [finding] = json.loads(invoke("check", "--format", "json", "--select", "GF401", ".").stdout)
+    assert (finding["cell"], finding["line"]) == (1, 4)
+    assert "backpropagated in every iteration (cell 3, line 4)" in finding["message"]
+    assert "line 10" not in finding["message"]
+
+
+def test_a_message_naming_lines_of_several_cells_names_each() -> None:
+    from gradfix.notebook import name_cell_lines, program_lines
+
+    program = build_program(notebook(["a = 1\nb = 2", "md:text", "c = 3", "d = 4\ne = 5"]))
+    places = program_lines(program.source)
+    assert name_cell_lines("at line 3, 5 and (line 7-8)", places) == (
+        "at cell 1, line 2; cell 3, line 1 and (cell 4, line 1-2)"
+    )
+    assert name_cell_lines("from line 2-5 but `line 2` stays", places) == (
+        "from cell 1, line 1 to cell 3, line 1 but `line 2` stays"
+    )
+
+
 def test_findings_sort_by_cell_before_line() -> None:
     cells = [
         "import torch\nw = torch.empty(3, requires_grad=True)",

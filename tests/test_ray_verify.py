@@ -102,7 +102,7 @@ class CountedProgress:
         self.total: int | None = None
         self.advanced = 0
 
-    def __call__(self, label: str = "", minimum: int = 0):  # type: ignore[no-untyped-def]
+    def __call__(self, label: str = "", minimum: int = 0, **style: object):  # type: ignore[no-untyped-def]
         import contextlib
 
         @contextlib.contextmanager

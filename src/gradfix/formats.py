@@ -3,12 +3,17 @@ and ``--statistics``. Pure functions from findings to text.
 
     print(github_annotations([("src/a.py", finding)]))
     print(json.dumps(sarif_log([("src/a.py", finding)], rules)))
+
+Both locate a notebook's finding in the file's JSON text (the line of the cell's
+``source`` that holds the code), given each notebook's :data:`Positions` (from
+:func:`gradfix.notebook.source_position`), and name the cell and its line in the
+message.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -21,29 +26,50 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/gradfix/gradfix"
 
 Located = tuple[str, Finding]
+#: path of a notebook -> ``(cell, line, col)`` -> ``(line, col)`` in its JSON text
+Positions = Mapping[str, Callable[[int, int, int], tuple[int, int]]]
 
 
-def github_annotations(findings: Sequence[Located]) -> str:
+def file_region(path: str, f: Finding, positions: Positions | None) -> tuple[int, int, int, int]:
+    """``(line, col, end_line, end_col)`` of ``f`` in the file ``path`` itself: for a
+    notebook finding, where its code is written in the JSON text (lines of the cell when
+    the notebook's positions are unknown)."""
+    position = None if f.cell is None or positions is None else positions.get(path)
+    if position is None or f.cell is None:
+        return f.line, f.col, f.end_line, f.end_col
+    line, col = position(f.cell, f.line, f.col)
+    end_line, end_col = position(f.cell, f.end_line, f.end_col)
+    return line, col, end_line, end_col
+
+
+def github_annotations(findings: Sequence[Located], positions: Positions | None = None) -> str:
     """One ``::warning`` workflow command per finding (GitHub Actions annotations)."""
     lines = []
     for path, f in findings:
+        line, col, end_line, end_col = file_region(path, f, positions)
         properties = ",".join(
             [
                 f"file={_escape_property(path)}",
-                f"line={f.line}",
-                f"col={f.col}",
-                f"endLine={f.end_line}",
-                f"endColumn={f.end_col}",
+                f"line={line}",
+                f"col={col}",
+                f"endLine={end_line}",
+                f"endColumn={end_col}",
                 f"title={_escape_property(f'gradfix {f.code} ({f.name}){_cell(f)}')}",
             ]
         )
-        lines.append(f"::warning {properties}::{_escape_data(f'{f.code} {f.message}')}")
+        message = f"{f.code} {_in_cell(f)}{f.message}"
+        lines.append(f"::warning {properties}::{_escape_data(message)}")
     return "\n".join(lines)
 
 
 def _cell(f: Finding) -> str:
     """Notebook findings count lines from their cell's first line: say which cell."""
     return "" if f.cell is None else f" in cell {f.cell}"
+
+
+def _in_cell(f: Finding) -> str:
+    """``cell 3, line 2: `` before a notebook finding's message."""
+    return "" if f.cell is None else f"cell {f.cell}, line {f.line}: "
 
 
 def _escape_data(text: str) -> str:
@@ -55,7 +81,10 @@ def _escape_property(text: str) -> str:
 
 
 def sarif_log(
-    findings: Sequence[Located], rules: Sequence[type[Rule]], version: str = "0"
+    findings: Sequence[Located],
+    rules: Sequence[type[Rule]],
+    version: str = "0",
+    positions: Positions | None = None,
 ) -> dict[str, Any]:
     """A SARIF 2.1.0 log with one run: the rules that ran and one result per finding."""
     index = {rule.code: i for i, rule in enumerate(rules)}
@@ -73,7 +102,7 @@ def sarif_log(
                     }
                 },
                 "columnKind": "unicodeCodePoints",
-                "results": [_sarif_result(path, f, index) for path, f in findings],
+                "results": [_sarif_result(path, f, index, positions) for path, f in findings],
             }
         ],
     }
@@ -97,7 +126,10 @@ def _sarif_rule(rule: type[Rule]) -> dict[str, Any]:
     }
 
 
-def _sarif_result(path: str, f: Finding, index: dict[str, int]) -> dict[str, Any]:
+def _sarif_result(
+    path: str, f: Finding, index: dict[str, int], positions: Positions | None
+) -> dict[str, Any]:
+    line, col, end_line, end_col = file_region(path, f, positions)
     result: dict[str, Any] = {
         "ruleId": f.code,
         "level": "warning",
@@ -107,10 +139,10 @@ def _sarif_result(path: str, f: Finding, index: dict[str, int]) -> dict[str, Any
                 "physicalLocation": {
                     "artifactLocation": {"uri": PurePath(path).as_posix()},
                     "region": {
-                        "startLine": f.line,
-                        "startColumn": f.col,
-                        "endLine": f.end_line,
-                        "endColumn": f.end_col,
+                        "startLine": line,
+                        "startColumn": col,
+                        "endLine": end_line,
+                        "endColumn": end_col,
                     },
                 }
             }
@@ -122,8 +154,9 @@ def _sarif_result(path: str, f: Finding, index: dict[str, int]) -> dict[str, Any
     if f.fix is not None:
         properties["fix"] = {"safety": f.fix.safety, "description": f.fix.description}
     if f.cell is not None:
-        properties["cell"] = f.cell
-        result["message"]["text"] = f"cell {f.cell}, line {f.line}: {f.message}"
+        properties["cell"] = f.cell  # and where in it: the region is the JSON file's
+        properties["cellLine"], properties["cellColumn"] = f.line, f.col
+        result["message"]["text"] = f"{_in_cell(f)}{f.message}"
     if properties:
         result["properties"] = properties
     return result

@@ -358,18 +358,148 @@ def _restore(cell: Cell, chunk: str) -> str | None:
 
 def locate(finding: Finding, source: str) -> Finding:
     """``finding`` (a position in the program ``source``) with its cell number (1-based,
-    counting every cell like Jupyter's own order) and its line inside that cell."""
+    counting every cell like Jupyter's own order) and its line inside that cell; the lines
+    of the program its message and fix name become cells and lines too
+    (:func:`name_cell_lines`)."""
+    places = program_lines(source) or [(1, 0)]
+    at = min(max(finding.line, 1), len(places))  # a finding's line is one of the program's
+    cell, line = places[at - 1][0], places[at - 1][1] + finding.line - at
+    first = finding.line - line
+    fix = finding.fix
+    if fix is not None:
+        fix = replace(fix, description=name_cell_lines(fix.description, places))
+    return replace(
+        finding,
+        cell=cell,
+        line=line,
+        end_line=finding.end_line - first,
+        message=name_cell_lines(finding.message, places),
+        fix=fix,
+    )
+
+
+def program_lines(source: str) -> list[tuple[int, int]]:
+    """For each line of the program ``source``: its cell's number (1-based, as Jupyter
+    counts) and its line in that cell (0 for the cell's marker line)."""
+    places = []
     cell_start, cell_index = 0, 0
-    for number, line in enumerate(split_lines(source)[: finding.line], start=1):
+    for number, line in enumerate(split_lines(source), start=1):
         marker = _MARKER_PATTERN.fullmatch(line)
         if marker is not None:
             cell_start, cell_index = number, int(marker.group(1))
-    return replace(
-        finding,
-        cell=cell_index + 1,
-        line=finding.line - cell_start,
-        end_line=finding.end_line - cell_start,
-    )
+        places.append((cell_index + 1, number - cell_start))
+    return places
+
+
+#: a line of the program named in a message: ``line 64``, ``line 3-5``, ``line 3, 7``
+_LINE_REFERENCE = re.compile(r"\bline (\d+(?:(?:-|, )\d+)*)\b")
+
+
+def name_cell_lines(text: str, places: Sequence[tuple[int, int]]) -> str:
+    """``text`` (a message about the program) with each line it names as the cell and the
+    line in it: ``the backward at line 64`` -> ``the backward at cell 3, line 2``. Code
+    quoted in backquotes is left as it is. ``places``: :func:`program_lines`."""
+
+    def cell_line(match: re.Match[str]) -> str:
+        numbers = [int(number) for number in re.findall(r"\d+", match.group(1))]
+        if not all(1 <= number <= len(places) and places[number - 1][1] for number in numbers):
+            return match.group(0)
+        located = [places[number - 1] for number in numbers]
+        cells = {cell for cell, _ in located}
+        if len(cells) == 1:  # keep the separators: ``cell 3, line 2-4``
+            lines = iter(str(line) for _, line in located)
+            spelled = re.sub(r"\d+", lambda _: next(lines), match.group(1))
+            return f"cell {located[0][0]}, line {spelled}"
+        joint = " to " if "-" in match.group(1) else "; "
+        return joint.join(f"cell {cell}, line {line}" for cell, line in located)
+
+    parts = text.split("`")
+    for index in range(0, len(parts), 2):  # outside backquotes
+        parts[index] = _LINE_REFERENCE.sub(cell_line, parts[index])
+    return "`".join(parts)
+
+
+def source_position(text: str) -> Callable[[int, int, int], tuple[int, int]] | None:
+    """For the notebook file ``text``: ``(cell, line, col)`` of a finding (cell 1-based,
+    line and column 1-based in the cell's source) -> ``(line, col)`` in the file's JSON
+    text, where that character of the cell's ``source`` is stored (a code-scanning
+    annotation then lands on the line that holds the code). ``None`` when the text is
+    not a notebook whose cells can be found; a position past its cell's source maps to
+    the source's start."""
+    try:
+        data = load_notebook(text)
+    except NotebookError:
+        return None
+    spans = _cell_spans(text)
+    if len(spans) != len(data["cells"]):
+        return None
+    newlines = [match.start() for match in re.finditer("\n", text)]
+
+    def position(cell: int, line: int, col: int) -> tuple[int, int]:
+        offset = _source_offset(text, spans[cell - 1], line, col)
+        number = bisect.bisect_left(newlines, offset)
+        start = newlines[number - 1] + 1 if number else 0
+        return number + 1, offset - start + 1
+
+    return position
+
+
+def _source_offset(text: str, span: tuple[int, int], line: int, col: int) -> int:
+    """Where in ``text`` the cell's (JSON object at ``span``) source character at ``line``
+    and ``col`` (1-based) is written: inside one of its JSON strings, escapes counted."""
+    strings = _source_strings(text, span)
+    if not strings:
+        return span[0]
+    wanted = sum(len(part) for part in split_lines(_decoded(text, strings))[: line - 1])
+    wanted += col - 1
+    for start, end in strings:
+        offsets = _char_offsets(text, start, end)
+        if wanted < len(offsets) - 1 or (start, end) == strings[-1]:
+            return offsets[min(wanted, len(offsets) - 1)]
+        wanted -= len(offsets) - 1
+    return strings[0][0]
+
+
+def _source_strings(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """The JSON string tokens (start and end offsets, quotes included) of the ``source``
+    of the cell object at ``span``: the elements of its list, or the one string."""
+    position = _skip_space(text, span[0] + 1)
+    try:
+        while text.startswith('"', position):
+            key, position = _JSON.raw_decode(text, position)
+            position = _skip_space(text, _skip_space(text, position) + 1)  # past ":"
+            if key == "source":
+                if text.startswith("[", position):
+                    return _array_spans(text, position)
+                return [(position, _JSON.raw_decode(text, position)[1])]
+            position = _after_value(text, position)
+    except (ValueError, RecursionError):
+        pass
+    return []
+
+
+def _decoded(text: str, strings: Sequence[tuple[int, int]]) -> str:
+    return "".join(_JSON.raw_decode(text, start)[0] for start, _ in strings)
+
+
+def _char_offsets(text: str, start: int, end: int) -> list[int]:
+    """The offset in ``text`` of each character of the JSON string token from ``start``
+    to ``end`` (its quotes), and last, of the closing quote."""
+    offsets = []
+    position = start + 1
+    while position < end - 1:
+        offsets.append(position)
+        if text[position] != "\\":
+            position += 1
+        elif text[position + 1] != "u":
+            position += 2
+        else:
+            unit = int(text[position + 2 : position + 6], 16)
+            position += 6
+            if 0xD800 <= unit < 0xDC00 and text.startswith("\\u", position):
+                position += 6  # a surrogate pair is one character
+    offsets.append(end - 1)
+    return offsets
 
 
 # --- linting and fixing --------------------------------------------------------------------
@@ -467,7 +597,8 @@ def _crossing_fixes(
         keys.update(_key(finding) for finding in single.findings)
         cells = [locate(finding, source) for finding in single.findings]
         where = ", ".join(f"{f.code} at cell {f.cell} line {f.line}" for f in cells)
-        notes.append(_CROSSING_NOTE.format(where, single.description))
+        description = name_cell_lines(single.description, program_lines(source))
+        notes.append(_CROSSING_NOTE.format(where, description))
     return keys, notes
 
 

@@ -326,6 +326,14 @@ class _Prover:
         return (self.path, self.source, fixed, self.max_steps, harness, tuple(texts))
 
     def _prove(self, single: SingleFix, codes: tuple[str, ...]) -> Outcome:
+        status, reason, evidence = self._run(single, codes)
+        if status == "unverified":  # say how this project's code can be driven
+            from gradfix.verify.drive import explain_unverified
+
+            reason = explain_unverified(reason, evidence, self.path, self.root)
+        return status, reason, evidence
+
+    def _run(self, single: SingleFix, codes: tuple[str, ...]) -> Outcome:
         assert single.source is not None
         if self.command is not None:
             verdict = self.command.prove(self.path, single.source, others=self.others)

@@ -46,6 +46,7 @@ from gradfix.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from gradfix.formats import Positions
     from gradfix.rule import Finding, Rule
     from gradfix.runner import RunOptions, RunResult
 
@@ -118,7 +119,7 @@ def check(
         singles=output_format is CheckFormat.text and not statistics,
     )
     with cluster(executor, ray_address) as on:
-        run, _ = run_files(paths, options, stdin_filename, jobs, on)
+        run, _ = run_files(paths, options, stdin_filename, jobs, on, quiet=quiet)
     if add_noqa:
         _add_noqa(run, quiet)
     report_problems(run, verbose, notes=not quiet)
@@ -136,7 +137,7 @@ def check(
         typer.echo(per_rule(findings, options.rules))
     else:
         frames = _frames(run, options) if output_format is CheckFormat.text else {}
-        print_findings(findings, output_format, options.rules, frames)
+        print_findings(findings, output_format, options.rules, frames, positions=_positions(run))
         if text_summary:
             found = [finding for _, finding in findings]
             summary = check_summary(found, len(run.errors), count_skipped_cells(run))
@@ -154,9 +155,11 @@ def print_findings(
     rules: Sequence[type[Rule]],
     frames: dict[tuple[str, int, int, str], list[str]],
     records: list[dict[str, object]] | None = None,
+    positions: Positions | None = None,
 ) -> None:
     """The findings in one of ``check``'s formats (``records``: the JSON objects, when the
-    caller adds to :meth:`Finding.to_dict`); text and concise print no summary."""
+    caller adds to :meth:`Finding.to_dict`); text and concise print no summary. SARIF and
+    GitHub annotations place a notebook's findings in its JSON text (``positions``)."""
     if output_format is CheckFormat.json:
         if records is None:
             records = [finding.to_dict(path) for path, finding in findings]
@@ -166,17 +169,31 @@ def print_findings(
 
         from gradfix.formats import sarif_log
 
-        typer.echo(json.dumps(sarif_log(findings, rules, version("gradfix")), indent=2))
+        log = sarif_log(findings, rules, version("gradfix"), positions)
+        typer.echo(json.dumps(log, indent=2))
     elif output_format is CheckFormat.github:
         from gradfix.formats import github_annotations
 
         if findings:
-            typer.echo(github_annotations(findings))
+            typer.echo(github_annotations(findings, positions))
     else:
         for path, finding in findings:
             typer.echo(finding_line(path, finding))
             for line in frames.get((path, finding.line, finding.col, finding.code), []):
                 typer.echo(line)
+
+
+def _positions(run: RunResult) -> Positions:
+    """Where each notebook with findings stores its cells' code in its JSON text."""
+    from gradfix.notebook import source_position
+
+    positions = {}
+    for result in run.files:
+        if result.original is not None and any(f.cell for f in result.findings):
+            position = source_position(result.original)
+            if position is not None:
+                positions[result.path] = position
+    return positions
 
 
 def _frames(run: RunResult, options: RunOptions) -> dict[tuple[str, int, int, str], list[str]]:

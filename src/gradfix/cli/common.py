@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -102,14 +102,17 @@ def run_files(
     stdin_filename: str | None,
     jobs: int = 1,
     executor: Executor | None = None,
+    *,
+    quiet: bool = False,
 ) -> tuple[RunResult, bytes | None]:
     """Process ``paths`` (or stdin) on this machine or on a cluster (``executor``, from
-    :func:`cluster`); the stdin bytes are returned for ``fix -``."""
+    :func:`cluster`), with a progress bar unless ``quiet``; the stdin bytes are returned
+    for ``fix -``."""
     from gradfix.runner import RunResult, process_bytes, process_paths
 
     paths = paths_or_default(paths, stdin_filename)
     if STDIN_PATH not in paths:
-        with progress_bar() as progress:
+        with progress_bar(quiet=quiet) as progress:
             run = process_paths(
                 paths, options, jobs=jobs or _cpu_count(), progress=progress, executor=executor
             )
@@ -158,12 +161,17 @@ def cluster(
 
 @contextlib.contextmanager
 def progress_bar(
-    label: str = "gradfix", minimum: int = PROGRESS_MIN_FILES
+    label: str = "gradfix",
+    minimum: int = PROGRESS_MIN_FILES,
+    *,
+    noun: str = "file",
+    quiet: bool = False,
 ) -> Iterator[Progress | None]:
-    """A progress bar with count and ETA on stderr when it is a terminal and the run is
-    big enough to wait for (``minimum`` items: files, or fixes to prove); nothing when
-    piped or in CI."""
-    if not sys.stderr.isatty() or os.environ.get("CI"):
+    """A progress bar on stderr when it is a terminal, the run is not ``--quiet`` and it
+    is big enough to wait for (``minimum`` items: files, or fixes to prove): how many
+    are done of the total (``120/2860 files``; ``fix 3 of 8`` with ``noun="fix"``), the
+    rate and the time left; nothing when piped or in CI."""
+    if quiet or not sys.stderr.isatty() or os.environ.get("CI"):
         yield None
         return
     from rich import progress as rich_progress
@@ -172,7 +180,8 @@ def progress_bar(
     bar = rich_progress.Progress(
         "[progress.description]{task.description}",
         rich_progress.BarColumn(),
-        rich_progress.MofNCompleteColumn(),
+        _count_column(noun),
+        _rate_column(noun),
         rich_progress.TimeRemainingColumn(),
         transient=True,
         console=Console(stderr=True),  # stdout is the report, or a diff, maybe piped
@@ -189,6 +198,34 @@ def progress_bar(
         yield start
     finally:
         bar.stop()
+
+
+def _count_column(noun: str) -> Any:
+    """``fix 3 of 8``, or ``120/2860 files``."""
+    from rich.progress import TextColumn
+
+    if noun == "fix":
+        return TextColumn("fix {task.completed:.0f} of {task.total:.0f}")
+    return TextColumn(f"{{task.completed:.0f}}/{{task.total:.0f}} {noun}s")
+
+
+def _rate_column(noun: str) -> Any:
+    """Items per second (seconds per item when slower than one a second)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    plural = f"{noun}es" if noun.endswith(("x", "s")) else f"{noun}s"
+
+    class Rate(ProgressColumn):  # type: ignore[misc]
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            if not speed:
+                return Text(f"- {plural}/s", style="progress.data.speed")
+            if speed < 1:
+                return Text(f"{1 / speed:.1f} s/{noun}", style="progress.data.speed")
+            return Text(f"{speed:.1f} {plural}/s", style="progress.data.speed")
+
+    return Rate()
 
 
 def report_problems(run: RunResult, verbose: bool, *, notes: bool = True) -> None:

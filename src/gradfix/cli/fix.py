@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -32,7 +32,9 @@ from gradfix.cli.common import (
 )
 from gradfix.cli.options import (
     ChangedSinceOption,
+    CommandOption,
     ConfigOption,
+    EntryOption,
     ExecutorKind,
     ExecutorOption,
     IgnoreOption,
@@ -49,7 +51,14 @@ from gradfix.cli.options import (
     VerboseOption,
     VerifyOption,
 )
-from gradfix.cli.proving import VerifyMode, harness_limits, verify_mode, verify_run
+from gradfix.cli.proving import (
+    VerifyMode,
+    command_harness,
+    drive_options,
+    harness_limits,
+    verify_mode,
+    verify_run,
+)
 
 if TYPE_CHECKING:
     from gradfix.proof import FixVerdict
@@ -68,6 +77,8 @@ def fix(
     verify: VerifyOption = None,
     timeout: TimeoutOption = 60.0,
     max_steps: MaxStepsOption = None,
+    entry: EntryOption = None,
+    command: CommandOption = None,
     interactive: Annotated[
         bool,
         typer.Option(
@@ -137,16 +148,20 @@ def fix(
     elif mode is VerifyMode.default:
         first = dataclasses.replace(options, write=False)  # written once proven
     ship = "." if mode is not VerifyMode.off else None  # the fixes are run there
-    with cluster(executor, ray_address, ship) as on:
-        run, stdin_data = run_files(paths, first, stdin_filename, jobs, on)
+    drive_options(entry, command, verifies=mode is not VerifyMode.off)
+    with (
+        cluster(executor, ray_address, ship) as on,
+        command_harness(command, timeout, max_steps) as driver,
+    ):
+        run, stdin_data = run_files(paths, first, stdin_filename, jobs, on, quiet=quiet)
+        harness = harness_limits(timeout, max_steps, entry=entry, command=driver)
         if interactive:
             report_problems(run, verbose)
-            _interactive(run, options, timeout if mode is VerifyMode.strict else None)
+            _interactive(run, options, harness if mode is VerifyMode.strict else None)
         verdicts = {}
         if mode is not VerifyMode.off:
-            harness = harness_limits(timeout, max_steps)
             strict = mode is VerifyMode.strict
-            with progress_bar("proving fixes", PROGRESS_MIN_FIXES) as progress:
+            with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix", quiet=quiet) as progress:
                 verdicts = verify_run(
                     run, options, harness, strict=strict, executor=on, progress=progress
                 )
@@ -253,8 +268,9 @@ def _remaining(run: RunResult) -> list[tuple[str, Finding]]:
     return sorted(pairs, key=lambda item: (item[0], item[1]))
 
 
-def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> NoReturn:
-    """``fix --interactive``: ask per fix, write each file once at the end."""
+def _interactive(run: RunResult, options: RunOptions, harness: dict[str, Any] | None) -> NoReturn:
+    """``fix --interactive``: ask per fix, write each file once at the end; with
+    ``harness`` (:func:`harness_limits`, ``--verify``), each fix's verdict is shown."""
     from gradfix.interactive import Reviewer
     from gradfix.runner import write_result
 
@@ -268,11 +284,11 @@ def _interactive(run: RunResult, options: RunOptions, timeout: float | None) -> 
     def verdict(path: str, before: str, after: str, codes: list[str]) -> tuple[str, str]:
         from gradfix.proof import prove_change
 
-        status, reason, _ = prove_change(path, before, after, timeout=timeout or 60.0, rules=codes)
+        status, reason, _ = prove_change(path, before, after, rules=codes, **(harness or {}))
         return status, reason
 
     reviewer = Reviewer(
-        options.rules, options.unsafe_fixes, ask, typer.echo, verdict if timeout else None
+        options.rules, options.unsafe_fixes, ask, typer.echo, verdict if harness else None
     )
     accepted = refused = rejected = 0
     left = {result.path: len(result.findings) for result in run.files}

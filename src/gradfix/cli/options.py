@@ -220,6 +220,17 @@ TraceEntryOption = Annotated[
         show_default=False,
     ),
 ]
+TraceVerifyCommandOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--cmd",
+        metavar="COMMAND",
+        help="With --verify / --write: judge every fix by running this command (e.g. "
+        '"pytest tests/x.py") instead of the traced program again, as `gradfix verify '
+        "--cmd` does.",
+        show_default=False,
+    ),
+]
 TraceTimeoutOption = Annotated[
     Optional[float],
     typer.Option("--timeout", min=0.1, help="Stop the program after this many seconds."),

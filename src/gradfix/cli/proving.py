@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +13,12 @@ from gradfix.cli.common import EXIT_ERROR, echo_stderr
 from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from gradfix.proof import FixVerdict
     from gradfix.rule import Finding
     from gradfix.runner import Executor, FileResult, Progress, RunOptions, RunResult
+    from gradfix.verify.command import CommandHarness
 
 
 class VerifyMode(enum.Enum):
@@ -308,6 +310,44 @@ def _refix_proven(
         status == "unverified" and strict and not options.unsafe_fixes
     )
     return (status, reason) if refused else None
+
+
+def drive_options(entry: str | None, command: str | None, *, verifies: bool) -> None:
+    """Check ``--entry`` / ``--cmd``: one of them, a valid entry, and a run that verifies
+    (they say how the verifier drives the code; without verification nothing runs)."""
+    if entry is not None and command is not None:
+        echo_stderr("error: give either --cmd or --entry, not both")
+        raise typer.Exit(EXIT_ERROR)
+    if entry is None and command is None:
+        return
+    if not verifies:
+        option = "--cmd" if command is not None else "--entry"
+        echo_stderr(f"error: {option} drives the verification: add --verify (or --write)")
+        raise typer.Exit(EXIT_ERROR)
+    if entry is not None:
+        from gradfix.cli.common import check_entry
+
+        check_entry(entry)
+
+
+@contextlib.contextmanager
+def command_harness(
+    command: str | None, timeout: float, max_steps: int | None, seed: int = 0
+) -> Iterator[CommandHarness | None]:
+    """The harness of ``--cmd`` (the user's command run before and after each fix) for
+    the run, removed at its end; ``None`` without ``--cmd``."""
+    if command is None:
+        yield None
+        return
+    from gradfix.proof import DEFAULT_MAX_STEPS
+    from gradfix.verify.command import CommandHarness
+
+    steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps or None
+    harness = CommandHarness(command, timeout=timeout, seed=seed, max_steps=steps)
+    try:
+        yield harness
+    finally:
+        harness.close()
 
 
 def harness_limits(timeout: float, max_steps: int | None, **more: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
@@ -13,10 +14,12 @@ from gradfix.cli.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    PROGRESS_MIN_FIXES,
     cache_dir,
     check_entry,
     count_of,
     echo_stderr,
+    progress_bar,
 )
 from gradfix.cli.options import (
     CheckFormat,
@@ -26,6 +29,7 @@ from gradfix.cli.options import (
     TraceMaxStepsOption,
     TraceReportOption,
     TraceTimeoutOption,
+    TraceVerifyCommandOption,
 )
 from gradfix.shorten import shorten
 
@@ -60,6 +64,7 @@ def trace(
         bool,
         typer.Option("--write", "-w", help="Apply the fixes proven by --verify (implies it)."),
     ] = False,
+    verify_command: TraceVerifyCommandOption = None,
     no_cache: NoCacheOption = False,
     report: TraceReportOption = None,
 ) -> None:
@@ -85,6 +90,9 @@ def trace(
     if report is not None and not report.lower().endswith(".html"):
         echo_stderr(f"error: --report {report}: the suffix must be .html")
         raise typer.Exit(EXIT_ERROR)
+    if verify_command is not None and not (verify_fixes or write):
+        echo_stderr("error: --cmd drives the verification: add --verify (or --write)")
+        raise typer.Exit(EXIT_ERROR)
     machine = output_format in (CheckFormat.json, CheckFormat.sarif, CheckFormat.github)
     try:
         result = run_trace(
@@ -99,7 +107,9 @@ def trace(
 
     fixes = link_fixes(result.findings)
     if verify_fixes or write:
-        fixes = prove_fixes(fixes, argv, timeout=timeout or 60.0)
+        driver = argv if verify_command is None else shlex.split(verify_command)
+        with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix") as progress:
+            fixes = prove_fixes(fixes, driver, timeout=timeout or 60.0, progress=progress)
     _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
     if report is not None:
         _write_trace_report(report, result, fixes, " ".join(argv) if entry is None else entry)

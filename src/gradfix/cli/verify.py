@@ -14,7 +14,6 @@ from gradfix.cli.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     PROGRESS_MIN_FIXES,
-    check_entry,
     cluster,
     configure,
     count_of,
@@ -39,7 +38,13 @@ from gradfix.cli.options import (
     VerboseOption,
     VerifyFormat,
 )
-from gradfix.cli.proving import harness_limits, require_torch, verify_run
+from gradfix.cli.proving import (
+    command_harness,
+    drive_options,
+    harness_limits,
+    require_torch,
+    verify_run,
+)
 from gradfix.shorten import shorten
 
 if TYPE_CHECKING:
@@ -94,8 +99,7 @@ def verify(
       2  a file could not be processed, torch is missing, or a bad option
     """
     require_torch()
-    if entry is not None:
-        check_entry(entry)
+    drive_options(entry, command, verifies=True)
     if baseline:
         _verify_baseline(paths or [], output_format, timeout, seed)
     from gradfix.runner import RunOptions
@@ -103,24 +107,14 @@ def verify(
     # every fix is judged, the unsafe ones included: that is what verification is for
     rules, settings = configure(select, ignore, config)
     options = RunOptions(rules=rules, fix=True, unsafe_fixes=True, config=settings)
-    harness = None
-    if command is not None:
-        from gradfix.proof import DEFAULT_MAX_STEPS
-        from gradfix.verify.command import CommandHarness
-
-        steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps or None
-        harness = CommandHarness(command, timeout=timeout, seed=seed, max_steps=steps)
-    try:
-        with cluster(executor, ray_address, ship=".") as on:
-            run, _ = run_files(paths, options, None, 1, on)
-            limits = harness_limits(timeout, max_steps, entry=entry, command=harness)
-            with progress_bar("proving fixes", PROGRESS_MIN_FIXES) as progress:
-                verdicts = verify_run(
-                    run, options, limits, jobs=jobs, executor=on, progress=progress
-                )
-    finally:
-        if harness is not None:
-            harness.close()
+    with (
+        cluster(executor, ray_address, ship=".") as on,
+        command_harness(command, timeout, max_steps, seed) as harness,
+    ):
+        run, _ = run_files(paths, options, None, 1, on)
+        limits = harness_limits(timeout, max_steps, entry=entry, command=harness)
+        with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix") as progress:
+            verdicts = verify_run(run, options, limits, jobs=jobs, executor=on, progress=progress)
     report_problems(run, verbose)
     found = [v for path in sorted(verdicts) for v in verdicts[path]]
     if output_format is VerifyFormat.json:

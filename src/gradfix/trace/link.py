@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -176,14 +176,23 @@ def prove_fix(fix: TraceFix, command: list[str], *, timeout: float, cwd: str = "
 
 
 def prove_fixes(
-    fixes: Sequence[TraceFix], command: list[str], *, timeout: float, cwd: str = "."
+    fixes: Sequence[TraceFix],
+    command: list[str],
+    *,
+    timeout: float,
+    cwd: str = ".",
+    progress: Callable[[int], Callable[[], None]] | None = None,
 ) -> list[TraceFix]:
     """Prove each fix alone; where one file has several verified fixes, prove them
     together too (one run finds each bug of a file, a write applies one fix per file).
-    Returns the fixes, the ones proven together first."""
+    Returns the fixes, the ones proven together first. ``progress(total)`` returns what
+    to call once each fix has its verdict (a progress bar: ``fix 2 of 5``)."""
     fixes = list(fixes)
+    advance = progress(len(fixes)) if progress is not None else None
     for index, fix in enumerate(fixes):
         fix.verdict = prove_fix(fix, command, timeout=timeout, cwd=cwd)
+        if advance is not None:
+            advance()
         if fix.verdict[0] != "rejected":
             continue
         for alternative in fix.alternatives:  # another rule's rewrite of the same line

@@ -224,6 +224,19 @@ def describe_exception(exc: BaseException, filename: str) -> dict[str, Any]:
     }
 
 
+def exit_place(exc: SystemExit, filename: str) -> dict[str, Any]:
+    """Where a script ended early with ``sys.exit(0)`` (``exit()``, ``SystemExit``): the
+    line of ``filename`` the exit was called from (``None`` when elsewhere), and
+    ``where`` / ``code`` of the program's own innermost frame (:func:`failing_place`)."""
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return {"line": line, **failing_place(exc.__traceback__)}
+
+
 def failing_place(tb: types.TracebackType | None) -> dict[str, Any]:
     """``where`` (``file:line``, relative to the working directory) and ``code`` (the
     line's text) of the innermost frame of the program itself, not of a library."""
@@ -335,7 +348,9 @@ class Session:
             outcome = {"status": "stopped"}
         except SystemExit as exc:
             outcome = (
-                {"status": "ok"} if exc.code in (None, 0) else describe_exception(exc, self.path)
+                {"status": "ok", "exit": exit_place(exc, self.path)}
+                if exc.code in (None, 0)
+                else describe_exception(exc, self.path)
             )
         except Exception as exc:  # noqa: BLE001 - the script's failure is the data
             outcome = describe_exception(exc, self.path)
