@@ -404,8 +404,8 @@ class BufferLint(DocumentLint):
 
     def full_lint(self) -> FileLint | None:
         """The lint of the whole text (made once); ``None`` when it does not parse. An
-        incremental lint takes its findings (they are the same unless a dependency the
-        edit reached escaped :mod:`gradfix.incremental`'s links)."""
+        incremental lint takes its findings (the same when it was exact, else they may
+        differ where the edit's links did not fit its budget: :mod:`gradfix.incremental`)."""
         if self._lint is not None or self.error is not None:
             return self._lint
         try:
@@ -432,12 +432,13 @@ class BufferLint(DocumentLint):
         if not self.incremental:
             return False
         self.incremental = False
+        exact = self.snapshot is not None and self.snapshot.exact
         before = [_published(f) for f in self.findings]
         self.full_lint()
         if self.error is not None:
             return True
         changed = [_published(f) for f in self.findings] != before
-        if changed:
+        if changed and exact:  # the links missed a dependency: a bug of the links
             logger.warning("%s: the incremental lint missed a change; published again", self.path)
         return changed
 
