@@ -62,7 +62,7 @@ _ATTRIBUTE_CALLS = frozenset(
 )
 #: at most this many lines checked again after an edit (with the edited ones): past it the
 #: nearest linked units that fit, an answer that is not exact (a full lint confirms it)
-BUDGET = 700
+BUDGET = 400
 _Index = dict[str, list[int]]  # a name -> the units that bind (or use) it
 
 
