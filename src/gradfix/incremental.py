@@ -42,7 +42,7 @@ import ast
 import dataclasses
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gradfix.engine import FileLint
@@ -86,8 +86,16 @@ class Unit:
     last: int = 0  # the class's last line, for a header (else ``end``)
 
     def shifted(self, delta: int) -> Unit:
-        return dataclasses.replace(
-            self, start=self.start + delta, end=self.end + delta, last=self.last + delta
+        return Unit(
+            self.start + delta,
+            self.end + delta,
+            self.binds,
+            self.uses,
+            self.is_import,
+            self.imports,
+            self.member,
+            self.header,
+            self.last + delta,
         )
 
     @property
@@ -474,23 +482,30 @@ def _linked(
             binders.setdefault(name, []).append(i)
         for name in unit.uses:
             users.setdefault(name, []).append(i)
-    seeds = [*units[edit.lo : edit.hi], *fresh]
-    pending = deque(i for seed in seeds for i in _neighbours(seed, binders, users))
+    pending: deque[int] = deque()
+    queued = set(range(edit.lo, edit.hi))  # each unit is queued once
+
+    def queue(indices: Iterable[int]) -> None:
+        for i in indices:
+            if i not in queued:
+                queued.add(i)
+                pending.append(i)
+
+    for seed in (*units[edit.lo : edit.hi], *fresh):
+        queue(_neighbours(seed, binders, users))
     if delta:
-        pending.extend(_citing_lines(previous, edit))
-    found: set[int] = set()
-    skipped: set[int] = set()
+        queue(_citing_lines(previous, edit))
+    found: list[int] = []
+    skipped = False
     size = sum(u.lines for u in fresh)
     while pending:
         i = pending.popleft()
-        if i in found or i in skipped or edit.lo <= i < edit.hi:
-            continue
         if size + units[i].lines > BUDGET:
-            skipped.add(i)
+            skipped = True
             continue
         size += units[i].lines
-        found.add(i)
-        pending.extend(_links(units, i, binders, users))
+        found.append(i)
+        queue(_links(units, i, binders, users))
     return sorted(found), not skipped
 
 
