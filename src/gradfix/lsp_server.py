@@ -390,6 +390,7 @@ class BufferLint(DocumentLint):
     _lint: FileLint | None = None  # the one lint: quick fixes and fix-all reuse its parse
     _singles: list[SingleFix] | None = None
     _fixed_safe: str | None = None
+    freeze: ClassVar[bool] = False  # freeze a full lint's objects (:meth:`full_lint`)
 
     @classmethod
     def of(
@@ -429,7 +430,9 @@ class BufferLint(DocumentLint):
         # (gc.freeze), the cyclic collector does not walk their millions of objects again
         # and again after each edit (a 0.2-0.3 s pause every few edits of a 5,000-line
         # file); the next full lint unfreezes them (their cycles, if any, are collected).
-        gc.unfreeze()
+        # Only in the server's process (:func:`run`): freezing is for the whole process.
+        if BufferLint.freeze:
+            gc.unfreeze()
         try:
             self._lint = FileLint(self.source, rules=self.rules, path=self.path, lazy_fixes=True)
         except SourceError as error:
@@ -447,7 +450,8 @@ class BufferLint(DocumentLint):
             if tree is None or self._lint.crashes
             else Snapshot.of(self.source, tree, self.findings, self.rules, self.path)
         )
-        gc.freeze()
+        if BufferLint.freeze:
+            gc.freeze()
         return self._lint
 
     def confirm(self) -> bool:
@@ -1274,6 +1278,7 @@ def run(stdin: Any = None, stdout: Any = None) -> int:
     the LSP exit status (0 after ``shutdown``, 1 otherwise). ``gradfix lsp`` starts it
     through :func:`gradfix.lsp.serve`, which answers ``initialize`` first."""
     logging.basicConfig(format="gradfix lsp: %(levelname)s: %(message)s")  # stderr
+    BufferLint.freeze = True
     server = create_server()
     server.start_io(stdin, stdout)
     status = 0 if server.shutdown_requested else 1
