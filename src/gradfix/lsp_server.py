@@ -851,12 +851,14 @@ class GradfixServer(LanguageServer):
             self.snapshots[uri] = lint.snapshot
         return lint
 
-    async def confirm_soon(self, uri: str, lint: BufferLint) -> None:
+    async def confirm_soon(self, uri: str, lint: BufferLint, version: int | None) -> None:
         """Once typing pauses, lint the whole text of an incremental lint (the quick fixes
-        need it) and publish again if the findings differ."""
+        need it) and publish again if the findings differ. Typing has paused when the
+        buffer is still at ``version``: an edit meanwhile that came back to the same text
+        (an undo) is typing too."""
         await asyncio.sleep(CONFIRM_DELAY)
         document = self.open_document(uri)
-        if document is None or document.source != lint.source or not lint.incremental:
+        if document is None or document.version != version or not lint.incremental:
             return  # changed meanwhile (its own lint confirms), closed, or confirmed
         published = self.last_good.get(uri, ("", []))[1]
         await self.in_engine(lint.confirm)
@@ -937,7 +939,7 @@ class GradfixServer(LanguageServer):
             return
         self.publish_lint(document, lint)
         if isinstance(lint, BufferLint) and lint.incremental:
-            self.spawn(self.confirm_soon(uri, lint))
+            self.spawn(self.confirm_soon(uri, lint, document.version))
         if verify and self.settings.verify and any(f.fix is not None for f in lint.findings):
             self.start_verification(document)
 
