@@ -954,3 +954,35 @@ print(loaded(("libcst", "gradfix.codemods", "gradfix.engine")))
     assert bare == "[]"
     assert server == "[]"
     assert "libcst" in linted and "gradfix.engine" in linted and "gradfix.codemods" in linted
+
+
+def test_typing_back_to_a_text_is_not_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full lint after an incremental one waits for the buffer to stay at the linted
+    version: an undo back to the linted text meanwhile is typing, not a pause."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import gradfix.lsp_server
+    from gradfix.lsp import create_server
+
+    monkeypatch.setattr(gradfix.lsp_server, "CONFIRM_DELAY", 0)
+    server = create_server()
+    document = SimpleNamespace(version=5, source=BUGGY)  # versions 4 and 5: away and back
+    server.open_document = lambda uri: document  # type: ignore[method-assign]
+    confirmed: list[int] = []
+    lint = SimpleNamespace(
+        source=BUGGY,
+        incremental=True,
+        snapshot=None,
+        findings=[],
+        confirm=lambda: confirmed.append(1),
+    )
+
+    async def in_engine(function: Any, *args: Any) -> Any:
+        return function(*args)
+
+    server.in_engine = in_engine  # type: ignore[method-assign,assignment]
+    asyncio.run(server.confirm_soon("file:///m.py", lint, 3))  # type: ignore[arg-type]
+    assert confirmed == []
+    asyncio.run(server.confirm_soon("file:///m.py", lint, 5))  # type: ignore[arg-type]
+    assert confirmed == [1]
