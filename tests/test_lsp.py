@@ -868,3 +868,121 @@ def test_a_change_is_linted_at_once_and_changes_meanwhile_together() -> None:
     asyncio.run(typing())
     assert linted.count("file:///a.py") == 2 and linted.count("file:///b.py") == 1
     assert not server.linting and not server.changed_again
+
+
+# --- start-up (issue 32): initialize answered before the server is imported -------------
+
+CLIENTS = [
+    {},
+    {"general": {"positionEncodings": ["utf-8", "utf-16"]}},
+    {"general": {"positionEncodings": ["utf-32"]}},
+    {"general": {"positionEncodings": ["latin-1"]}},
+    {"general": {}},
+    {"notebookDocument": {"synchronization": {"dynamicRegistration": True}}},
+    {"textDocument": {"synchronization": {"willSave": True, "willSaveWaitUntil": False}}},
+    {"workspace": {"workspaceFolders": True, "configuration": True}},
+]
+
+
+def test_the_early_answer_to_initialize_is_the_servers_own() -> None:
+    """pygls' own answer (the server started without :func:`gradfix.lsp.serve`) for each
+    client is the one ``serve`` sends before importing it."""
+    from gradfix.lsp import initialize_result
+
+    for capabilities in CLIENTS:
+        params = {"processId": None, "rootUri": None, "capabilities": capabilities}
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from gradfix.lsp_server import run; run()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        client = LspClient(process)
+        try:
+            assert client.request("initialize", params) == initialize_result(params), capabilities
+            client.stop()
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def test_initialize_is_answered_without_the_server() -> None:
+    """With pygls unimportable, ``gradfix lsp`` still answers ``initialize`` (then fails
+    to start the server): the answer does not wait for the imports."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "initialize",
+            "params": {"processId": None, "capabilities": {}},
+        }
+    ).encode()
+    script = "import sys; sys.modules['pygls'] = None; from gradfix.lsp import serve; serve()"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=b"Content-Length: %d\r\n\r\n" % len(body) + body,
+        capture_output=True,
+        timeout=TIMEOUT,
+    )
+    assert b"ModuleNotFoundError" in done.stderr and b"pygls" in done.stderr
+    header, _, answer = done.stdout.partition(b"\r\n\r\n")
+    assert json.loads(answer)["id"] == 7
+    assert json.loads(answer)["result"]["capabilities"]["positionEncoding"] == "utf-16"
+
+
+def test_importing_the_server_loads_neither_the_engine_nor_torch() -> None:
+    """``gradfix.lsp`` loads no pygls; the server itself (created) no LibCST, torch, rules
+    or engine: they come with the first lint."""
+    script = """
+import sys
+heavy = ("libcst", "torch", "gradfix.codemods", "gradfix.engine", "gradfix.proof")
+def loaded(names):
+    return sorted(m for m in sys.modules if m.split(".")[0] in names or m in names)
+import gradfix.lsp
+print(loaded(("pygls", "lsprotocol", *heavy)))
+from gradfix.lsp import BufferLint, ClientText, create_server
+create_server()
+print(loaded(heavy))
+BufferLint.of("file:///m.py", ClientText("import torch\\n"), "m.py", create_server().rules)
+print(loaded(("libcst", "gradfix.codemods", "gradfix.engine")))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=TIMEOUT * 4, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    bare, server, linted = done.stdout.splitlines()
+    assert bare == "[]"
+    assert server == "[]"
+    assert "libcst" in linted and "gradfix.engine" in linted and "gradfix.codemods" in linted
+
+
+def test_typing_back_to_a_text_is_not_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full lint after an incremental one waits for the buffer to stay at the linted
+    version: an undo back to the linted text meanwhile is typing, not a pause."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import gradfix.lsp_server
+    from gradfix.lsp import create_server
+
+    monkeypatch.setattr(gradfix.lsp_server, "CONFIRM_DELAY", 0)
+    server = create_server()
+    document = SimpleNamespace(version=5, source=BUGGY)  # versions 4 and 5: away and back
+    server.open_document = lambda uri: document  # type: ignore[method-assign]
+    confirmed: list[int] = []
+    lint = SimpleNamespace(
+        source=BUGGY,
+        incremental=True,
+        snapshot=None,
+        findings=[],
+        confirm=lambda: confirmed.append(1),
+    )
+
+    async def in_engine(function: Any, *args: Any) -> Any:
+        return function(*args)
+
+    server.in_engine = in_engine  # type: ignore[method-assign,assignment]
+    asyncio.run(server.confirm_soon("file:///m.py", lint, 3))  # type: ignore[arg-type]
+    assert confirmed == []
+    asyncio.run(server.confirm_soon("file:///m.py", lint, 5))  # type: ignore[arg-type]
+    assert confirmed == [1]
