@@ -1551,3 +1551,22 @@ def test_a_failure_autograd_does_not_cause_leaves_the_fix_unverified() -> None:
     verdict = verify(NO_BACKWARD_OTHER_ERROR, NO_BACKWARD_EDIT_FIX)
     assert verdict.status == "unverified", verdict.reason
     assert "nothing to compare" in verdict.reason
+
+
+def test_a_fix_of_a_run_that_raised_before_any_backward_keeps_its_forward() -> None:
+    """Before raises an autograd error before its first backward call (an in-place change
+    of a leaf), so no forward result of it is recorded: the same program run with autograd
+    off up to that call gives the forward the fix must keep."""
+    bug = """import torch
+torch.manual_seed(0)
+w = torch.randn(4, requires_grad=True)
+w[1:3] = w[1:3] * 2
+loss = (w ** 2).sum()
+loss.backward()
+"""
+    kept = bug.replace("w[1:3] = w[1:3] * 2", "w = torch.cat([w[:1], w[1:3] * 2, w[3:]])")
+    changed = bug.replace("w[1:3] = w[1:3] * 2", "w = torch.cat([w[:1], w[1:3] * 3, w[3:]])")
+    assert verify(bug, kept).status == "verified"
+    verdict = verify(bug, changed)
+    assert verdict.status == "rejected", verdict.reason
+    assert "forward changed" in verdict.reason and "autograd off" in verdict.reason

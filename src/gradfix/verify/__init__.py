@@ -145,6 +145,14 @@ def _verify(
                 before, raised = reference, before
             else:
                 reference = None
+        forward_reference = None
+        if _raised_before_backward(before, after):
+            # what before computes up to its first backward call when autograd records
+            # nothing (its error was autograd's): the forward the fix must keep
+            failed = _send(
+                before_proc, "trace", timeout, max_steps=1, grad_enabled=False, skip_backward=True
+            )
+            forward_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
         changed = changed_places(options["filename"], before_src, after_src)
         plan = plan_fd(before, after, intent=limits["intent"], changed=changed)
         sent = {
@@ -165,7 +173,12 @@ def _verify(
             for source, failed in sent.items()
         }
         verdict = compare_traces(
-            before, after, fd or None, intent=limits["intent"], changed=changed
+            before,
+            after,
+            fd or None,
+            intent=limits["intent"],
+            changed=changed,
+            forward_reference=forward_reference,
         )
         confirm = verdict.evidence.get("confirm")
         if confirm:
@@ -278,6 +291,19 @@ def _raised_without_backward(before: dict[str, Any], after: dict[str, Any]) -> b
         and outcome.get("category") == "code"
         and not before.get("event_count")
         and _ran_without_backward(after)
+    )
+
+
+def _raised_before_backward(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """BEFORE failed in its own code before any backward call, and AFTER made some: the
+    forward results of AFTER's first call can only be checked against BEFORE run with
+    autograd off (an in-place change of a leaf raises only while autograd records)."""
+    outcome = before.get("outcome") or {}
+    return (
+        outcome.get("status") == "error"
+        and outcome.get("category") == "code"
+        and not before.get("event_count")
+        and bool(after.get("event_count"))
     )
 
 

@@ -141,6 +141,9 @@ class Recorder:
         # --max-steps: the script is stopped at the backward call of this index (by
         # StopScript, or by ``on_max_steps`` when the whole process must end there).
         self.max_events: int | None = None
+        #: record each backward call's roots and skip the call (a run with autograd off
+        #: that gives the forward results a fix must keep, see ``Runner.trace``)
+        self.skip_backward = False
         self.on_max_steps: Callable[[], None] | None = None
         # Finite-difference support (see UseTracker).
         self.stop_after_event: int | None = None
@@ -737,6 +740,8 @@ def _wrap_event(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
         roots, grad_outputs, inputs = _event_arguments(signature, kind, args, kwargs)
         if record_kind == "grad":
             recorder.next_grad_is_constant = not _creates_graph(signature, args, kwargs)
+        if recorder.skip_backward and record_kind == "backward":
+            return recorder.run_event(record_kind, roots, grad_outputs, inputs, lambda: None)
         return recorder.run_event(
             record_kind, roots, grad_outputs, inputs, lambda: fn(*args, **kwargs)
         )

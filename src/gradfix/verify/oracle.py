@@ -326,6 +326,7 @@ def compare_traces(
     intent: FixIntent = NO_INTENT,
     estimable: bool = True,
     changed: Iterable[str] = (),
+    forward_reference: dict[str, Any] | None = None,
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
@@ -334,10 +335,15 @@ def compare_traces(
     :mod:`.intent`; :meth:`FixIntent.unknown` for a change made by hand);
     ``changed``: ``file:line`` of AFTER's lines the fix wrote (as the runner names a failing
     place): a failure elsewhere, after BEFORE failed at its own bug, is another bug's;
+    ``forward_reference``: BEFORE run with autograd off up to its first backward call,
+    whose roots are recorded and the call skipped (where BEFORE raised before any backward
+    call): AFTER's first call must compute the same forward results;
     ``estimable``: False where no finite differences can be run (a ``--cmd`` harness), so a
     gradient only they could judge leaves the fix unverified instead of rejected.
     """
-    return _Comparison(before, after, fd, intent=intent, estimable=estimable, changed=changed).run()
+    comparison = _Comparison(before, after, fd, intent=intent, estimable=estimable, changed=changed)
+    comparison.forward_reference = forward_reference
+    return comparison.run()
 
 
 def plan_fd(
@@ -559,6 +565,8 @@ class _Comparison:
         #: this comparison already has the float64 answers it asked for
         self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
         self._entry: dict[str, Any] | None = None
+        #: see ``compare_traces``
+        self.forward_reference: dict[str, Any] | None = None
         self._estimate32: float | None = None
 
     # ------------------------------------------------------------- driver
@@ -566,6 +574,7 @@ class _Comparison:
         try:
             self._check_runs()
             self._check_counts()
+            self._check_forward_reference()
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)
             if self.stale_at is not None:
@@ -1112,6 +1121,22 @@ class _Comparison:
             f"{mismatch}; before's forward depends on the leaves (finite differences up to "
             f"{_format(steepest)}) though its graph was cut: the fix must keep its values"
         )
+
+    def _check_forward_reference(self) -> None:
+        """AFTER's first backward call against BEFORE's forward with autograd off (see
+        ``compare_traces``): before the first optimizer step both compute the same."""
+        reference = self.forward_reference or {}
+        events_r, events_a = reference.get("events") or [], self.after.get("events") or []
+        if not events_r or not events_a:
+            return
+        label = f"backward call #1{_at_line(events_a[0].get('line'))}"
+        mismatch = self._roots_mismatch(events_r[0], events_a[0], label)
+        if mismatch is not None:
+            raise _Rejected(
+                f"{mismatch} (before, run with autograd off up to that call, computes the "
+                "value the fix must keep)"
+            )
+        self.notes.append(f"{label}: the forward results equal before's with autograd off")
 
     def _eps_guard(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> bool:
         """Whether AFTER's forward moved off BEFORE's only by an eps guard: BEFORE's gradient

@@ -304,7 +304,9 @@ class Session:
             # run of this session too: the finite differences see the same program)
             self.hold = frozenset(int(k) for k in request.get("hold") or ())
             return self.trace(
-                request.get("max_steps"), grad_enabled=request.get("grad_enabled", True)
+                request.get("max_steps"),
+                grad_enabled=request.get("grad_enabled", True),
+                skip_backward=bool(request.get("skip_backward")),
             )
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
@@ -382,14 +384,22 @@ class Session:
             if any(path.startswith(directory + os.sep) for directory in self.project_dirs):
                 del sys.modules[name]
 
-    def trace(self, max_steps: int | None = None, *, grad_enabled: bool = True) -> dict[str, Any]:
+    def trace(
+        self,
+        max_steps: int | None = None,
+        *,
+        grad_enabled: bool = True,
+        skip_backward: bool = False,
+    ) -> dict[str, Any]:
         """One instrumented run; stopped at backward call ``max_steps + 1`` if any.
         ``grad_enabled=False``: the script starts with autograd off (the values it computes
         when nothing is recorded: the reference of a fix that only changes what autograd
-        records, in a script without backward)."""
+        records, in a script without backward); ``skip_backward``: each backward call is
+        recorded (its roots: the forward results) and not run."""
         started = time.monotonic()
         recorder = self.instrument.Recorder(self.path)
         recorder.max_events = max_steps or None
+        recorder.skip_backward = skip_backward
         outcome, namespace = self.execute(recorder, grad_enabled=grad_enabled)
         if outcome["status"] == "stopped":
             outcome["max_steps"] = max_steps
