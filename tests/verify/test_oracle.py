@@ -1570,3 +1570,26 @@ loss.backward()
     verdict = verify(bug, changed)
     assert verdict.status == "rejected", verdict.reason
     assert "forward changed" in verdict.reason and "autograd off" in verdict.reason
+
+
+def test_a_state_carried_into_a_freed_graph_is_still_a_forward_reference() -> None:
+    """ "Backward through the graph a second time" on a new result whose graph reaches into
+    a freed one (a hidden state carried across steps): that forward ran, so a fix must keep
+    it; only a root backpropagated before (made once, before the loop) is stale."""
+    bug = """import torch
+torch.manual_seed(0)
+w = torch.randn(3, 3, requires_grad=True)
+opt = torch.optim.SGD([w], lr=0.1)
+h = torch.zeros(3)
+for step in range(3):
+    h = torch.tanh(w @ h + 1.0)
+    loss = (h ** 2).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    detached = bug.replace("h = torch.tanh(w @ h + 1.0)", "h = torch.tanh(w @ h.detach() + 1.0)")
+    reset = bug.replace("h = torch.tanh(w @ h + 1.0)", "h = torch.tanh(w @ torch.zeros(3) + 1.0)")
+    assert verify(bug, detached).status == "verified"
+    verdict = verify(bug, reset)
+    assert verdict.status == "rejected" and "forward changed" in verdict.reason, verdict.reason

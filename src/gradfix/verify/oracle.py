@@ -366,11 +366,16 @@ def plan_fd(
     return {source: targets for source, targets in comparison.needs.items() if targets}
 
 
-def _reran_freed_graph(event: dict[str, Any]) -> bool:
-    """The call raised "backward through the graph a second time": its root is a value an
-    earlier call already backpropagated (made once, before a loop), not a new result."""
+def _reran_freed_graph(event: dict[str, Any], earlier: Iterable[dict[str, Any]] = ()) -> bool:
+    """The call raised "backward through the graph a second time" and its root is a value
+    an earlier call already backpropagated (made once, before a loop), not a new result.
+    A new result whose graph reaches into a freed one (a hidden state carried across
+    steps) is a forward that ran: it stays a reference."""
     error = event.get("error") or {}
-    return BACKWARD_TWICE in str(error.get("message", ""))
+    if BACKWARD_TWICE not in str(error.get("message", "")):
+        return False
+    roots = [_values(root) for root in event.get("roots", [])]
+    return any(roots == [_values(r) for r in e.get("roots", [])] for e in earlier)
 
 
 def _discarded(event: dict[str, Any], k: int) -> bool:
@@ -1045,7 +1050,7 @@ class _Comparison:
             self._check_stale_gradient(i, eb, ea, label)
             self.events_compared += 1
             return
-        if _reran_freed_graph(eb):
+        if _reran_freed_graph(eb, self.before.get("events", [])[:i]):
             self._mark_broken(i)  # before's forward did not run again: its result is stale
         if self.broken_at is None:
             raise _Rejected(mismatch)
