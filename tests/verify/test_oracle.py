@@ -1593,3 +1593,26 @@ for step in range(3):
     assert verify(bug, detached).status == "verified"
     verdict = verify(bug, reset)
     assert verdict.status == "rejected" and "forward changed" in verdict.reason, verdict.reason
+
+
+def test_a_stale_forward_backpropagated_again_is_rejected() -> None:
+    """A loss made once before the loop and backpropagated each step with
+    retain_graph=True: after's second call differentiates the first call's value though
+    the weights were stepped (through `.data`, which no version counter sees)."""
+    bug = """import torch
+torch.manual_seed(0)
+W = torch.randn(3, 3, requires_grad=True)
+x = torch.randn(4, 3)
+loss = (x @ W).exp().mean()
+for k in range(3):
+    W.grad = None
+    loss.backward()
+    W.data += -0.1 * W.grad
+"""
+    moved = bug.replace("loss = (x @ W).exp().mean()\n", "").replace(
+        "    W.grad = None\n", "    W.grad = None\n    loss = (x @ W).exp().mean()\n"
+    )
+    retained = bug.replace("loss.backward()", "loss.backward(retain_graph=True)")
+    assert verify(bug, moved).status == "verified"
+    verdict = verify(bug, retained)
+    assert verdict.status == "rejected" and "differentiates the value of call #1" in verdict.reason

@@ -242,6 +242,8 @@ class Recorder:
             if record:
                 record["frozen"] = self._frozen_leaves()
                 record["versions"] = [leaf._version for leaf in self.leaves]
+                # `.data` writes bypass the version counter: the values' sums see them
+                record["sums"] = [_leaf_sum(leaf) for leaf in self.leaves]
                 record["padding_rows"] = self._padding_rows()
                 self._name_parameters()
         finally:
@@ -512,6 +514,14 @@ class _GradHook:
     def __call__(self, grad: torch.Tensor) -> None:
         grad = grad.detach().clone()
         self.grad = grad if self.grad is None else self.grad + grad
+
+
+def _leaf_sum(leaf: torch.Tensor) -> float | None:
+    """The sum of a leaf's values (None where it cannot be taken: a meta or sparse one)."""
+    try:
+        return float(leaf.detach().double().sum())
+    except (RuntimeError, TypeError, ValueError):
+        return None
 
 
 def _stale(grads: list[torch.Tensor | None]) -> list[int]:

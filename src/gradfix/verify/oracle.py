@@ -580,6 +580,7 @@ class _Comparison:
             self._check_runs()
             self._check_counts()
             self._check_forward_reference()
+            self._check_stale_roots()
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)
             if self.stale_at is not None:
@@ -1126,6 +1127,32 @@ class _Comparison:
             f"{mismatch}; before's forward depends on the leaves (finite differences up to "
             f"{_format(steepest)}) though its graph was cut: the fix must keep its values"
         )
+
+    def _check_stale_roots(self) -> None:
+        """After differentiates at call ``i`` the very value it differentiated at an earlier
+        call although the leaves changed in place in between (an optimizer stepped them):
+        a forward made once and backpropagated again with ``retain_graph=True``, whose
+        gradients are those of parameters that no longer exist. Positive evidence, not
+        a matter of intent."""
+        events = self.after.get("events") or []
+        for i, event in enumerate(events):
+            roots = [_values(root) for root in event.get("roots", [])]
+            if not roots or not any(roots):
+                continue
+            for j in range(i):
+                earlier = events[j]
+                same = roots == [_values(root) for root in earlier.get("roots", [])]
+                changed = any(
+                    event.get(key) and earlier.get(key) and event[key] != earlier[key]
+                    for key in ("versions", "sums")
+                )
+                if same and changed:
+                    raise _Rejected(
+                        f"after's backward call #{i + 1}{_at_line(event.get('line'))} "
+                        f"differentiates the value of call #{j + 1} again, though the leaves "
+                        "changed in place in between (a stale forward: its gradient is that "
+                        "of parameters since stepped)"
+                    )
 
     def _check_forward_reference(self) -> None:
         """AFTER's first backward call against BEFORE's forward with autograd off (see
