@@ -1616,3 +1616,13 @@ for k in range(3):
     assert verify(bug, moved).status == "verified"
     verdict = verify(bug, retained)
     assert verdict.status == "rejected" and "differentiates the value of call #1" in verdict.reason
+
+
+def test_a_leaf_holding_inf_is_traced() -> None:
+    """The trace is strict JSON: a leaf whose values sum to inf records no sum."""
+    script = """import torch
+w = torch.tensor([float("inf"), 1.0], requires_grad=True)
+(w[1:] * 2).sum().backward()
+"""
+    verdict = verify(script, script)
+    assert verdict.status == "verified", verdict.reason

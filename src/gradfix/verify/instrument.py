@@ -519,9 +519,10 @@ class _GradHook:
 def _leaf_sum(leaf: torch.Tensor) -> float | None:
     """The sum of a leaf's values (None where it cannot be taken: a meta or sparse one)."""
     try:
-        return float(leaf.detach().double().sum())
+        total = float(leaf.detach().double().sum())
     except (RuntimeError, TypeError, ValueError):
         return None
+    return total if math.isfinite(total) else None  # the trace is strict JSON
 
 
 def _stale(grads: list[torch.Tensor | None]) -> list[int]:
