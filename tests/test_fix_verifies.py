@@ -405,3 +405,24 @@ def test_a_fix_another_fix_makes_possible_waits_for_the_next_run(tmp_path: Path)
     )
     code, _, err = invoke("fix", "--write", "--select", "GF101", "--unsafe-fixes", str(script))
     assert (code, err.splitlines()[-1]) == (0, "Fixed 1 finding in 1 file.")
+
+
+def test_a_fix_that_spoils_the_joint_proof_is_left_out_and_the_others_written(
+    tmp_path: Path,
+) -> None:
+    """The planted project's model.py: registering the blocks (GF107) changes what the
+    init loop draws, so the file's fixes together are refused; GF107, declared to change
+    what trains and not verified alone, is left out and GF204's fix is written."""
+    import shutil
+
+    planted = Path(__file__).resolve().parent.parent / "bench" / "projects" / "planted"
+    project = tmp_path / "planted"
+    shutil.copytree(planted, project, ignore=shutil.ignore_patterns("EXPECTED.json"))
+    model = project / "model.py"
+    code, _, err = invoke("fix", "--write", "--unsafe-fixes", str(model))
+    assert "the accepted fixes together are rejected" in err, err
+    assert "the accepted fixes but GF107 at line 23 are applied together" in err, err
+    fixed = model.read_text(encoding="utf-8")
+    assert "h = h + x  # residual" in fixed
+    assert "self.blocks = [Block(hidden) for _ in range(n_blocks)]" in fixed
+    assert code == 1  # GF107's finding stays

@@ -245,8 +245,38 @@ def _keep_accepted(
     ):
         echo_stderr(f"{result.path}: the fixes verified alone are applied")
         return refused[0]
+    # one fix may spoil the others (its change of the trajectory, another bug's error): the
+    # largest set without one of them that is not refused is applied, the one left out
+    # stays; fixes not verified alone and declared to change what trains go first
+    if 1 < len(keys) <= MAX_LEFT_OUT_TRIES:
+        for left_out in sorted(keys, key=lambda key: _spoiler_rank(key, found)):
+            rest = keys - {left_out}
+            if rest == alone:
+                continue  # tried above
+            if _refix_proven(result, rest, options, harness, strict=strict) is None:
+                echo_stderr(
+                    f"{result.path}: the accepted fixes but {left_out[2]} at line "
+                    f"{left_out[0]} are applied together"
+                )
+                return refused[0]
     result.fixed, result.remaining = result.original, list(result.findings)
     return refused[0]
+
+
+#: how many accepted fixes of a file refused together are each tried left out (a proof
+#: each): past that, the file's fixes are held back whole
+MAX_LEFT_OUT_TRIES = 4
+
+
+def _spoiler_rank(key: tuple[int, int, str], found: list[FixVerdict]) -> tuple[bool, bool, Any]:
+    """How early to leave a fix out of a refused set: first those not verified alone, of
+    them first those whose rule declares a change of what trains (a trajectory that
+    parts from the original's on purpose spoils a joint proof of the others)."""
+    from gradfix.proof import finding_key
+    from gradfix.registry import fix_intent
+
+    verified = any(finding_key(v.finding) == key and v.status == "verified" for v in found)
+    return (verified, not fix_intent([key[2]]).changes_training, key)
 
 
 #: why a fix the run would apply was not (:attr:`FileResult.held`)
