@@ -413,3 +413,23 @@ def test_in_place_notes_stay_bounded_in_a_long_run() -> None:
             activation.add_(1)
             alive.append(activation)  # distinct tensors: each change is noted
     assert len(tracer.inplace) == MAX_INPLACE_CHANGES
+
+
+def test_a_fix_whose_run_reaches_a_nan_the_run_traced_elsewhere_is_blocked_not_rejected() -> None:
+    """Two bugs: the in-place change this fix repairs hid a nan another line makes (the
+    run traced its origin). The fixed run's nan gradient is that bug's: unverified."""
+    from types import SimpleNamespace
+
+    from gradfix.trace.link import _blocked_by_a_nan_elsewhere
+
+    inplace = RuntimeFinding("GF204", "inplace-saved", "model.py", 15, "h += x", 1)
+    nan = RuntimeFinding("GF301", "nonfinite", "utils.py", 35, "log at 0", 1)
+    fix = SimpleNamespace(original=SimpleNamespace(path="model.py"), runtime=inplace)
+    rejected = ("rejected", "after: backward call #1 gives leaf 2 a non-finite gradient", {})
+    status, reason, evidence = _blocked_by_a_nan_elsewhere(rejected, fix, [inplace, nan])  # type: ignore[arg-type]
+    assert status == "unverified" and "utils.py:35" in reason and evidence["blocked_by"]
+    # a nan on the fix's own line, or another rejection, stays a rejection
+    own = RuntimeFinding("GF301", "nonfinite", "model.py", 15, "log at 0", 1)
+    assert _blocked_by_a_nan_elsewhere(rejected, fix, [own])[0] == "rejected"  # type: ignore[arg-type]
+    changed = ("rejected", "forward changed: ...", {})
+    assert _blocked_by_a_nan_elsewhere(changed, fix, [nan])[0] == "rejected"  # type: ignore[arg-type]

@@ -109,7 +109,13 @@ def trace(
     if verify_fixes or write:
         driver = argv if verify_command is None else shlex.split(verify_command)
         with progress_bar("proving", PROGRESS_MIN_FIXES, noun="fix") as progress:
-            fixes = prove_fixes(fixes, driver, timeout=timeout or 60.0, progress=progress)
+            fixes = prove_fixes(
+                fixes,
+                driver,
+                timeout=timeout or 60.0,
+                progress=progress,
+                findings=result.findings,
+            )
     _print_trace(result, fixes, output_format, " ".join(argv) if entry is None else entry)
     if report is not None:
         _write_trace_report(report, result, fixes, " ".join(argv) if entry is None else entry)

@@ -182,15 +182,20 @@ def prove_fixes(
     timeout: float,
     cwd: str = ".",
     progress: Callable[[int], Callable[[], None]] | None = None,
+    findings: Sequence[RuntimeFinding] = (),
 ) -> list[TraceFix]:
     """Prove each fix alone; where one file has several verified fixes, prove them
     together too (one run finds each bug of a file, a write applies one fix per file).
     Returns the fixes, the ones proven together first. ``progress(total)`` returns what
-    to call once each fix has its verdict (a progress bar: ``fix 2 of 5``)."""
+    to call once each fix has its verdict (a progress bar: ``fix 2 of 5``). ``findings``:
+    everything the run found; a fix rejected only for a nan gradient where the run showed
+    another line making one is blocked by that bug, not disproven."""
     fixes = list(fixes)
     advance = progress(len(fixes)) if progress is not None else None
     for index, fix in enumerate(fixes):
-        fix.verdict = prove_fix(fix, command, timeout=timeout, cwd=cwd)
+        fix.verdict = _blocked_by_a_nan_elsewhere(
+            prove_fix(fix, command, timeout=timeout, cwd=cwd), fix, findings
+        )
         if advance is not None:
             advance()
         if fix.verdict[0] != "rejected":
@@ -213,6 +218,33 @@ def prove_fixes(
             combined.verdict = prove_fix(combined, command, timeout=timeout, cwd=cwd)
             together.append(combined)
     return together + list(fixes)
+
+
+def _blocked_by_a_nan_elsewhere(
+    verdict: Verdict, fix: TraceFix, findings: Sequence[RuntimeFinding]
+) -> Verdict:
+    """A fix rejected because the fixed run's gradient is nan, where this run located a
+    nan's origin on a line the fix does not touch (another file, or another line of its
+    own): the fixed run reached that other bug; the fix is undecided, not disproven."""
+    status, reason, evidence = verdict
+    if status != "rejected" or "non-finite gradient" not in reason:
+        return verdict
+    touched = {(os.path.realpath(fix.original.path), line) for line in fix_lines(fix.runtime)}
+    elsewhere = [
+        f
+        for f in findings
+        if f.kind == "nonfinite" and (os.path.realpath(f.path), f.line) not in touched
+    ]
+    if not elsewhere:
+        return verdict
+    origin = elsewhere[0]
+    where = f"{os.path.relpath(origin.path)}:{origin.line}"
+    return (
+        "unverified",
+        f"blocked by the nan gradient this run traced to {where} ({origin.code}, another "
+        f"bug): the fixed run reaches it; alone: {reason}",
+        {**evidence, "blocked_by": where},
+    )
 
 
 def _together(parts: list[TraceFix]) -> TraceFix | None:
