@@ -73,7 +73,7 @@ def measure(project: Path, runs: int, timeout: float) -> dict:
             history.append({"run": run, "verdicts": statuses, "summary": lines[-1:] or [""],
                             "open": len(left)})  # fmt: skip
     fixed = [e for e in expected if key(e) in open_before and key(e) not in left]
-    correct = [e for e in expected if e["correct"]]
+    correct = [e for e in expected if e["correct"] and e.get("offered", True)]
     notebook = [e for e in expected if e["file"].endswith(".ipynb")]
     return {
         "project": project.name,
