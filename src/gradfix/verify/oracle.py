@@ -1142,17 +1142,27 @@ class _Comparison:
             for j in range(i):
                 earlier = events[j]
                 same = roots == [_values(root) for root in earlier.get("roots", [])]
-                changed = any(
-                    event.get(key) and earlier.get(key) and event[key] != earlier[key]
-                    for key in ("versions", "sums")
-                )
-                if same and changed:
+                if same and self._stepped_inputs(earlier, event):
                     raise _Rejected(
                         f"after's backward call #{i + 1}{_at_line(event.get('line'))} "
                         f"differentiates the value of call #{j + 1} again, though the leaves "
                         "changed in place in between (a stale forward: its gradient is that "
                         "of parameters since stepped)"
                     )
+
+    @staticmethod
+    def _stepped_inputs(earlier: dict[str, Any], event: dict[str, Any]) -> bool:
+        """Some leaf changed in place between the two calls (its version, or the sum of
+        its values, which sees `.data` writes) and the later call's root depends on it
+        (a nonzero gradient): a value computed from it before the change."""
+        for k, grad in (event.get("grads") or {}).items():
+            if grad is None or not any(v != 0 for v in _values(grad)):
+                continue
+            for key in ("versions", "sums"):
+                old, new = earlier.get(key) or [], event.get(key) or []
+                if int(k) < min(len(old), len(new)) and old[int(k)] != new[int(k)]:
+                    return True
+        return False
 
     def _check_forward_reference(self) -> None:
         """AFTER's first backward call against BEFORE's forward with autograd off (see
