@@ -1626,3 +1626,21 @@ w = torch.tensor([float("inf"), 1.0], requires_grad=True)
 """
     verdict = verify(script, script)
     assert verdict.status == "verified", verdict.reason
+
+
+def test_the_oracle_reads_no_rule_and_no_tracer() -> None:
+    """What a fix declares is passed in (FixIntent); the autograd messages it matches are
+    torch facts: the oracle imports neither the rules nor the tracer."""
+    import ast
+
+    import gradfix.verify.oracle as oracle
+
+    tree = ast.parse(Path(oracle.__file__).read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    forbidden = ("gradfix.registry", "gradfix.trace", "gradfix.codemods")
+    assert not {name for name in imported if name.startswith(forbidden)}

@@ -302,3 +302,16 @@ SAVED_WITH_A_NUMBER: dict[tuple[str, str], frozenset[str]] = {
     ("div", "self"): frozenset(),
     ("div", "other"): frozenset(),
 }
+
+
+# --- autograd's error messages ------------------------------------------------------------
+#: A stable part of each message autograd raises for a pitfall (the catalog in pitfalls.md
+#: quotes them; stable across releases): what ``gradfix trace`` reads a failure as, and
+#: what the verifier matches an error a fix repairs by.
+LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation"
+VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place"
+INTEGER_GRAD = "only Tensors of floating point"
+INPLACE_SAVED = "modified by an inplace operation"
+MULTI_VIEW_INPLACE = "is a view and is being modified inplace"
+BACKWARD_TWICE = "backward through the graph a second time"
+NO_GRAD_FN = "does not require grad and does not have a grad_fn"

@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation"
-VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place"
-INTEGER_GRAD = "only Tensors of floating point"
-INPLACE_SAVED = "modified by an inplace operation"
-MULTI_VIEW_INPLACE = "is a view and is being modified inplace"
-BACKWARD_TWICE = "backward through the graph a second time"
-NO_GRAD_FN = "does not require grad and does not have a grad_fn"
+from gradfix.torch_facts.curated import (  # noqa: F401 - the messages, read here
+    BACKWARD_TWICE,
+    INPLACE_SAVED,
+    INTEGER_GRAD,
+    LEAF_INPLACE,
+    MULTI_VIEW_INPLACE,
+    NO_GRAD_FN,
+    VIEW_OF_LEAF_INPLACE,
+)
 
 #: The rule whose fix applies to each kind of error, when nothing more precise is known.
 CODES = {

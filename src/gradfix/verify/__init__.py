@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gradfix.registry import fix_intent
 from gradfix.verify.intent import FixIntent
 from gradfix.verify.oracle import (
     Verdict,
@@ -102,7 +101,7 @@ def verify_sources(
             "fd_budget": fd_budget,
             "max_steps": max_steps,
             "rules": tuple(rules),
-            "intent": (intent if intent is not None else fix_intent(rules)).for_change(
+            "intent": (intent if intent is not None else _declared(rules)).for_change(
                 before_src, after_src
             ),
         }
@@ -239,6 +238,13 @@ def _confirmed(
         if source in merged:
             merged[source] = dict(merged[source], entries=entries)
     return {source: dict(result, confirmed=True) for source, result in merged.items()}
+
+
+def _declared(rules: Sequence[str]) -> FixIntent:
+    """What the fixes of these rules declare (the rules read here, never by the oracle)."""
+    from gradfix.registry import fix_intent
+
+    return fix_intent(rules)
 
 
 def changed_places(filename: str, before_src: str, after_src: str) -> set[str]:

@@ -141,7 +141,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradfix.trace.errors import BACKWARD_TWICE
+from gradfix.torch_facts.curated import BACKWARD_TWICE, NO_GRAD_FN
 from gradfix.verify.intent import NO_INTENT, FixIntent
 
 FORWARD_RTOL, FORWARD_ATOL = 1e-5, 1e-6
@@ -418,7 +418,7 @@ def _non_finite_gradient(event: dict[str, Any]) -> bool:
 def _no_path_to_any_leaf(event: dict[str, Any]) -> bool:
     """The backward call raised because its objective has no graph to any leaf."""
     error = event.get("error") or {}
-    return "does not require grad and does not have a grad_fn" in str(error.get("message"))
+    return NO_GRAD_FN in str(error.get("message"))
 
 
 def _first_clause(message: str) -> str:
