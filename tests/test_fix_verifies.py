@@ -408,17 +408,27 @@ def test_a_fix_another_fix_makes_possible_waits_for_the_next_run(tmp_path: Path)
 
 
 def test_a_fix_that_spoils_the_joint_proof_is_left_out_and_the_others_written(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The planted project's model.py: registering the blocks (GF107) changes what the
-    init loop draws, so the file's fixes together are refused; GF107, declared to change
-    what trains and not verified alone, is left out and GF204's fix is written."""
+    """The planted project's model.py, its two fixes refused together (the joint proof is
+    made to fail here): GF107, declared to change what trains and not verified alone, is
+    left out first, and GF204's fix is written."""
     import shutil
+
+    from gradfix import proof
 
     planted = Path(__file__).resolve().parent.parent / "bench" / "projects" / "planted"
     project = tmp_path / "planted"
     shutil.copytree(planted, project, ignore=shutil.ignore_patterns("EXPECTED.json"))
     model = project / "model.py"
+    proven = proof.prove_change
+
+    def refused_together(path: str, original: str, fixed: str, **kwargs: object) -> object:
+        if "nn.ModuleList" in fixed and "h = h + x" in fixed:
+            return "rejected", "forward changed: the result of backward call #1 ...", {}
+        return proven(path, original, fixed, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proof, "prove_change", refused_together)
     code, _, err = invoke("fix", "--write", "--unsafe-fixes", str(model))
     assert "the accepted fixes together are rejected" in err, err
     assert "the accepted fixes but GF107 at line 23 are applied together" in err, err

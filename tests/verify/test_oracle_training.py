@@ -231,3 +231,56 @@ def test_a_leaf_no_optimizer_clears_may_accumulate_in_both() -> None:
     assert "adds to the gradient left by earlier calls of #0 (line 3)" in " ".join(
         verdict.evidence["notes"]
     )
+
+
+PLAIN_BLOCKS = """import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.blocks = [nn.Linear(8, 8) for _ in range(2)]
+        self.out = nn.Linear(8, 1)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = torch.relu(block(h))
+        return self.out(h)
+
+
+x = torch.randn(16, 4)  # drawn before the model: its init draws no other data
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    loss = net(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_registering_modules_that_an_init_loop_then_draws_for_is_judged_in_sync() -> None:
+    """GF107's ModuleList makes `self.modules()` reach the blocks, so the init loop draws
+    other values and the forward parts from the original's at once: the replay sets each
+    leaf, at its first use, to the original's value there (and holds the blocks it now
+    trains), and then keeps every forward result and gradient."""
+    registered = PLAIN_BLOCKS.replace(
+        "self.blocks = [nn.Linear(8, 8) for _ in range(2)]",
+        "self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])",
+    )
+    intent = fix_intent(["GF107"])
+    verdict = verify_sources(PLAIN_BLOCKS, registered, timeout=TIMEOUT, intent=intent)
+    assert verdict.status == "verified", verdict.reason
+    assert "synchronised to before's" in verdict.reason
+    # a change of the forward itself is still one
+    doubled = registered.replace("return self.out(h)", "return 2 * self.out(h)")
+    verdict = verify_sources(PLAIN_BLOCKS, doubled, timeout=TIMEOUT, intent=intent)
+    assert verdict.status == "rejected", verdict.reason

@@ -24,6 +24,7 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -119,7 +120,7 @@ def _verify(
     limits: dict[str, Any],
     patched: dict[str, str],
 ) -> Verdict:
-    timeout, fd_budget, max_steps = limits["timeout"], limits["fd_budget"], limits["max_steps"]
+    timeout, max_steps = limits["timeout"], limits["max_steps"]
     with (
         RunnerProcess(before_src, **options) as before_proc,
         RunnerProcess(after_src, **options, patched=patched) as after_proc,
@@ -153,37 +154,20 @@ def _verify(
             )
             forward_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
         changed = changed_places(options["filename"], before_src, after_src)
-        plan = plan_fd(before, after, intent=limits["intent"], changed=changed)
-        sent = {
-            source: _send(
-                procs[source],
-                "fd",
-                timeout,
-                targets=targets,
-                budget=fd_budget,
-                time_budget=0.8 * timeout,
-                constant_grads=constant_grads(limits["intent"]),
-            )
-            for source, targets in plan.items()
-        }
-        deadline = time.monotonic() + timeout
-        fd = {
-            source: failed or _receive(procs[source], deadline, timeout)
-            for source, failed in sent.items()
-        }
-        verdict = compare_traces(
-            before,
-            after,
-            fd or None,
-            intent=limits["intent"],
-            changed=changed,
-            forward_reference=forward_reference,
+        judge = functools.partial(
+            _judge, procs, limits=limits, changed=changed, forward_reference=forward_reference
         )
-        confirm = verdict.evidence.get("confirm")
-        if confirm:
-            # a float32 quotient disagrees with a gradient: its float64 replay decides
-            fd = _confirmed(procs, fd, confirm, limits, constant_grads(limits["intent"]))
-            verdict = compare_traces(before, after, fd, intent=limits["intent"], changed=changed)
+        verdict, fd = judge(before, after)
+        if _may_synchronise(verdict, limits["intent"]):
+            synced = _synchronised(before_proc, after_proc, after, limits)
+            if synced is not None:
+                second, second_fd = judge(before, synced)
+                if second.status != "rejected":  # the forward parted only by its init
+                    second.reason = (
+                        "with the leaves' values at their first use synchronised to "
+                        f"before's (the change draws other initial values): {second.reason}"
+                    )
+                    verdict, fd, after = second, second_fd, synced
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     verdict.evidence["max_steps"] = max_steps
@@ -195,6 +179,86 @@ def _verify(
         **{f"fd_{source}": result.get("duration_s") for source, result in fd.items()},
     }
     return verdict
+
+
+def _judge(
+    procs: dict[str, RunnerProcess],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    *,
+    limits: dict[str, Any],
+    changed: set[str],
+    forward_reference: dict[str, Any] | None,
+) -> tuple[Verdict, dict[str, Any]]:
+    """The verdict on two traces: the finite differences they need, the comparison, and
+    a second round for the float64 estimates that confirm a float32 disagreement."""
+    timeout, intent = limits["timeout"], limits["intent"]
+    plan = plan_fd(before, after, intent=intent, changed=changed)
+    sent = {
+        source: _send(
+            procs[source],
+            "fd",
+            timeout,
+            targets=targets,
+            budget=limits["fd_budget"],
+            time_budget=0.8 * timeout,
+            constant_grads=constant_grads(intent),
+        )
+        for source, targets in plan.items()
+    }
+    deadline = time.monotonic() + timeout
+    fd = {
+        source: failed or _receive(procs[source], deadline, timeout)
+        for source, failed in sent.items()
+    }
+    compare = functools.partial(
+        compare_traces, intent=intent, changed=changed, forward_reference=forward_reference
+    )
+    verdict = compare(before, after, fd or None)
+    confirm = verdict.evidence.get("confirm")
+    if confirm:
+        # a float32 quotient disagrees with a gradient: its float64 replay decides
+        fd = _confirmed(procs, fd, confirm, limits, constant_grads(intent))
+        verdict = compare(before, after, fd)
+    return verdict, fd
+
+
+def _may_synchronise(verdict: Verdict, intent: FixIntent) -> bool:
+    """A change that may change what trains (declared, or a hand-made one) whose forward
+    parts from the original's: replayed with the leaves' first values synchronised, as
+    registering modules changes what an init loop draws for them."""
+    return (
+        intent.changes_training
+        and verdict.status == "rejected"
+        and verdict.reason.startswith(("forward changed", "with the leaves it makes train"))
+        and "forward changed" in verdict.reason
+    )
+
+
+def _synchronised(
+    before_proc: RunnerProcess,
+    after_proc: RunnerProcess,
+    after: dict[str, Any],
+    limits: dict[str, Any],
+) -> dict[str, Any] | None:
+    """AFTER replayed with each leaf set, at its first use, to BEFORE's values there (and
+    the leaves it was held with held again); None when BEFORE's values are not had."""
+    timeout, max_steps = limits["timeout"], limits["max_steps"]
+    failed = _send(before_proc, "trace", timeout, max_steps=max_steps, record_first_values=True)
+    recorded = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
+    values = recorded.get("first_values") or {}
+    if not values:
+        return None
+    failed = _send(
+        after_proc,
+        "trace",
+        timeout,
+        max_steps=max_steps,
+        hold=after.get("held") or [],
+        sync=values,
+    )
+    synced = failed or _receive(after_proc, time.monotonic() + timeout, timeout)
+    return None if "runner_error" in synced else synced
 
 
 def _confirmed(

@@ -173,6 +173,12 @@ class Recorder:
         #: leaves an optimizer step must not change (restored after each step, see
         #: :func:`_hold_step`): a fix that makes them train is replayed without it
         self.hold: frozenset[int] = frozenset()
+        #: record each leaf's values at its first grad-mode use (``first_values``), and
+        #: set them at that use from ``sync`` (a replay synchronised to another run's)
+        self.record_first_values = False
+        self.first_values: dict[int, list[float]] = {}
+        self.value_used: set[int] = set()
+        self.sync: dict[int, list[float]] = {}
         self._held_values: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.held_steps = 0
 
@@ -468,7 +474,13 @@ class Recorder:
         if not torch.is_grad_enabled():
             return
         self._regroup_updated_leaves()
-        for k in sorted(set(self._leaf_args(args, kwargs))):
+        used = sorted(set(self._leaf_args(args, kwargs)))
+        if (self.record_first_values or self.sync) and _reads_values(func):
+            for k in used:
+                if k not in self.value_used:
+                    self.value_used.add(k)
+                    _first_use_values(self, k, self.leaves[k])
+        for k in used:
             self._count_use(k)
 
     def _regroup_updated_leaves(self) -> None:
@@ -592,6 +604,56 @@ def _rounding_unit(roots: list[Any]) -> float:
         if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex())
     ]
     return max(eps) if eps else torch.finfo(torch.float32).eps
+
+
+#: at most this many leaf values are recorded for a synchronised replay
+SYNC_MAX_VALUES = 2_000_000
+#: calls that read a tensor's metadata, not its values (``nn.init`` asks a weight its
+#: fan-in before it fills it)
+METADATA_CALLS = frozenset(
+    {
+        "dim",
+        "size",
+        "numel",
+        "nelement",
+        "ndimension",
+        "stride",
+        "storage_offset",
+        "element_size",
+        "is_floating_point",
+        "is_complex",
+        "__len__",
+        "data_ptr",
+        "type",
+        "__get__",
+        "__format__",
+        "__repr__",
+        "__hash__",
+    }
+)
+
+
+def _reads_values(func: Any) -> bool:
+    """Whether a call reads a tensor's values: not a metadata query, not an ``nn.init``
+    function (dispatched to a torch function mode whole: it writes the values)."""
+    if getattr(func, "__module__", "") == "torch.nn.init":
+        return False
+    return getattr(func, "__name__", "") not in METADATA_CALLS
+
+
+def _first_use_values(recorder: Recorder, k: int, leaf: torch.Tensor) -> None:
+    """Record, or set from the synchronised run, leaf ``k``'s values at its first use.
+    Through ``.data``: the leaf's version counter does not move."""
+    with torch.no_grad():
+        if recorder.record_first_values:
+            recorded = sum(len(v) for v in recorder.first_values.values())
+            flat = leaf.detach().reshape(-1)
+            if recorded + leaf.numel() <= SYNC_MAX_VALUES and bool(flat.isfinite().all()):
+                recorder.first_values[k] = [float(v) for v in flat.tolist()]  # strict JSON
+        values = recorder.sync.get(k)
+        if values is not None and len(values) == leaf.numel():
+            source = torch.tensor(values, dtype=torch.float64).view(leaf.shape)
+            leaf.data.copy_(source.to(leaf.dtype))
 
 
 def _apply_perturbation(leaf: torch.Tensor, p: Perturbation) -> None:

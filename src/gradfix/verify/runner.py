@@ -292,6 +292,8 @@ class Session:
         instrument.install()
         self.compile_error: dict[str, Any] | None = None
         self.hold: frozenset[int] = frozenset()
+        #: leaf -> values set at its first use in every later run (a synchronised replay)
+        self.sync: dict[int, list[float]] = {}
         self.code: types.CodeType | None = None
         try:
             self.code = compile(self.source, self.path, "exec")
@@ -303,10 +305,13 @@ class Session:
             # a fix that makes more leaves train is replayed with them held (every later
             # run of this session too: the finite differences see the same program)
             self.hold = frozenset(int(k) for k in request.get("hold") or ())
+            # likewise a replay with the leaves' first values synchronised to another run's
+            self.sync = {int(k): list(v) for k, v in (request.get("sync") or {}).items()}
             return self.trace(
                 request.get("max_steps"),
                 grad_enabled=request.get("grad_enabled", True),
                 skip_backward=bool(request.get("skip_backward")),
+                record_first=bool(request.get("record_first_values")),
             )
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
@@ -336,6 +341,7 @@ class Session:
         sys.modules["__main__"], sys.argv = module, [self.path]
         recorder.namespace = module.__dict__
         recorder.hold = self.hold
+        recorder.sync = self.sync
         self.instrument.activate(recorder)
         try:
             if track_uses:
@@ -390,6 +396,7 @@ class Session:
         *,
         grad_enabled: bool = True,
         skip_backward: bool = False,
+        record_first: bool = False,
     ) -> dict[str, Any]:
         """One instrumented run; stopped at backward call ``max_steps + 1`` if any.
         ``grad_enabled=False``: the script starts with autograd off (the values it computes
@@ -400,7 +407,10 @@ class Session:
         recorder = self.instrument.Recorder(self.path)
         recorder.max_events = max_steps or None
         recorder.skip_backward = skip_backward
-        outcome, namespace = self.execute(recorder, grad_enabled=grad_enabled)
+        recorder.record_first_values = record_first
+        outcome, namespace = self.execute(
+            recorder, grad_enabled=grad_enabled, track_uses=record_first or bool(self.sync)
+        )
         if outcome["status"] == "stopped":
             outcome["max_steps"] = max_steps
         leaf_globals, tensors = self._module_tensors(namespace, recorder)
@@ -418,6 +428,12 @@ class Session:
             },
             "seed": self.seed,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
+            **(
+                {"first_values": {str(k): v for k, v in recorder.first_values.items()}}
+                if record_first
+                else {}
+            ),
+            **({"synced": sorted(self.sync)} if self.sync else {}),
             "torch_version": self.torch.__version__,
             "duration_s": round(time.monotonic() - started, 3),
         }
