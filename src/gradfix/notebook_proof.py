@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -51,31 +50,15 @@ def program_source(text: str) -> str:
 def in_cells(verdict: FixVerdict, path: str, source: str) -> FixVerdict:
     """``verdict`` on the notebook ``path``: shown at its cell and line, and every line
     of the program its reason names (``at line 64``, ``explore.ipynb.py:64``) said as
-    the cell's (``at cell 3, line 2``)."""
-    from gradfix.notebook import locate
+    the cell's (``at cell 3, line 2``, :func:`gradfix.notebook.name_cell_lines`)."""
+    from gradfix.notebook import locate, name_cell_lines, program_lines
 
-    name = cell_namer(source)
     script = re.escape(path.rsplit("/", 1)[-1] + PROGRAM_SUFFIX)
-    reason = re.sub(rf"(?:\S*/)?{script}:(\d+)", lambda m: name(int(m.group(1))), verdict.reason)
-    reason = re.sub(r"\bline (\d+)\b", lambda m: name(int(m.group(1))), reason)
+    reason = re.sub(rf"(?:\S*/)?{script}:(\d+)", r"line \1", verdict.reason)
     return dataclasses.replace(
         verdict,
         path=path,
-        reason=reason,
+        reason=name_cell_lines(reason, program_lines(source)),
         shown=locate(verdict.finding, source),
         evidence={**verdict.evidence, "program_line": verdict.finding.line},
     )
-
-
-def cell_namer(source: str) -> Callable[[int], str]:
-    """A line of the joined program ``source`` -> ``cell 3, line 2``."""
-    from gradfix.notebook import locate
-    from gradfix.rule import Finding
-
-    def name(line: int) -> str:
-        if line < 1:
-            return f"line {line}"
-        where = locate(Finding(line, 0, "", "", "", line, 0), source)
-        return f"cell {where.cell}, line {where.line}" if where.line > 0 else f"cell {where.cell}"
-
-    return name

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gradfix.verify.oracle import FD_ATOL, FD_RTOL
+from gradfix.verify.oracle import FD_ATOL, FD_RTOL, OWN_FLOAT64
 
 NOISE_FACTOR = 8.0
 KINK_GAP = 2.0
@@ -115,7 +115,7 @@ def _refine(session: Any, probe: Any, entries: list[_Entry], deadline: float) ->
     bound and, as its truncation error, its distance from the ``h/2`` estimate."""
     if _OWN_FLOAT64.search(session.source):
         for entry in entries:
-            entry.precise_error = "the program uses float64 itself"
+            entry.precise_error = OWN_FLOAT64
         return
     last = max(entry.event for entry in entries)
     wide, _ = _run(

@@ -155,6 +155,9 @@ NO_DERIVATIVE = frozenset({"discontinuous", "unconverged"})
 #: their noise bound and truncation error: they judge a silent graph cut float32's
 #: estimate cannot (before's and after's gradients both within its tolerance)
 PRECISE_RTOL, PRECISE_ATOL = 1e-3, 1e-6
+#: why a program has no float64 estimate when it computes in float64 itself (its float32
+#: estimate was a float64 one already)
+OWN_FLOAT64 = "the program uses float64 itself"
 #: the relative rounding error of a gradient computed in float32
 FLOAT32_GRADIENT = 1e-5
 TOLERANCES = {
@@ -425,6 +428,11 @@ def _first_clause(message: str) -> str:
     return message.split(" and ")[0].split(". ")[0]
 
 
+def _float64_estimates(entry: dict[str, Any]) -> dict[int, tuple[float, float, float]]:
+    """Element -> (float64 estimate, noise bound, truncation error) of an FD entry."""
+    return {int(p[0]): (float(p[1]), float(p[2]), float(p[3])) for p in entry.get("precise") or []}
+
+
 def _file_of(where: Any) -> str:
     return str(where).rsplit(":", 1)[0]
 
@@ -569,10 +577,8 @@ class _Comparison:
         self.confirm: list[dict[str, Any]] = []
         #: this comparison already has the float64 answers it asked for
         self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
-        self._entry: dict[str, Any] | None = None
         #: see ``compare_traces``
         self.forward_reference: dict[str, Any] | None = None
-        self._estimate32: float | None = None
 
     # ------------------------------------------------------------- driver
     def run(self) -> Verdict:
@@ -1656,10 +1662,10 @@ class _Comparison:
         """The evidence of a silent graph cut at element ``j`` by the float64 estimate
         (accepted where it agrees with after's gradient and not with before's), a
         rejection, or None when there is no float64 estimate there."""
-        found = {int(p[0]): p[1:] for p in entry.get("precise") or []}
+        found = _float64_estimates(entry)
         if j not in found:
             return None
-        value, noise, error = (float(x) for x in found[j])
+        value, noise, error = found[j]
         tolerance = PRECISE_ATOL + noise + error + PRECISE_RTOL * abs(value)
         before, after = changed.before[j], changed.after[j]
         # the estimate's own error bound (rounding noise, truncation, float32 gradients):
@@ -1758,11 +1764,9 @@ class _Comparison:
                 continue
             done.add(j)
             a = actual[j] if actual is not None and j < len(actual) else None
-            self._entry = entry  # the float64 estimates that confirm a disagreement
             self._check_fd_estimate(
-                source, i, k, j, a, float(value), method, float(noise), interval, label
+                source, i, k, j, a, float(value), method, float(noise), interval, label, entry
             )
-            self._entry = None
         requested = entry.get("requested", 0) if wanted is None else len(wanted)
         self.fd_details["uncompared"] += max(0, requested - len(done))
 
@@ -1785,6 +1789,7 @@ class _Comparison:
         noise: float,
         interval: list[float] | None,
         label: str,
+        entry: dict[str, Any],
     ) -> None:
         where = {"source": source, "event": i, "leaf": k, "element": j}
         if method in NO_DERIVATIVE:
@@ -1799,7 +1804,9 @@ class _Comparison:
         else:
             if method != "central":
                 self.fd_details["one_sided"].append(dict(where, method=method))
-            self._check_fd_element(k, j, actual, estimate, noise, source, label, event=i)
+            self._check_fd_element(
+                k, j, actual, estimate, noise, source, label, confirmed_in=(i, entry)
+            )
 
     def _check_fd_element(
         self,
@@ -1810,9 +1817,11 @@ class _Comparison:
         noise: float,
         source: str,
         label: str,
-        event: int | None = None,
+        confirmed_in: tuple[int, dict[str, Any]] | None = None,
     ) -> None:
         """``actual`` None: AFTER left ``.grad`` None, which is right only for zero.
+        ``confirmed_in``: the backward call and the finite-difference entry of an estimate
+        (None: an exact zero, nothing to confirm).
 
         A float32 quotient that disagrees with the gradient rejects it only once the
         program's float64 replay agrees with the quotient (a converged, consistent
@@ -1830,21 +1839,28 @@ class _Comparison:
                 f"derivative of {whose} is {_format(estimate)} "
                 f"(rtol {FD_RTOL}, atol {_format(atol)})"
             )
-            if event is None:
+            if confirmed_in is None:
                 raise _Rejected(disagreement)
-            self._estimate32 = estimate
-            self._confirm_in_float64(source, event, k, j, value, disagreement)
+            event, entry = confirmed_in
+            self._confirm_in_float64(source, event, k, j, value, estimate, entry, disagreement)
             return
         self.finite.add(value, estimate)
         self.values_checked.add(k)
 
     def _confirm_in_float64(
-        self, source: str, event: int, k: int, j: int, value: float, disagreement: str
+        self,
+        source: str,
+        event: int,
+        k: int,
+        j: int,
+        value: float,
+        estimate: float,
+        entry: dict[str, Any],
+        disagreement: str,
     ) -> None:
-        entry = self._entry or {}
-        found = {int(p[0]): p[1:] for p in entry.get("precise") or []}
+        found = _float64_estimates(entry)
         if j in found:
-            wide, noise, error = (float(x) for x in found[j])
+            wide, noise, error = found[j]
             tolerance = PRECISE_ATOL + noise + error + (PRECISE_RTOL + FLOAT32_GRADIENT) * abs(wide)
             if abs(value - wide) <= tolerance:
                 self.finite.add(value, wide)
@@ -1853,7 +1869,6 @@ class _Comparison:
                     self.fd_details.get("float64_confirmed", 0) + 1
                 )
                 return
-            estimate = float(self._estimate32 if self._estimate32 is not None else wide)
             if abs(estimate - wide) > FD_ATOL + noise + error + FD_RTOL * abs(wide):
                 raise _Unverifiable(
                     f"{disagreement}; in float64 it is {_format(wide)}: the quotients do "
@@ -1862,18 +1877,21 @@ class _Comparison:
                 )
             raise _Rejected(f"{disagreement}; in float64 it is {_format(wide)}")
         why = entry.get("precise_error")
-        if why and "float64 itself" in str(why):
+        if why == OWN_FLOAT64:
             raise _Rejected(disagreement)  # the quotient was float64 already
         if why or self.confirmed:
             raise _Unverifiable(
                 f"{disagreement}, but float32's quotients are not trusted alone and "
                 f"float64 could not confirm it ({why or 'no estimate'})"
             )
-        leaf = k
-        if source == "before" and self.before_leaves is not None:
-            leaf = self.before_leaves[k]
         self.confirm.append(
-            {"source": source, "event": event, "leaf": leaf, "elements": [j], "precise": True}
+            {
+                "source": source,
+                "event": event,
+                "leaf": self._runner_leaf(source, k),
+                "elements": [j],
+                "precise": True,
+            }
         )
         raise _Unverifiable(f"{disagreement}; to be confirmed in float64")
 
@@ -1902,6 +1920,12 @@ class _Comparison:
         self.kink_checks += 1
         self.values_checked.add(k)
 
+    def _runner_leaf(self, source: str, k: int) -> int:
+        """Leaf ``k`` as ``source``'s runs number it (BEFORE's, when the fix left some out)."""
+        if source == "before" and self.before_leaves is not None:
+            return self.before_leaves[k]
+        return k
+
     def _fd_entry(
         self,
         source: str,
@@ -1914,9 +1938,7 @@ class _Comparison:
         """``precise``: float64 estimates too (a possible silent graph cut); ``claims``:
         the gradient the estimates are to judge (the runner spends no convergence test on
         an element whose first quotient already agrees with it)."""
-        leaf = k
-        if source == "before" and self.before_leaves is not None:
-            leaf = self.before_leaves[k]  # as BEFORE's runs number its leaves
+        leaf = self._runner_leaf(source, k)
         target: dict[str, Any] = {"event": i, "leaf": leaf, "elements": elements}
         if precise:
             target["precise"] = True
