@@ -1,0 +1,239 @@
+"""The verdict: one comparison run end to end, its conclusion and its evidence."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gradfix.verify.oracle.common import (
+    MAKE_VERIFIABLE,
+    TOLERANCES,
+    Verdict,
+    _format,
+    _outcome_text,
+    _Rejected,
+    _short_outcome,
+    _Stats,
+    _Unverifiable,
+)
+from gradfix.verify.oracle.references import _References
+
+
+class _Comparison(_References):
+    """Runs the checks in order and concludes: the verdict, its reason and evidence."""
+
+    # ------------------------------------------------------------- driver
+    def run(self) -> Verdict:
+        try:
+            self._check_runs()
+            self._check_counts()
+            self._check_forward_reference()
+            self._check_stale_roots()
+            for i in range(len(self.after.get("events", []))):
+                self._compare_event(i)
+            if self.stale_at is not None:
+                self._check_fix_clears()
+            self._compare_globals()
+            if self.blocked is not None:
+                raise _Unverifiable(self._blocked_reason(self.blocked))
+        except _Rejected as exc:
+            return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
+        except _Unverifiable as exc:
+            return Verdict("unverified", self._held_prefix() + str(exc), self.evidence())
+        verdict = self._conclude()
+        if self.held_text and verdict.verified:
+            verdict.reason = (
+                f"leaves now trained: {self.held_text}; with them held at "
+                f"their values across the optimizer's {self.after.get('held_steps', 0)} "
+                f"step(s), {verdict.reason}"
+            )
+        return verdict
+
+    def _conclude(self) -> Verdict:
+        missing = sum(len(t) for t in self.needs.values())
+        if missing:
+            return Verdict(
+                "unverified",
+                "a finite-difference reference is needed for "
+                f"{missing} (backward call, leaf) pair(s) but was not computed",
+                self.evidence(),
+            )
+        undefined = self.fd_details["undefined"]
+        if undefined and not (self.finite.count or self.gradient.count or self.kink_checks):
+            return Verdict(
+                "unverified",
+                f"the finite-difference reference is undefined (not "
+                f"finite) at all {undefined} gradient element(s) that need it",
+                self.evidence(),
+            )
+        if self.events_compared == 0 and self.self_checked_events == 0:
+            return self._conclude_without_gradients()
+        parts = []
+        if self.events_compared:
+            parts.append(
+                f"forward results and gradients match over {self.events_compared} "
+                f"backward call(s) and {len(self._compared())} leaf tensor(s)"
+            )
+        parts += self._leaf_summary()
+        if self.silent_cuts:
+            parts.append(
+                "before's autograd gradient differs from finite differences of its "
+                f"forward (a silent graph cut) at {len(self.silent_cuts)} element(s): "
+                "compared against finite differences"
+            )
+        if self.discarded_gradients:
+            parts.append(self._discarded_summary())
+        if self.self_checked_events and self.diverged_at is not None and self.stale_at is not None:
+            parts.append(
+                f"before adds each gradient to stale ones from backward call #{self.stale_at + 1}"
+                f" on (never cleared) and its trajectory parts from the fix's at "
+                f"#{self.diverged_at + 1}: {self.self_checked_events} call(s) compared "
+                "against the fix's own finite differences"
+            )
+        elif self.self_checked_events and self.diverged_at is not None:
+            parts.append(
+                f"before's gradient is broken at backward call #{self._broken_call()}"
+                f" and its trajectory parts from the fix's at #{self.diverged_at + 1}:"
+                f" {self.self_checked_events} call(s) compared against the fix's own "
+                "finite differences"
+            )
+        elif self.self_checked_events:
+            count = self.before.get("event_count", 0)
+            where = "any forward result" if count == 0 else f"backward call #{count + 1}"
+            parts.append(
+                f"before raised {_short_outcome(self.before['outcome'])} before "
+                f"{where}: compared against the fix's own finite differences over "
+                f"{self.self_checked_events} backward call(s)"
+            )
+        if self.finite.count:
+            parts.append(
+                f"{self.finite.count} gradient element(s) checked against finite differences"
+            )
+        if self.fd_details.get("float64"):
+            parts.append(
+                f"{self.fd_details['float64']} of them by finite differences of before run "
+                "in float64, which tell before's gradient from after's where float32's "
+                "cannot"
+            )
+        if self.kink_checks:
+            parts.append(
+                f"{self.kink_checks} element(s) at a kink of the forward function "
+                "accepted between its one-sided slopes"
+            )
+        if self.eps_guarded:
+            moved = max(entry["moved"] for entry in self.eps_guarded)
+            parts.append(
+                f"the forward moved by at most {_format(moved)} at {len(self.eps_guarded)} "
+                "call(s) whose gradient before was not finite (an eps guard)"
+            )
+        if self.fd_details["left_out"]:
+            parts.append(
+                f"{len(self.fd_details['left_out'])} element(s) left out where the forward "
+                "has no derivative (finite differences do not converge: a discontinuity)"
+            )
+        if self.fd_details.get("capped"):
+            parts.append("finite differences were capped (see evidence)")
+        return Verdict("verified", "; ".join(parts), self.evidence())
+
+    def _discarded_summary(self) -> str:
+        calls = sorted({entry["event"] + 1 for entry in self.discarded_gradients})
+        leaves = sorted({entry["leaf"] for entry in self.discarded_gradients})
+        shown = ", ".join(f"#{c}" for c in calls[:4]) + (
+            f" and {len(calls) - 4} more" if len(calls) > 4 else ""
+        )
+        return (
+            "not compared: gradients discarded unread (`.grad` reset before anything read "
+            f"it) that backward call(s) {shown} give {self._leaf_list(leaves)}"
+        )
+
+    def _leaf_summary(self) -> list[str]:
+        """Which leaves were compared and which were not, and why (one clause each)."""
+        compared = self._compared()
+        parts = []
+        if compared:
+            parts.append("leaves compared: " + self._leaf_list(compared))
+        if self.no_gradient_either:
+            parts.append(
+                "without gradient in both versions and independent of them by finite "
+                "differences of the fix's forward: "
+                + self._leaf_list(sorted(self.no_gradient_either))
+            )
+        parts += [
+            f"not compared: {self._short_leaf(k)} ({why})" for k, why in self._uncompared().items()
+        ]
+        if self.after["outcome"].get("status") == "stopped":
+            steps = self.after["outcome"].get("max_steps")
+            parts.append(f"both versions stopped after {steps} backward call(s) (--max-steps)")
+        return parts
+
+    def _conclude_without_gradients(self) -> Verdict:
+        outcome = self.before["outcome"]
+        if outcome.get("category") == "env":
+            return Verdict(
+                "unverified",
+                f"could not run: {_outcome_text(outcome)}{MAKE_VERIFIABLE}",
+                self.evidence(),
+            )
+        if outcome.get("status") != "ok":
+            return Verdict(
+                "unverified",
+                f"before raised {_outcome_text(outcome)} and "
+                "neither version calls backward: nothing to compare",
+                self.evidence(),
+            )
+        if not self.globals_compared:
+            return Verdict(
+                "unverified",
+                "nothing to compare: neither version calls backward "
+                f"and they share no module-level tensors{MAKE_VERIFIABLE}",
+                self.evidence(),
+            )
+        return Verdict(
+            "verified",
+            f"forward values equal ({len(self.globals_compared)} "
+            "module-level tensor(s)); no gradients were exercised",
+            self.evidence(),
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        fd_used = self.fd_consulted
+        grads = _Stats(
+            max(self.gradient.max_abs_diff, self.finite.max_abs_diff),
+            max(self.gradient.max_rel_diff, self.finite.max_rel_diff),
+            self.gradient.count + self.finite.count,
+        )
+        return {
+            "seed": self.before.get("seed"),
+            "backward_events": {
+                "before": self.before.get("event_count", 0),
+                "after": self.after.get("event_count", 0),
+            },
+            "events_compared": self.events_compared,
+            "events_self_checked": self.self_checked_events,
+            "leaves_compared": self._compared(),
+            "leaves_without_gradient": sorted(self.no_gradient_either),
+            "leaves_not_compared": {str(k): why for k, why in self._uncompared().items()},
+            "parameter_names": dict(self.after.get("parameter_names") or {}),
+            "rules": list(self.rules),
+            "now_trained": self._held(),
+            "torch_made_weights_checked": self.check_torch_made,
+            "fd_used": fd_used,
+            "max_abs_diff": grads.max_abs_diff,
+            "max_rel_diff": grads.max_rel_diff,
+            "tolerances": copy.deepcopy(TOLERANCES),
+            "forward": self.forward.as_dict(),
+            "gradient": self.gradient.as_dict(),
+            "finite_difference": dict(
+                self.finite.as_dict(),
+                **self.fd_details,
+                evaluations=sum(r.get("evaluations", 0) for r in (self.fd or {}).values()),
+            ),
+            "silent_graph_cuts": copy.deepcopy(self.silent_cuts),
+            "discarded_gradients": copy.deepcopy(self.discarded_gradients),
+            "globals_compared": list(self.globals_compared),
+            "before_outcome": self.before.get("outcome"),
+            "after_outcome": self.after.get("outcome"),
+            "eps_guarded": list(self.eps_guarded),
+            **({"confirm": list(self.confirm)} if self.confirm else {}),
+            "notes": list(self.notes),
+        }

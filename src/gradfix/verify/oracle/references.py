@@ -1,0 +1,561 @@
+"""References: each backward call's forward results and gradients against before's (or the
+forward reference, or finite differences where before gives none)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gradfix.verify.oracle.common import (
+    EPS_GUARD,
+    FD_ATOL,
+    FORWARD_ATOL,
+    FORWARD_RTOL,
+    GRAD_ATOL,
+    GRAD_RTOL,
+    NO_DERIVATIVE,
+    _at_line,
+    _discarded,
+    _estimate_text,
+    _estimates,
+    _fd_bounds,
+    _first_clause,
+    _format,
+    _GradientChange,
+    _no_path_to_any_leaf,
+    _non_finite_gradient,
+    _Rejected,
+    _reran_freed_graph,
+    _same_gradient,
+    _same_values,
+    _short_outcome,
+    _stepped,
+    _Unverifiable,
+    _values,
+)
+from gradfix.verify.oracle.finite_differences import _FiniteDifferences
+
+
+class _References(_FiniteDifferences):
+    """Compares each backward call of after with its reference: before's forward results
+    and gradients, the forward reference, or finite differences."""
+
+    diverged_at: int | None
+
+    # ---------------------------------------------------------------- events
+    def _compare_event(self, i: int) -> None:
+        ea = self.after["events"][i]
+        label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
+        if ea.get("error"):
+            if self._blocked_in_backward(ea["error"]):
+                raise _Unverifiable(self._blocked_reason(self.blocked or {}))
+            raise _Rejected(
+                f"after: {label} raised {ea['error']['type']}: {ea['error']['message']}"
+            )
+        if i >= self.before.get("event_count", 0):
+            if self.self_checked_events == 0:
+                self.notes.append(
+                    f"before raised {_short_outcome(self.before['outcome'])} "
+                    f"before {label}: from there on the fix is compared against "
+                    "its own finite differences; its forward results cannot be "
+                    "checked"
+                )
+            self._self_check_event(i, ea)
+            return
+        if self.diverged_at is not None:
+            self._self_check_event(i, ea)
+            return
+        before_events = self.before.get("events", [])
+        if i >= len(before_events):
+            return  # beyond the recorded window (noted in _check_counts)
+        eb = before_events[i]
+        mismatch = self._roots_mismatch(eb, ea, label)
+        if mismatch is not None and self._eps_guard(eb, ea, label):
+            mismatch = None
+        if mismatch is not None and _no_path_to_any_leaf(eb):
+            self._judge_new_objective(i, eb, ea, label, mismatch)
+            return
+        if mismatch is None:
+            self._compare_event_grads(i, eb, ea, label)
+            self._check_stale_gradient(i, eb, ea, label)
+            self.events_compared += 1
+            return
+        if _reran_freed_graph(eb, self.before.get("events", [])[:i]):
+            self._mark_broken(i)  # before's forward did not run again: its result is stale
+        if self.broken_at is None:
+            raise _Rejected(mismatch)
+        # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
+        # trajectory is not what the fixed code should reproduce.
+        self.diverged_at = i
+        self.notes.append(
+            f"{mismatch}; before's gradient was broken at backward call "
+            f"#{self._broken_call()}, so its later trajectory is no reference: "
+            "from here on the fix is compared against its own finite "
+            "differences"
+        )
+        self._self_check_event(i, ea)
+
+    def _roots_mismatch(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> str | None:
+        roots_b, roots_a = eb.get("roots", []), ea.get("roots", [])
+        if len(roots_b) != len(roots_a):
+            return (
+                f"forward changed: {label} differentiates {len(roots_a)} tensor(s), "
+                f"before {len(roots_b)}"
+            )
+        for rb, ra in zip(roots_b, roots_a):
+            if rb.get("shape") != ra.get("shape") or rb.get("dtype") != ra.get("dtype"):
+                return (
+                    f"forward changed: the result of {label} is {ra.get('dtype')}"
+                    f"{tuple(ra.get('shape', []))}, before {rb.get('dtype')}"
+                    f"{tuple(rb.get('shape', []))}"
+                )
+            mismatch = self._forward_mismatch(
+                _values(rb),
+                _values(ra),
+                f"the result of {label}",
+                nan_matters=self.broken_at is not None,
+            )
+            if mismatch:
+                return mismatch
+        return None
+
+    def _judge_new_objective(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str, mismatch: str
+    ) -> None:
+        """Before's objective at call ``i`` reaches no leaf and after's forward differs.
+        Where finite differences show before's forward depends on the leaves (a graph
+        cut by ``torch.tensor``, ``.item()``: the values flow, the graph does not), the fix
+        had to keep it: rejected. Where it is flat in them (an ``argmax``, a count: no
+        derivative to keep), a fix that gives the objective a gradient must change it:
+        there is no reference, unverified."""
+        leaves = sorted(int(k) for k in (ea.get("grads") or {}))
+        entries = [self._fd_entry("before", i, k, None) for k in leaves]
+        if self.planning or not leaves:
+            if not leaves:
+                raise _Rejected(mismatch)
+            return
+        if any(entry is None for entry in entries):
+            raise _Rejected(f"{mismatch}; finite differences of before's forward were not computed")
+        values = [
+            float(value)
+            for entry in entries
+            if entry is not None and not entry.get("unused")
+            for value, method in zip(entry["values"], entry["methods"])
+            if method not in NO_DERIVATIVE and math.isfinite(float(value))
+        ]
+        unused = all(entry is not None and entry.get("unused") for entry in entries)
+        if unused or (values and all(abs(v) <= FD_ATOL for v in values)):
+            raise _Unverifiable(
+                f"{mismatch}; before's {label} raised {eb['error']['type']}: "
+                f"{_first_clause(eb['error']['message'])}, and its forward is flat in every "
+                "leaf (finite differences are 0): there is no gradient to keep, and a fix "
+                "that gives the objective one must change it; check the new objective yourself"
+            )
+        steepest = max((abs(v) for v in values), default=math.nan)
+        raise _Rejected(
+            f"{mismatch}; before's forward depends on the leaves (finite differences up to "
+            f"{_format(steepest)}) though its graph was cut: the fix must keep its values"
+        )
+
+    def _check_stale_roots(self) -> None:
+        """After differentiates at call ``i`` the very value it differentiated at an earlier
+        call although the leaves changed in place in between (an optimizer stepped them):
+        a forward made once and backpropagated again with ``retain_graph=True``, whose
+        gradients are those of parameters that no longer exist. Positive evidence, not
+        a matter of intent."""
+        events = self.after.get("events") or []
+        for i, event in enumerate(events):
+            roots = [_values(root) for root in event.get("roots", [])]
+            if not roots or not any(roots):
+                continue
+            for j in range(i):
+                earlier = events[j]
+                same = roots == [_values(root) for root in earlier.get("roots", [])]
+                if same and self._stepped_inputs(earlier, event):
+                    raise _Rejected(
+                        f"after's backward call #{i + 1}{_at_line(event.get('line'))} "
+                        f"differentiates the value of call #{j + 1} again, though the leaves "
+                        "changed in place in between (a stale forward: its gradient is that "
+                        "of parameters since stepped)"
+                    )
+
+    @staticmethod
+    def _stepped_inputs(earlier: dict[str, Any], event: dict[str, Any]) -> bool:
+        """Some leaf changed in place between the two calls (its version, or the sum of
+        its values, which sees `.data` writes) and the later call's root depends on it
+        (a nonzero gradient): a value computed from it before the change."""
+        for k, grad in (event.get("grads") or {}).items():
+            if grad is None or not any(v != 0 for v in _values(grad)):
+                continue
+            for key in ("versions", "sums"):
+                old, new = earlier.get(key) or [], event.get(key) or []
+                if int(k) < min(len(old), len(new)) and old[int(k)] != new[int(k)]:
+                    return True
+        return False
+
+    def _check_forward_reference(self) -> None:
+        """AFTER's first backward call against BEFORE's forward with autograd off (see
+        ``compare_traces``): before the first optimizer step both compute the same."""
+        reference = self.forward_reference or {}
+        events_r, events_a = reference.get("events") or [], self.after.get("events") or []
+        if not events_r or not events_a:
+            return
+        label = f"backward call #1{_at_line(events_a[0].get('line'))}"
+        mismatch = self._roots_mismatch(events_r[0], events_a[0], label)
+        if mismatch is not None:
+            raise _Rejected(
+                f"{mismatch} (before, run with autograd off up to that call, computes the "
+                "value the fix must keep)"
+            )
+        self.notes.append(f"{label}: the forward results equal before's with autograd off")
+
+    def _eps_guard(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> bool:
+        """Whether AFTER's forward moved off BEFORE's only by an eps guard: BEFORE's gradient
+        at this call is not finite (the guard's reason, ``sqrt(mse + 1e-8)``, ``acos`` of
+        a clamped cosine) and every result moved by at most ``EPS_GUARD`` (absolute, and
+        relative to the result). The gradients are still judged as usual; the verdict
+        says how far the forward moved."""
+        if self.broken_at is not None or not _non_finite_gradient(eb):
+            return False
+        worst = 0.0
+        for rb, ra in zip(eb.get("roots", []), ea.get("roots", [])):
+            for e, a in zip(_values(rb), _values(ra)):
+                if not math.isfinite(a) or (
+                    math.isfinite(e) and abs(a - e) > EPS_GUARD * (1 + abs(e))
+                ):
+                    return False
+                if math.isfinite(e):
+                    worst = max(worst, abs(a - e))
+        self.eps_guarded.append({"event": ea.get("index"), "moved": worst})
+        self.notes.append(
+            f"{label}: before's gradient is not finite and the fix moves the forward by "
+            f"at most {_format(worst)} (an eps guard)"
+        )
+        return True
+
+    def _forward_mismatch(
+        self, expected: list[float], actual: list[float], what: str, nan_matters: bool = False
+    ) -> str | None:
+        """Where ``expected`` is finite, ``actual`` must be close; elsewhere it is undefined
+        (``nan_matters``: after a broken gradient, a nan in before that after does not
+        have shows the trajectories parted)."""
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            if not math.isfinite(e):
+                if nan_matters and math.isfinite(a):
+                    return (
+                        f"forward results part: {what} is {_format(e)} at element {j} "
+                        f"in before, {_format(a)} in after"
+                    )
+                continue
+            if not abs(a - e) <= FORWARD_ATOL + FORWARD_RTOL * abs(e):
+                return (
+                    f"forward changed: {what} differs at element {j}: before "
+                    f"{_format(e)}, after {_format(a)} (rtol {FORWARD_RTOL}, "
+                    f"atol {FORWARD_ATOL})"
+                )
+            self.forward.add(a, e)
+        return None
+
+    def _event_keys(self, eb: dict[str, Any] | None, ea: dict[str, Any]) -> list[int]:
+        keys_a = set(ea.get("grads", {}))
+        if eb is None or eb.get("error"):
+            keys = keys_a
+        elif eb.get("kind") == "grad":
+            keys = set(eb.get("grads", {}))
+        elif ea.get("kind") == "grad":
+            keys = keys_a
+        else:
+            keys = keys_a | set(eb.get("grads", {}))
+        return sorted(int(k) for k in keys)
+
+    def _compare_event_grads(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
+    ) -> None:
+        for k in self._event_keys(eb, ea):
+            self._require_leaf(k, label)
+            key = str(k)
+            if key not in ea.get("grads", {}):
+                raise _Rejected(
+                    f"after: {label} does not compute the gradient of {self._leaf_name(k)}"
+                )
+            grad_a = ea["grads"][key]
+            if eb.get("error"):
+                self._mark_broken(i)
+                self._compare_to_fd("before", i, k, grad_a, None, label)
+                continue
+            bound = self._bound_value(eb, ea, k)
+            if bound is not None:
+                self._compare_to_bound_value(k, bound, eb["bound_grads"][bound], grad_a, label)
+                # before's program reads None from `.grad` of its non-leaf: it cannot train
+                # the value, so its later trajectory is no reference for the fix's
+                self._mark_broken(i)
+                continue
+            grad_b = eb.get("grads", {}).get(key)
+            if _discarded(eb, k) and _discarded(ea, k) and not _same_gradient(grad_b, grad_a):
+                self.discarded_gradients.append({"event": i, "leaf": k})
+                continue  # what this call gives the leaf, neither program ever reads
+            if grad_b is None and grad_a is None:
+                self._check_no_gradient(i, k, label)
+                continue
+            if grad_b is None or not all(math.isfinite(v) for v in _values(grad_b)):
+                self._mark_broken(i)
+            self.leaves_compared.add(k)
+            self._require_finite(grad_a, k, label)
+            if grad_b is None:
+                self._compare_to_fd("before", i, k, grad_a, None, label)
+                continue
+            if grad_a is None:
+                raise _Rejected(
+                    f"after: {label} leaves the gradient of {self._leaf_name(k)} "
+                    "None where before computes one"
+                )
+            self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _check_stale_gradient(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
+    ) -> None:
+        """For a fix that changes what trains (GF405 clears the gradients each iteration):
+        where before's call adds its gradient (equal to after's, compared above) to a
+        stale one never cleared, and after's does not, what before's optimizer step reads
+        is no longer the derivative of that step's loss: its gradient is broken there, and
+        its later trajectory no reference (the fix is then compared against its own
+        finite differences)."""
+        if not self.changes_training or self.broken_at is not None:
+            return
+        stale = set(eb.get("accumulated") or ()) - set(ea.get("accumulated") or ())
+        stale &= {int(k) for k, g in (ea.get("grads") or {}).items() if g is not None}
+        if not stale:
+            return
+        self._mark_broken(i)
+        self.stale_at = i
+        self.cleared = stale
+        self.notes.append(
+            f"before: {label} adds to the gradient left by earlier calls of "
+            f"{self._leaf_list(sorted(stale))} (never cleared), so its optimizer steps on a "
+            "sum of stale gradients; the fix's gradient is this call's own"
+        )
+
+    def _check_fix_clears(self) -> None:
+        """Before's trajectory was dropped as a reference for stale gradients: the fix
+        must then never add to a stale gradient of the leaves it clears, and its optimizer
+        must still step every leaf before's steps (a reset after ``backward()`` would
+        leave none). A leaf no optimizer clears (an input that requires grad) may still
+        accumulate in both."""
+        for event in self.after.get("events") or []:
+            stale = sorted(set(event.get("accumulated") or ()) & self.cleared)
+            if stale:
+                raise _Rejected(
+                    f"after: backward call #{event['index'] + 1}{_at_line(event.get('line'))}"
+                    f" still adds to a stale gradient of {self._leaf_list(stale)}"
+                )
+        missing = sorted((_stepped(self.before) or set()) - (_stepped(self.after) or set()))
+        if missing:
+            raise _Rejected(
+                f"after's optimizer never steps {self._leaf_list(missing)}, which before's "
+                "steps between backward calls"
+            )
+
+    def _check_no_gradient(self, i: int, k: int, label: str) -> None:
+        """A leaf without gradient in both versions: the rewrite may have kept the bug (a
+        ``.data`` read replaced by ``.detach()`` still cuts the parameter off). Finite
+        differences of AFTER's forward at a few elements must be zero; checked once per
+        leaf, at the first call that leaves it without gradient."""
+        if k in self.no_gradient_either or k in self.not_compared:
+            return
+        why_not = self._no_gradient_expected(i, k)
+        if why_not is not None:
+            self.not_compared[k] = f"no gradient in either version; {why_not}"
+            return
+        numel = self._leaf_numel(k)
+        elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+        try:
+            entry = self._fd_entry("after", i, k, elements)
+        except _Unverifiable as exc:
+            self.not_compared[k] = f"no gradient in either version; {exc}"
+            return
+        if entry is None:
+            return  # planned (or missing: the verdict says so)
+        for j, (value, _, noise, interval) in sorted(_estimates(entry).items()):
+            low, high = _fd_bounds(0.0, noise, None)
+            outside = value if interval is None else min(interval, key=abs)
+            if math.isfinite(outside) and not low <= outside <= high:
+                raise _Rejected(
+                    f"gradient lost: {self._leaf_name(k)}: {label} leaves it without "
+                    "gradient in both versions, but the fix's forward depends on it "
+                    f"(finite-difference derivative {_estimate_text(value, interval)} at "
+                    f"element {j}): the graph is still cut"
+                )
+        self.no_gradient_either.add(k)
+
+    def _no_gradient_expected(self, i: int, k: int) -> str | None:
+        """Why leaf ``k`` may end backward call ``i`` without gradient in both versions
+        (None: it must not, unless the fix's forward does not depend on it)."""
+        frozen = self.after["events"][i].get("frozen") or []
+        if k in frozen:
+            return "frozen (requires_grad is False at the call)"
+        if self._declared(k) or self.check_torch_made:
+            return None
+        # torch made it (a submodule's weight): frozen on purpose, like a teacher's
+        if not self.rules:
+            return "made by torch, not declared (no rule said the fix restores a gradient)"
+        return (
+            f"made by torch, not declared, and the fix of {', '.join(self.rules)} "
+            "is not meant to give it one"
+        )
+
+    def _bound_value(self, eb: dict[str, Any], ea: dict[str, Any], k: int) -> str | None:
+        """The module-level name whose non-leaf value in BEFORE became leaf ``k`` in AFTER.
+
+        ``w = torch.randn(3, requires_grad=True) * 0.01`` -> ``w = (torch.randn(3) *
+        0.01).requires_grad_()``: BEFORE's leaf ``k`` has no name (nothing can read its
+        gradient), AFTER's leaf ``k`` is bound to ``w`` at this call and holds the value
+        BEFORE's non-leaf ``w`` holds, and BEFORE recorded the gradient w.r.t. that
+        non-leaf. (``eta = eta * 2`` -> ``eta_scaled = eta * 2`` keeps the leaf under
+        ``eta``, with another value: not this case.) A leaf BEFORE could reach by name keeps its own
+        reference, so a rewrite cannot move a gradient away from a leaf the user holds.
+        """
+        held_a = ea.get("bound_values") or {}
+        held_b = eb.get("bound_values") or {}
+        if k in self.before.get("global_leaf_index", {}).values() or any(
+            entry.get("leaf") == k for entry in held_b.values()
+        ):
+            return None
+        bound = [
+            n
+            for n, entry in held_a.items()
+            if entry.get("leaf") == k
+            and n in (eb.get("bound_grads") or {})
+            and n in held_b
+            and _same_values(held_b[n]["value"], entry["value"])
+        ]
+        return bound[0] if len(bound) == 1 else None
+
+    def _compare_to_bound_value(
+        self,
+        k: int,
+        name: str,
+        grad_b: dict[str, Any] | None,
+        grad_a: dict[str, Any] | None,
+        label: str,
+    ) -> None:
+        what = f"{self._leaf_name(k)}, bound to '{name}' where before binds a non-leaf to it"
+        note = (
+            f"{self._leaf_name(k)} compared with the gradient of before's non-leaf "
+            f"'{name}' (the value the name holds)"
+        )
+        if note not in self.notes:
+            self.notes.append(note)
+        self._require_finite(grad_a, k, label)
+        if grad_b is None:
+            return  # before's value was not reached by this call
+        if grad_a is None:
+            raise _Rejected(
+                f"after: {label} leaves the gradient of {what} None where before computes one"
+            )
+        expected, actual = _values(grad_b), _values(grad_a)
+        if len(expected) != len(actual):
+            raise _Rejected(
+                f"after: {label} gives {what} a gradient of {len(actual)} "
+                f"elements, before's value has {len(expected)}"
+            )
+        self.leaves_compared.add(k)
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            if math.isfinite(e) and abs(a - e) > GRAD_ATOL + GRAD_RTOL * abs(e):
+                raise _Rejected(
+                    f"gradient changed: {label} gives {what} the gradient "
+                    f"{_format(a)} at element {j}, before's gives {_format(e)}"
+                )
+            if math.isfinite(e):
+                self.gradient.add(a, e)
+                self.values_checked.add(k)
+
+    def _self_check_event(self, i: int, ea: dict[str, Any]) -> None:
+        """AFTER's gradients at event i against finite differences of AFTER itself."""
+        label = f"backward call #{i + 1}{_at_line(ea.get('line'))}"
+        for k in self._event_keys(None, ea):
+            if _discarded(ea, k):
+                # the fix's program resets it unread: no value of it changes anything
+                self.discarded_gradients.append({"event": i, "leaf": k})
+                continue
+            grad_a = ea["grads"][str(k)]
+            self._compare_to_fd("after", i, k, grad_a, None, label)
+        self.self_checked_events += 1
+
+    # ----------------------------------------------------------- references
+    def _compare_to_autograd(
+        self, i: int, k: int, grad_b: dict[str, Any], grad_a: dict[str, Any], label: str
+    ) -> None:
+        expected, actual = _values(grad_b), _values(grad_a)
+        undefined, mismatched = [], []
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            if not math.isfinite(e):
+                undefined.append(j)
+            elif abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e):
+                self.gradient.add(a, e)
+                self.values_checked.add(k)
+            else:
+                mismatched.append(j)
+        if not mismatched:
+            if undefined:
+                self._compare_to_fd("before", i, k, grad_a, undefined, label)
+            return
+        # Before's autograd gradient is the reference unless finite differences of its
+        # forward disprove it (a silent graph cut); its trajectory is then no reference
+        # either. Marked now so that the planning run also plans the later calls.
+        self._mark_broken(i)
+        changed = _GradientChange(label, self._leaf_name(k), expected, actual)
+        try:
+            entry = self._fd_entry(
+                "before", i, k, sorted(undefined + mismatched), precise=True, claims=actual
+            )
+        except _Unverifiable as exc:
+            raise _Rejected(
+                f"{changed.message(mismatched[0])}; finite differences of "
+                f"before's forward could not check it: {exc}"
+            ) from None
+        if entry is None and self.planning:
+            return  # decided once the estimates are there
+        if entry is None and not self.estimable:
+            # no harness can estimate here (``--cmd``): a changed gradient is neither
+            # proven nor disproven (GF103's fix moves the leaf past a scale on purpose)
+            raise _Unverifiable(
+                f"{changed.message(mismatched[0])}; finite differences, which would "
+                "check it, cannot run under --cmd; verify it without --cmd or with --entry"
+            )
+        if entry is None:
+            raise _Rejected(
+                f"{changed.message(mismatched[0])}; finite differences of "
+                "before's forward were not computed to check it"
+            )
+        self._check_silent_cut(i, k, entry, mismatched, changed)
+        if undefined:
+            self._check_fd_entry("before", i, k, grad_a, entry, undefined, label)
+
+    # --------------------------------------------------------------- globals
+    def _compare_globals(self) -> None:
+        if self.before["outcome"].get("status") != "ok":
+            return
+        if self.after["outcome"].get("status") != "ok":
+            return
+        tensors_b, tensors_a = self.before.get("globals", {}), self.after.get("globals", {})
+        leaf_names = set(self.before.get("leaf_globals", [])) | set(
+            self.after.get("leaf_globals", [])
+        )
+        for name in sorted(set(tensors_b) & set(tensors_a) - leaf_names):
+            tb, ta = tensors_b[name], tensors_a[name]
+            if tb.get("shape") != ta.get("shape") or tb.get("dtype") != ta.get("dtype"):
+                self.notes.append(f"module-level '{name}' differs in shape or dtype; not compared")
+                continue
+            if self.diverged_at is not None:
+                self.notes.append(f"module-level '{name}' not compared (trajectories parted)")
+                continue
+            mismatch = self._forward_mismatch(_values(tb), _values(ta), f"module-level '{name}'")
+            if mismatch and self.broken_at is None:
+                raise _Rejected(mismatch)
+            if mismatch:
+                self.notes.append(
+                    f"{mismatch}; not a reference after before's broken gradient "
+                    f"at backward call #{self._broken_call()}"
+                )
+                continue
+            self.globals_compared.append(name)

@@ -1,0 +1,197 @@
+"""What one comparison of two traces holds, and how it names leaves."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from gradfix.verify.intent import NO_INTENT, FixIntent
+from gradfix.verify.oracle.common import (
+    _at_line,
+    _Rejected,
+    _Stats,
+    _stepped,
+    _values,
+)
+
+
+class _State:
+    """The traces, the fix's intent, and what the checks found so far."""
+
+    def __init__(
+        self,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        fd: dict[str, Any] | None,
+        planning: bool = False,
+        intent: FixIntent = NO_INTENT,
+        estimable: bool = True,
+        changed: Iterable[str] = (),
+    ) -> None:
+        self.before: dict[str, Any] = before
+        #: ``file:line`` of after's lines the fix wrote (a failure there is the fix's)
+        self.changed = set(changed)
+        self.estimable = estimable
+        self.after: dict[str, Any] = after
+        self.fd = fd
+        self.intent = intent
+        self.rules = sorted(set(intent.codes))
+        # the weights torch made are checked for a lost gradient only for these fixes
+        self.check_torch_made = intent.restores_gradient
+        # a fix meant to change the training (see ``FixIntent.changes_training``)
+        self.changes_training = intent.changes_training
+        self.stale_at: int | None = None  # first call where before adds to a stale gradient
+        self.cleared: set[int] = set()  # the leaves whose stale gradient the fix clears
+
+        #: BEFORE's leaf index (as its runs number them) of each leaf compared, when the
+        #: fix left some out (``fix_drops_leaves``); None: the same leaves
+        self.before_leaves: list[int] | None = None
+        self.planning = planning  # collecting FD targets: a changed gradient is one
+        self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        self.forward = _Stats()
+        self.gradient = _Stats()
+        self.finite = _Stats()
+        self.fd_details: dict[str, Any] = {
+            "one_sided": [],
+            "kinks": [],
+            "left_out": [],
+            "undefined": 0,
+            "uncompared": 0,
+            "capped": False,
+        }
+        self.kink_checks = 0
+        self.notes: list[str] = []
+        self.leaves_compared: set[int] = set()  # a comparison of the leaf started
+        self.values_checked: set[int] = set()  # leaves with at least one value compared
+        self.undefined_at: dict[int, int] = {}  # leaf -> elements whose estimate is undefined
+        self.events_compared = 0
+        self.self_checked_events = 0
+        self.globals_compared: list[str] = []
+        self.no_gradient_either: set[int] = set()  # checked by finite differences
+        self.not_compared: dict[int, str] = {}  # leaf -> why its gradient was not compared
+        self.blocked: dict[str, Any] | None = None  # both versions fail the same way
+        #: the leaves AFTER was replayed with held, named while AFTER's numbering stands
+        self.held_text = ""
+        self.broken_at: int | None = None  # first event where before's gradient is broken
+        self.diverged_at: int | None = None  # first event whose forward parts from before's
+        self._determinism_checked: set[tuple[str, int]] = set()
+        self.fd_consulted = False
+        self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
+        # (call, leaf) whose gradients differ but are reset unread in both versions
+        self.discarded_gradients: list[dict[str, int]] = []
+        #: backward calls whose forward an eps guard moved (see ``_eps_guard``)
+        self.eps_guarded: list[dict[str, Any]] = []
+        #: finite-difference targets whose float32 disagreement float64 must confirm
+        self.confirm: list[dict[str, Any]] = []
+        #: this comparison already has the float64 answers it asked for
+        self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
+        #: see ``compare_traces``
+        self.forward_reference: dict[str, Any] | None = None
+
+    def _stepped_in_after(self, k: int) -> bool:
+        stepped = _stepped(self.after)
+        return stepped is None or k in stepped
+
+    def _held(self) -> list[int]:
+        """The leaves AFTER was replayed with held across optimizer steps (the leaves the
+        fix makes train, see :func:`newly_trained`)."""
+        return [int(k) for k in self.after.get("held") or ()]
+
+    def _held_prefix(self) -> str:
+        if not self.held_text:
+            return ""
+        return f"with the leaves it makes train ({self.held_text}) held: "
+
+    def _compared(self) -> list[int]:
+        """The leaves at least one of whose gradient values was compared."""
+        return sorted(self.leaves_compared & self.values_checked)
+
+    def _uncompared(self) -> dict[int, str]:
+        """Leaves of AFTER whose gradient no comparison covered, with the reason."""
+        found = dict(self.not_compared)
+        for k in sorted(self.leaves_compared - self.values_checked):
+            undefined = self.undefined_at.get(k)
+            found[k] = (
+                "the finite-difference reference is undefined (not finite) at each of its "
+                f"{undefined} element(s) estimated"
+                if undefined
+                else "none of its elements was estimated (finite differences capped)"
+            )
+        seen = self.leaves_compared | self.no_gradient_either
+        discarded = {entry["leaf"] for entry in self.discarded_gradients}
+        for k in range(len(self.after.get("leaves", []))):
+            if k not in seen and k not in found:
+                found[k] = (
+                    "its gradients differ only where both versions discard them unread"
+                    if k in discarded
+                    else "reaches no recorded backward call"
+                )
+        return dict(sorted(found.items()))
+
+    def _leaf_list(self, leaves: list[int], shown: int = 4) -> str:
+        """``#0 (line 3), #1 (line 4)``; past ``shown`` leaves, how many more (the
+        evidence lists them all)."""
+        text = ", ".join(self._short_leaf(k) for k in leaves[:shown])
+        return text + (f" and {len(leaves) - shown} more" if len(leaves) > shown else "")
+
+    def _short_leaf(self, k: int) -> str:
+        leaves = self.after.get("leaves", [])
+        line = leaves[k].get("line") if k < len(leaves) else None
+        name = self._parameter_name(k, self.after)
+        return f"#{k}{name}" + (f" (line {line})" if line else "")
+
+    def _leaf_name(self, k: int, trace: dict[str, Any] | None = None) -> str:
+        trace = trace or self.after
+        leaves = trace.get("leaves", [])
+        name = self._parameter_name(k, trace)
+        if k < len(leaves):
+            leaf = leaves[k]
+            return f"leaf {k}{name} ({leaf.get('origin')}{_at_line(leaf.get('line'))})"
+        return f"leaf {k}{name}"
+
+    @staticmethod
+    def _parameter_name(k: int, trace: dict[str, Any]) -> str:
+        """`` 'model.lin.weight'`` when leaf ``k`` is a parameter of a module the script
+        holds, else empty."""
+        name = (trace.get("parameter_names") or {}).get(str(k))
+        return f" '{name}'" if name else ""
+
+    def _require_leaf(self, k: int, label: str) -> None:
+        if k >= len(self.before.get("leaves", [])):
+            raise _Rejected(
+                f"after creates {self._leaf_name(k)} that requires grad and "
+                f"reaches {label}; before has no such leaf"
+            )
+
+    def _require_finite(self, grad: dict[str, Any] | None, k: int, label: str) -> None:
+        if grad is None:
+            return
+        for j, value in enumerate(_values(grad)):
+            if not math.isfinite(value):
+                raise _Rejected(
+                    f"after: {label} gives {self._leaf_name(k)} a non-finite "
+                    f"gradient ({value}) at element {j}"
+                )
+
+    def _broken_call(self) -> int:
+        """1-based number of the first backward call where before's gradient is broken."""
+        return (self.broken_at or 0) + 1
+
+    def _mark_broken(self, i: int) -> None:
+        if self.broken_at is None:
+            self.broken_at = i
+
+    def _declared(self, k: int) -> bool:
+        leaves = self.after.get("leaves", [])
+        return k >= len(leaves) or bool(leaves[k].get("declared", True))
+
+    def _leaf_numel(self, k: int) -> int:
+        leaves = self.after.get("leaves", [])
+        return math.prod(leaves[k].get("shape", [])) if k < len(leaves) else 0
+
+    def _runner_leaf(self, source: str, k: int) -> int:
+        """Leaf ``k`` as ``source``'s runs number it (BEFORE's, when the fix left some out)."""
+        if source == "before" and self.before_leaves is not None:
+            return self.before_leaves[k]
+        return k

@@ -1,0 +1,216 @@
+"""Structure: do the two runs line up (outcomes, backward calls, leaves)?"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from gradfix.verify.intent import NO_INTENT, FixIntent
+from gradfix.verify.oracle.common import (
+    MAKE_FASTER,
+    MAKE_VERIFIABLE,
+    STRUCTURE_UNDECIDED,
+    _file_of,
+    _kept_leaves,
+    _outcome_text,
+    _Rejected,
+    _Unverifiable,
+    _with_leaves,
+)
+from gradfix.verify.oracle.state import _State
+
+
+class _Structure(_State):
+    """Leaves one version creates and the other does not are dropped (or the comparison
+    stops); the runs' outcomes and counts are checked before any value is."""
+
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+    def __init__(
+        self,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        fd: dict[str, Any] | None,
+        planning: bool = False,
+        intent: FixIntent = NO_INTENT,
+        estimable: bool = True,
+        changed: Iterable[str] = (),
+    ) -> None:
+        super().__init__(before, after, fd, planning, intent, estimable, changed)
+        self._drop_uncreated_leaves()
+        if self._held():
+            self.held_text = self._leaf_list(self._held())
+        self._drop_added_leaves()
+
+    def _drop_uncreated_leaves(self) -> None:
+        leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
+        if len(leaves_a) >= len(leaves_b) or not self.intent.drops_leaves:
+            return
+        kept = _kept_leaves(leaves_b, leaves_a)
+        if kept is None:
+            return  # rejected by the counts
+        dropped = [leaves_b[k].get("line") for k in range(len(leaves_b)) if k not in kept]
+        self.before = _with_leaves(self.before, kept)
+        self.before_leaves = kept
+        lines = ", ".join(f"line {line}" for line in dropped)
+        self.notes.append(f"the fix creates without requires_grad the leaves made at {lines}")
+
+    def _drop_added_leaves(self) -> None:
+        """A fix that makes plain tensors leaves (``nn.Parameter(torch.randn(...))``, a
+        ``fix_changes_training`` rule) and was replayed with them held: BEFORE has no
+        gradient of them to compare; their values stay BEFORE's through the replay, so
+        every other forward result and gradient must still be BEFORE's."""
+        leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
+        if len(leaves_a) <= len(leaves_b) or not self.intent.changes_training:
+            return
+        kept = _kept_leaves(leaves_a, leaves_b)
+        if kept is None:
+            return  # rejected by the counts
+        held = set(self._held())
+        added = [k for k in range(len(leaves_a)) if k not in kept]
+        if any(self._stepped_in_after(k) and k not in held for k in added):
+            return  # trained in the replay: not the values BEFORE computed with
+        lines = ", ".join(self._short_leaf(k) for k in added)
+        new = {old: k for k, old in enumerate(kept)}
+        self.after = _with_leaves(self.after, kept)
+        self.after["held"] = [new[k] for k in sorted(held) if k in new]
+        self.notes.append(
+            f"the fix makes leaves of tensors before keeps plain ({lines}): held at their "
+            "values in the replay; before has no gradient of them to compare"
+        )
+
+    # ------------------------------------------------------ whole-run checks
+    def _check_runs(self) -> None:
+        for label, trace in (("before", self.before), ("after", self.after)):
+            failure = trace.get("runner_error")
+            if failure:
+                hint = MAKE_FASTER if failure.get("kind") == "timeout" else ""
+                raise _Unverifiable(
+                    f"{label} could not be executed: {failure.get('message')}{hint}"
+                )
+        ob, oa = self.before["outcome"], self.after["outcome"]
+        for label, outcome in (("before", ob), ("after", oa)):
+            if outcome.get("category") == "timeout":  # a --cmd run past its time limit
+                raise _Unverifiable(
+                    f"{label} could not be executed: {outcome.get('message')}{MAKE_FASTER}"
+                )
+        same = (ob.get("type"), ob.get("message")) == (oa.get("type"), oa.get("message"))
+        if ob.get("category") == "env" and not (oa.get("category") == "env" and same):
+            raise _Unverifiable(f"before could not run: {_outcome_text(ob)}{MAKE_VERIFIABLE}")
+        if oa.get("category") == "env":
+            if not same:
+                raise _Unverifiable(f"after could not run: {_outcome_text(oa)}")
+            self.notes.append(f"both versions stop at {_outcome_text(oa)}")
+            return
+        if oa.get("status") == "error" and self._same_failure(ob, oa):
+            if self._repairs(oa):
+                raise _Rejected(
+                    f"after still raises the error the fix is meant to repair: {_outcome_text(oa)}"
+                )
+            self.blocked = oa  # judged once the calls both versions made are compared
+        elif oa.get("status") == "error" and self._failed_further_on(ob, oa):
+            # before stopped at its bug; the fix got past it and the run stops at another
+            # statement, which the fix did not write: another bug blocks the proof
+            self.blocked = oa
+        elif oa.get("status") == "error":
+            raise _Rejected(f"after raised {_outcome_text(oa)}")
+
+    @staticmethod
+    def _same_failure(ob: dict[str, Any], oa: dict[str, Any]) -> bool:
+        """Both versions fail with the same error at the same statement, which the fix
+        left as it was (another bug in the program, not the fix's). The statement is
+        matched by its file and text, so a fix that inserts or removes lines above it
+        does not make it another one."""
+        keys = ("status", "type", "message", "code")
+        located = oa.get("where") is not None or oa.get("type") == "CommandFailed"
+        if not located or not all(ob.get(k) == oa.get(k) for k in keys):
+            return False
+        if oa.get("type") == "CommandFailed" or ob.get("where") == oa.get("where"):
+            return True
+        return _file_of(ob.get("where")) == _file_of(oa.get("where")) and bool(oa.get("code"))
+
+    def _blocked_in_backward(self, error: dict[str, Any]) -> bool:
+        """A backward call fails in after as the run of both versions does, with an error
+        that the fix's rules do not repair (a rule's fix declares the errors it repairs,
+        none for a fix that is not about an error: GF107, GF407): another bug's. A change
+        of no known rule (a test's, or ``--baseline``) owns every error of its backward
+        calls: it still raises."""
+        if self.blocked is None or self.blocked.get("message") != error.get("message"):
+            return False
+        return bool(self.intent.codes) and not self._repairs(error)
+
+    def _repairs(self, outcome: dict[str, Any]) -> bool:
+        message = str(outcome.get("message", "")).lower()
+        return any(needle.lower() in message for needle in self.intent.repairs)
+
+    def _failed_further_on(self, ob: dict[str, Any], oa: dict[str, Any]) -> bool:
+        """Before failed with a code error at one statement, after at another one that the
+        fix did not change (its ``changed`` lines): the fix got past before's failure and
+        another bug stops the run."""
+        if ob.get("status") != "error" or ob.get("category") != "code":
+            return False
+        if oa.get("category") != "code" or not oa.get("where") or not ob.get("where"):
+            return False
+        if ob.get("where") == oa.get("where") or ob.get("code") == oa.get("code"):
+            return False  # the same statement (rewritten, or moved by the fix): the fix's
+        return oa.get("where") not in self.changed
+
+    def _blocked_reason(self, outcome: dict[str, Any]) -> str:
+        ran = (
+            f"; the {self.events_compared} backward call(s) made before it match"
+            if self.events_compared
+            else ""
+        )
+        where = outcome.get("where")
+        return (
+            f"blocked by {outcome.get('type')}: {outcome.get('message')}"
+            f"{f' at {where}' if where else ''}, where both versions fail the same way{ran}"
+        )
+
+    def _check_counts(self) -> None:
+        nb, na = self.before.get("event_count", 0), self.after.get("event_count", 0)
+        before_died = self.before["outcome"].get("status") == "error"
+        # A different structure is evidence against a fix that declares none (a rule's);
+        # a change made by hand may restructure (one backward of a sum for two, no more
+        # throw-away leaves each step): matching that is not built yet, so it is undecided.
+        differs = _Rejected if self.intent.declared else _Unverifiable
+        suffix = "" if self.intent.declared else STRUCTURE_UNDECIDED
+        if na < nb:
+            raise differs(f"after makes {na} backward call(s), before makes {nb}{suffix}")
+        if na > nb and not before_died:
+            raise differs(f"after makes {na} backward call(s), before only {nb}{suffix}")
+        lb, la = len(self.before.get("leaves", [])), len(self.after.get("leaves", []))
+        if la > lb and not before_died:
+            # leaves after makes that before does not, and that are no parameters it now
+            # trains (held and dropped above): fresh tensors asking for grad, cut off from
+            # the model (`torch.tensor(loss.item(), requires_grad=True)`), whatever the intent
+            raise _Rejected(f"after creates {la} leaf tensor(s) that require grad, before {lb}")
+        if la < lb:
+            raise differs(
+                f"after creates {la} leaf tensor(s) that require grad, before {lb}{suffix}"
+            )
+        for k in range(min(lb, la)):
+            self._check_leaf(k)
+        if self.after.get("events_truncated"):
+            self.notes.append(
+                f"only the first {len(self.after['events'])} backward calls "
+                "were recorded and compared"
+            )
+
+    def _check_leaf(self, k: int) -> None:
+        leaf_b, leaf_a = self.before["leaves"][k], self.after["leaves"][k]
+        shape_b, shape_a = leaf_b.get("shape"), leaf_a.get("shape")
+        if math.prod(shape_b) != math.prod(shape_a):
+            raise _Rejected(
+                f"leaf {k} has shape {tuple(shape_b)} in before "
+                f"(line {leaf_b.get('line')}) but {tuple(shape_a)} in after"
+            )
+        if shape_b != shape_a:
+            self.notes.append(
+                f"leaf {k} reshaped {tuple(shape_b)} -> {tuple(shape_a)}; "
+                "gradients compared element by element"
+            )
+        if leaf_b.get("dtype") != leaf_a.get("dtype"):
+            self.notes.append(f"leaf {k} dtype {leaf_b.get('dtype')} -> {leaf_a.get('dtype')}")
