@@ -19,6 +19,14 @@ wrong fix must be *rejected* (verified is a wrong proof, unverified a miss).
 Rejections of expert fixes are grouped by the oracle's reason (its first words:
 ``gradient wrong``, ``gradient changed``, ``forward changed``...) so a change can be aimed
 at a cause, never at a case; the wrong fixes verified are listed by name.
+
+A wrong fix the oracle verifies is then compared with the expert fix itself
+(``verify --baseline fixed.py <wrong>.py``): where that too is verified, the wrong fix
+computes the expert's forward results and gradients on this program (its error shows only
+on another program: an objective that does not depend on the value it gets wrong, a
+validation pass whose gradients are never used), so no run of this program can tell them
+apart. Such pairs are counted apart ("same as the expert's here") and the rejection rate is
+also given over the pairs a run can tell apart; the raw figures lead.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ class Pair:
     verdict: str = ""  # verified | rejected | unverified | error
     reason: str = ""
     seconds: float = 0.0
+    #: a wrong fix verified whose runs equal the expert fix's (see the module docstring)
+    same_as_expert: bool = False
 
     @property
     def right(self) -> bool:
@@ -91,31 +101,38 @@ def discover(roots: Sequence[Path], prefix: str = "") -> list[tuple[Path, Pair]]
 
 
 def judge(directory: Path, pair: Pair, timeout: float = TIMEOUT) -> Pair:
-    """Ask ``verify --baseline`` about one pair, on copies of the case's files."""
+    """Ask ``verify --baseline`` about one pair, on copies of the case's files; a wrong fix
+    verified is also compared with the expert fix (``same_as_expert``)."""
     import time
 
     started = time.monotonic()
+    pair.verdict, pair.reason = ask(directory, "bug.py", pair.file, timeout)
+    pair.seconds = round(time.monotonic() - started, 1)
+    if pair.kind == "wrong" and pair.verdict == "verified":
+        pair.same_as_expert = ask(directory, "fixed.py", pair.file, timeout)[0] == "verified"
+    return pair
+
+
+def ask(directory: Path, old: str, new: str, timeout: float = TIMEOUT) -> tuple[str, str]:
+    """``verify --baseline OLD NEW`` in a copy of the case: (verdict, reason)."""
     with tempfile.TemporaryDirectory(prefix="gradfix-oracle-") as temp:
         work = Path(temp)
         for source in directory.iterdir():
             if source.is_file():
                 shutil.copyfile(source, work / source.name)
-        command = [*GRADFIX, "verify", "--baseline", "--format", "json", "bug.py", pair.file]
+        command = [*GRADFIX, "verify", "--baseline", "--format", "json", old, new]
         try:
             result = subprocess.run(command, cwd=work, capture_output=True, text=True,
                                     timeout=timeout, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
-            pair.verdict, pair.reason = "error", f"timeout after {timeout:.0f} s"
-            return pair
-    pair.seconds = round(time.monotonic() - started, 1)
+            return "error", f"timeout after {timeout:.0f} s"
     try:
         verdicts = json.loads(result.stdout)
         verdict = verdicts[0] if isinstance(verdicts, list) else verdicts
-        pair.verdict, pair.reason = verdict["verdict"], verdict.get("reason", "")
+        return verdict["verdict"], verdict.get("reason", "")
     except (ValueError, KeyError, IndexError, TypeError):
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        pair.verdict, pair.reason = "error", f"exit {result.returncode}: {last[:200]}"
-    return pair
+        return "error", f"exit {result.returncode}: {last[:200]}"
 
 
 def cause_of(reason: str) -> str:
@@ -142,6 +159,7 @@ def summary(pairs: Sequence[Pair]) -> dict[str, object]:
         "wrong_by_cause": {cause: dict(counts) for cause, counts in sorted(by_cause.items())},
         # a verified reason says what matched, not why the fix is wrong: list them instead
         "wrong_verified": sorted(f"{p.case}/{p.file}" for p in wrongs if p.verdict == "verified"),
+        "wrong_same_as_expert": sorted(f"{p.case}/{p.file}" for p in wrongs if p.same_as_expert),
     }
 
 
@@ -175,6 +193,16 @@ def report(pairs: Sequence[Pair], markdown: bool = False) -> str:
     verified = s["wrong_verified"]
     assert isinstance(verified, list)
     lines.append("wrong fixes verified (wrong proofs): " + (", ".join(verified) or "none"))
+    same = s["wrong_same_as_expert"]
+    assert isinstance(same, list)
+    if same:
+        told = nw - len(same)
+        lines.append(
+            f"of them the same as the expert's fix on this program (its runs equal the "
+            f"expert fix's: no run of it tells them apart): {', '.join(same)}; "
+            f"rejected among the {told} wrong fixes a run can tell apart: "
+            f"{_share(wrong, 'rejected', told)}"
+        )
     return "\n".join(lines)
 
 

@@ -46,3 +46,19 @@ def test_every_wrong_fix_of_the_benchmarks_declares_its_cause() -> None:
         for path in wrong:
             header = oracle.WRONG_FIELD.search(path.read_text(encoding="utf-8"))
             assert header is not None, path
+
+
+def test_a_wrong_fix_equal_to_the_expert_fix_on_this_program_is_counted_apart() -> None:
+    """A wrong proof whose runs equal the expert fix's is listed apart, and the rejection
+    rate is also given over the pairs a run can tell apart (the raw figures stay)."""
+    pairs = [
+        oracle.Pair("c", "expert", "expert", "fixed.py", verdict="verified"),
+        oracle.Pair("c", "wrong", "detach", "wrong_a.py", verdict="verified", same_as_expert=True),
+        oracle.Pair("c", "wrong", "other", "wrong_b.py", verdict="verified"),
+        oracle.Pair("c", "wrong", "other", "wrong_c.py", verdict="rejected"),
+    ]
+    summary = oracle.summary(pairs)
+    assert summary["wrong_same_as_expert"] == ["c/wrong_a.py"]
+    text = oracle.report(pairs)
+    assert "wrong fixes verified (wrong proofs): c/wrong_a.py, c/wrong_b.py" in text
+    assert "rejected among the 2 wrong fixes a run can tell apart: 1 (50 %)" in text
