@@ -18,6 +18,7 @@ import pytest
 
 from gradfix.registry import fix_intent
 from gradfix.verify import Verdict, compare_traces, plan_fd, verify_files, verify_sources
+from gradfix.verify.intent import FixIntent
 
 TIMEOUT = 30.0
 
@@ -1646,3 +1647,33 @@ def test_the_oracle_reads_no_rule_and_no_tracer() -> None:
                 imported.update(alias.name for alias in node.names)
     forbidden = ("gradfix.registry", "gradfix.trace", "gradfix.codemods")
     assert not {name for name in imported if name.startswith(forbidden)}
+
+
+INT_LEAVES = """import torch
+
+x = torch.tensor(1, requires_grad=True)
+w = torch.tensor(2, requires_grad=True)
+y = w * x + 3
+y.backward()
+print(x.grad, w.grad)
+"""
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        # the tutorial's float leaves, and a change that stops training x: both run and
+        # their gradients match their own finite differences
+        INT_LEAVES.replace("(1,", "(1.,").replace("(2,", "(2.,"),
+        INT_LEAVES.replace("(1, requires_grad=True)", "(1.)").replace("(2,", "(2.,"),
+    ],
+)
+def test_a_change_by_hand_whose_original_computes_no_forward_is_unverified(after: str) -> None:
+    """``requires_grad`` asked of an integer tensor raises before any forward result, with
+    autograd off too: nothing shows what a change made by hand should compute, so its
+    self-consistent gradients prove nothing (unverified); a rule's fix declares it."""
+    verdict = verify_sources(INT_LEAVES, after, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "computes none either" in verdict.reason
+    declared = verify_sources(INT_LEAVES, after, rules=["GF105"])
+    assert declared.status == "verified", declared.reason

@@ -50,6 +50,9 @@ class _Comparison(_References):
         return verdict
 
     def _conclude(self) -> Verdict:
+        unknown = self._unknown_forward()
+        if unknown:
+            return Verdict("unverified", unknown, self.evidence())
         missing = sum(len(t) for t in self.needs.values())
         if missing:
             return Verdict(
@@ -237,3 +240,21 @@ class _Comparison(_References):
             **({"confirm": list(self.confirm)} if self.confirm else {}),
             "notes": list(self.notes),
         }
+
+    def _unknown_forward(self) -> str | None:
+        """A change made by hand (no declared intent) whose original raised before any
+        forward result, and raises or stops with autograd off too (``requires_grad`` asked
+        of an integer tensor): nothing shows what the change's forward should compute, so
+        gradients that match its own finite differences prove only that they are its own
+        forward's, not that this is the program meant. A rule's fix declares what it keeps."""
+        if self.intent.declared or not self.self_checked_events or self.forward_referenced:
+            return None
+        if self.before.get("event_count", 0) or self.diverged_at is not None:
+            return None
+        return (
+            f"before raised {_short_outcome(self.before['outcome'])} before any forward "
+            "result, and with autograd off it computes none either: nothing shows what the "
+            "change's forward should compute (its gradients match its own finite "
+            f"differences over {self.self_checked_events} backward call(s)); check that it "
+            "computes what you meant, or let a rule's fix declare it"
+        )

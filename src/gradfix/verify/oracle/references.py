@@ -207,6 +207,7 @@ class _References(_FiniteDifferences):
                 f"{mismatch} (before, run with autograd off up to that call, computes the "
                 "value the fix must keep)"
             )
+        self.forward_referenced = True
         self.notes.append(f"{label}: the forward results equal before's with autograd off")
 
     def _eps_guard(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> bool:

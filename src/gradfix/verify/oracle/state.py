@@ -88,6 +88,8 @@ class _State:
         self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
         #: see ``compare_traces``
         self.forward_reference: dict[str, Any] | None = None
+        #: after's first call computes what before computes with autograd off
+        self.forward_referenced = False
 
     def _stepped_in_after(self, k: int) -> bool:
         stepped = _stepped(self.after)
