@@ -1677,3 +1677,76 @@ def test_a_change_by_hand_whose_original_computes_no_forward_is_unverified(after
     assert "computes none either" in verdict.reason
     declared = verify_sources(INT_LEAVES, after, rules=["GF105"])
     assert declared.status == "verified", declared.reason
+
+
+STEP_BEFORE_SECOND_BACKWARD = """import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+v = torch.randn(3, requires_grad=True)
+opt = torch.optim.SGD([v], lr=0.1)
+a = (w * v).sum()
+b = (w * v ** 2).sum()
+a.backward(retain_graph=True)
+opt.step()
+b.backward()
+opt.step()
+"""
+
+
+def test_finite_differences_perturb_the_values_the_graph_was_built_from() -> None:
+    """The step between two backward calls changes ``v`` after ``b``'s forward (before
+    raises "modified by an inplace operation"): the derivative of ``b`` is taken at the
+    values its forward read, not at the stepped ones it never saw (the profiler's records
+    around the step are no use of ``v``); the fix that steps after both calls is verified."""
+    fixed = STEP_BEFORE_SECOND_BACKWARD.replace("opt.step()\nb.backward()\n", "b.backward()\n")
+    verdict = verify_sources(STEP_BEFORE_SECOND_BACKWARD, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+CARRIED_STATE = """import torch
+
+torch.manual_seed(0)
+cell = torch.nn.RNNCell(3, 4)
+optimizer = torch.optim.SGD(cell.parameters(), lr=0.1)
+h = torch.zeros(1, 4)
+for step in range(3):
+    optimizer.zero_grad()
+    h = cell(torch.randn(1, 3), h)
+    loss = h.pow(2).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_fresh_state_per_step_made_by_hand_is_unverified_not_rejected() -> None:
+    """Backpropagating through a state carried from the previous step raises "backward
+    through the graph a second time"; a repair may detach the state (the forward kept) or
+    start each step from a fresh one (the forward changed on purpose). Without a declared
+    intent runs cannot tell which was meant: unverified, never rejected."""
+    fresh = CARRIED_STATE.replace(
+        "    h = cell(torch.randn(1, 3), h)", "    h = cell(torch.randn(1, 3), torch.zeros(1, 4))"
+    )
+    verdict = verify_sources(CARRIED_STATE, fresh, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "fresh state" in verdict.reason
+    detached = CARRIED_STATE.replace(
+        "cell(torch.randn(1, 3), h)", "cell(torch.randn(1, 3), h.detach())"
+    )
+    assert verify_sources(CARRIED_STATE, detached, intent=FixIntent.unknown()).verified
+
+
+def test_a_changed_forward_that_repairs_an_inplace_error_is_rejected() -> None:
+    """The out-of-place repair of an in-place error computes the same values: a forward
+    change there is evidence the change is wrong, with or without a declared intent."""
+    bug = """import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+y = w.sigmoid()
+y += 1
+y.sum().backward()
+"""
+    changed = bug.replace("y += 1", "y = y + 2")
+    verdict = verify_sources(bug, changed, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason

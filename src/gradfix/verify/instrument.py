@@ -473,7 +473,8 @@ class Recorder:
             return
         if not torch.is_grad_enabled():
             return
-        self._regroup_updated_leaves()
+        if _computes(func, args, kwargs):
+            self._regroup_updated_leaves()
         used = sorted(set(self._leaf_args(args, kwargs)))
         if (self.record_first_values or self.sync) and _reads_values(func):
             for k in used:
@@ -673,6 +674,26 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         index.append(flat % size)
         flat //= size
     return tuple(reversed(index))
+
+
+#: the calls that differentiate a graph already built: they read no leaf's values
+_DIFFERENTIATES = frozenset({"backward", "grad"})
+
+
+def _computes(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a grad-mode call computes with tensor values, so that a leaf changed in
+    place since its last use is read anew from here on (a view of it among the arguments).
+    Not a backward call (the graph it walks was built from the values each leaf had at its
+    uses, even where the leaf changed since: the change "modified by an inplace operation"
+    reports), nor a call without a tensor argument (the profiler's records around an
+    optimizer step, ``set_grad_enabled``)."""
+    if getattr(func, "__name__", "") in _DIFFERENTIATES:
+        return False
+    for value in (*args, *kwargs.values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if any(isinstance(item, torch.Tensor) for item in items):
+            return True
+    return False
 
 
 class UseTracker(TorchFunctionMode):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gradfix.torch_facts.curated import BACKWARD_TWICE
 from gradfix.verify.oracle.common import (
     EPS_GUARD,
     FD_ATOL,
@@ -82,6 +83,13 @@ class _References(_FiniteDifferences):
             return
         if _reran_freed_graph(eb, self.before.get("events", [])[:i]):
             self._mark_broken(i)  # before's forward did not run again: its result is stale
+        if self.broken_at is None and self._repair_may_change_forward():
+            raise _Unverifiable(
+                f"{mismatch}; before then raises {_short_outcome(self.before['outcome'])}, "
+                "and its repair may start each step from a fresh state instead of "
+                "detaching the carried one (a change made by hand declares neither): "
+                "check that it computes what you meant, or let a rule's fix declare it"
+            )
         if self.broken_at is None:
             raise _Rejected(mismatch)
         # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
@@ -94,6 +102,20 @@ class _References(_FiniteDifferences):
             "differences"
         )
         self._self_check_event(i, ea)
+
+    def _repair_may_change_forward(self) -> bool:
+        """A change made by hand (no declared intent) of a program that then backpropagates
+        through a freed graph (a state carried from one step into the next): its repairs
+        either detach the state (the forward kept) or start each step from a fresh state
+        (the forward changed on purpose, the repair maintainers choose too), and runs cannot
+        tell which was meant. The in-place errors are not such: their out-of-place repair
+        computes the same values, so a forward change there is evidence."""
+        outcome = self.before.get("outcome") or {}
+        return (
+            not self.intent.declared
+            and outcome.get("category") == "code"
+            and BACKWARD_TWICE in str(outcome.get("message", ""))
+        )
 
     def _roots_mismatch(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> str | None:
         roots_b, roots_a = eb.get("roots", []), ea.get("roots", [])
