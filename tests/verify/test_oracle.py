@@ -1750,3 +1750,39 @@ y.sum().backward()
     changed = bug.replace("y += 1", "y = y + 2")
     verdict = verify_sources(bug, changed, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
+
+
+GAN_STEP_ORDER = """import torch
+
+torch.manual_seed(0)
+g = torch.nn.Linear(2, 2)
+d = torch.nn.Linear(2, 1)
+opt_d = torch.optim.SGD(d.parameters(), lr=0.1)
+opt_g = torch.optim.SGD(g.parameters(), lr=0.1)
+for step in range(3):
+    fake = g(torch.randn(4, 2))
+    d_loss = d(fake.detach()).pow(2).mean()
+    g_loss = -d(fake).mean()
+    d_loss.backward()
+    opt_d.step()
+    opt_d.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+    opt_g.zero_grad()
+"""
+
+
+def test_a_stop_gradient_both_versions_keep_is_no_lost_gradient_past_before_s_error() -> None:
+    """Before raises at G's backward (D stepped first, after G's forward read it); the fix
+    computes G's loss from the stepped D, and from there is checked against its own finite
+    differences: they hold every optimizer step (autograd never differentiates through
+    one) and do not see through ``d(fake.detach())``: G's weights without gradient at D's
+    backward are what before's same statement gave too."""
+    fixed = GAN_STEP_ORDER.replace(
+        "    g_loss = -d(fake).mean()\n    d_loss.backward()\n    opt_d.step()\n    opt_d.zero_grad()\n",
+        "    d_loss.backward()\n    opt_d.step()\n    opt_d.zero_grad()\n    g_loss = -d(fake).mean()\n",
+    )
+    assert fixed != GAN_STEP_ORDER
+    verdict = verify_sources(GAN_STEP_ORDER, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "trajectory parts from the fix's at #2" in verdict.reason

@@ -60,7 +60,9 @@ def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
         return {"entries": [], "evaluations": 0, "capped": False}
     last_event = max(int(t["event"]) for t in targets)
     constant = bool(request.get("constant_grads"))
-    probe, probe_outcome = _run(session, stop_after=last_event, perturbation=None, keep=constant)
+    probe, probe_outcome = _run(
+        session, stop_after=last_event, perturbation=None, keep=constant, record_steps=True
+    )
     estimator = _Estimator(session, probe, deadline)
     entries = [estimator.prepare(t) for t in targets]
     chosen, capped = _allocate(entries, int(request.get("budget", 200)))
@@ -87,11 +89,17 @@ def _run(
     float64: bool = False,
     keep: bool = False,
     replay: dict[int, Any] | None = None,
+    record_steps: bool = False,
+    replay_steps: list[Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """One run of the script up to event ``stop_after``; ``float64``: in double precision;
     ``keep``: keep the gradients of ``autograd.grad`` calls without ``create_graph``
-    (constants to autograd), ``replay``: give such calls the kept ones back."""
+    (constants to autograd), ``replay``: give such calls the kept ones back;
+    ``record_steps``: keep what each optimizer step leaves its leaves at, ``replay_steps``:
+    set them back to those after each step (see ``Recorder.record_steps``)."""
     recorder = session.instrument.Recorder(session.path, record_values=False)
+    recorder.record_steps = record_steps
+    recorder.replay_steps = replay_steps
     recorder.stop_after_event = stop_after
     recorder.perturbation = perturbation
     recorder.keep_constant_grads = keep
@@ -124,6 +132,7 @@ def _refine(session: Any, probe: Any, entries: list[_Entry], deadline: float) ->
         perturbation=None,
         float64=True,
         keep=probe.keep_constant_grads,
+        record_steps=True,
     )
     estimator = _Estimator(session, wide, deadline, float64=True)
     for entry in entries:
@@ -289,6 +298,7 @@ class _Estimator:
             perturbation=perturbation,
             float64=self.float64,
             replay=replay,
+            replay_steps=self.probe.step_values,
         )
         value = recorder.objectives.get(entry.event)
         if value is None or perturbation.step is None or perturbation.step == 0.0:

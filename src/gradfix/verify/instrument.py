@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import linecache
 import math
 import os
 import sys
@@ -181,6 +182,16 @@ class Recorder:
         self.sync: dict[int, list[float]] = {}
         self._held_values: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.held_steps = 0
+        #: Finite differences differentiate what autograd does, and autograd never goes
+        #: through a ``torch.optim`` step: a probe run records the values each step leaves
+        #: its leaves at (``step_values``, None past ``STEP_MAX_VALUES``), and a perturbed
+        #: run is given them back after the same step (``replay_steps``), so a perturbation
+        #: reaches a later objective only through the graph, never through another
+        #: parameter's update (a GAN's discriminator stepped on the generator's output).
+        self.record_steps = False
+        self.step_values: list[dict[int, torch.Tensor] | None] = []
+        self.replay_steps: list[dict[int, torch.Tensor] | None] | None = None
+        self.optimizer_steps = 0
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -379,10 +390,13 @@ class Recorder:
     def _begin_record(self, index: int, kind: str, roots: list[Any]) -> dict[str, Any] | None:
         if index >= MAX_RECORDED_EVENTS:
             return None
+        line = self.script_line()
         record = {
             "index": index,
             "kind": kind,
-            "line": self.script_line(),
+            "line": line,
+            # the statement's text: the same call in both versions whatever the line shift
+            "code": linecache.getline(self.filename, line).strip() if line else "",
             "roots": [encode_tensor(r) for r in roots if isinstance(r, torch.Tensor)],
             "objective": _maybe_encode(self.objectives[index]),
             "error": None,
@@ -928,13 +942,51 @@ def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     recorder = _ACTIVE
-    if recorder is None or not recorder._held_values:
+    if recorder is None:
+        return
+    _hold_step(recorder, optimizer)
+    if not recorder._held_values:
         return
     with torch.no_grad():
         for leaf, value in recorder._held_values:
             leaf.detach().copy_(value)
     recorder._held_values = []
     recorder.held_steps += 1
+
+
+#: at most this many values of the leaves optimizer steps change are kept by a probe run
+STEP_MAX_VALUES = 20_000_000
+
+
+def _hold_step(recorder: Recorder, optimizer: Any) -> None:
+    """After an optimizer step: record the values it left its leaves at (a probe run), or
+    set them back to the probe's (a perturbed run; the perturbed leaf keeps its own)."""
+    n = recorder.optimizer_steps
+    recorder.optimizer_steps += 1
+    if getattr(optimizer, "defaults", {}).get("differentiable"):
+        return  # a step autograd differentiates through: part of the function
+    if recorder.record_steps:
+        kept = sum(v.numel() for step in recorder.step_values if step for v in step.values())
+        stepped = {
+            k: p
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if (k := recorder.leaf_index(p)) is not None
+        }
+        if kept + sum(p.numel() for p in stepped.values()) > STEP_MAX_VALUES:
+            recorder.step_values.append(None)
+            return
+        with torch.no_grad():  # no use of a leaf: the uses are numbered alike in every run
+            recorder.step_values.append({k: p.detach().clone() for k, p in stepped.items()})
+        return
+    replay = recorder.replay_steps
+    if replay is None or n >= len(replay) or replay[n] is None:
+        return
+    skip = recorder.perturbation.leaf if recorder.perturbation is not None else None
+    with torch.no_grad():
+        for k, value in (replay[n] or {}).items():
+            if k != skip and k < len(recorder.leaves):
+                recorder.leaves[k].detach().copy_(value)
 
 
 def _patch_leaf_marking() -> None:

@@ -4,9 +4,10 @@ forward reference, or finite differences where before gives none)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
-from gradfix.torch_facts.curated import BACKWARD_TWICE
+from gradfix.torch_facts.curated import BACKWARD_TWICE, INPLACE_SAVED
 from gradfix.verify.oracle.common import (
     EPS_GUARD,
     FD_ATOL,
@@ -35,6 +36,9 @@ from gradfix.verify.oracle.common import (
     _values,
 )
 from gradfix.verify.oracle.finite_differences import _FiniteDifferences
+
+#: the saved tensor an in-place error names: ``[torch.FloatTensor [1, 8, 4, 4]]``
+_SAVED_SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
 
 
 class _References(_FiniteDifferences):
@@ -83,6 +87,8 @@ class _References(_FiniteDifferences):
             return
         if _reran_freed_graph(eb, self.before.get("events", [])[:i]):
             self._mark_broken(i)  # before's forward did not run again: its result is stale
+        if self._stepped_under_its_graph(i, eb):
+            self._mark_broken(i)  # the repair may compute this forward from the new values
         if self.broken_at is None and self._repair_may_change_forward():
             raise _Unverifiable(
                 f"{mismatch}; before then raises {_short_outcome(self.before['outcome'])}, "
@@ -102,6 +108,28 @@ class _References(_FiniteDifferences):
             "differences"
         )
         self._self_check_event(i, ea)
+
+    def _stepped_under_its_graph(self, i: int, eb: dict[str, Any]) -> bool:
+        """Before's call ``i`` raised "modified by an inplace operation" on a leaf that
+        changed in place between its previous call and this one, after this call's forward
+        read it (an optimizer step between a forward and its backward: a GAN's
+        discriminator stepped before the generator's backward through it). Its repair may
+        move the backward before the step (the forward kept) or compute the forward from
+        the stepped values (the forward changed on purpose): before's gradient at ``i`` is
+        broken and its trajectory from there no reference."""
+        message = str((eb.get("error") or {}).get("message", ""))
+        shape = _SAVED_SHAPE.search(message) if INPLACE_SAVED in message else None
+        events = self.before.get("events") or []
+        if shape is None or i == 0 or "versions" not in eb or "versions" not in events[i - 1]:
+            return False
+        # the leaf itself or a view of it (``weight.t()``, saved by a linear layer)
+        numel = math.prod(int(n) for n in shape.group(1).split(",") if n.strip())
+        old, new = events[i - 1]["versions"], eb["versions"]
+        leaves = self.before.get("leaves") or []
+        return any(
+            old[k] != new[k] and numel <= math.prod(leaves[k].get("shape") or [])
+            for k in range(min(len(old), len(new), len(leaves)))
+        )
 
     def _repair_may_change_forward(self) -> bool:
         """A change made by hand (no declared intent) of a program that then backpropagates
@@ -501,8 +529,30 @@ class _References(_FiniteDifferences):
                 self.discarded_gradients.append({"event": i, "leaf": k})
                 continue
             grad_a = ea["grads"][str(k)]
+            if grad_a is None and self._none_at_the_same_statement(ea, k):
+                # a stop-gradient both versions keep (``netD(fake.detach())``): finite
+                # differences see through it, the program never meant that path
+                self.not_compared.setdefault(
+                    k,
+                    "no gradient at a backward call before makes too, by the same "
+                    f"statement (`{ea.get('code')}`), where it has none either",
+                )
+                continue
             self._compare_to_fd("after", i, k, grad_a, None, label)
         self.self_checked_events += 1
+
+    def _none_at_the_same_statement(self, ea: dict[str, Any], k: int) -> bool:
+        """Whether BEFORE left leaf ``k`` without gradient at a backward call made by the
+        same statement as AFTER's call ``ea`` (by its text, whatever the fix's line shift)."""
+        code = ea.get("code")
+        if not code:
+            return False
+        return any(
+            eb.get("code") == code
+            and not eb.get("error")
+            and (eb.get("grads") or {}).get(str(k)) is None
+            for eb in self.before.get("events") or []
+        )
 
     # ----------------------------------------------------------- references
     def _compare_to_autograd(
