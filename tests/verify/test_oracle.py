@@ -1778,11 +1778,71 @@ def test_a_stop_gradient_both_versions_keep_is_no_lost_gradient_past_before_s_er
     differences: they hold every optimizer step (autograd never differentiates through
     one) and do not see through ``d(fake.detach())``: G's weights without gradient at D's
     backward are what before's same statement gave too."""
-    fixed = GAN_STEP_ORDER.replace(
-        "    g_loss = -d(fake).mean()\n    d_loss.backward()\n    opt_d.step()\n    opt_d.zero_grad()\n",
-        "    d_loss.backward()\n    opt_d.step()\n    opt_d.zero_grad()\n    g_loss = -d(fake).mean()\n",
-    )
+    d_step = "    d_loss.backward()\n    opt_d.step()\n    opt_d.zero_grad()\n"
+    g_loss = "    g_loss = -d(fake).mean()\n"
+    fixed = GAN_STEP_ORDER.replace(g_loss + d_step, d_step + g_loss)
     assert fixed != GAN_STEP_ORDER
     verdict = verify_sources(GAN_STEP_ORDER, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "trajectory parts from the fix's at #2" in verdict.reason
+
+
+ASKS_FOR_UNUSED_GRADIENTS = """import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+b = torch.randn(3, requires_grad=True)
+x = torch.randn(4, 3)
+loss = ((x * w + b) ** 2).sum()
+gw, gb = torch.autograd.grad(loss, [w, b], create_graph=True)
+fast = w - 0.1 * gw
+(x * fast + b).pow(2).sum().backward()
+"""
+
+
+def test_a_gradient_autograd_grad_returned_and_nothing_read_need_not_be_asked_for() -> None:
+    """MAML's inner step asks ``autograd.grad`` for every weight and adapts only some: a
+    fix that asks only for those it uses computes everything the program reads."""
+    fixed = ASKS_FOR_UNUSED_GRADIENTS.replace(
+        "gw, gb = torch.autograd.grad(loss, [w, b], create_graph=True)",
+        "(gw,) = torch.autograd.grad(loss, [w], create_graph=True)",
+    )
+    verdict = verify_sources(ASKS_FOR_UNUSED_GRADIENTS, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    # a returned gradient the program reads must still be computed
+    reads_both = ASKS_FOR_UNUSED_GRADIENTS.replace(
+        "fast = w - 0.1 * gw", "fast = w - 0.1 * gw * gb"
+    )
+    dropped = reads_both.replace(
+        "gw, gb = torch.autograd.grad(loss, [w, b], create_graph=True)",
+        "(gw,) = torch.autograd.grad(loss, [w], create_graph=True)\ngb = torch.ones(3)",
+    )
+    assert verify_sources(reads_both, dropped, intent=FixIntent.unknown()).status == "rejected"
+
+
+CARRIED_STATE_READ_OUT = """import torch
+
+torch.manual_seed(0)
+cell = torch.nn.RNNCell(3, 4)
+out = torch.nn.Linear(4, 1)
+optimizer = torch.optim.Adam([*cell.parameters(), *out.parameters()], lr=0.02)
+h = torch.zeros(1, 4)
+for step in range(4):
+    optimizer.zero_grad()
+    h = cell(torch.randn(1, 3), h)
+    loss = sum(out(h * t).pow(2).sum() for t in range(1, 4))
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_finite_differences_past_optimizer_steps_perturb_the_use_autograd_differentiates() -> None:
+    """Past before's error the fix is checked against its own finite differences over
+    several optimizer steps; holding each step must not count as a use of a leaf, or the
+    perturbation lands on another use than the probe's (a layer read three times a step)."""
+    detached = CARRIED_STATE_READ_OUT.replace(
+        "cell(torch.randn(1, 3), h)", "cell(torch.randn(1, 3), h.detach())"
+    )
+    verdict = verify_sources(CARRIED_STATE_READ_OUT, detached, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "trajectory" in verdict.reason or "own finite differences" in verdict.reason

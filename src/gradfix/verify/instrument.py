@@ -188,6 +188,9 @@ class Recorder:
         #: run is given them back after the same step (``replay_steps``), so a perturbation
         #: reaches a later objective only through the graph, never through another
         #: parameter's update (a GAN's discriminator stepped on the generator's output).
+        #: the gradients ``autograd.grad`` returned that no torch call has read yet:
+        #: id -> (the tensor, kept alive so its id stays its own; its event's record; leaf)
+        self._watched: dict[int, tuple[torch.Tensor, dict[str, Any], int]] = {}
         self.record_steps = False
         self.step_values: list[dict[int, torch.Tensor] | None] = []
         self.replay_steps: list[dict[int, torch.Tensor] | None] | None = None
@@ -292,6 +295,8 @@ class Recorder:
             self.internal = True
             try:
                 record["grads"] = self._event_grads(kind, grads_before, inputs, result)
+                if kind == "grad":
+                    self._watch_returned(record, inputs, result)
                 if bound:
                     record["bound_grads"] = {
                         name: None if hook.grad is None else encode_tensor(hook.grad)
@@ -300,6 +305,26 @@ class Recorder:
             finally:
                 self.internal = False
         return result
+
+    def _watch_returned(self, record: dict[str, Any], inputs: Any, result: Any) -> None:
+        """The gradients an ``autograd.grad`` call returned are ``unread`` until a torch
+        call takes one (MAML's inner step reads those of the weights it adapts and drops
+        the others: a fix that no longer asks for them changes nothing)."""
+        record["unread"] = []
+        for k, grad in self._returned_grads(inputs, result):
+            if isinstance(grad, torch.Tensor):
+                record["unread"].append(k)
+                self._watched[id(grad)] = (grad, record, k)
+
+    def _read_watched(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        for value in (*args, *kwargs.values()):
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for item in items:
+                entry = (
+                    self._watched.pop(id(item), None) if isinstance(item, torch.Tensor) else None
+                )
+                if entry is not None and entry[0] is item and entry[2] in entry[1]["unread"]:
+                    entry[1]["unread"].remove(entry[2])
 
     def _bound_values(self) -> dict[str, Any]:
         """Values and leaf indices of the module-level names that hold tensors requiring
@@ -485,6 +510,8 @@ class Recorder:
                 if k is not None:
                     self.data_epoch[k] = self.data_epoch.get(k, 0) + 1
             return
+        if self._watched:
+            self._read_watched(args, kwargs)
         if not torch.is_grad_enabled():
             return
         if _computes(func, args, kwargs):
@@ -960,7 +987,16 @@ STEP_MAX_VALUES = 20_000_000
 
 def _hold_step(recorder: Recorder, optimizer: Any) -> None:
     """After an optimizer step: record the values it left its leaves at (a probe run), or
-    set them back to the probe's (a perturbed run; the perturbed leaf keeps its own)."""
+    set them back to the probe's (a perturbed run; the perturbed leaf keeps its own). None
+    of its own torch calls is a use of a leaf: uses are numbered alike in every run."""
+    internal, recorder.internal = recorder.internal, True
+    try:
+        _hold_step_values(recorder, optimizer)
+    finally:
+        recorder.internal = internal
+
+
+def _hold_step_values(recorder: Recorder, optimizer: Any) -> None:
     n = recorder.optimizer_steps
     recorder.optimizer_steps += 1
     if getattr(optimizer, "defaults", {}).get("differentiable"):
@@ -976,7 +1012,7 @@ def _hold_step(recorder: Recorder, optimizer: Any) -> None:
         if kept + sum(p.numel() for p in stepped.values()) > STEP_MAX_VALUES:
             recorder.step_values.append(None)
             return
-        with torch.no_grad():  # no use of a leaf: the uses are numbered alike in every run
+        with torch.no_grad():
             recorder.step_values.append({k: p.detach().clone() for k, p in stepped.items()})
         return
     replay = recorder.replay_steps

@@ -325,6 +325,11 @@ class _References(_FiniteDifferences):
         for k in self._event_keys(eb, ea):
             self._require_leaf(k, label)
             key = str(k)
+            if key not in ea.get("grads", {}) and k in (eb.get("unread") or ()):
+                # before asked autograd.grad for it and never read it: no value of it
+                # changes anything, and the fix no longer asks
+                self.discarded_gradients.append({"event": i, "leaf": k})
+                continue
             if key not in ea.get("grads", {}):
                 raise _Rejected(
                     f"after: {label} does not compute the gradient of {self._leaf_name(k)}"
