@@ -44,6 +44,7 @@ from gradfix.verify.process import (
     RunnerProcess,
     shutdown_fork_server,
 )
+from gradfix.verify.sandbox import contain
 
 __all__ = [
     "FixIntent",
@@ -168,6 +169,7 @@ def _verify(
                         f"before's (the change draws other initial values): {second.reason}"
                     )
                     verdict, fd, after = second, second_fd, synced
+    verdict = contain(verdict, {"before": before_proc.sandbox, "after": after_proc.sandbox})
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     verdict.evidence["max_steps"] = max_steps
