@@ -204,8 +204,10 @@ def contain(verdict: Any, reports: dict[str, dict[str, Any]]) -> Any:
     details = sorted({str(r.get("detail")) for r in reports.values() if r.get("detail")})
     if details:
         verdict.evidence["sandbox_detail"] = "; ".join(details)
-    attempts = [(source, a) for source, r in reports.items() for a in r.get("attempts", [])]
-    outside = [a for r in reports.values() for a in r.get("outside", [])]
+    attempts = list(
+        dict.fromkeys((source, a) for source, r in reports.items() for a in r.get("attempts", []))
+    )  # each execution of a run repeats them
+    outside = list(dict.fromkeys(a for r in reports.values() for a in r.get("outside", [])))
     if outside:
         verdict.evidence["blocked_outside"] = outside[:20]
     if not attempts:
@@ -213,12 +215,13 @@ def contain(verdict: Any, reports: dict[str, dict[str, Any]]) -> Any:
     verdict.evidence["attempts"] = [f"{source}: {a}" for source, a in attempts[:50]]
     source, first = attempts[0]
     tried = (
-        f"the program tried to change what it must not ({source}: {first}; "
-        f"{len(attempts)} attempt(s) in all), so its run proves nothing"
+        "the program tried to change what it must not, so its run proves nothing; "
+        f"sandbox: {verdict.evidence['sandbox']}; {len(attempts)} attempt(s), "
+        f"the first ({source}): {first}"
     )
     if verdict.status == "rejected":
         verdict.reason = f"{verdict.reason}; and {tried}"
         return verdict
     verdict.status = "unverified"
-    verdict.reason = f"{tried} (sandbox: {verdict.evidence['sandbox']}; was: {verdict.reason})"
+    verdict.reason = f"{tried}; the comparison alone: {verdict.reason}"
     return verdict
