@@ -185,8 +185,8 @@ def verdict_of_line(output: str) -> dict[str, Any]:
 def find_verdict(report: Any) -> dict[str, Any]:
     """The verdict of the fix in ``gradfix verify`` / ``fix --format json`` output."""
     if isinstance(report, dict):
-        if "status" in report and "reason" in report:
-            return report
+        if "verdict" in report and "reason" in report:  # a FixVerdict's to_dict()
+            return dict(report, status=report["verdict"])
         for value in report.values():
             found = find_verdict(value)
             if found:

@@ -24,6 +24,7 @@ Any failure raises :class:`OSError`; the caller then keeps the audit-hook guard 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -165,3 +166,30 @@ def _drop_privileges() -> None:
     header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()
     _check(_libc().capset(header, data), "capset")
+
+
+def available() -> bool:
+    """Whether this machine lets a runner enter the OS sandbox (tried in a forked child
+    on throw-away directories; a few milliseconds)."""
+    import shutil
+    import tempfile
+
+    if not hasattr(os, "fork") or not os.path.exists("/proc/self/uid_map"):
+        return False
+    job = Path(tempfile.mkdtemp(prefix="gradfix-probe-"))
+    for name in ("work", "tmp", "project", "upper", "overlay-work"):
+        (job / name).mkdir()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                enter_namespaces(job, str(job / "work"), str(job / "project"), [])
+            except BaseException:  # noqa: BLE001 - the answer is the exit status
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) == 0
+    finally:
+        with contextlib.suppress(OSError):
+            os.chmod(job / "overlay-work" / "work", 0o700)
+        shutil.rmtree(job, ignore_errors=True)

@@ -536,9 +536,16 @@ def peer_pid(conn: socket.socket) -> int:
 
 
 def verifier_directories() -> list[str]:
-    """Where the verifier keeps its sockets, secret and output files (hidden from every
-    runner): the private directory, and the short socket directories under ``/tmp``."""
-    return [_private_directory(), os.path.join("/tmp", f"gradfix-{os.getuid()}-*")]
+    """Where verifiers of this user keep their sockets, secrets and output files (hidden
+    from every runner, as glob patterns): this one's private directory, those of runs with
+    or without ``XDG_RUNTIME_DIR``, and the short socket directories under ``/tmp`` (other
+    installations' and older versions' servers included)."""
+    uid = os.getuid()
+    found = [_private_directory(), os.path.join(tempfile.gettempdir(), f"gradfix-{uid}*")]
+    found.append(os.path.join("/tmp", f"gradfix-{uid}*"))
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        found.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "gradfix"))
+    return list(dict.fromkeys(found))
 
 
 def remove_job(job: Path, outputs: list[str]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from glob import glob
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def confine(spec: dict[str, Any]) -> str:
     job = Path(box.get("job") or os.path.dirname(spec["cwd"]))
     project = os.path.realpath(spec["project"]) if spec.get("project") else ""
     log_fd = os.open(job / "attempts.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    hidden = [os.path.realpath(p) for p in box.get("hide", [])]
+    hidden = sorted({os.path.realpath(p) for pattern in box.get("hide", []) for p in glob(pattern)})
     kind, detail = HOOKS, "the OS sandbox was not asked for"
     if box.get("mode", "auto") != "hooks":
         from gradfix.verify.namespaces import enter_namespaces
