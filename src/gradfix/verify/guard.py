@@ -161,7 +161,7 @@ def _check_connect(guard: Guard, address: Any) -> None:
     name = os.fsdecode(address)
     if name.startswith("\0"):
         return
-    real = _real_parent(os.path.abspath(name))
+    real = os.path.realpath(name)  # connect() follows links (a mirrored socket's too)
     if real != os.path.realpath(guard.own_socket) and _inside_any(real, guard.hidden):
         _refuse(guard, "verifier", f"connection to {name!r}")
 

@@ -18,7 +18,10 @@ has been idle for 15 minutes, so that a second ``gradfix fix --verify FILE`` pay
 import (``GRADFIX_VERIFY_DAEMON=0``: a server of this process only, stopped at its exit).
 Elsewhere, or with ``GRADFIX_VERIFY_FORK_SERVER=0``, each runner is a new
 ``python -m gradfix.verify.runner --child`` subprocess. Both give the same isolation: one
-process per script, a new session (process group), the memory cap, the time limit.
+process per script, a new session (process group), the memory cap, the time limit, the
+sandbox (:mod:`.sandbox`). The shared server serves only requests carrying its secret
+from processes that are not runners, and chooses the runners' output files itself
+(:mod:`.daemon`); a runner's parent talks only to the runner it started (``SO_PEERCRED``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The project as the script sees it: its files where it expects them, no write into it.
+"""The project as the script sees it, and the sandbox each run executes in.
 
 A script reads ``data/train.pt`` or ``configs/run.yaml`` relative to its own directory (or
 ``Path(__file__).parent``), so each runner's working directory is a *mirror* of the
@@ -6,15 +6,18 @@ project (:func:`mirror_project`, parent side, no torch): the project's directori
 anew, its files as symbolic links to the originals. Reads see the project; a new file
 (a checkpoint, a log) lands in the mirror, which is deleted afterwards.
 
-Writes into an existing file would go through its link into the project, so the runner
-installs a write guard (:func:`guard_project_writes`, an audit hook plus a wrapper of
-``torch.save``, whose zip writer opens files in C++): before a file is opened for writing,
-a link in the mirror is replaced by a private copy; a path that still lands in the
-project (an absolute path, a directory too large to mirror) is refused with
-``PermissionError``, which the verdict reports like any error of the program.
+The runner then confines itself (:func:`confine`, before the script's first line): the OS
+sandbox where the machine has one (:mod:`.namespaces`: everything read-only but the
+mirror and a temp dir, the project under an overlay that records what changed in it, the
+verifier's directories hidden, no network), and the audit-hook guard always
+(:mod:`.guard`: a write to a mirrored file makes a private copy first; any other change
+of the project is refused and recorded). After the run the parent reads what the program
+tried (:func:`read_report`) and :func:`contain` keeps a run that tried from being
+"verified"; the evidence names the sandbox that ran (``namespaces`` / ``audit hooks``).
 
     mirror_project("/home/me/proj", work_dir)     # parent, before the runner starts
-    guard_project_writes("/home/me/proj")          # runner, before the script runs
+    confine(spec)                                 # runner, before the script runs
+    verdict = contain(verdict, {"before": read_report(job), ...})   # parent, after
 """
 
 from __future__ import annotations
