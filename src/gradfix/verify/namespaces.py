@@ -129,6 +129,17 @@ def enter_namespaces(job: Path, work: str, project: str | None, hidden: list[str
     docstring says; returns what the project is ("overlay" or "read-only")."""
     hide = _existing(hidden)
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+    try:
+        shape = _mount_sandbox(job, work, project, hide)
+    finally:
+        # no capability left, even when a mount failed: nothing can undo the mounts made
+        # (a namespace the program makes copies them locked), no exec gives any back
+        _drop_privileges()
+    os.chdir(work)  # the bound mirror, not the read-only directory under it
+    return shape
+
+
+def _mount_sandbox(job: Path, work: str, project: str | None, hide: list[str]) -> str:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     # opened in this mount namespace (a bind mount's source must be), before anything
     # below can cover them (a project or hidden directory holding the job)
@@ -146,13 +157,9 @@ def enter_namespaces(job: Path, work: str, project: str | None, hidden: list[str
             _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
         for path, fd in writable.items():
             _bind_writable(fd, path)
-        # no capability left: the mounts above cannot be changed; a namespace the
-        # program makes copies them locked (and no exec gives capabilities back)
-        _drop_privileges()
     finally:
         for fd in writable.values():
             os.close(fd)
-    os.chdir(work)  # the bound mirror, not the read-only directory under it
     return shape
 
 
