@@ -185,3 +185,53 @@ def test_the_warm_verifier_refuses_its_own_runners_and_their_children(tmp_path: 
         child.kill()
         child.wait()
         listener.close()
+
+
+@pytest.mark.skipif(not OS_SANDBOX, reason="no user namespaces on this machine")
+def test_the_warm_verifier_refuses_a_process_in_the_os_sandbox(tmp_path: Path) -> None:
+    """``refusal``: a process that entered the runners' namespaces asks (a forked child,
+    not a descendant check: it connects from its own namespace)."""
+    from gradfix.verify.daemon import refusal
+
+    job = tmp_path / "job"
+    for name in ("work", "tmp"):
+        (job / name).mkdir(parents=True)
+    address = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(1)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            namespaces.enter_namespaces(job, str(job / "work"), None, [])
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(address)
+                conn.recv(1)
+        finally:
+            os._exit(0)
+    try:
+        listener.settimeout(30)
+        conn, _ = listener.accept()
+        with conn:
+            assert refusal(conn) == "the peer runs in a sandbox"
+    finally:
+        os.waitpid(pid, 0)
+        listener.close()
+
+
+def test_a_run_that_tried_is_never_verified_and_a_rejected_one_stays_rejected() -> None:
+    from gradfix.verify import Verdict
+    from gradfix.verify.sandbox import contain
+
+    tried = {"sandbox": "audit hooks", "attempts": ["os.system 'rm x'"] * 3, "outside": []}
+    clean = {"sandbox": "audit hooks", "attempts": [], "outside": ["open of '/root/x'"]}
+    verified = contain(Verdict("verified", "gradients match"), {"before": tried, "after": clean})
+    assert verified.status == "unverified"
+    assert "1 attempt(s), the first (before): os.system 'rm x'" in verified.reason
+    assert verified.reason.endswith("the comparison alone: gradients match")
+    assert verified.evidence["sandbox"] == "audit hooks"
+    assert verified.evidence["blocked_outside"] == ["open of '/root/x'"]
+    rejected = contain(Verdict("rejected", "gradient lost"), {"before": clean, "after": tried})
+    assert rejected.status == "rejected" and rejected.reason.startswith("gradient lost; and ")
+    alone = contain(Verdict("verified", "gradients match"), {"before": clean, "after": clean})
+    assert (alone.status, alone.reason) == ("verified", "gradients match")
