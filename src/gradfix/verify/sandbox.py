@@ -220,7 +220,7 @@ def contain(verdict: Any, reports: dict[str, dict[str, Any]]) -> Any:
     source, first = attempts[0]
     tried = (
         "the program tried to change what it must not, so its run proves nothing; "
-        f"sandbox: {verdict.evidence['sandbox']}; {len(attempts)} attempt(s), "
+        f"sandbox: {verdict.evidence['sandbox']}; {len({a for _, a in attempts})} attempt(s), "
         f"the first ({source}): {first}"
     )
     if verdict.status == "rejected":
