@@ -266,12 +266,16 @@ def daemon_key() -> str:
     return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:16]
 
 
-def _private_directory() -> str:
-    """``$XDG_RUNTIME_DIR/gradfix`` or ``<tmp>/gradfix-<uid>``, readable by the user only."""
+def _private_directory_name() -> str:
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    directory = os.path.join(
+    return os.path.join(
         base, "gradfix" if "XDG_RUNTIME_DIR" in os.environ else f"gradfix-{os.getuid()}"
     )
+
+
+def _private_directory() -> str:
+    """``$XDG_RUNTIME_DIR/gradfix`` or ``<tmp>/gradfix-<uid>``, readable by the user only."""
+    directory = _private_directory_name()
     os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.stat(directory)
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
@@ -544,10 +548,8 @@ def verifier_directories() -> list[str]:
     or without ``XDG_RUNTIME_DIR``, and the short socket directories under ``/tmp`` (other
     installations' and older versions' servers included)."""
     uid = os.getuid()
-    found = [_private_directory(), os.path.join(tempfile.gettempdir(), f"gradfix-{uid}*")]
+    found = [_private_directory_name(), os.path.join(tempfile.gettempdir(), f"gradfix-{uid}*")]
     found.append(os.path.join("/tmp", f"gradfix-{uid}*"))
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        found.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "gradfix"))
     return list(dict.fromkeys(found))
 
 
