@@ -86,6 +86,7 @@ def make_project(base: Path) -> tuple[Path, Path]:
     """A copy of the hostile project in ``base/work/project`` and a home directory."""
     project = base / "work" / "project"
     shutil.copytree(HOSTILE, project)
+    (project / "HOSTILE_COPY").write_text("the hostile script runs only here\n", encoding="utf-8")
     home = base / "home"
     home.mkdir()
     return project, home

@@ -20,6 +20,8 @@ import torch
 
 PROJECT = os.path.dirname(os.path.realpath("victim_remove.txt"))
 P = Path(PROJECT)
+if not (P / "HOSTILE_COPY").exists():  # never on the repository's own files
+    raise SystemExit("run the hostile script only on a copy (bench/safety.py makes one)")
 
 
 def libc_open():
