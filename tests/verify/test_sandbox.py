@@ -235,3 +235,24 @@ def test_a_run_that_tried_is_never_verified_and_a_rejected_one_stays_rejected() 
     assert rejected.status == "rejected" and rejected.reason.startswith("gradient lost; and ")
     alone = contain(Verdict("verified", "gradients match"), {"before": clean, "after": clean})
     assert (alone.status, alone.reason) == ("verified", "gradients match")
+
+
+def test_a_runners_parent_talks_only_to_the_runner_it_started(tmp_path: Path) -> None:
+    """Another process (another run's script) connecting first to the parent's socket with a
+    made-up answer is ignored: the parent waits for its own runner (``SO_PEERCRED``)."""
+    from gradfix.verify import process
+
+    class Raced(process.RunnerProcess):
+        def _launch(self, spec: dict[str, object]) -> int:
+            self.intruder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.intruder.connect(str(spec["socket"]))  # before the runner even exists
+            self.intruder.sendall(b'{"outcome": {"status": "ok"}, "made_up": true}\n')
+            return super()._launch(spec)  # type: ignore[arg-type]
+
+    script = "import torch\nw = torch.ones(2, requires_grad=True)\n(w * 3).sum().backward()\n"
+    with Raced(script, source_dir=str(tmp_path)) as runner:
+        runner.send("trace", timeout=60)
+        answer = runner.receive(time.monotonic() + 60)
+        runner.intruder.close()
+    assert "made_up" not in answer
+    assert answer["outcome"] == {"status": "ok"} and answer["event_count"] == 1
