@@ -44,6 +44,7 @@ from gradfix.verify.process import (
     RunnerProcess,
     shutdown_fork_server,
 )
+from gradfix.verify.sandbox import contain
 
 __all__ = [
     "FixIntent",
@@ -170,6 +171,8 @@ def _verify(
                     verdict, fd, after = second, second_fd, synced
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
+    # last: whatever the comparison says, a run that tried to change the project proves nothing
+    verdict = contain(verdict, {"before": before_proc.sandbox, "after": after_proc.sandbox})
     verdict.evidence["max_steps"] = max_steps
     verdict.evidence["filename"] = options["filename"]
     verdict.evidence["seed"] = options["seed"]

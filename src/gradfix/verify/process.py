@@ -18,7 +18,10 @@ has been idle for 15 minutes, so that a second ``gradfix fix --verify FILE`` pay
 import (``GRADFIX_VERIFY_DAEMON=0``: a server of this process only, stopped at its exit).
 Elsewhere, or with ``GRADFIX_VERIFY_FORK_SERVER=0``, each runner is a new
 ``python -m gradfix.verify.runner --child`` subprocess. Both give the same isolation: one
-process per script, a new session (process group), the memory cap, the time limit.
+process per script, a new session (process group), the memory cap, the time limit, the
+sandbox (:mod:`.sandbox`). The shared server serves only requests carrying its secret
+from processes that are not runners, and chooses the runners' output files itself
+(:mod:`.daemon`); a runner's parent talks only to the runner it started (``SO_PEERCRED``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gradfix.verify.sandbox import mirror_project, place_file
+from gradfix.verify.daemon import secret_path
+from gradfix.verify.sandbox import (
+    mirror_project,
+    place_file,
+    prepare_job,
+    read_report,
+    upper_stamp,
+)
 
 DEFAULT_MEMORY_LIMIT = 4 << 30
 # Where `gradfix` lives (src/ in a source tree, site-packages when installed).
@@ -109,8 +119,8 @@ class ForkServer:
     def alive(self) -> bool:
         return self.owner == os.getpid() and self._proc.poll() is None
 
-    def spawn(self, spec: dict[str, Any]) -> int:
-        """Fork a runner for ``spec``; returns its pid."""
+    def spawn(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Fork a runner for ``spec``; returns ``{"pid": ...}``."""
         with self._lock:
             assert self._proc.stdin is not None and self._proc.stdout is not None
             self._proc.stdin.write(json.dumps(spec).encode("utf-8") + b"\n")
@@ -120,7 +130,7 @@ class ForkServer:
             tail = self._log.read_text(encoding="utf-8", errors="replace").strip()
             last = tail.splitlines()[-1] if tail else "no output"
             raise RunnerFailure("crash", f"the verifier's fork server exited: {last[:300]}")
-        return int(json.loads(line)["pid"])
+        return {"pid": int(json.loads(line)["pid"])}
 
     def stop(self) -> None:
         if self.owner != os.getpid():
@@ -154,8 +164,9 @@ class SharedForkServer:
     def alive(self) -> bool:
         return True  # each spawn connects anew (and starts the server when it is gone)
 
-    def spawn(self, spec: dict[str, Any]) -> int:
-        """Fork a runner for ``spec`` in the shared server; returns its pid."""
+    def spawn(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Fork a runner for ``spec`` in the shared server; returns its pid and the output
+        files the server chose (``stdout``, ``stderr``)."""
         spec = dict(spec, env=runner_env())
         try:
             return self._ask(spec)
@@ -166,13 +177,21 @@ class SharedForkServer:
         except (OSError, ValueError) as error:
             raise RunnerFailure("crash", f"the shared verifier did not answer: {error}") from None
 
-    def _ask(self, spec: dict[str, Any]) -> int:
+    def _ask(self, spec: dict[str, Any]) -> dict[str, Any]:
+        request = {"secret": self._secret(), "spec": spec}
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(30.0)
             conn.connect(self.address)
-            conn.sendall(json.dumps(spec).encode("utf-8") + b"\n")
-            reply = conn.makefile("rb").readline()
-        return int(json.loads(reply)["pid"])  # ValueError on an empty reply
+            conn.sendall(json.dumps(request).encode("utf-8") + b"\n")
+            reply = json.loads(conn.makefile("rb").readline())  # ValueError when empty
+        if "error" in reply:
+            raise RunnerFailure("crash", f"the shared verifier refused: {reply['error']}")
+        return {"pid": int(reply["pid"]), "stdout": reply["stdout"], "stderr": reply["stderr"]}
+
+    def _secret(self) -> str:
+        """The running server's secret (OSError when there is none: it is started)."""
+        with open(secret_path(self.address), encoding="ascii") as key:
+            return key.read().strip()
 
     def _start(self) -> None:
         """Start the server unless another process did meanwhile (one at a time)."""
@@ -214,7 +233,8 @@ class SharedForkServer:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.settimeout(10.0)
                 conn.connect(self.address)
-                conn.sendall(b'{"stop": true}\n')
+                stop = {"stop": True, "secret": self._secret()}
+                conn.sendall(json.dumps(stop).encode("utf-8") + b"\n")
         except OSError:
             return False
         return True
@@ -246,12 +266,16 @@ def daemon_key() -> str:
     return hashlib.sha256(json.dumps(facts).encode("utf-8")).hexdigest()[:16]
 
 
-def _private_directory() -> str:
-    """``$XDG_RUNTIME_DIR/gradfix`` or ``<tmp>/gradfix-<uid>``, readable by the user only."""
+def _private_directory_name() -> str:
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    directory = os.path.join(
+    return os.path.join(
         base, "gradfix" if "XDG_RUNTIME_DIR" in os.environ else f"gradfix-{os.getuid()}"
     )
+
+
+def _private_directory() -> str:
+    """``$XDG_RUNTIME_DIR/gradfix`` or ``<tmp>/gradfix-<uid>``, readable by the user only."""
+    directory = _private_directory_name()
     os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.stat(directory)
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
@@ -331,6 +355,11 @@ class RunnerProcess:
         script = work / (Path(filename).name or "snippet.py")
         for relative, text in {**(patched or {}), script.name: source}.items():
             place_file(work, relative, text)  # the versions under test, not the project's
+        box = prepare_job(self.job_dir, source_dir)
+        box["hide"] = verifier_directories()
+        self._upper_stamp = upper_stamp(self.job_dir)
+        #: which sandbox ran and what the program tried (read when the runner is closed)
+        self.sandbox: dict[str, Any] = {"sandbox": None, "attempts": [], "outside": []}
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(self.job_dir / "runner.sock"))
         self._server.listen(1)
@@ -352,7 +381,10 @@ class RunnerProcess:
             "stderr": str(self.job_dir / "stderr.txt"),
             "memory_limit": memory_limit,
             "project": source_dir,
+            "sandbox": box,
         }
+        self._stderr = Path(spec["stderr"])
+        self._outputs: list[str] = []
         try:
             self.pid = self._launch(spec)
         except BaseException:
@@ -364,7 +396,11 @@ class RunnerProcess:
 
     def _launch(self, spec: dict[str, Any]) -> int:
         if use_fork_server():
-            return fork_server().spawn(spec)
+            launched = fork_server().spawn(spec)
+            if "stderr" in launched:  # files the shared server chose
+                self._outputs = [launched["stdout"], launched["stderr"]]
+                self._stderr = Path(launched["stderr"])
+            return int(launched["pid"])
         with open(spec["stdout"], "wb") as out, open(spec["stderr"], "wb") as err:
             self._popen = subprocess.Popen(
                 [*RUNNER, "--child", json.dumps(spec)],
@@ -428,10 +464,14 @@ class RunnerProcess:
                 raise RunnerFailure("crash", self._death_reason())
             self._server.settimeout(min(remaining, 0.2))
             try:
-                self._conn, _ = self._server.accept()
-                return self._conn
+                conn, _ = self._server.accept()
             except socket.timeout:
                 continue
+            if peer_pid(conn) not in (self.pid, -1):  # another process (another run's script)
+                conn.close()
+                continue
+            self._conn = conn
+            return conn
 
     # ------------------------------------------------------------ lifetime
     def _alive(self) -> bool:
@@ -449,11 +489,7 @@ class RunnerProcess:
                 self._popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 return "the runner stopped answering"
-        tail = (
-            (self.job_dir / "stderr.txt").read_bytes()[-4000:]
-            if (self.job_dir / "stderr.txt").exists()
-            else b""
-        )
+        tail = self._stderr.read_bytes()[-4000:] if self._stderr.exists() else b""
         lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
         code = self._popen.returncode if self._popen is not None else None
         if code is not None and code < 0 or not lines:
@@ -491,4 +527,37 @@ class RunnerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._server.close()
-        shutil.rmtree(self.job_dir, ignore_errors=True)
+        self.sandbox = read_report(self.job_dir, self._upper_stamp)
+        remove_job(self.job_dir, self._outputs)
+
+
+def peer_pid(conn: socket.socket) -> int:
+    """The process at the other end of a Unix socket (``SO_PEERCRED``; -1 elsewhere)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return -1
+    import struct
+
+    size = struct.calcsize("3i")
+    return int(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, option, size))[0])
+
+
+def verifier_directories() -> list[str]:
+    """Where verifiers of this user keep their sockets, secrets and output files (hidden
+    from every runner, as glob patterns): this one's private directory, those of runs with
+    or without ``XDG_RUNTIME_DIR``, and the short socket directories under ``/tmp`` (other
+    installations' and older versions' servers included)."""
+    uid = os.getuid()
+    found = [_private_directory_name(), os.path.join(tempfile.gettempdir(), f"gradfix-{uid}*")]
+    found.append(os.path.join("/tmp", f"gradfix-{uid}*"))
+    return list(dict.fromkeys(found))
+
+
+def remove_job(job: Path, outputs: list[str]) -> None:
+    # the overlay leaves a directory of mode 000 in its work directory
+    with contextlib.suppress(OSError):
+        os.chmod(job / "overlay-work" / "work", 0o700)
+    shutil.rmtree(job, ignore_errors=True)
+    for path in outputs:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

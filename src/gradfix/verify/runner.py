@@ -52,6 +52,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--fork-server"]:
         return fork_server()
     if argv[:1] == ["--fork-daemon"] and len(argv) == 3:
+        from gradfix.verify.daemon import fork_daemon
+
         return fork_daemon(argv[1], float(argv[2]))
     if argv[:1] == ["--child"] and len(argv) == 2:
         serve(json.loads(argv[1]), forked=False)
@@ -83,54 +85,6 @@ def fork_server() -> int:
     return 0
 
 
-def fork_daemon(address: str, idle: float) -> int:
-    """The shared fork server (see :class:`gradfix.verify.process.SharedForkServer`):
-    import torch once, then fork a runner per connection to the Unix socket ``address``
-    (one spec line in, ``{"pid": ...}`` out); exit after ``idle`` seconds without one."""
-    _import_torch()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if os.path.exists(address):
-        os.unlink(address)  # a dead server's (the caller holds the start lock)
-    listener.bind(address)
-    os.chmod(address, 0o600)
-    inode = os.stat(address).st_ino
-    listener.listen(16)
-    listener.settimeout(idle)
-    while True:
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            break
-        with conn:
-            if not _fork_for(conn, listener):
-                break
-    with contextlib.suppress(OSError):
-        if os.stat(address).st_ino == inode:  # not a newer server's socket
-            os.unlink(address)
-    return 0
-
-
-def _fork_for(conn: socket.socket, listener: socket.socket) -> bool:
-    """Fork a runner for the spec read from ``conn``; False when asked to stop."""
-    conn.settimeout(10.0)
-    try:
-        spec = json.loads(conn.makefile("rb").readline())
-    except (OSError, ValueError):
-        return True
-    if spec.get("stop"):
-        return False
-    pid = os.fork()
-    if pid == 0:
-        listener.close()
-        conn.close()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        serve(spec, forked=True)
-    with contextlib.suppress(OSError):
-        conn.sendall(json.dumps({"pid": pid}).encode("utf-8") + b"\n")
-    return True
-
-
 def serve(spec: dict[str, Any], *, forked: bool) -> None:
     """Run as the runner described by ``spec``; never returns."""
     code = 0
@@ -143,10 +97,9 @@ def serve(spec: dict[str, Any], *, forked: bool) -> None:
             os.environ.update(spec["env"])
         os.chdir(spec["cwd"])
         sys.path[0] = spec["cwd"]
-        if spec.get("project"):
-            from gradfix.verify.sandbox import guard_project_writes
+        from gradfix.verify.sandbox import confine
 
-            guard_project_writes(spec["project"])
+        confine(spec)  # the OS sandbox where there is one, the audit-hook guard always
         _limit_memory(spec.get("memory_limit"))
         sys.stdin = open(os.devnull)  # noqa: SIM115 - the script must not read our input
         _answer_requests(spec["socket"])

@@ -1,4 +1,4 @@
-"""The project as the script sees it: its files where it expects them, no write into it.
+"""The project as the script sees it, and the sandbox each run executes in.
 
 A script reads ``data/train.pt`` or ``configs/run.yaml`` relative to its own directory (or
 ``Path(__file__).parent``), so each runner's working directory is a *mirror* of the
@@ -6,23 +6,26 @@ project (:func:`mirror_project`, parent side, no torch): the project's directori
 anew, its files as symbolic links to the originals. Reads see the project; a new file
 (a checkpoint, a log) lands in the mirror, which is deleted afterwards.
 
-Writes into an existing file would go through its link into the project, so the runner
-installs a write guard (:func:`guard_project_writes`, an audit hook plus a wrapper of
-``torch.save``, whose zip writer opens files in C++): before a file is opened for writing,
-a link in the mirror is replaced by a private copy; a path that still lands in the
-project (an absolute path, a directory too large to mirror) is refused with
-``PermissionError``, which the verdict reports like any error of the program.
+The runner then confines itself (:func:`confine`, before the script's first line): the OS
+sandbox where the machine has one (:mod:`.namespaces`: everything read-only but the
+mirror and a temp dir, the project under an overlay that records what changed in it, the
+verifier's directories hidden, no network), and the audit-hook guard always
+(:mod:`.guard`: a write to a mirrored file makes a private copy first; any other change
+of the project is refused and recorded). After the run the parent reads what the program
+tried (:func:`read_report`) and :func:`contain` keeps a run that tried from being
+"verified"; the evidence names the sandbox that ran (``namespaces`` / ``audit hooks``).
 
     mirror_project("/home/me/proj", work_dir)     # parent, before the runner starts
-    guard_project_writes("/home/me/proj")          # runner, before the script runs
+    confine(spec)                                 # runner, before the script runs
+    verdict = contain(verdict, {"before": read_report(job), ...})   # parent, after
 """
 
 from __future__ import annotations
 
-import functools
+import json
 import os
-import shutil
-import sys
+import stat
+from glob import glob
 from pathlib import Path
 from typing import Any
 
@@ -79,82 +82,150 @@ def _mirror_dir(source: Path, target: Path, budget: list[int]) -> None:
             continue
 
 
-def guard_project_writes(project: str) -> None:
-    """Runner side: no write of the script reaches ``project`` (see the module doc)."""
-    root = os.path.realpath(project)
-    sys.addaudithook(functools.partial(_audit, root))
-    _wrap_torch_save(root)
+# ---------------------------------------------------------------- the runner's sandbox
+#: ``GRADFIX_SANDBOX=hooks``: the audit-hook guard alone, even where the OS sandbox works
+SANDBOX_ENV = "GRADFIX_SANDBOX"
+OS_SANDBOX = "namespaces"
+HOOKS = "audit hooks"
 
 
-def _audit(root: str, event: str, args: tuple[Any, ...]) -> None:
-    if event == "open":
-        path, mode, flags = args
-        if _is_path(path) and _writes(mode, flags):
-            make_writable_here(path, root, keep=_keeps_content(mode, flags))
-    elif event in ("os.remove", "os.rmdir", "os.truncate", "shutil.rmtree"):
-        if _is_path(args[0]):
-            _refuse_in_project(args[0], root, event)
-    elif event in ("os.rename", "os.replace"):
-        for path in args[:2]:
-            if _is_path(path):
-                _refuse_in_project(path, root, event)
+def sandbox_mode() -> str:
+    """``auto`` (the OS sandbox where the machine has one) or ``hooks``."""
+    return "hooks" if os.environ.get(SANDBOX_ENV, "auto") == "hooks" else "auto"
 
 
-def make_writable_here(path: Any, root: str, *, keep: bool = True) -> None:
-    """Before writing ``path``: a link of the mirror becomes a private file (a copy of the
-    project's when ``keep``); a path that still lands in the project is refused."""
-    name = os.fspath(path)
-    if isinstance(name, bytes):
-        name = os.fsdecode(name)
-    if os.path.islink(name) and _inside(os.path.realpath(name), root):
-        original = os.path.realpath(name)
-        os.unlink(name)
-        if keep and os.path.isfile(original):
-            shutil.copyfile(original, name)
-    _refuse_in_project(name, root, "open")
+def prepare_job(job: Path, project: str | None) -> dict[str, Any]:
+    """Parent side: the job's directories the sandbox needs, and the spec's ``sandbox``
+    entry (``hide``: the verifier's private directories, as glob patterns)."""
+    (job / "tmp").mkdir()
+    if project is not None:
+        (job / "upper").mkdir()
+        (job / "overlay-work").mkdir()
+    return {"job": str(job), "mode": sandbox_mode(), "hide": []}
 
 
-def _refuse_in_project(path: Any, root: str, event: str) -> None:
-    name = os.fsdecode(os.fspath(path))
-    real = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(name))),
-                        os.path.basename(name))  # fmt: skip
-    if _inside(real, root):
-        raise PermissionError(
-            f"gradfix verify: {event} of {name!r} would change the project; "
-            "verification writes nowhere in it"
-        )
+def confine(spec: dict[str, Any]) -> str:
+    """Runner side, before the script runs: the OS sandbox when it can be entered, and the
+    audit-hook guard always (:mod:`.guard`); returns which sandbox holds the run."""
+    from gradfix.verify.guard import Guard, install_guard, record
+
+    box = spec.get("sandbox") or {}
+    job = Path(box.get("job") or os.path.dirname(spec["cwd"]))
+    project = os.path.realpath(spec["project"]) if spec.get("project") else ""
+    log_fd = os.open(job / "attempts.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    hidden = sorted({os.path.realpath(p) for pattern in box.get("hide", []) for p in glob(pattern)})
+    kind, detail = HOOKS, "the OS sandbox was not asked for"
+    if box.get("mode", "auto") != "hooks":
+        from gradfix.verify.namespaces import enter_namespaces
+
+        try:
+            detail = f"project {enter_namespaces(job, spec['cwd'], project, hidden)}"
+            kind = OS_SANDBOX
+        except OSError as error:
+            detail = f"no OS sandbox here ({error})"
+    _private_temp_dir(str(job / "tmp"))
+    guard = Guard(
+        project=project,
+        writable=(os.path.realpath(spec["cwd"]), os.path.realpath(job / "tmp")),
+        hidden=tuple(hidden),
+        own_socket=spec.get("socket", ""),
+        isolated=kind == OS_SANDBOX,
+        log_fd=log_fd,
+    )
+    record(guard, {"sandbox": kind, "detail": detail})
+    install_guard(guard)
+    return kind
 
 
-def _wrap_torch_save(root: str) -> None:
-    import torch
+def _private_temp_dir(path: str) -> None:
+    import tempfile
 
-    original = torch.save
-
-    @functools.wraps(original)
-    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-        if _is_path(f):
-            make_writable_here(f, root, keep=False)
-        return original(obj, f, *args, **kwargs)
-
-    torch.save = save
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        os.environ[name] = path
+    tempfile.tempdir = path
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+# ---------------------------------------------------------------- after the run
+def read_report(job: Path, upper_stamp: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Parent side, after the run: which sandbox ran and what the program tried
+    (``attempts``: on the project or the verifier; ``outside``: writes elsewhere, blocked)
+    -- from the guard's log and from the overlay's upper layer (what a process, a libc call
+    or anything else past the guard changed in the project)."""
+    report: dict[str, Any] = {"sandbox": None, "attempts": [], "outside": []}
+    try:
+        lines = (job / "attempts.jsonl").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        lines = ""
+    for line in lines.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if "sandbox" in entry and report["sandbox"] is None:
+            report["sandbox"] = str(entry["sandbox"])
+            report["detail"] = str(entry.get("detail"))
+        elif entry.get("kind") == "outside":
+            report["outside"].append(str(entry.get("what")))
+        elif "kind" in entry:
+            report["attempts"].append(str(entry.get("what")))
+    report["attempts"] += changed_in_overlay(job / "upper", upper_stamp)
+    return report
 
 
-def _is_path(value: Any) -> bool:
-    return isinstance(value, (str, bytes, os.PathLike))
+def upper_stamp(job: Path) -> tuple[int, int] | None:
+    """The overlay's upper directory as made (a chmod or utime of the project's own
+    directory changes only it)."""
+    try:
+        info = (job / "upper").lstat()
+    except OSError:
+        return None
+    return info.st_mode, info.st_mtime_ns
 
 
-def _writes(mode: Any, flags: Any) -> bool:
-    if isinstance(mode, str):
-        return any(c in mode for c in "wax+")
-    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+def changed_in_overlay(upper: Path, stamp: tuple[int, int] | None = None) -> list[str]:
+    """What the run changed in the project, as the overlay recorded it in ``upper``."""
+    if not upper.is_dir():
+        return []
+    changes = []
+    for path in sorted(upper.rglob("*")):
+        relative = str(path.relative_to(upper))
+        info = path.lstat()
+        deleted = stat.S_ISCHR(info.st_mode) and info.st_rdev == 0  # a whiteout
+        what = "deleted" if deleted else "created or changed"
+        changes.append(f"{what} {relative!r} in the project (seen by the sandbox's overlay)")
+    if not changes and stamp is not None and upper_stamp(upper.parent) != stamp:
+        changes.append("changed the project directory's mode or times (seen by the overlay)")
+    return changes
 
 
-def _keeps_content(mode: Any, flags: Any) -> bool:
-    """Appending or updating in place needs the old content; ``w`` truncates anyway."""
-    if isinstance(mode, str):
-        return "a" in mode or "+" in mode and "w" not in mode
-    return isinstance(flags, int) and not flags & os.O_TRUNC
+def contain(verdict: Any, reports: dict[str, dict[str, Any]]) -> Any:
+    """The verdict given what the runs tried: never "verified" after an attempt on the
+    project or the verifier; the evidence names the sandbox that ran."""
+    kinds = sorted({r["sandbox"] for r in reports.values() if r.get("sandbox")})
+    verdict.evidence["sandbox"] = ", ".join(kinds) or "none"
+    details = sorted({str(r.get("detail")) for r in reports.values() if r.get("detail")})
+    if details:
+        verdict.evidence["sandbox_detail"] = "; ".join(details)
+    attempts = list(
+        dict.fromkeys((source, a) for source, r in reports.items() for a in r.get("attempts", []))
+    )  # each execution of a run repeats them
+    outside = list(dict.fromkeys(a for r in reports.values() for a in r.get("outside", [])))
+    if outside:
+        verdict.evidence["blocked_outside"] = outside[:20]
+    if not attempts:
+        return verdict
+    verdict.evidence["attempts"] = [f"{source}: {a}" for source, a in attempts[:50]]
+    source, first = attempts[0]
+    tried = (
+        "the program tried to change what it must not, so its run proves nothing; "
+        f"sandbox: {verdict.evidence['sandbox']}; {len({a for _, a in attempts})} attempt(s), "
+        f"the first ({source}): {first}"
+    )
+    if verdict.status == "rejected":
+        verdict.reason = f"{verdict.reason}; and {tried}"
+        return verdict
+    verdict.status = "unverified"
+    verdict.reason = f"{tried}; the comparison alone: {verdict.reason}"
+    return verdict

@@ -1,0 +1,250 @@
+"""Running users' code safely (issue 33): what a hostile program gets through the verifier.
+
+    python bench/safety.py                 # every figure (those not built yet: "not measured")
+    python bench/safety.py --sandbox hooks # the audit-hook fallback alone (no OS sandbox)
+
+The hostile script (``tests/data/hostile/train.py``) tries 23 ways to change its project,
+its machine or the verifier (open for write, ``os.open`` with ``dir_fd``, ``os.system``,
+``subprocess``, libc ``open`` through ``ctypes``, ``mkdir``, hard and symbolic links,
+rename, remove, ``rmtree``, ``chmod``, ``utime``, ``truncate``, ``posix_spawn``, writes in
+the home directory and beside the project, a request to the warm verifier's socket...) and
+has one fixable bug. It is copied to a temporary project and run through
+``gradfix fix --write`` as a user would (a new process, the warm verifier on, ``HOME`` a
+temporary directory). Printed: the attempts blocked (an attempt got through when one of the
+files it aims at changed: existence, type, mode, times, size, links, content), the verdict
+(must not be "verified"), the files changed in the project besides the fix (must be 0),
+and which sandbox ran.
+
+The other figures of the issue (kill trials, cache poisoning, fuzz corpus) are separate
+functions below; until they are built they print "not measured".
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HOSTILE = Path(__file__).resolve().parent.parent / "tests" / "data" / "hostile"
+HOME_MARK = "~home/gradfix-hostile-home.txt"
+SIBLING_MARK = "~sibling/gradfix-hostile-sibling.txt"
+#: each attempt of the hostile script and the files it aims at (relative to the project;
+#: the two marks: in the home directory, beside the project)
+EFFECTS: dict[str, tuple[str, ...]] = {
+    "open for writing": ("evil_open.txt",),
+    "os.open with dir_fd": ("evil_dirfd.txt",),
+    "os.system": ("evil_system.txt",),
+    "subprocess": ("evil_subprocess.txt",),
+    "ctypes libc open": ("evil_ctypes.txt",),
+    "os.mkdir": ("evil_dir",),
+    "os.link": ("evil_hardlink.txt", "victim_link.txt"),
+    "os.symlink": ("evil_symlink",),
+    "os.rename": ("victim_rename.txt", "evil_renamed.txt"),
+    "os.remove": ("victim_remove.txt",),
+    "pathlib unlink": ("victim_unlink.txt",),
+    "shutil.rmtree": ("victim_dir", "victim_dir/inner.txt"),
+    "os.chmod": ("victim_chmod.txt",),
+    "os.utime": ("victim_utime.txt",),
+    "os.truncate": ("victim_truncate.txt",),
+    "pathlib write_text": ("evil_pathlib.txt",),
+    "os.system rm": ("victim_system_rm.txt",),
+    "os.replace": ("victim_replace.txt",),
+    "torch.save": ("evil_torch.pt",),
+    "posix_spawn": ("evil_spawn.txt",),
+    "write in the home directory": (HOME_MARK,),
+    "write beside the project": (SIBLING_MARK,),
+    "the verifier's socket": ("evil_socket_stdout.txt", "evil_socket_stderr.txt"),
+}
+
+
+@dataclass
+class HostileRun:
+    """What the hostile script got through one gradfix command."""
+
+    through: list[str]  # the attempts that changed what they aimed at
+    changed: list[str]  # files of the project changed, the fixed script excepted
+    status: str  # the verdict of its fix (verified / rejected / unverified / none)
+    sandbox: str
+    returncode: int
+    output: str
+    fixed: bool  # the script's bug was fixed in the project
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def blocked(self) -> int:
+        return len(EFFECTS) - len(self.through)
+
+
+def make_project(base: Path) -> tuple[Path, Path]:
+    """A copy of the hostile project in ``base/work/project`` and a home directory."""
+    project = base / "work" / "project"
+    shutil.copytree(HOSTILE, project)
+    (project / "HOSTILE_COPY").write_text("the hostile script runs only here\n", encoding="utf-8")
+    home = base / "home"
+    home.mkdir()
+    return project, home
+
+
+def state(path: Path) -> tuple[Any, ...] | None:
+    """What an attempt on ``path`` could change (None: it does not exist)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    digest = ""
+    if path.is_file() and not path.is_symlink():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return (info.st_mode, info.st_mtime_ns, info.st_size, info.st_nlink, digest)
+
+
+def snapshot(project: Path, home: Path) -> dict[str, tuple[Any, ...] | None]:
+    """Every file of the project, and every file an attempt aims at."""
+    found: dict[str, tuple[Any, ...] | None] = {}
+    for path in sorted(project.rglob("*")):
+        found[str(path.relative_to(project))] = state(path)
+    for targets in EFFECTS.values():
+        for target in targets:
+            found[target] = state(resolve(target, project, home))
+    return found
+
+
+def resolve(target: str, project: Path, home: Path) -> Path:
+    if target.startswith("~home/"):
+        return home / target.split("/", 1)[1]
+    if target.startswith("~sibling/"):
+        return project.parent / target.split("/", 1)[1]
+    return project / target
+
+
+def run_hostile(
+    command: str, base: Path, *, sandbox: str = "auto", runtime: Path | None = None
+) -> HostileRun:
+    """``gradfix COMMAND`` (``verify`` or ``fix --write``) on the hostile project copied
+    under ``base``; ``sandbox="hooks"``: the audit-hook fallback alone."""
+    import json
+
+    project, home = make_project(base)
+    before = snapshot(project, home)
+    original = (project / "train.py").read_text(encoding="utf-8")
+    environ = dict(os.environ, HOME=str(home), GRADFIX_NO_CACHE="1", GRADFIX_SANDBOX=sandbox)
+    if runtime is not None:
+        environ["XDG_RUNTIME_DIR"] = str(runtime)
+    json_output = command == "verify"
+    args = [*command.split(), *(["--format", "json"] if json_output else []), "train.py"]
+    result = subprocess.run(
+        [sys.executable, "-m", "gradfix", *args],
+        cwd=project,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    after = snapshot(project, home)
+    through = [
+        name for name, targets in EFFECTS.items() if any(before[t] != after[t] for t in targets)
+    ]
+    changed = sorted(
+        name for name in set(before) | set(after)
+        if before.get(name) != after.get(name) and name != "train.py" and not name.startswith("~")
+    )  # fmt: skip
+    if json_output:
+        verdict = find_verdict(json.loads(result.stdout or "null"))
+    else:
+        verdict = verdict_of_line(result.stderr + result.stdout)
+    fixed = (project / "train.py").read_text(encoding="utf-8") != original
+    return HostileRun(
+        through=through,
+        changed=changed,
+        status=str(verdict.get("status", "none")),
+        sandbox=str(verdict.get("evidence", {}).get("sandbox", "none")),
+        returncode=result.returncode,
+        output=result.stdout + result.stderr,
+        fixed=fixed,
+        details=verdict,
+    )
+
+
+def verdict_of_line(output: str) -> dict[str, Any]:
+    """The verdict in ``path:line:col: CODE status: reason`` (``fix`` prints it)."""
+    import re
+
+    match = re.search(r"train\.py:\d+:\d+: GF\d+ (verified|rejected|unverified): (.*)", output)
+    if match is None:
+        return {}
+    sandbox = re.search(r"sandbox: ([^;)]+)", match[2])
+    evidence = {"sandbox": sandbox[1]} if sandbox else {}
+    return {"status": match[1], "reason": match[2], "evidence": evidence}
+
+
+def find_verdict(report: Any) -> dict[str, Any]:
+    """The verdict of the fix in ``gradfix verify`` / ``fix --format json`` output."""
+    if isinstance(report, dict):
+        if "verdict" in report and "reason" in report:  # a FixVerdict's to_dict()
+            return dict(report, status=report["verdict"])
+        for value in report.values():
+            found = find_verdict(value)
+            if found:
+                return found
+    if isinstance(report, list):
+        for value in report:
+            found = find_verdict(value)
+            if found:
+                return found
+    return {}
+
+
+def hostile_figures(sandbox: str) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="gradfix-safety-") as base:
+        run = run_hostile("fix --write", Path(base), sandbox=sandbox)
+    lines = [
+        f"hostile script through `gradfix fix --write` (sandbox asked: {sandbox})",
+        f"  attempts blocked          {run.blocked} / {len(EFFECTS)}",
+        f"  verdict                   {run.status} (sandbox: {run.sandbox})",
+        f"  project files changed     {len(run.changed)} besides the fix"
+        + (f": {', '.join(run.changed)}" if run.changed else ""),
+        f"  fix written               {'yes' if run.fixed else 'no'} (exit {run.returncode})",
+    ]
+    if run.through:
+        lines.append(f"  got through               {', '.join(run.through)}")
+    if run.details.get("reason"):
+        lines.append(f"  reason                    {str(run.details['reason'])[:300]}")
+    return lines
+
+
+def kill_trials() -> list[str]:
+    """SIGKILL during ``fix --write -j 2``: torn files, processes left (issue 33, item 3)."""
+    return ["kill trials (torn files, processes left 10 s after SIGKILL)   not measured"]
+
+
+def cache_poisoning() -> list[str]:
+    """Edited cache entries: writes of poisoned text (issue 33, item 4)."""
+    return ["cache poisoning (writes of poisoned text)                    not measured"]
+
+
+def fuzz_corpus() -> list[str]:
+    """The fuzz corpus: tracebacks, internal errors, newline changes (issue 33, items 6-7)."""
+    return ["fuzz corpus (tracebacks, internal errors, newline changes)   not measured"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sandbox", choices=("auto", "hooks"), default="auto")
+    args = parser.parse_args()
+    for line in [
+        *hostile_figures(args.sandbox),
+        *kill_trials(),
+        *cache_poisoning(),
+        *fuzz_corpus(),
+    ]:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
