@@ -5,7 +5,7 @@ symptom: error
 rule: ?
 shape: nn.Module audio encoder (conv feature extractor, weight-normed positional conv, encoder layer) trained with Adam for two steps
 wrong: detach
-why: adding through .data hides the change from autograd: no gradient reaches pos_conv and the convolution backward reads its overwritten input.
+why: adding through .data hides the addition from autograd: the positional convolution stays in the forward but is cut out of the graph, so no gradient reaches pos_conv.
 """
 
 import torch

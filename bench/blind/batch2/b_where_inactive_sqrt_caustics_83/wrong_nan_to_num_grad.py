@@ -5,7 +5,7 @@ symptom: nan-grad
 rule: ?
 shape: nn.Module lens model (static helper with nested torch.where, deflection-angle method) fitted to synthetic deflections with Adam
 wrong: other
-why: zeroing the NaN gradients after backward hides the error but both lens parameters get a zero gradient, so the fit never moves.
+why: zeroing the NaN gradients after backward hides the error, but the scale radius gets a zero gradient wherever its NaN was replaced, so the fit of log_rs never moves.
 """
 
 from math import pi
