@@ -34,7 +34,7 @@ def distance_transform(image, kernel_size=3, h=0.35):
     signal_ones = torch.ones_like(boundary)
     for i in range(n_iters):
         cdt = filter2d_replicate(boundary, kernel)
-        cdt = -h * torch.log(cdt)  # bench: bug
+        cdt = -h * torch.log(cdt)
         cdt = torch.nan_to_num(cdt, nan=0.0, posinf=0.0, neginf=0.0)
         mask = cdt > 0
         offset = i * k_half

@@ -104,7 +104,7 @@ def data_generator(n_batches=2):
 
 
 def train(lr=2e-2, nb_epochs=3):
-    params = [w1, w2]  # bench: bug
+    params = [w1, w2]
     optimizer = torch.optim.Adamax(params, lr=lr, betas=(0.9, 0.999))
     log_softmax_fn = nn.LogSoftmax(dim=1)
     loss_fn = nn.NLLLoss()

@@ -31,7 +31,7 @@ class NFW(nn.Module):
     def _h_batchable(x):
         """Helper method for computing reduced deflection angles."""
         term_1 = (x / 2).log()
-        term_2 = torch.where(  # bench: bug
+        term_2 = torch.where(
             x > 1,
             term_1 + (1 / x).arccos() * 1 / (x**2 - 1).sqrt(),
             torch.where(
