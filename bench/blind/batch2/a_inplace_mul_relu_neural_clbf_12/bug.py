@@ -73,7 +73,7 @@ class NeuralCLBFController(nn.Module):
             Vdot = Vdot.reshape(V.shape)
             violation = F.relu(eps + Vdot + self.clf_lambda * V)
             violation *= condition_active  # bench: bug
-            clbf_descent_term_lin += violation.mean()
+            clbf_descent_term_lin += violation.mean()  # bench: bug
         loss.append(("CLBF descent term (linearized)", clbf_descent_term_lin))
 
         clbf_descent_term_sim = torch.tensor(0.0).type_as(x)
@@ -83,7 +83,7 @@ class NeuralCLBFController(nn.Module):
             V_next = self.V(x_next)
             violation = F.relu(eps + (V_next - V) / self.controller_period + self.clf_lambda * V)
             violation *= condition_active  # bench: bug
-            clbf_descent_term_sim += violation.mean()
+            clbf_descent_term_sim += violation.mean()  # bench: bug
         loss.append(("CLBF descent term (simulated)", clbf_descent_term_sim))
         return loss
 
@@ -93,12 +93,12 @@ class NeuralCLBFController(nn.Module):
 
     def training_step(self, x):
         component_losses = {}
-        component_losses.update(self.initial_loss(x))
+        component_losses.update(self.initial_loss(x))  # bench: bug
         component_losses.update(self.descent_loss(x))
         total_loss = torch.tensor(0.0).type_as(x)
         for _, loss_value in component_losses.items():
             if not torch.isnan(loss_value):
-                total_loss += loss_value
+                total_loss += loss_value  # bench: bug
         return total_loss, component_losses
 
 

@@ -50,7 +50,7 @@ class AllInOneBlock(nn.Module):
         x_out = torch.cat((x1, x2), 1)
         x_out, global_scaling_jac = self._permute(x_out)
         n_pixels = x_out[0, :1].numel()
-        log_jac_det = log_jac_det + n_pixels * global_scaling_jac
+        log_jac_det += n_pixels * global_scaling_jac
         return x_out, log_jac_det
 
 
