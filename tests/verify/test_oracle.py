@@ -1846,3 +1846,35 @@ def test_finite_differences_past_optimizer_steps_perturb_the_use_autograd_differ
     verdict = verify_sources(CARRIED_STATE_READ_OUT, detached, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "trajectory" in verdict.reason or "own finite differences" in verdict.reason
+
+
+CONSTRAINED_UNDER_NO_GRAD = """import torch
+
+torch.manual_seed(0)
+kernel = torch.nn.Parameter(torch.randn(4))
+x = torch.randn(8, 4)
+optimizer = torch.optim.SGD([kernel], lr=0.1)
+for step in range(2):
+    optimizer.zero_grad()
+    with torch.no_grad():
+        clipped = kernel.clamp(-1.0, 1.0)
+    loss = (x @ clipped).pow(2).mean() + 0.1 * kernel.pow(2).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_no_grad_block_the_change_removes_or_adds_is_no_stop_gradient_meant() -> None:
+    """A constraint computed under ``no_grad`` cuts the kernel's main gradient; the fix
+    that removes the block restores it, and finite differences of the original count the
+    values read in the block the change removed (verified). A change that adds such a
+    block to the fixed program cuts it again: its finite differences count the block it
+    added, so the gradient it lost shows (rejected)."""
+    fixed = CONSTRAINED_UNDER_NO_GRAD.replace(
+        "    with torch.no_grad():\n        clipped", "    clipped"
+    )
+    assert fixed != CONSTRAINED_UNDER_NO_GRAD
+    verdict = verify_sources(CONSTRAINED_UNDER_NO_GRAD, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    back = verify_sources(fixed, CONSTRAINED_UNDER_NO_GRAD, intent=FixIntent.unknown())
+    assert back.status == "rejected", back.reason

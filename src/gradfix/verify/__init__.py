@@ -106,6 +106,7 @@ def verify_sources(
             "intent": (intent if intent is not None else _declared(rules)).for_change(
                 before_src, after_src
             ),
+            "changed_lines": changed_lines(before_src, after_src),
         }
         return _verify(before_src, after_src, options, limits, patched or {})
     except RunnerFailure as failure:
@@ -206,6 +207,7 @@ def _judge(
             budget=limits["fd_budget"],
             time_budget=0.8 * timeout,
             constant_grads=constant_grads(intent),
+            changed_lines=limits["changed_lines"][source],
         )
         for source, targets in plan.items()
     }
@@ -289,6 +291,7 @@ def _confirmed(
             budget=len(targets) * 4,
             time_budget=0.8 * timeout,
             constant_grads=constant,
+            changed_lines=limits["changed_lines"][source],
         )
         answer = failed or _receive(procs[source], time.monotonic() + timeout, timeout)
         entries = [dict(e) for e in merged.get(source, {}).get("entries", [])]
@@ -312,6 +315,24 @@ def _declared(rules: Sequence[str]) -> FixIntent:
     from gradfix.registry import fix_intent
 
     return fix_intent(rules)
+
+
+def changed_lines(before_src: str, after_src: str) -> dict[str, list[int]]:
+    """The lines of each version the change wrote or removed (replaced, inserted, deleted,
+    by number in that version): a ``torch.no_grad()`` block there is the change's, no
+    stop-gradient the program meant, so finite differences count the values read in it
+    (see ``Recorder.changed_lines``)."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(
+        None, before_src.splitlines(), after_src.splitlines(), autojunk=False
+    )
+    lines: dict[str, list[int]] = {"before": [], "after": []}
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            lines["before"] += range(i1 + 1, i2 + 1)
+            lines["after"] += range(j1 + 1, j2 + 1)
+    return lines
 
 
 def changed_places(filename: str, before_src: str, after_src: str) -> set[str]:

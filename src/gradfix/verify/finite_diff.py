@@ -60,6 +60,7 @@ def estimate(session: Any, request: dict[str, Any]) -> dict[str, Any]:
         return {"entries": [], "evaluations": 0, "capped": False}
     last_event = max(int(t["event"]) for t in targets)
     constant = bool(request.get("constant_grads"))
+    session.changed_lines = frozenset(int(n) for n in request.get("changed_lines") or ())
     probe, probe_outcome = _run(
         session, stop_after=last_event, perturbation=None, keep=constant, record_steps=True
     )
@@ -98,6 +99,7 @@ def _run(
     ``record_steps``: keep what each optimizer step leaves its leaves at, ``replay_steps``:
     set them back to those after each step (see ``Recorder.record_steps``)."""
     recorder = session.instrument.Recorder(session.path, record_values=False)
+    recorder.changed_lines = getattr(session, "changed_lines", frozenset())
     recorder.record_steps = record_steps
     recorder.replay_steps = replay_steps
     recorder.stop_after_event = stop_after

@@ -191,6 +191,11 @@ class Recorder:
         #: the gradients ``autograd.grad`` returned that no torch call has read yet:
         #: id -> (the tensor, kept alive so its id stays its own; its event's record; leaf)
         self._watched: dict[int, tuple[torch.Tensor, dict[str, Any], int]] = {}
+        #: lines of the script the change wrote or removed: a grad-off read of a leaf's
+        #: values there (a ``no_grad`` block the change adds or removes, not an optimizer
+        #: step) is a use like a grad-mode one, so finite differences follow it
+        self.changed_lines: frozenset[int] = frozenset()
+        self.in_optimizer_step = 0
         self.record_steps = False
         self.step_values: list[dict[int, torch.Tensor] | None] = []
         self.replay_steps: list[dict[int, torch.Tensor] | None] | None = None
@@ -512,7 +517,7 @@ class Recorder:
             return
         if self._watched:
             self._read_watched(args, kwargs)
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and not self._read_at_changed_line(func, args, kwargs):
             return
         if _computes(func, args, kwargs):
             self._regroup_updated_leaves()
@@ -524,6 +529,22 @@ class Recorder:
                     _first_use_values(self, k, self.leaves[k])
         for k in used:
             self._count_use(k)
+
+    def _read_at_changed_line(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """A grad-off call that reads a leaf's values at (or called from) a line the change
+        wrote or removed, outside an optimizer step."""
+        if not self.changed_lines or self.in_optimizer_step or not _reads_values(func):
+            return False
+        if next(self._leaf_args(args, kwargs), None) is None:
+            return False
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename == self.filename and frame.f_lineno in self.changed_lines:
+                return True
+            frame = frame.f_back
+        return False
 
     def _regroup_updated_leaves(self) -> None:
         """A leaf changed in place since its group began (an optimizer step under no_grad)
@@ -958,6 +979,8 @@ def _patch_optimizer_steps() -> None:
 
 def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     recorder = _ACTIVE
+    if recorder is not None:
+        recorder.in_optimizer_step += 1
     if recorder is None or not recorder.hold:
         return
     recorder._held_values = [
@@ -971,6 +994,7 @@ def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     recorder = _ACTIVE
     if recorder is None:
         return
+    recorder.in_optimizer_step = max(0, recorder.in_optimizer_step - 1)
     _hold_step(recorder, optimizer)
     if not recorder._held_values:
         return
