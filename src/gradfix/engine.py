@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 import libcst as cst
 
 from gradfix.edits import Editor
+from gradfix.fileio.text import keep_line_endings
 from gradfix.lazy import lazy_class
 from gradfix.rule import (
     Finding,
@@ -458,7 +459,7 @@ class FileLint:
             if not applied or new_source == result.source:
                 break
             result.applied += applied
-            result.source = new_source
+            result.source = keep_line_endings(self.source, new_source)
             linted = collect_reports(
                 new_source, self.rules, self.path, crashes, no_grad_callers=self.no_grad_callers
             )
@@ -533,7 +534,7 @@ def _singles(linted: Linted) -> list[SingleFix]:
     singles = []
     for fix, findings in grouped.values():
         assert linted.module is not None  # a report with a fix: the file was parsed
-        fixed = _render(linted.module, [fix])
+        fixed = keep_line_endings(linted.source, _render(linted.module, [fix]))
         singles.append(
             SingleFix(
                 findings, fix.safety.value, fix.description, fixed if _compiles(fixed) else None

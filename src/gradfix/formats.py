@@ -203,9 +203,9 @@ def code_frames(
     fixes applied alone from the lint that found ``findings`` (else the source is linted
     again for them)."""
     from gradfix.engine import SourceError, single_fixes
-    from gradfix.fileio.text import split_lines
+    from gradfix.fileio.text import LINE
 
-    lines = split_lines(source)
+    lines = LINE.findall(source)  # broken where the tokenizer breaks lines (a lone \r too)
     if singles is None:
         try:
             singles = single_fixes(source, rules=rules, path=path)

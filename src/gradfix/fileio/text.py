@@ -26,3 +26,50 @@ def source_lines(text: str) -> list[str]:
     broken at ``\\r\\n``, ``\\r`` and ``\\n`` only (``str.splitlines`` also breaks at a form
     feed or U+2028, which would shift every line number after it); without their ends."""
     return LINE_BREAK.split(text)
+
+
+def keep_line_endings(original: str, fixed: str) -> str:
+    """``fixed`` with each line that comes from ``original`` ending as it did there.
+
+    LibCST prints the lines it builds with the file's first line break and drops a final
+    ``\\r`` (``"a\\rb\\r"`` prints as ``"a\\rb"``). A line of ``fixed`` equal to a line of
+    ``original`` (the two matched by a patience diff) takes that line's ending; a line that
+    replaces lines of ``original`` takes the ending of the line it stands for; an inserted
+    line keeps LibCST's. Only a last line is left without a line break.
+
+        keep_line_endings("a\\rb\\n", "a\\nc\\nb\\n") == "a\\rc\\nb\\n"
+    """
+    if "\r" not in original or original == fixed:
+        return fixed  # ``\n`` only: LibCST prints every ending as it was
+    breaks = set(LINE_BREAK.findall(original))
+    if len(breaks) == 1:
+        (ending,) = breaks
+        if original.endswith(ending) and not fixed.endswith(("\r", "\n")):
+            return fixed + ending
+        return fixed
+    return _matched_line_endings(original, fixed)
+
+
+def _matched_line_endings(original: str, fixed: str) -> str:
+    import patiencediff
+
+    old, new = LINE.findall(original), LINE.findall(fixed)
+    old_text, new_text = (
+        [_without_ending(line) for line in old],
+        [_without_ending(line) for line in new],
+    )
+    endings = [line[len(text) :] for line, text in zip(new, new_text)]
+    matcher = patiencediff.PatienceSequenceMatcher(None, old_text, new_text)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag not in ("equal", "replace"):
+            continue
+        for j in range(j1, j2):
+            i = i1 + min(j - j1, i2 - i1 - 1)
+            ending = old[i][len(old_text[i]) :]
+            if ending or j == len(new) - 1:
+                endings[j] = ending
+    return "".join(text + ending for text, ending in zip(new_text, endings))
+
+
+def _without_ending(line: str) -> str:
+    return line.rstrip("\r\n")
