@@ -570,7 +570,7 @@ def process_text(
     result.findings = sorted(lint.findings)
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
-    result.dropped = list(lint.dropped)
+    result.dropped = [*lint.dropped, *(n for n in file_lint.notes if n not in lint.dropped)]
     result.applied = lint.applied
     result.open_callers = file_lint.open_callers
     if lint.crashes:
