@@ -306,7 +306,7 @@ def _interactive(run: RunResult, options: RunOptions, harness: dict[str, Any] | 
         result.fixed = review.current
         if review.changed:
             left[result.path] = _findings_left(review.current, result.path, options)
-            write_result(result)
+            write_result(result, run.tree)
             if result.error is not None:
                 echo_stderr(f"{result.path}: {result.error}")
     written = sum(1 for r in run.files if r.written)
