@@ -37,8 +37,9 @@ def joined(lines: list[str], endings: list[str]) -> str:
 
 
 def expected(endings: list[str]) -> str:
-    """The untouched lines as they were; the two lines standing for line 3 end as it did."""
-    return joined(FIXED, [endings[0], endings[1], endings[2], endings[2], endings[3]])
+    """The untouched lines as they were, the wrapped statement too; the new ``with`` line
+    takes the file's first line ending."""
+    return joined(FIXED, [endings[0], endings[1], endings[0], endings[2], endings[3]])
 
 
 @pytest.mark.parametrize("kind", sorted(ENDINGS))
@@ -79,6 +80,18 @@ def test_fixed_last_line_without_line_break_stays_without() -> None:
 def test_inserted_lines_keep_what_libcst_gives_them() -> None:
     assert keep_line_endings("a\rb\n", "a\nc\nb\n") == "a\rc\nb\n"
     assert keep_line_endings("a\n", "a\nb\n") == "a\nb\n"
+
+
+def test_a_line_changed_in_place_keeps_its_ending() -> None:
+    assert keep_line_endings("x\r\nw(1)\nb\r\n", "x\r\nw(2)\r\nb\r\n") == "x\r\nw(2)\nb\r\n"
+
+
+def test_lines_moved_into_a_block_keep_their_own_endings() -> None:
+    original = "x\r\nw -= 1\nb -= 1  # bias\r\ny\n"
+    fixed = "x\r\nwith g():\r\n    w -= 1\r\n    b -= 1  # bias\r\ny\n"
+    assert keep_line_endings(original, fixed) == (
+        "x\r\nwith g():\r\n    w -= 1\n    b -= 1  # bias\r\ny\n"
+    )
 
 
 def test_check_frames_a_finding_of_a_cr_only_file(

@@ -62,3 +62,22 @@ def test_a_fix_shared_by_many_findings_is_shown_once(
     assert sum(line.strip() == "-w.data.add_(1)" for line in lines) == N  # was N * N
     assert "(shared with line 4, shown there)" in result.output
     assert len(lines) < 10 * N
+
+
+def test_notebook_cells_are_numbered_once_per_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import gradfix.notebook as notebook
+
+    def cell(source: str) -> dict[str, object]:
+        return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []} | {
+            "source": source
+        }
+
+    cells = [cell("import torch\nw = torch.zeros(3, requires_grad=True)")]
+    cells += [cell("w.data.add_(1)\nprint('step')") for _ in range(N)]
+    text = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    numbered = counting(monkeypatch, notebook, "program_lines")
+    lint = notebook.lint_notebook(text, rules=select_rules(["ALL"]), path="m.ipynb", fix=True)
+    assert len(lint.findings) == N
+    assert len(numbered) <= 10  # was once per finding located: N, then N again after the fix
