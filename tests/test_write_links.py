@@ -107,3 +107,12 @@ def test_write_source_refuses_before_touching_anything(tmp_path: Path) -> None:
     assert outside.read_text() == BUGGY
     write_source(source, FIXED, tree=write_tree([str(tmp_path / "tree")], str(tmp_path)))
     assert outside.read_text() == FIXED
+
+
+def test_add_noqa_does_not_write_through_a_link_out_of_the_tree(tree: Path) -> None:
+    link = tree / "proj" / "special" / "samefile_link.py"
+    link.symlink_to(Path("..", "..", "in", "special", "ok.py"))
+    args = ["check", "--add-noqa", "--no-cache", "--select", "GF201", "proj"]
+    result = CliRunner().invoke(app, args)
+    assert "outside the tree being fixed" in result.output, result.output
+    assert (tree / "in" / "special" / "ok.py").read_text() == BUGGY

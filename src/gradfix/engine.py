@@ -496,10 +496,12 @@ class FileLint:
                 _note(result.dropped, f"no fix applied: {TOO_DEEP}")
                 break
             result.dropped.extend(note for note in dropped if note not in result.dropped)
-            if not applied or new_source == result.source:
+            # LibCST's endings differ from the file's (a final ``\r``): compare as written
+            restored = keep_line_endings(self.source, new_source)
+            if not applied or restored == result.source:
                 break
             result.applied += applied
-            result.source = keep_line_endings(self.source, new_source)
+            result.source = restored
             linted = collect_reports(
                 new_source, self.rules, self.path, crashes, no_grad_callers=self.no_grad_callers
             )
