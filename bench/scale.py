@@ -24,10 +24,10 @@ fixes judged on a worker), start-up apart as above.
 The results of every row are compared with the local row: a row that differs fails.
 
 ``--repeat`` measures instead how the time of one file grows with its findings: a file of
-N lines ``w.data.add_(1)`` (one fix) and a notebook of N such cells (N fixes), through ``gradfix check``
-(code frames included) and ``gradfix fix`` (the diff preview, no verification), in this
-process with the cache off; it prints seconds per N and per finding, which stays flat
-when the work is linear.
+N lines ``w.data.add_(1)`` (one fix) and a notebook of N such cells (N fixes), through
+``gradfix check`` (code frames included) and ``gradfix fix`` (the diff preview, no
+verification), in this process with the cache off; it prints seconds per N and per
+finding, which stays flat when the work is linear.
 """
 
 from __future__ import annotations

@@ -81,3 +81,21 @@ def test_notebook_cells_are_numbered_once_per_program(monkeypatch: pytest.Monkey
     lint = notebook.lint_notebook(text, rules=select_rules(["ALL"]), path="m.ipynb", fix=True)
     assert len(lint.findings) == N
     assert len(numbered) <= 10  # was once per finding located: N, then N again after the fix
+
+
+def test_bench_prints_seconds_per_count(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "scale.py"
+    spec = importlib.util.spec_from_file_location("bench_scale", path)
+    assert spec is not None and spec.loader is not None
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    scale.repeat_rows([2, 3])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [(n.strip(), file.strip(), command.strip()) for n, file, command, _, _ in rows] == [
+        (str(n), file, command)
+        for n in (2, 3)
+        for file in ("m.py", "m.ipynb")
+        for command in ("check", "fix")
+    ]
