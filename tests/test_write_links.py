@@ -116,3 +116,16 @@ def test_add_noqa_does_not_write_through_a_link_out_of_the_tree(tree: Path) -> N
     result = CliRunner().invoke(app, args)
     assert "outside the tree being fixed" in result.output, result.output
     assert (tree / "in" / "special" / "ok.py").read_text() == BUGGY
+
+
+def test_a_file_that_will_not_be_written_is_not_run_to_prove_its_fix(tree: Path) -> None:
+    first = tree / "proj" / "a.py"
+    first.write_text(BUGGY)
+    os.link(first, tree / "proj" / "b.py")
+    args = ["fix", "--write", "--no-cache", "--select", "GF201", "--timeout", "30", "proj"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "a.py: not written: the file has 1 other hard link" in result.output
+    assert "GF201 verified" not in result.output
+    assert "GF201 unverified" not in result.output  # no verdict: nothing was run
+    assert first.read_text() == BUGGY

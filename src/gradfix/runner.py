@@ -42,6 +42,7 @@ from gradfix.fileio.files import (
     FileError,
     FileTooLarge,
     SourceFile,
+    check_write_target,
     decode_source,
     discover,
     is_notebook,
@@ -898,6 +899,20 @@ def write_result(result: FileResult, tree: Sequence[str] = ()) -> None:
         result.fixed, result.remaining = result.original, list(result.findings)
         return
     _write(source, result, tree)
+
+
+def refuse_unwritable(run: RunResult) -> None:
+    """Before proving the fixes that ``write_result`` will write: each changed file that
+    would not be written (a link out of the tree, other hard links) gets its error now,
+    and keeps its findings, so that none of its code is run for nothing."""
+    for result in run.files:
+        if result.error is not None or not result.changed:
+            continue
+        try:
+            check_write_target(result.path, run.tree)
+        except FileError as error:
+            result.error = str(error)
+            result.fixed, result.remaining = result.original, list(result.findings)
 
 
 def _write(source: SourceFile, result: FileResult, tree: Sequence[str]) -> None:

@@ -349,6 +349,15 @@ def write_source(source: SourceFile, text: str, *, tree: Sequence[str] = ()) -> 
     _fsync_directory(directory)
 
 
+def check_write_target(path: str, tree: Sequence[str]) -> None:
+    """Raise :class:`FileError` when :func:`write_source` would refuse ``path`` for where
+    it leads (a link out of ``tree``, other hard links): asked before running a file's
+    code to prove its fixes, which would be wasted on a file that is not written."""
+    target = os.path.realpath(path)
+    _check_inside(target, tree)
+    _check_one_name(target)
+
+
 def _check_inside(target: str, tree: Sequence[str]) -> None:
     """A link out of the tree being fixed is left alone: fixing ``src/`` must not change a
     file elsewhere that a link in ``src/`` points to."""
