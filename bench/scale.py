@@ -4,6 +4,7 @@
     python bench/scale.py --files 1200 --fix   # fix previews instead of checks
     python bench/scale.py --paths src/         # any files
     python bench/scale.py --no-verify          # without the verification batch
+    python bench/scale.py --repeat 150,300,600 # one finding repeated N times (issue 33)
 
 Each row lints the same files with the cache off, in this process (no start-up counted
 in the figures, which the table gives apart):
@@ -21,6 +22,12 @@ at once) and on a local Ray of 2 CPUs (the batch's directory shipped once, each 
 fixes judged on a worker), start-up apart as above.
 
 The results of every row are compared with the local row: a row that differs fails.
+
+``--repeat`` measures instead how the time of one file grows with its findings: a file of
+N lines ``w.data.add_(1)`` (one fix) and a notebook of N such cells (N fixes), through
+``gradfix check`` (code frames included) and ``gradfix fix`` (the diff preview, no
+verification), in this process with the cache off; it prints seconds per N and per
+finding, which stays flat when the work is linear.
 """
 
 from __future__ import annotations
@@ -126,6 +133,57 @@ def timed_verdicts(run: Callable[[], dict[str, list[object]]]) -> tuple[float, l
     return wall, [v.line() for path in sorted(verdicts) for v in verdicts[path]]  # type: ignore[attr-defined]
 
 
+def repeated_finding(count: int) -> str:
+    """``count`` updates of a leaf through ``.data``, one per line (GF205 each)."""
+    return "import torch\n\nw = torch.zeros(3, requires_grad=True)\n" + "w.data.add_(1)\n" * count
+
+
+def repeated_cells(count: int) -> str:
+    """A notebook: one cell making the leaf, then ``count`` cells updating it, each fixed
+    on its own (a fix never moves code across cells)."""
+    import json
+
+    def cell(source: str) -> dict[str, object]:
+        return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []} | {
+            "source": source
+        }
+
+    cells = [cell("import torch\nw = torch.zeros(3, requires_grad=True)")]
+    cells += [cell("w.data.add_(1)\nprint('step')") for _ in range(count)]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def repeat_rows(counts: Sequence[int]) -> None:
+    """Seconds of ``check`` and ``fix`` per N repeated findings (``--repeat``)."""
+    from typer.testing import CliRunner
+
+    from gradfix.cli import app
+
+    commands = {
+        "check": ["check", "--no-cache", "--select", "ALL"],
+        "fix": ["fix", "--no-cache", "--no-verify", "--select", "ALL"],
+    }
+    print("| N | file | command | s | ms per finding |")
+    print("|---:|---|---|---:|---:|")
+    with tempfile.TemporaryDirectory() as directory:
+        for count in counts:
+            for name, text in (
+                ("m.py", repeated_finding(count)),
+                ("m.ipynb", repeated_cells(count)),
+            ):
+                path = Path(directory) / name
+                path.write_text(text)
+                for command, arguments in commands.items():
+                    start = time.perf_counter()
+                    result = CliRunner().invoke(app, [*arguments, str(path)])
+                    wall = time.perf_counter() - start
+                    if result.exit_code != 1:
+                        sys.exit(f"{command} {name}, N = {count}: exit {result.exit_code}")
+                    print(
+                        f"| {count} | {name} | {command} | {wall:.2f} | {1000 * wall / count:.2f} |"
+                    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paths", nargs="*", default=[])
@@ -136,7 +194,15 @@ def main() -> int:
     parser.add_argument(
         "--no-verify", dest="verify", action="store_false", help="skip the verification batch"
     )
+    parser.add_argument(
+        "--repeat",
+        metavar="N,N,...",
+        help="instead: seconds of check and fix for one finding repeated N times",
+    )
     args = parser.parse_args()
+    if args.repeat:
+        repeat_rows([int(count) for count in args.repeat.split(",")])
+        return 0
     ray = import_ray()
     from ray.cluster_utils import Cluster
 

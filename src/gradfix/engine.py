@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 import libcst as cst
 
 from gradfix.edits import Editor
+from gradfix.fileio.text import keep_line_endings
 from gradfix.lazy import lazy_class
 from gradfix.rule import (
     Finding,
@@ -218,6 +219,8 @@ class Linted:
     module: cst.Module | None = None
     editor: Editor | None = None
     realised: bool = False  # every planned fix built (or dropped)
+    #: one line per fix that could not be built or printed (an expression too deep)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
@@ -240,7 +243,7 @@ class Linted:
                 self.reports = [dataclasses.replace(r, fix=None) for r in self.reports]
                 return
         self.editor = Editor(self.module, self.source, self.torch_alias)
-        self.reports = _realised(self.reports, self.editor)
+        self.reports = _realised(self.reports, self.editor, self.notes)
 
 
 def collect_reports(
@@ -332,18 +335,39 @@ def _statement_line(semantic: Semantic, node: object) -> int | None:
     return None if statement is None else statement.lineno
 
 
-def _realised(reports: list[Report], editor: Editor) -> list[Report]:
-    """``reports`` with each planned fix built (once per plan: findings share them)."""
+def _realised(reports: list[Report], editor: Editor, notes: list[str]) -> list[Report]:
+    """``reports`` with each planned fix built (once per plan: findings share them); a
+    plan LibCST cannot build (:data:`TOO_DEEP`) leaves its findings without a fix and a
+    line in ``notes``."""
     built: dict[int, Fix | None] = {}
     result = []
     for report in reports:
         plan = report.fix
         if isinstance(plan, FixPlan):
             if id(plan) not in built:
-                built[id(plan)] = editor.realise(plan)
+                built[id(plan)] = _built(plan, editor, report, notes)
             report = dataclasses.replace(report, fix=built[id(plan)])
         result.append(report)
     return result
+
+
+#: why a fix is missing when LibCST recursed too deep (CPython compiles deeper nesting
+#: than LibCST's recursive visitors and code generation can walk)
+TOO_DEEP = "the file holds an expression nested too deeply for LibCST to rewrite"
+
+
+def _built(plan: FixPlan, editor: Editor, report: Report, notes: list[str]) -> Fix | None:
+    try:
+        return editor.realise(plan)
+    except RecursionError:
+        line = report.position.start.line
+        _note(notes, f"{report.rule.code} at line {line} is reported without a fix: {TOO_DEEP}")
+        return None
+
+
+def _note(notes: list[str], note: str) -> None:
+    if note not in notes:
+        notes.append(note)
 
 
 def to_finding(report: Report) -> Finding:
@@ -421,10 +445,21 @@ class FileLint:
             self._linted.tree = _check_syntax(self.source)
         return self._linted.tree
 
+    @property
+    def notes(self) -> list[str]:
+        """One line per fix that could not be built or printed (:data:`TOO_DEEP`)."""
+        return list(self._linted.notes)
+
     def result(self) -> LintResult:
         """The findings as a :class:`LintResult` with nothing fixed."""
         findings = list(self.findings)
-        return LintResult(findings, self.source, remaining=list(findings), crashes=self.crashes)
+        return LintResult(
+            findings,
+            self.source,
+            remaining=list(findings),
+            dropped=self.notes,
+            crashes=self.crashes,
+        )
 
     def singles(self) -> list[SingleFix]:
         """Every fix the rules offer (safe and unsafe), each applied alone."""
@@ -450,15 +485,23 @@ class FileLint:
         linted = self._linted
         linted.realise()
         for _ in range(max_passes):
+            for note in linted.notes:
+                _note(result.dropped, note)
             fixes = _applicable(linted.reports, unsafe_fixes, keep)
             if not fixes:
                 break
-            new_source, applied, dropped = _apply_pass(linted, fixes)
+            try:
+                new_source, applied, dropped = _apply_pass(linted, fixes)
+            except RecursionError:
+                _note(result.dropped, f"no fix applied: {TOO_DEEP}")
+                break
             result.dropped.extend(note for note in dropped if note not in result.dropped)
-            if not applied or new_source == result.source:
+            # LibCST's endings differ from the file's (a final ``\r``): compare as written
+            restored = keep_line_endings(self.source, new_source)
+            if not applied or restored == result.source:
                 break
             result.applied += applied
-            result.source = new_source
+            result.source = restored
             linted = collect_reports(
                 new_source, self.rules, self.path, crashes, no_grad_callers=self.no_grad_callers
             )
@@ -533,12 +576,14 @@ def _singles(linted: Linted) -> list[SingleFix]:
     singles = []
     for fix, findings in grouped.values():
         assert linted.module is not None  # a report with a fix: the file was parsed
-        fixed = _render(linted.module, [fix])
-        singles.append(
-            SingleFix(
-                findings, fix.safety.value, fix.description, fixed if _compiles(fixed) else None
-            )
-        )
+        try:
+            fixed: str | None = keep_line_endings(linted.source, _render(linted.module, [fix]))
+        except RecursionError:
+            _note(linted.notes, f"no fix applied: {TOO_DEEP}")
+            fixed = None
+        if fixed is not None and not _compiles(fixed):
+            fixed = None
+        singles.append(SingleFix(findings, fix.safety.value, fix.description, fixed))
     return singles
 
 

@@ -203,16 +203,18 @@ def code_frames(
     fixes applied alone from the lint that found ``findings`` (else the source is linted
     again for them)."""
     from gradfix.engine import SourceError, single_fixes
-    from gradfix.fileio.diff import unified_diff
-    from gradfix.fileio.text import split_lines
+    from gradfix.fileio.text import LINE
 
-    lines = split_lines(source)
+    lines = LINE.findall(source)  # broken where the tokenizer breaks lines (a lone \r too)
     if singles is None:
         try:
             singles = single_fixes(source, rules=rules, path=path)
         except SourceError:
             singles = []
     fixes = {(f.line, f.col, f.code): single for single in singles for f in single.findings}
+    #: the finding whose frame shows each fix's diff: a fix shared by N findings (one
+    #: ``no_grad`` block around N updates) is diffed and printed once, not N times
+    shown: dict[int, Finding] = {}
     frames: dict[tuple[int, int, str], list[str]] = {}
     for f in findings:
         if f.cell is not None or not 1 <= f.line <= len(lines):
@@ -224,12 +226,24 @@ def code_frames(
         frame = [f"{' ' * width} |", f"{f.line} | {text}", f"{' ' * width} | {carets}"]
         single = fixes.get((f.line, f.col, f.code))
         if single is not None and single.source is not None:
-            frame.append(f"{' ' * width} = fix ({single.safety}): {single.description}")
-            diff = unified_diff(source, single.source, path, context=0).splitlines()
-            frame += [
-                f"{' ' * width}   {line}"
-                for line in diff
-                if line[:1] in "+-" and not line.startswith(("+++", "---"))
-            ]
+            first = shown.setdefault(id(single), f)
+            fix_line = f"{' ' * width} = fix ({single.safety}): {single.description}"
+            if first is not f:
+                frame.append(f"{fix_line} (shared with line {first.line}, shown there)")
+            else:
+                frame.append(fix_line)
+                frame += _fix_diff(source, single.source, path, width)
         frames[(f.line, f.col, f.code)] = frame
     return frames
+
+
+def _fix_diff(source: str, fixed: str, path: str, width: int) -> list[str]:
+    """The ``-``/``+`` lines of a fix in a code frame, indented under ``width``."""
+    from gradfix.fileio.diff import unified_diff
+
+    diff = unified_diff(source, fixed, path, context=0).splitlines()
+    return [
+        f"{' ' * width}   {line}"
+        for line in diff
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]

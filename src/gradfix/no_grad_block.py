@@ -14,6 +14,7 @@ next to each other end up in one block whichever rule or pass fixed them.
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
@@ -163,41 +164,67 @@ def lines_of(body: Sequence[ast.stmt], source: SourceText) -> list[Line]:
     """The statements of a block as LibCST lists them: ``a; b`` is one line."""
     lines: list[Line] = []
     for stmt in body:
-        previous = lines[-1][-1] if lines else None
-        if (
-            previous is not None
-            and not isinstance(stmt, _COMPOUND)
-            and not isinstance(previous, _COMPOUND)
-            and source.same_line(previous, stmt)
-        ):
+        if lines and _joined(lines[-1][-1], stmt, source):
             lines[-1].append(stmt)
         else:
             lines.append([stmt])
     return lines
 
 
+def _joined(previous: ast.stmt, stmt: ast.stmt, source: SourceText) -> bool:
+    """``previous; stmt``: the two simple statements share one LibCST line."""
+    return (
+        not isinstance(stmt, _COMPOUND)
+        and not isinstance(previous, _COMPOUND)
+        and source.same_line(previous, stmt)
+    )
+
+
 def line_start(analysis: Semantic, stmt: ast.stmt, source: SourceText) -> ast.stmt:
     """The first statement of the line holding ``stmt`` (``a`` of ``a; stmt``); in a
     one-line suite (``if x: a; stmt``) the compound statement, as LibCST sees it."""
     parent = analysis.parent(stmt)
-    body = _body_holding(parent, stmt)
-    if body is None:
+    found = _body_holding(analysis, parent, stmt)
+    if found is None:
         return stmt
+    body, position = found
     if not source.starts_line(body[0]):
         return analysis.enclosing_statement(parent) or stmt  # type: ignore[arg-type]
-    for line in lines_of(body, source):
-        if any(s is stmt for s in line):
-            return line[0]
-    return stmt
+    # walking back from ``stmt`` (not grouping the whole block, as :func:`lines_of`
+    # does) keeps a block of N findings linear
+    while position > 0 and _joined(body[position - 1], body[position], source):
+        position -= 1
+    return body[position]
 
 
-def _body_holding(parent: ast.AST | None, stmt: ast.stmt) -> list[ast.stmt] | None:
+def _body_holding(
+    analysis: Semantic, parent: ast.AST | None, stmt: ast.stmt
+) -> tuple[list[ast.stmt], int] | None:
+    """The block of ``parent`` holding ``stmt``, and where ``stmt`` is in it."""
     if parent is None:
         return None
     for _, value in ast.iter_fields(parent):
-        if type(value) is list and any(item is stmt for item in value):
-            return value
+        if type(value) is list:
+            position = _position_in(analysis, value, stmt)
+            if position is not None:
+                return value, position
     return None
+
+
+def _position_in(analysis: Semantic, items: list[ast.AST], node: ast.AST) -> int | None:
+    """The index of ``node`` in ``items`` (by identity); a binary search on the source
+    order, since the children of a field come in that order."""
+    try:
+        key, low, high = analysis.index(node), 0, len(items)
+        while low < high:
+            middle = (low + high) // 2
+            if analysis.index(items[middle]) < key:
+                low = middle + 1
+            else:
+                high = middle
+    except KeyError:  # a node outside the analysis's order: look at each item
+        return next((i for i, item in enumerate(items) if item is node), None)
+    return low if low < len(items) and items[low] is node else None
 
 
 class NoGradBlockRule(Rule):
@@ -207,6 +234,7 @@ class NoGradBlockRule(Rule):
         super().__init__(context)
         self.source = SourceText.of(context.source)
         self._wrapped_blocks: set[int] = set()
+        self._graph_uses: dict[tuple[ast.AST, str], tuple[list[int], list[int]]] = {}
 
     def site(self, small: ast.stmt) -> Site | None:
         """The update the simple statement ``small`` performs, if this rule reports it."""
@@ -249,6 +277,20 @@ class NoGradBlockRule(Rule):
     visit_With = visit_AsyncWith = visit_Try = visit_TryStar = _visit_compound
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _visit_compound
     visit_Match = _visit_compound
+
+    def graph_uses(self, scope: ast.AST, key: str) -> tuple[list[int], list[int]]:
+        """The positions (:meth:`Semantic.index`, sorted) of the graph uses of the tensor
+        spelled ``key`` in ``scope``, and of its backward calls: searched once per scope
+        and tensor, however many updates of it are asked about (N updates: N searches
+        made a block of N findings quadratic)."""
+        found = self._graph_uses.get((scope, key))
+        if found is None:
+            finder = _ReadsAndBackwards(self, key)
+            finder.search(scope)
+            index = self.analysis.index
+            found = sorted(map(index, finder.uses)), sorted(map(index, finder.backwards))
+            self._graph_uses[(scope, key)] = found
+        return found
 
     def text_of(self, node: ast.expr) -> str:
         """The text of ``node`` with its own parentheses (what LibCST printed)."""
@@ -436,13 +478,12 @@ def used_in_graph_before(rule: NoGradBlockRule, tensor: ast.expr, at: ast.AST) -
         start = binding.end
     statement = analysis.enclosing_statement(at)
     end = analysis.index(line_start(analysis, statement, rule.source) if statement else at)
-    finder = _ReadsAndBackwards(rule, rule.text_of(tensor))
-    finder.search(scope.node)
-    uses = [u for u in finder.uses if start < analysis.index(u) < end]
-    if not uses:
+    uses, backwards = rule.graph_uses(scope.node, rule.text_of(tensor))
+    last = bisect.bisect_left(uses, end) - 1
+    if last < 0 or uses[last] <= start:
         return False
-    last_use = max(analysis.index(u) for u in uses)
-    return not any(last_use < analysis.index(b) < end for b in finder.backwards)
+    after_use = bisect.bisect_right(backwards, uses[last])
+    return not (after_use < len(backwards) and backwards[after_use] < end)
 
 
 class _ReadsAndBackwards:

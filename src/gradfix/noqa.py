@@ -108,12 +108,16 @@ def line_comments(source: str) -> dict[int, str | None]:
 
 
 def add_noqa_to_file(
-    path: str, findings: Sequence[Finding], checked: str | None = None
+    path: str,
+    findings: Sequence[Finding],
+    checked: str | None = None,
+    tree: Sequence[str] = (),
 ) -> tuple[int, list[Finding]]:
     """Add noqa comments for ``findings`` to the file at ``path`` (a notebook's go into
     its cells), atomically. ``checked`` is the text the findings were found in: a file
-    that no longer holds it is not touched. Returns the number of lines changed and the
-    findings whose line cannot take a comment; raises ``OSError`` (one line)."""
+    that no longer holds it is not touched; nor is a link to a file outside ``tree``
+    (:func:`gradfix.fileio.files.write_source`). Returns the number of lines changed and
+    the findings whose line cannot take a comment; raises ``OSError`` (one line)."""
     from gradfix.notebook import NotebookError, add_noqa_to_notebook, is_notebook
 
     try:
@@ -132,7 +136,7 @@ def add_noqa_to_file(
         commented = {(None, line) for line in lines}
     if commented:
         try:
-            write_source(source, text)
+            write_source(source, text, tree=tree)
         except FileError as error:
             raise OSError(str(error)) from None
     missed = [finding for finding in findings if (finding.cell, finding.line) not in commented]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -361,7 +362,7 @@ def locate(finding: Finding, source: str) -> Finding:
     counting every cell like Jupyter's own order) and its line inside that cell; the lines
     of the program its message and fix name become cells and lines too
     (:func:`name_cell_lines`)."""
-    places = program_lines(source) or [(1, 0)]
+    places = _program_places(source) or ((1, 0),)
     at = min(max(finding.line, 1), len(places))  # a finding's line is one of the program's
     cell, line = places[at - 1][0], places[at - 1][1] + finding.line - at
     first = finding.line - line
@@ -376,6 +377,13 @@ def locate(finding: Finding, source: str) -> Finding:
         message=name_cell_lines(finding.message, places),
         fix=fix,
     )
+
+
+@functools.lru_cache(maxsize=4)
+def _program_places(source: str) -> tuple[tuple[int, int], ...]:
+    """:func:`program_lines`, computed once per program: :func:`locate` is asked for each
+    finding of it (once per finding made N findings cost N times the program)."""
+    return tuple(program_lines(source))
 
 
 def program_lines(source: str) -> list[tuple[int, int]]:

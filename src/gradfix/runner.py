@@ -42,11 +42,13 @@ from gradfix.fileio.files import (
     FileError,
     FileTooLarge,
     SourceFile,
+    check_write_target,
     decode_source,
     discover,
     is_notebook,
     read_source,
     write_source,
+    write_tree,
 )
 from gradfix.rule import Finding, FixSafety, Rule
 
@@ -85,6 +87,10 @@ class RunOptions:
     #: (``FileResult.open_callers``); :func:`process_paths` writes them after its pass
     #: over the project
     defer_open: bool = False
+    #: with ``write``: the real paths files may be written in (a symbolic link to a file
+    #: elsewhere is not written through); :func:`process_paths` sets it from the paths it
+    #: is given and the project's root; empty: anywhere
+    tree: tuple[str, ...] = ()
 
     def rules_for(self, path: str) -> Sequence[type[Rule]]:
         """The rules to run on ``path``: ``per-file-ignores`` removes some."""
@@ -161,6 +167,8 @@ class RunResult:
     files: list[FileResult] = field(default_factory=list)
     #: one line per given path that holds nothing to process (``docs: no Python files found``)
     warnings: list[str] = field(default_factory=list)
+    #: where the run may write (:attr:`RunOptions.tree`): for :func:`write_result`
+    tree: tuple[str, ...] = ()
 
     @property
     def errors(self) -> list[FileResult]:
@@ -202,10 +210,12 @@ def process_paths(
     With ``jobs`` > 1, files are processed in that many worker processes when there are
     enough of them to pay for starting the workers; results keep the discovery order.
     """
-    run = RunResult()
     slots: list[FileResult | None] = []
     to_process: list[str] = []
     paths = list(paths)
+    if not options.tree:
+        options = replace(options, tree=_write_tree(paths, options))
+    run = RunResult(tree=options.tree)
     candidates = discover(paths)
     skipped = _skipped(candidates, paths, options)
     for candidate in candidates:
@@ -229,6 +239,13 @@ def process_paths(
     run.files = [slot if slot is not None else next(processed) for slot in slots]
     _across_files(run, to_process, paths, options)
     return run
+
+
+def _write_tree(paths: Sequence[str], options: RunOptions) -> tuple[str, ...]:
+    """The paths named and the root of the project's configuration file."""
+    config = options.config
+    root = config.root if config is not None and config.path is not None else None
+    return write_tree(paths, root)
 
 
 def _across_files(
@@ -507,7 +524,7 @@ def finish_file(source: SourceFile, result: FileResult, options: RunOptions) -> 
     file is; drop the texts when there is nothing to show."""
     deferred = options.defer_open and bool(result.open_callers)
     if options.write and result.error is None and result.changed and not deferred:
-        _write(source, result)
+        _write(source, result, options.tree)
     if not result.findings and not result.changed:
         # nothing to show: the text need not travel back from a worker (a batch over a
         # large tree would hold every file's text in the parent)
@@ -570,7 +587,7 @@ def process_text(
     result.findings = sorted(lint.findings)
     result.remaining = sorted(lint.remaining if fix else lint.findings)
     result.fixed = lint.source if fix else text
-    result.dropped = list(lint.dropped)
+    result.dropped = [*lint.dropped, *(n for n in file_lint.notes if n not in lint.dropped)]
     result.applied = lint.applied
     result.open_callers = file_lint.open_callers
     if lint.crashes:
@@ -867,8 +884,9 @@ def _line_origins(before: str, after: str) -> list[int | None]:
     return origins
 
 
-def write_result(result: FileResult) -> None:
-    """Write ``result.fixed`` over the file unless it changed on disk since it was read."""
+def write_result(result: FileResult, tree: Sequence[str] = ()) -> None:
+    """Write ``result.fixed`` over the file unless it changed on disk since it was read
+    (``tree``: :attr:`RunResult.tree`, where the run may write)."""
     if result.error is not None or not result.changed or result.original is None:
         return
     try:
@@ -880,13 +898,27 @@ def write_result(result: FileResult) -> None:
         result.error = "changed on disk while it was being verified; not written"
         result.fixed, result.remaining = result.original, list(result.findings)
         return
-    _write(source, result)
+    _write(source, result, tree)
 
 
-def _write(source: SourceFile, result: FileResult) -> None:
+def refuse_unwritable(run: RunResult) -> None:
+    """Before proving the fixes that ``write_result`` will write: each changed file that
+    would not be written (a link out of the tree, other hard links) gets its error now,
+    and keeps its findings, so that none of its code is run for nothing."""
+    for result in run.files:
+        if result.error is not None or not result.changed:
+            continue
+        try:
+            check_write_target(result.path, run.tree)
+        except FileError as error:
+            result.error = str(error)
+            result.fixed, result.remaining = result.original, list(result.findings)
+
+
+def _write(source: SourceFile, result: FileResult, tree: Sequence[str]) -> None:
     assert result.fixed is not None
     try:
-        write_source(source, result.fixed)
+        write_source(source, result.fixed, tree=tree)
     except FileError as error:
         result.error = str(error)
         result.remaining = list(result.findings)  # nothing was fixed on disk

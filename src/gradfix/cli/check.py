@@ -221,7 +221,9 @@ def _add_noqa(run: RunResult, quiet: bool) -> None:
         if result.error is not None or not result.findings:
             continue
         try:
-            count, result.findings = add_noqa_to_file(result.path, result.findings, result.original)
+            count, result.findings = add_noqa_to_file(
+                result.path, result.findings, result.original, run.tree
+            )
         except OSError as error:
             result.error = f"cannot add noqa comments: {error.strerror or error}"
             continue

@@ -127,7 +127,7 @@ def fix(
                         bad option
       Ctrl-C            130; every file is either completely fixed or untouched
     """
-    from gradfix.runner import RunOptions
+    from gradfix.runner import RunOptions, refuse_unwritable
 
     rules, settings = configure(select, ignore, config)
     unsafe_fixes = unsafe_fixes or settings.unsafe_fixes
@@ -154,6 +154,8 @@ def fix(
         command_harness(command, timeout, max_steps) as driver,
     ):
         run, stdin_data = run_files(paths, first, stdin_filename, jobs, on, quiet=quiet)
+        if write and not first.write and stdin_data is None:
+            refuse_unwritable(run)  # before running any of their code to prove a fix
         harness = harness_limits(timeout, max_steps, entry=entry, command=driver)
         if interactive:
             report_problems(run, verbose)
@@ -306,7 +308,7 @@ def _interactive(run: RunResult, options: RunOptions, harness: dict[str, Any] | 
         result.fixed = review.current
         if review.changed:
             left[result.path] = _findings_left(review.current, result.path, options)
-            write_result(result)
+            write_result(result, run.tree)
             if result.error is not None:
                 echo_stderr(f"{result.path}: {result.error}")
     written = sum(1 for r in run.files if r.written)

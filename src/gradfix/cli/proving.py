@@ -67,7 +67,7 @@ def verify_run(
             if options.write:
                 for verdict in found:
                     echo_stderr(verdict.line())
-                write_result(result)
+                write_result(result, run.tree)
     return verdicts
 
 

@@ -11,12 +11,19 @@ fsynced, given the original file's mode and moved over the original with
 completely fixed. A file that changed on disk since it was read, or that is read-only,
 is not overwritten.
 
+Links are handled like ruff users expect of a formatter that never leaves the project: a
+symbolic link is written through (its target is replaced, the link stays) only when the
+target lies in the tree being fixed (:func:`write_tree`: the paths named, the project's
+root); a link leading out of it is refused with one line. A file with other hard links is
+refused too: the atomic rename gives the fixed name a new inode, which would leave the
+other names on the old text, and writing in place could leave a torn file.
+
 Discovery terminates on symbolic link loops (directory links are never followed; a link
 back to an enclosing directory is reported once) and refuses what cannot be read as a
 source without blocking: FIFOs, sockets and devices, broken links, link loops.
 
     source = read_source("model.py")
-    write_source(source, fixed_text)   # raises FileError with a one-line message
+    write_source(source, fixed_text, tree=write_tree(["."]))  # FileError: one line
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import os
 import stat
 import tempfile
 import tokenize
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 #: Directory names never entered while walking a directory (an explicitly given
@@ -298,16 +305,27 @@ def _os_error_message(error: OSError) -> str:
 # --- writing -----------------------------------------------------------------------------
 
 
-def write_source(source: SourceFile, text: str) -> None:
+def write_tree(paths: Iterable[str], root: str | None = None) -> tuple[str, ...]:
+    """The real paths a run may write in: each path named (a directory, or a file: a
+    link named on the command line is written through) and the project's ``root``."""
+    named = [*paths, *([root] if root is not None else [])]
+    return tuple(dict.fromkeys(os.path.realpath(path) for path in named))
+
+
+def write_source(source: SourceFile, text: str, *, tree: Sequence[str] = ()) -> None:
     """Replace ``source.path`` with ``text`` atomically, keeping encoding and mode.
 
     Raises :class:`FileError` (and leaves the file alone) when the file changed on disk
-    since :func:`read_source`, or when it cannot be written.
+    since :func:`read_source`, when it cannot be written, when it is reached through a
+    symbolic link whose target is outside ``tree`` (real paths, :func:`write_tree`;
+    empty: no limit), or when it has other hard links.
     """
     data = encode_source(text, source.encoding)
     target = os.path.realpath(source.path)  # replace a symlink's target, not the link
+    _check_inside(target, tree)
     _check_unchanged(source, target)
     _check_writable(source, target)
+    _check_one_name(target)
     directory = os.path.dirname(target) or "."
     try:
         handle, temporary = tempfile.mkstemp(
@@ -329,6 +347,41 @@ def write_source(source: SourceFile, text: str) -> None:
         _remove_quietly(temporary)
         raise
     _fsync_directory(directory)
+
+
+def check_write_target(path: str, tree: Sequence[str]) -> None:
+    """Raise :class:`FileError` when :func:`write_source` would refuse ``path`` for where
+    it leads (a link out of ``tree``, other hard links): asked before running a file's
+    code to prove its fixes, which would be wasted on a file that is not written."""
+    target = os.path.realpath(path)
+    _check_inside(target, tree)
+    _check_one_name(target)
+
+
+def _check_inside(target: str, tree: Sequence[str]) -> None:
+    """A link out of the tree being fixed is left alone: fixing ``src/`` must not change a
+    file elsewhere that a link in ``src/`` points to."""
+    if tree and not any(_encloses(root, target) for root in tree):
+        raise FileError(
+            f"not written: a symbolic link to {target}, outside the tree being fixed "
+            "(fix that file where it is)"
+        )
+
+
+def _check_one_name(target: str) -> None:
+    """Replacing a file by a rename gives it a new inode: its other hard links would keep
+    the old text, so a file with other names is refused (writing it in place instead
+    could leave it torn by an interruption)."""
+    try:
+        links = os.stat(target).st_nlink
+    except OSError as error:
+        raise FileError(f"not written: {_os_error_message(error)}") from None
+    if links > 1:
+        others = f"{links - 1} other hard link{'s' if links > 2 else ''}"
+        raise FileError(
+            f"not written: the file has {others}, which replacing it would leave on the "
+            "old text (fix it by hand, or make it a file of its own: cp, then mv over it)"
+        )
 
 
 def _check_unchanged(source: SourceFile, target: str) -> None:
