@@ -1878,3 +1878,58 @@ def test_a_no_grad_block_the_change_removes_or_adds_is_no_stop_gradient_meant() 
     assert verdict.status == "verified", verdict.reason
     back = verify_sources(fixed, CONSTRAINED_UNDER_NO_GRAD, intent=FixIntent.unknown())
     assert back.status == "rejected", back.reason
+
+
+WEIGHT_NORM_INPLACE = """import torch
+
+torch.manual_seed(0)
+lin = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(3, 3))
+x = torch.randn(4, 3)
+h = lin(x).sigmoid()
+h += 1
+h.pow(2).sum().backward()
+"""
+
+
+def test_finite_differences_hold_a_leaf_made_from_another_leaf_s_values() -> None:
+    """``weight_norm`` makes its parameters from the layer's weight: new leaves, constants
+    to autograd, so the weight itself gets no gradient. Finite differences of before (it
+    raises, so they are the reference) must not follow the weight into them."""
+    fixed = WEIGHT_NORM_INPLACE.replace("h += 1", "h = h + 1")
+    verdict = verify_sources(WEIGHT_NORM_INPLACE, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+STRAIGHT_THROUGH = """import torch
+
+torch.manual_seed(0)
+
+
+class RoundSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.round()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output
+
+
+w = torch.randn(6, requires_grad=True)
+(RoundSTE.apply(w * 3) * torch.arange(6.0)).sum().backward()
+"""
+
+
+def test_a_gradient_the_program_defines_itself_is_never_rejected_by_finite_differences() -> None:
+    """A straight-through estimator's gradient is no derivative of its forward (rounding:
+    zero almost everywhere); a change to it (clipping the estimator) cannot be judged by
+    finite differences: unverified, naming the Function, never rejected."""
+    clipped = STRAIGHT_THROUGH.replace(
+        "        return grad_output\n",
+        "        (x,) = ctx.saved_tensors\n        return grad_output * (x.abs() < 1)\n",
+    )
+    assert clipped != STRAIGHT_THROUGH
+    verdict = verify_sources(STRAIGHT_THROUGH, clipped, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "RoundSTE.apply" in verdict.reason

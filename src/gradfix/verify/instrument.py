@@ -196,8 +196,14 @@ class Recorder:
         #: step) is a use like a grad-mode one, so finite differences follow it
         self.changed_lines: frozenset[int] = frozenset()
         self.in_optimizer_step = 0
+        #: what of the program's own makes gradients other than the derivative of the
+        #: forward: its ``autograd.Function`` classes applied, backward hooks it registered
+        self.custom_gradients: set[str] = set()
         self.record_steps = False
         self.step_values: list[dict[int, torch.Tensor] | None] = []
+        #: each new leaf's value at its creation (a probe), and the probe's (a replay)
+        self.initial_values: dict[int, torch.Tensor] = {}
+        self.replay_initial: dict[int, torch.Tensor] | None = None
         self.replay_steps: list[dict[int, torch.Tensor] | None] | None = None
         self.optimizer_steps = 0
 
@@ -217,6 +223,28 @@ class Recorder:
                 "declared": _declared_by_the_program(),
             }
         )
+        if self.record_steps or self.replay_steps is not None:
+            self._hold_initial(len(self.leaves) - 1, tensor)
+
+    def _hold_initial(self, k: int, tensor: torch.Tensor) -> None:
+        """A new leaf's value is a constant to autograd, even where it was computed from
+        another leaf (``weight_norm``'s parameters from the weight, ``nn.Parameter(w.
+        clone())``): a probe run records it, a perturbed run is given it back, as for an
+        optimizer step (see ``record_steps``)."""
+        internal, self.internal = self.internal, True
+        try:
+            with torch.no_grad():
+                if self.record_steps:
+                    kept = sum(v.numel() for v in self.initial_values.values())
+                    if kept + tensor.numel() <= STEP_MAX_VALUES and not tensor.is_meta:
+                        self.initial_values[k] = tensor.detach().clone()
+                    return
+                value = (self.replay_initial or {}).get(k)
+                perturbed = self.perturbation.leaf if self.perturbation is not None else None
+                if value is not None and k != perturbed and value.shape == tensor.shape:
+                    tensor.detach().copy_(value)
+        finally:
+            self.internal = internal
 
     def leaf_index(self, obj: object) -> int | None:
         return self._leaf_index.get(id(obj)) if isinstance(obj, torch.Tensor) else None
@@ -962,6 +990,7 @@ def install() -> None:
     _patch_backward()
     _patch_gradient_uses()
     _patch_optimizer_steps()
+    _patch_custom_gradients()
     for name in RANDOM_METHODS:
         setattr(torch.Tensor, name, _wrap_sampler(getattr(torch.Tensor, name)))
 
@@ -1080,6 +1109,46 @@ def _patch_leaf_marking() -> None:
     torch.Tensor.requires_grad = property(  # type: ignore[assignment,method-assign]
         get_requires_grad, set_requires_grad, doc=_BASE_REQUIRES_GRAD.__doc__
     )
+
+
+def _patch_custom_gradients() -> None:
+    """See the program define its own gradients (a surrogate, a straight-through
+    estimator, a relevance rule): an ``autograd.Function`` subclass of its own applied, or
+    a backward hook the script registers itself. Its gradients are then no derivative of
+    its forward, and finite differences no reference for them."""
+    function_apply = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+
+    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        recorder = _ACTIVE
+        if recorder is not None and not cls.__module__.startswith("torch"):
+            recorder.custom_gradients.add(f"{cls.__name__}.apply")
+        return function_apply(cls, *args, **kwargs)
+
+    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
+
+    def watch(owner: type, name: str) -> None:
+        register = getattr(owner, name, None)
+        if register is None:
+            return
+
+        @functools.wraps(register)
+        def registered(self: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder = _ACTIVE
+            caller = sys._getframe(1).f_code.co_filename
+            if recorder is not None and not recorder.internal and caller == recorder.filename:
+                recorder.custom_gradients.add(f"{type(self).__name__}.{name}")
+            return register(self, *args, **kwargs)
+
+        setattr(owner, name, registered)
+
+    for name in ("register_hook", "register_post_accumulate_grad_hook"):
+        watch(torch.Tensor, name)
+    for name in (
+        "register_full_backward_hook",
+        "register_backward_hook",
+        "register_full_backward_pre_hook",
+    ):
+        watch(torch.nn.Module, name)
 
 
 def _patch_backward() -> None:

@@ -380,6 +380,7 @@ class Session:
                 name: recorder.leaf_index(namespace[name]) for name in leaf_globals
             },
             "seed": self.seed,
+            "custom_gradients": sorted(recorder.custom_gradients),
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **(
                 {"first_values": {str(k): v for k, v in recorder.first_values.items()}}

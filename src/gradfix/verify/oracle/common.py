@@ -182,6 +182,10 @@ class _Rejected(Exception):
     pass
 
 
+class _FdRejected(_Rejected):
+    """A rejection whose evidence is a finite-difference derivative of a forward."""
+
+
 class _Unverifiable(Exception):
     pass
 

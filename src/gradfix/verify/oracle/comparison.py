@@ -9,6 +9,7 @@ from gradfix.verify.oracle.common import (
     MAKE_VERIFIABLE,
     TOLERANCES,
     Verdict,
+    _FdRejected,
     _format,
     _outcome_text,
     _Rejected,
@@ -36,6 +37,17 @@ class _Comparison(_References):
             self._compare_globals()
             if self.blocked is not None:
                 raise _Unverifiable(self._blocked_reason(self.blocked))
+        except _FdRejected as exc:
+            custom = self._custom_gradients()
+            if not custom:
+                return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
+            return Verdict(
+                "unverified",
+                f"{self._held_prefix()}{exc}; but the program makes gradients of its own "
+                f"({', '.join(custom[:3])}): they are no derivative of its forward, so "
+                "finite differences of it are no evidence against them",
+                self.evidence(),
+            )
         except _Rejected as exc:
             return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
         except _Unverifiable as exc:
@@ -53,6 +65,17 @@ class _Comparison(_References):
         unknown = self._unknown_forward()
         if unknown:
             return Verdict("unverified", unknown, self.evidence())
+        custom = self._custom_gradients()
+        if custom and self.silent_cuts:
+            return Verdict(
+                "unverified",
+                f"after's gradient differs from before's at {len(self.silent_cuts)} "
+                "element(s) where finite differences of before's forward side with after; "
+                f"but the program makes gradients of its own ({', '.join(custom[:3])}): "
+                "they are no derivative of its forward, so finite differences decide "
+                "nothing about them",
+                self.evidence(),
+            )
         missing = sum(len(t) for t in self.needs.values())
         if missing:
             return Verdict(
@@ -257,4 +280,12 @@ class _Comparison(_References):
             "change's forward should compute (its gradients match its own finite "
             f"differences over {self.self_checked_events} backward call(s)); check that it "
             "computes what you meant, or let a rule's fix declare it"
+        )
+
+    def _custom_gradients(self) -> list[str]:
+        """What either version defines its own gradients with (its ``autograd.Function``
+        classes, backward hooks it registers; see ``instrument``)."""
+        return sorted(
+            set(self.before.get("custom_gradients") or ())
+            | set(self.after.get("custom_gradients") or ())
         )

@@ -17,10 +17,10 @@ from gradfix.verify.oracle.common import (
     _estimate_text,
     _estimates,
     _fd_bounds,
+    _FdRejected,
     _float64_estimates,
     _format,
     _GradientChange,
-    _Rejected,
     _Unverifiable,
     _values,
 )
@@ -157,7 +157,7 @@ class _FiniteDifferences(_Structure):
                 f"(rtol {FD_RTOL}, atol {_format(atol)})"
             )
             if confirmed_in is None:
-                raise _Rejected(disagreement)
+                raise _FdRejected(disagreement)
             event, entry = confirmed_in
             self._confirm_in_float64(source, event, k, j, value, estimate, entry, disagreement)
             return
@@ -192,10 +192,10 @@ class _FiniteDifferences(_Structure):
                     "not agree between precisions (kinks or rounding inside the step), so "
                     "they decide nothing"
                 )
-            raise _Rejected(f"{disagreement}; in float64 it is {_format(wide)}")
+            raise _FdRejected(f"{disagreement}; in float64 it is {_format(wide)}")
         why = entry.get("precise_error")
         if why == OWN_FLOAT64:
-            raise _Rejected(disagreement)  # the quotient was float64 already
+            raise _FdRejected(disagreement)  # the quotient was float64 already
         if why or self.confirmed:
             raise _Unverifiable(
                 f"{disagreement}, but float32's quotients are not trusted alone and "
@@ -229,7 +229,7 @@ class _FiniteDifferences(_Structure):
         if not lower <= value <= upper:
             whose = "before's forward" if source == "before" else "the fix's own forward"
             got = "no gradient (None)" if actual is None else _format(value)
-            raise _Rejected(
+            raise _FdRejected(
                 f"gradient wrong: {label} gives {self._leaf_name(k)} the "
                 f"gradient {got} at element {j}, where {whose} has a kink with "
                 f"slopes {_format(low)} and {_format(high)} on either side"
@@ -273,7 +273,7 @@ class _FiniteDifferences(_Structure):
             if entry.get("event") == i and entry.get("leaf") == leaf:
                 error = entry.get("error")
                 if error and "did not exist" in error:
-                    raise _Rejected(
+                    raise _FdRejected(
                         f"after's {self._leaf_name(k)} reaches backward call "
                         f"#{i + 1}, but {source} has no such leaf at that point"
                     )
@@ -345,7 +345,7 @@ class _FiniteDifferences(_Structure):
         """The evidence of a silent graph cut at element ``j``, a rejection, or None where
         before's forward has no derivative (left out)."""
         if estimate is None:
-            raise _Rejected(
+            raise _FdRejected(
                 f"{changed.message(j)}; no finite-difference estimate of "
                 "before's forward was computed there to check it"
             )
@@ -355,7 +355,7 @@ class _FiniteDifferences(_Structure):
             self.fd_details["left_out"].append({"source": "before", "element": j, "method": method})
             return None
         if not math.isfinite(value):
-            raise _Rejected(
+            raise _FdRejected(
                 f"{changed.message(j)}; the finite-difference derivative of "
                 "before's forward is undefined there"
             )
@@ -368,7 +368,7 @@ class _FiniteDifferences(_Structure):
                 refined = self._judge_precisely(j, changed, entry)
                 if refined is not None:
                     return refined
-            raise _Rejected(
+            raise _FdRejected(
                 f"{changed.message(j)}; the finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {shown}"
                 + self._precise_missing(entry)
@@ -379,7 +379,7 @@ class _FiniteDifferences(_Structure):
             if refined is not None:
                 return refined
         if not low <= after <= high:
-            raise _Rejected(
+            raise _FdRejected(
                 f"gradient wrong: {changed.label} gives {changed.leaf} the "
                 f"gradient {_format(after)} at element {j}, the finite-difference "
                 f"derivative of before's forward is {shown} (before's autograd "
@@ -425,12 +425,12 @@ class _FiniteDifferences(_Structure):
                     f"before's forward, {_format(value)}, cannot tell the two apart"
                 )
         if d_before <= tolerance:
-            raise _Rejected(
+            raise _FdRejected(
                 f"{changed.message(j)}; the float64 finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {_format(value)}"
             )
         if abs(after - value) > tolerance:
-            raise _Rejected(
+            raise _FdRejected(
                 f"gradient wrong: {changed.label} gives {changed.leaf} the gradient "
                 f"{_format(after)} at element {j}, the float64 finite-difference "
                 f"derivative of before's forward is {_format(value)} (before's autograd "

@@ -21,6 +21,7 @@ from gradfix.verify.oracle.common import (
     _estimate_text,
     _estimates,
     _fd_bounds,
+    _FdRejected,
     _first_clause,
     _format,
     _GradientChange,
@@ -435,7 +436,7 @@ class _References(_FiniteDifferences):
             low, high = _fd_bounds(0.0, noise, None)
             outside = value if interval is None else min(interval, key=abs)
             if math.isfinite(outside) and not low <= outside <= high:
-                raise _Rejected(
+                raise _FdRejected(
                     f"gradient lost: {self._leaf_name(k)}: {label} leaves it without "
                     "gradient in both versions, but the fix's forward depends on it "
                     f"(finite-difference derivative {_estimate_text(value, interval)} at "
