@@ -420,7 +420,7 @@ def _in_workers(
         rest = paths[len(results) :]
         try:
             with ProcessPoolExecutor(
-                max_workers=workers, initializer=_start_worker, initargs=(options,)
+                max_workers=workers, initializer=_start_worker, initargs=(options, os.getpid())
             ) as pool:
                 try:
                     chunk = max(1, min(CHUNK_FILES, len(rest) // (workers * 8)))
@@ -446,10 +446,10 @@ CHUNK_FILES = 4
 _worker_options: RunOptions | None = None  # a worker's options, sent once when it starts
 
 
-def _start_worker(options: RunOptions) -> None:
+def _start_worker(options: RunOptions, parent: int) -> None:
     global _worker_options
     _worker_options = options
-    _ignore_interrupts()
+    _start_isolated(parent)
     gc.freeze()  # what the worker inherited is never garbage: no collection walks it again
 
 
@@ -458,16 +458,22 @@ def _process_in_worker(path: str) -> FileResult:
     return process_file(path, _worker_options)
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the main process, which stops the batch cleanly (a worker
-    interrupted on its own would print a traceback)."""
+def _start_isolated(parent: int) -> None:
+    """A worker ends with the main process ``parent`` (:mod:`gradfix.lifeline`) and
+    leaves Ctrl-C to it, which stops the batch cleanly (a worker interrupted on its own
+    would print a traceback)."""
+    from gradfix.lifeline import die_with_parent
+
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _isolated(path: str, options: RunOptions) -> FileResult:
     """Process one file in a worker of its own; its death is the file's error."""
     try:
-        with ProcessPoolExecutor(max_workers=1, initializer=_ignore_interrupts) as pool:
+        with ProcessPoolExecutor(
+            max_workers=1, initializer=_start_isolated, initargs=(os.getpid(),)
+        ) as pool:
             return pool.submit(process_file, path, options).result()
     except BrokenProcessPool:
         return FileResult(path, error="crashed the worker process (skipped; the batch goes on)")
