@@ -103,9 +103,11 @@ class RayExecutor:
         self.ship = None if ship is None else os.path.abspath(ship)
         #: the directory the workers run in, when it was shipped
         self.shipped: str | None = None
+        self._restore_stdout: Callable[[], None] = lambda: None
 
     def __enter__(self) -> RayExecutor:
         ray = self.ray
+        self._restore_stdout = ray_messages_to_stderr(ray)
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS") or None
             if address is not None:
@@ -142,6 +144,7 @@ class RayExecutor:
     def __exit__(self, *exc: object) -> None:
         if self._started:
             self.ray.shutdown()
+        self._restore_stdout()
 
     def cpus(self) -> int:
         return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
@@ -235,6 +238,30 @@ class RayExecutor:
 
 #: seconds to wait for a cluster's address to answer (Ray itself would wait for minutes)
 CONNECT_TIMEOUT = 5.0
+
+
+def ray_messages_to_stderr(ray: Any) -> Callable[[], None]:
+    """Send the messages Ray's driver prints for the cluster (``(raylet) A worker died
+    ...``, node deaths) to stderr, and return what undoes it.
+
+    Ray prints them on stdout even with ``log_to_driver=False``, and stdout is gradfix's
+    report (``--format json``, SARIF, a diff). They go through ``print_to_stdstream`` of
+    ``ray._private.worker``, looked up at each message; a Ray without it is left as is."""
+    module: Any = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_to_stdstream", None)
+    if original is None or getattr(original, "gradfix_stderr", False):
+        return lambda: None
+
+    def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr.gradfix_stderr = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr
+
+    def restore() -> None:
+        module.print_to_stdstream = original
+
+    return restore
 
 
 def _import_rules() -> int:
