@@ -489,3 +489,53 @@ def test_trace_has_a_time_limit_by_default() -> None:
     assert launch.DEFAULT_TIMEOUT > 0
     done = gradfix_trace("--help")
     assert f"default: {launch.DEFAULT_TIMEOUT:g}" in done.stdout
+
+
+#: A program that says when it gets Ctrl-C, and starts a grandchild that would outlive it.
+CATCHES_CTRL_C = """
+import subprocess, sys, time
+sleeper = subprocess.Popen(["sleep", "600"])
+with open(sys.argv[1], "w") as out:
+    out.write(str(sleeper.pid))
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    with open(sys.argv[2], "w") as out:
+        out.write("interrupted")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_reaches_the_program_and_stops_what_it_started(tmp_path: Path) -> None:
+    """The program runs in a session of its own, so the terminal's Ctrl-C reaches gradfix
+    alone: gradfix passes it on (the program's ``except KeyboardInterrupt`` runs), then
+    stops the whole group."""
+    import signal
+    import time
+
+    script, pid_file, said = tmp_path / "ctrl_c.py", tmp_path / "sleeper.pid", tmp_path / "said"
+    script.write_text(CATCHES_CTRL_C, encoding="utf-8")
+    command = [sys.executable, "-m", "gradfix", "trace", "--no-cache", "--", sys.executable]
+    gradfix = subprocess.Popen(
+        [*command, str(script), str(pid_file), str(said)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and gradfix.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)  # the program is in its sleep
+        gradfix.send_signal(signal.SIGINT)  # to gradfix alone, as the terminal does now
+        gradfix.wait(timeout=30)
+    finally:
+        if gradfix.poll() is None:
+            gradfix.kill()
+        sleeper = int(pid_file.read_text()) if pid_file.exists() else None
+        left = sleeper is not None and process_alive(sleeper)
+        if left:
+            os.kill(sleeper, 9)  # type: ignore[arg-type]
+    assert said.exists() and said.read_text() == "interrupted"
+    assert not left

@@ -169,10 +169,22 @@ def _run(
         _stop(process)
         return None, True, process.pid
     except KeyboardInterrupt:
-        _stop(process)
+        _interrupt(process)
         raise
     _stop_group(process.pid)  # what the program left running ends with it
     return exit_code, False, process.pid
+
+
+def _interrupt(process: subprocess.Popen[Any]) -> None:
+    """Ctrl-C reaches gradfix only (the program has a session of its own): pass it on
+    and give the program :data:`GRACE_SECONDS` to end on it (its ``except
+    KeyboardInterrupt`` runs), then :func:`_stop`; a second Ctrl-C skips the wait."""
+    _signal(process, signal.SIGINT)
+    try:
+        process.wait(timeout=GRACE_SECONDS)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    _stop(process)
 
 
 def _stop(process: subprocess.Popen[Any]) -> None:
