@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -369,3 +370,22 @@ def test_without_a_key_there_is_no_cache(project: Path, monkeypatch: pytest.Monk
     cold = invoke("check", "--no-cache", "-j", "1", ".")
     assert invoke("check", "-j", "1", ".") == cold
     assert not list(project.rglob("*.json"))
+
+
+def test_the_key_is_the_users_own_and_created_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created on first use, readable by the user alone; a second process that starts
+    at the same time finds it and uses the same key."""
+    import stat
+
+    import gradfix.cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    path = gradfix.cache.secret_path()
+    first = gradfix.cache.cache_secret()
+    assert first is not None and len(first) >= 32
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    gradfix.cache._secret_at.cache_clear()  # another process
+    assert gradfix.cache.cache_secret() == first
+    assert sorted(os.listdir(os.path.dirname(path))) == ["cache-secret"]  # no temporary left

@@ -70,9 +70,16 @@ def _secret_at(path: str) -> bytes | None:
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         handle_fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(handle_fd, "wb") as out:
-            out.write(os.urandom(32))
-        os.replace(temporary, path)  # two first runs at once: one secret wins, both read it
+        try:
+            with os.fdopen(handle_fd, "wb") as out:
+                out.write(os.urandom(32))
+            # linked, not renamed: of two first runs at once (pool workers), one secret
+            # is created and both read it
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(temporary)
         with open(path, "rb") as handle:
             secret = handle.read()
     except OSError:
