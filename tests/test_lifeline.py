@@ -69,3 +69,35 @@ def test_workers_die_within_seconds_of_a_kill_9_of_the_main_process(
     for pid in left:  # do not leave them to the rest of the suite
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"workers still alive 10 s after their parent was killed: {left}"
+
+
+FORKSERVER_BATCH = """
+import multiprocessing, os, sys
+import gradfix.runner
+from gradfix.registry import select_rules
+
+multiprocessing.set_start_method("forkserver", force=True)
+folder = sys.argv[1]
+paths = [os.path.join(folder, f"m{i}.py") for i in range(20)]
+for path in paths:
+    with open(path, "w") as out:
+        out.write("import torch\\nw = torch.randn(3, requires_grad=True)\\nw.normal_()\\n")
+options = gradfix.runner.RunOptions(rules=select_rules())
+results = gradfix.runner.process_files(paths, options, jobs=2)
+print(sorted({(r.error, len(r.findings)) for r in results}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver")
+def test_workers_under_a_fork_server_stay_while_the_main_process_lives(tmp_path: Path) -> None:
+    """A worker's parent is then the fork server, not the main process: the lifeline
+    watches both and the batch runs (Python 3.14 makes forkserver the default)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKSERVER_BATCH, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[(None, 1)]"

@@ -5,8 +5,8 @@ main process is killed (``kill -9``, the OOM killer) nothing tells it to stop: i
 alive, forever, in 6 of 6 trials. :func:`die_with_parent`, called first thing in a worker,
 asks Linux to kill the worker when its parent dies (``PR_SET_PDEATHSIG``, through
 ``prctl`` with ctypes) and, everywhere, starts a watchdog thread that ends the worker
-once its parent process is no longer the one that started it (the worker was handed to
-init or a subreaper).
+once its parent changed (it was handed to init or a subreaper) or the main process is
+gone (with a fork server between them).
 
     pool = ProcessPoolExecutor(initializer=die_with_parent, initargs=(os.getpid(),))
 """
@@ -30,11 +30,16 @@ ORPHANED = 1
 
 
 def die_with_parent(parent: int) -> None:
-    """End this process when ``parent`` (the pid of the process that started it) dies."""
+    """End this process when ``parent`` (the pid of the process that started the pool)
+    dies. The worker's own parent may be a fork server rather than ``parent``: the
+    watchdog ends the worker when either goes."""
     ask_kernel_to_kill_orphan()
-    if os.getppid() != parent:  # the parent died before the kernel was asked
+    started_under = os.getppid()
+    if not _alive(parent):  # died before the kernel was asked
         os._exit(ORPHANED)
-    threading.Thread(target=_watch, args=(parent,), name="gradfix-lifeline", daemon=True).start()
+    threading.Thread(
+        target=_watch, args=(parent, started_under), name="gradfix-lifeline", daemon=True
+    ).start()
 
 
 def ask_kernel_to_kill_orphan() -> bool:
@@ -49,7 +54,17 @@ def ask_kernel_to_kill_orphan() -> bool:
         return False
 
 
-def _watch(parent: int) -> None:
-    while os.getppid() == parent:
+def _watch(parent: int, started_under: int) -> None:
+    while os.getppid() == started_under and _alive(parent):
         time.sleep(WATCH_SECONDS)
     os._exit(ORPHANED)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now has the pid: ours is gone
+        return False
+    return True
