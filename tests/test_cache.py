@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +29,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "broken.py").write_text("import torch\ndef f(:\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GRADFIX_NO_CACHE", raising=False)
+    # the key that signs entries: the user's, outside the project (one per test here)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-user-cache"))
     return tmp_path
 
 
@@ -210,3 +217,175 @@ def test_fix_after_check_lints_only_the_files_with_fixes(
     assert invoke("check", "-j", "1", ".")[1].count("GF201") == 2 and lints == []
     invoke("fix", "--unsafe-fixes", "-j", "1", ".")
     assert lints == ["train.py"]  # unsafe fixes: another fixed text, same entry
+
+
+POISON = "import os\nos.system('echo pwned > pwned.txt')\n"
+#: nested deeper than the interpreter's recursion limit (RecursionError in json.loads)
+DEEP_TEXT = "[" * 100_000 + "]" * 100_000
+
+
+def entry_files(project: Path) -> list[Path]:
+    """The content-hash entries (in sub-folders; the clean index is at the top)."""
+    files = list((project / ".gradfix_cache").glob("*/*.json"))
+    assert files
+    return files
+
+
+def signed_name(path: Path) -> str:
+    """What a file of the cache is signed as: an entry's key, the clean index's name."""
+    return path.name if path.parent.name == ".gradfix_cache" else path.name[: -len(".json")]
+
+
+def edit_entries(project: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change`` to each entry and store it in its layout, signed with the user's
+    own key where entries are signed: what only a bug could write, so the fields are
+    checked even when the digest matches."""
+    import gradfix.cache
+
+    for path in entry_files(project):
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        signed = "payload" in stored
+        entry = json.loads(stored["payload"]) if signed else stored
+        change(entry)
+        text = json.dumps(entry)
+        if signed:
+            text = str(gradfix.cache.sign(signed_name(path), text))
+        path.write_text(text, encoding="utf-8")
+
+
+def poison_fixed_text(entry: dict[str, Any]) -> None:
+    entry["fixes"]["safe"]["text"] = POISON
+
+
+def test_an_edited_entry_is_never_written(project: Path) -> None:
+    """Anyone who can write the project's folder (a checked-in cache, a shared tree) can
+    edit an entry, but not sign it with the user's key: the entry is a miss, and ``fix
+    --write --no-verify`` writes the fix computed again."""
+    invoke("fix", "-j", "1", "train.py")  # caches the fixed text
+    for path in entry_files(project):
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        entry = json.loads(stored["payload"]) if "payload" in stored else stored
+        poison_fixed_text(entry)
+        path.write_text(json.dumps(entry), encoding="utf-8")  # unsigned, as an attacker
+        digest = hashlib.sha256(json.dumps(entry).encode()).hexdigest()  # a guessed digest
+        forged = {"gradfix_cache": 2, "digest": digest, "payload": json.dumps(entry)}
+        (path.parent / "forged").write_text(json.dumps(forged), encoding="utf-8")
+    code, _, _ = invoke("fix", "--write", "--no-verify", "-j", "1", "train.py")
+    assert code == 0 and "os.system" not in (project / "train.py").read_text()
+    assert "with torch.no_grad():\n    w.normal_()\n" in (project / "train.py").read_text()
+    (project / "train.py").write_text(BUGGY, encoding="utf-8")
+    for path in entry_files(project):
+        path.write_text((path.parent / "forged").read_text(), encoding="utf-8")
+    code, _, _ = invoke("fix", "--write", "--no-verify", "-j", "1", "train.py")
+    assert code == 0 and "os.system" not in (project / "train.py").read_text()
+
+
+def test_an_entry_of_another_source_is_a_miss(project: Path) -> None:
+    """An entry holds the hash of the source its fixed text derives from."""
+    invoke("fix", "-j", "1", "train.py")
+
+    def other_source(entry: dict[str, Any]) -> None:
+        poison_fixed_text(entry)
+        entry["source"] = hashlib.sha256(b"something else").hexdigest()
+
+    edit_entries(project, other_source)
+    code, _, _ = invoke("fix", "--write", "--no-verify", "-j", "1", "train.py")
+    assert code == 0 and "os.system" not in (project / "train.py").read_text()
+
+
+def set_finding(field: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def change(entry: dict[str, Any]) -> None:
+        entry["findings"][0][field] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        set_finding("line", "abc"),
+        set_finding("line", -5),
+        set_finding("col", True),
+        set_finding("code", "GF999"),
+        set_finding("fix", ["harmless", "x"]),
+        set_finding("cell", "2"),
+        set_finding("message", {"a": 1}),
+        lambda entry: entry.update(findings="abc"),
+        lambda entry: entry.update(error=3),
+        lambda entry: entry.update(open_callers=[1]),
+        lambda entry: entry["fixes"].update(safe={"text": 5}),
+        lambda entry: entry["fixes"]["safe"].update(dropped=None),
+        lambda entry: entry["fixes"]["safe"].update(applied="2"),
+    ],
+    ids=[
+        "line-text",
+        "line-negative",
+        "col-bool",
+        "unknown-code",
+        "unknown-safety",
+        "cell-text",
+        "message-object",
+        "findings-text",
+        "error-number",
+        "callers-numbers",
+        "fixed-text-number",
+        "dropped-none",
+        "applied-text",
+    ],
+)
+def test_an_entry_with_a_wrong_field_is_a_miss(
+    project: Path, change: Callable[[dict[str, Any]], None]
+) -> None:
+    """Wrong types are never shown as locations (``m.py:abc:1``) nor codes (``GF999``),
+    nor end the run: the file is linted again."""
+    cold_check = invoke("check", "-j", "1", "train.py")
+    cold_fix = invoke("fix", "-j", "1", "train.py")  # the same entry, with the fixed text
+    edit_entries(project, change)
+    assert invoke("check", "-j", "1", "train.py") == cold_check
+    assert invoke("fix", "-j", "1", "train.py") == cold_fix
+    assert invoke("fix", "-j", "1", "train.py") == cold_fix  # the entry was overwritten
+
+
+def test_a_deeply_nested_entry_or_index_is_a_miss(project: Path) -> None:
+    """JSON nested deeper than the recursion limit: no ``internal error: RecursionError``."""
+    (project / "clean.py").write_text(CLEAN, encoding="utf-8")
+    cold = invoke("check", "-j", "1", ".")
+    for path in (project / ".gradfix_cache").rglob("*.json"):
+        path.write_text(DEEP_TEXT, encoding="utf-8")
+    assert invoke("check", "-j", "1", ".") == cold
+    import gradfix.cache
+
+    if hasattr(gradfix.cache, "sign"):  # signed with the user's key: the payload is read
+        for path in (project / ".gradfix_cache").rglob("*.json"):
+            path.write_text(str(gradfix.cache.sign(signed_name(path), DEEP_TEXT)), encoding="utf-8")
+        assert invoke("check", "-j", "1", ".") == cold
+
+
+def test_without_a_key_there_is_no_cache(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user cache directory to keep the key in: entries could not be trusted, so none
+    is written or read, and the run is the same."""
+    blocked = project.parent / f"{project.name}-not-a-folder"
+    blocked.write_text("", encoding="utf-8")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    cold = invoke("check", "--no-cache", "-j", "1", ".")
+    assert invoke("check", "-j", "1", ".") == cold
+    assert not list(project.rglob("*.json"))
+
+
+def test_the_key_is_the_users_own_and_created_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created on first use, readable by the user alone; a second process that starts
+    at the same time finds it and uses the same key."""
+    import stat
+
+    import gradfix.cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    path = gradfix.cache.secret_path()
+    first = gradfix.cache.cache_secret()
+    assert first is not None and len(first) >= 32
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    gradfix.cache._secret_at.cache_clear()  # another process
+    assert gradfix.cache.cache_secret() == first
+    assert sorted(os.listdir(os.path.dirname(path))) == ["cache-secret"]  # no temporary left

@@ -523,6 +523,49 @@ def test_exit_without_shutdown_is_status_1(server: LspClient, tmp_path: Path) ->
     assert server.process.wait(timeout=TIMEOUT) == 1
 
 
+def send_raw(server: LspClient, data: bytes) -> None:
+    with server.lock:
+        server.stdin.write(data)
+        server.stdin.flush()
+
+
+def body(message: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", **message}).encode()
+
+
+def test_a_bad_header_is_answered_and_the_server_goes_on(server: LspClient, tmp_path: Path) -> None:
+    """``Content-Length: abc`` once wedged the server (alive, never answering again): a
+    request framed wrong gets a parse error, anything else framed wrong is skipped, and
+    the next well-formed message is answered."""
+    uri = (tmp_path / "train.py").as_uri()
+    hover = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}}
+    send_raw(server, b"Content-Length: abc\r\n\r\n" + body({"id": "bad", "method": "initialize"}))
+    answer = server._next(lambda m: m.get("id") == "bad", "the answer to the bad header")
+    assert answer["error"]["code"] == -32700
+    server.initialize(tmp_path)
+    server.open(uri, BUGGY)
+    assert server.diagnostics(uri)
+    bad = [
+        b"Content-Length: abc\r\n\r\n" + body({"id": 7, "method": "textDocument/hover"}),
+        b"Content-Length: -5\r\n\r\n" + body({"method": "initialized", "params": {}}),
+        b"Content-Length: 99999999999999\r\n\r\n",
+        b"Content-Type: text/plain\r\n\r\n" + body({"id": 8, "method": "x", "params": "{[\\"}),
+        b"garbage without a header\r\n\r\n",
+        b"Content-Length: 5\r\n\r\n{nope",
+    ]
+    for data in bad:
+        send_raw(server, data)
+    for wanted in (7, 8):
+        answer = server._next(lambda m, wanted=wanted: m.get("id") == wanted, f"answer {wanted}")
+        assert answer["error"]["code"] == -32700
+    server.request("textDocument/hover", hover)  # answered, without an error
+    actions = server.code_actions(
+        uri, {"start": {"line": 4, "character": 4}, "end": {"line": 4, "character": 26}}
+    )
+    assert titled(actions, "Fix GF101")
+    assert server.stop() == 0
+
+
 def test_verify_setting_puts_the_verdict_in_the_quick_fix(
     server: LspClient, tmp_path: Path
 ) -> None:

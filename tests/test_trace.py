@@ -433,3 +433,109 @@ def test_a_fix_whose_run_reaches_a_nan_the_run_traced_elsewhere_is_blocked_not_r
     assert _blocked_by_a_nan_elsewhere(rejected, fix, [own])[0] == "rejected"  # type: ignore[arg-type]
     changed = ("rejected", "forward changed: ...", {})
     assert _blocked_by_a_nan_elsewhere(changed, fix, [nan])[0] == "rejected"  # type: ignore[arg-type]
+
+
+#: A program that starts a grandchild holding the output pipe, writes its pid, then hangs
+#: (``hang``) or ends at once (``exit``).
+SPAWNS_A_SLEEPER = """
+import subprocess, sys, time
+sleeper = subprocess.Popen(["sleep", "600"])
+with open(sys.argv[1], "w") as out:
+    out.write(str(sleeper.pid))
+if sys.argv[2] == "hang":
+    time.sleep(600)
+"""
+
+
+def process_alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("ending", ["hang", "exit"])
+def test_the_program_and_all_it_started_are_stopped(tmp_path: Path, ending: str) -> None:
+    """A grandchild ``sleep 600`` kept the output pipe open after ``--timeout``: the run
+    ends when the program does (or at the time limit), and nothing it started is left."""
+    script, pid_file = tmp_path / "spawn.py", tmp_path / "sleeper.pid"
+    script.write_text(SPAWNS_A_SLEEPER, encoding="utf-8")
+    command = [sys.executable, "-m", "gradfix", "trace", "--timeout", "3", "--no-cache", "--"]
+    try:
+        done = subprocess.run(
+            [*command, sys.executable, str(script), str(pid_file), ending],
+            capture_output=True,  # a pipe: read until every process holding it has ended
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=tmp_path,
+        )
+    finally:
+        sleeper = int(pid_file.read_text()) if pid_file.exists() else None
+        left = sleeper is not None and process_alive(sleeper)
+        if left:
+            os.kill(sleeper, 9)  # type: ignore[arg-type]
+    assert sleeper is not None and not left
+    assert done.returncode == (2 if ending == "hang" else 0), done.stderr
+    assert ("stopped at the timeout" in done.stderr) == (ending == "hang"), done.stderr
+
+
+def test_trace_has_a_time_limit_by_default() -> None:
+    from gradfix.trace import launch
+
+    assert launch.DEFAULT_TIMEOUT > 0
+    done = gradfix_trace("--help")
+    assert f"default: {launch.DEFAULT_TIMEOUT:g}" in done.stdout
+
+
+#: A program that says when it gets Ctrl-C, and starts a grandchild that would outlive it.
+CATCHES_CTRL_C = """
+import subprocess, sys, time
+sleeper = subprocess.Popen(["sleep", "600"])
+with open(sys.argv[1], "w") as out:
+    out.write(str(sleeper.pid))
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    with open(sys.argv[2], "w") as out:
+        out.write("interrupted")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_reaches_the_program_and_stops_what_it_started(tmp_path: Path) -> None:
+    """The program runs in a session of its own, so the terminal's Ctrl-C reaches gradfix
+    alone: gradfix passes it on (the program's ``except KeyboardInterrupt`` runs), then
+    stops the whole group."""
+    import signal
+    import time
+
+    script, pid_file, said = tmp_path / "ctrl_c.py", tmp_path / "sleeper.pid", tmp_path / "said"
+    script.write_text(CATCHES_CTRL_C, encoding="utf-8")
+    command = [sys.executable, "-m", "gradfix", "trace", "--no-cache", "--", sys.executable]
+    gradfix = subprocess.Popen(
+        [*command, str(script), str(pid_file), str(said)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and gradfix.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)  # the program is in its sleep
+        gradfix.send_signal(signal.SIGINT)  # to gradfix alone, as the terminal does now
+        gradfix.wait(timeout=30)
+    finally:
+        if gradfix.poll() is None:
+            gradfix.kill()
+        sleeper = int(pid_file.read_text()) if pid_file.exists() else None
+        left = sleeper is not None and process_alive(sleeper)
+        if left:
+            os.kill(sleeper, 9)  # type: ignore[arg-type]
+    assert said.exists() and said.read_text() == "interrupted"
+    assert not left

@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,17 @@ IN_FLIGHT_PER_CPU = 4
 MAX_RETRIES = 3
 #: the error of a file that failed alone after its batch kept failing
 CRASHED = "crashed a Ray worker {attempts} times (skipped; the run goes on)"
+#: runs of the files on a cluster that failed itself (its raylet, its connection): the
+#: second on a Ray started again
+CLUSTER_ATTEMPTS = 2
+
+
+class ClusterFailed(Exception):
+    """The Ray cluster itself failed during the run (one line for the user)."""
+
+
+def _one_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 class RayMissing(Exception):
@@ -103,34 +115,54 @@ class RayExecutor:
         self.ship = None if ship is None else os.path.abspath(ship)
         #: the directory the workers run in, when it was shipped
         self.shipped: str | None = None
+        self._restore_stdout: Callable[[], None] = lambda: None
+        self._init_kwargs: dict[str, Any] = {}
 
     def __enter__(self) -> RayExecutor:
         ray = self.ray
+        self._restore_stdout = ray_messages_to_stderr(ray)
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS") or None
             if address is not None:
                 _check_reachable(address)
-            kwargs: dict[str, Any] = {
-                "address": address,
-                "include_dashboard": False,
-                "log_to_driver": False,  # the workers print nothing the user needs
-                "logging_level": logging.ERROR,  # nor do Ray's own start-up notes
-            }
-            if address is None:
-                # a Ray started for this run: no metrics for a dashboard nobody opens (its
-                # agents took about a tenth of two cores during a run)
-                kwargs["_system_config"] = {"enable_metrics_collection": False}
-            if address is None and self.num_cpus is not None:
-                kwargs["num_cpus"] = self.num_cpus
             if self.ship is not None:
                 _check_snapshot(self.ship)
-                excludes = list(SNAPSHOT_EXCLUDES)
-                kwargs["runtime_env"] = {"working_dir": self.ship, "excludes": excludes}
-            ray.init(**kwargs)
+            self._init_kwargs = self._kwargs(address)
+            ray.init(**self._init_kwargs)
             self._started = True
             self.shipped = self.ship
         self._warm_workers()
         return self
+
+    def _kwargs(self, address: str | None) -> dict[str, Any]:
+        """``ray.init``'s arguments for this run."""
+        kwargs: dict[str, Any] = {
+            "address": address,
+            "include_dashboard": False,
+            "log_to_driver": False,  # the workers print nothing the user needs
+            "logging_level": logging.ERROR,  # nor do Ray's own start-up notes
+        }
+        if address is None:
+            # a Ray started for this run: no metrics for a dashboard nobody opens (its
+            # agents took about a tenth of two cores during a run)
+            kwargs["_system_config"] = {"enable_metrics_collection": False}
+        if address is None and self.num_cpus is not None:
+            kwargs["num_cpus"] = self.num_cpus
+        if self.ship is not None:
+            excludes = list(SNAPSHOT_EXCLUDES)
+            kwargs["runtime_env"] = {"working_dir": self.ship, "excludes": excludes}
+        return kwargs
+
+    def restart(self) -> None:
+        """Start the Ray of this run again (or connect to its cluster again) after the
+        cluster itself failed; only for a connection this executor made."""
+        ray = self.ray
+        try:
+            ray.shutdown()
+        except Exception:  # what is left of the failed cluster: its own to clean up
+            logging.getLogger(__name__).debug("ray.shutdown after a failure", exc_info=True)
+        ray.init(**self._init_kwargs)
+        self._warm_workers()
 
     def _warm_workers(self) -> None:
         """Start one worker per CPU and import the rules there now, while the cluster
@@ -142,6 +174,7 @@ class RayExecutor:
     def __exit__(self, *exc: object) -> None:
         if self._started:
             self.ray.shutdown()
+        self._restore_stdout()
 
     def cpus(self) -> int:
         return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
@@ -149,9 +182,41 @@ class RayExecutor:
     def map(
         self, paths: Sequence[str], options: RunOptions, tick: Callable[[], None]
     ) -> list[FileResult]:
-        """One result per path, in order (see :class:`gradfix.runner.Executor`)."""
-        ray = self.ray
+        """One result per path, in order (see :class:`gradfix.runner.Executor`). When the
+        cluster itself fails (:class:`ClusterFailed`) and this executor started or
+        connected it, it is started again once and the files without a result are sent
+        again (those done, and written, are kept)."""
         results: list[FileResult | None] = [None] * len(paths)
+        for attempt in range(CLUSTER_ATTEMPTS):
+            todo = [position for position, result in enumerate(results) if result is None]
+            try:
+                self._map_into(paths, todo, options, tick, results)
+                break
+            except ClusterFailed as failure:
+                if attempt + 1 == CLUSTER_ATTEMPTS or not self._started:
+                    raise
+                print(
+                    f"gradfix: the Ray cluster failed ({failure}); starting it again for "
+                    f"the {sum(r is None for r in results)} files left",
+                    file=sys.stderr,
+                )
+                try:
+                    self.restart()
+                except Exception as error:  # Ray's own, whatever they are: one line
+                    again = f"{failure}; starting it again: {_one_line(error)}"
+                    raise ClusterFailed(again) from error
+        return [r for r in results if r is not None]
+
+    def _map_into(
+        self,
+        paths: Sequence[str],
+        todo: Sequence[int],
+        options: RunOptions,
+        tick: Callable[[], None],
+        results: list[FileResult | None],
+    ) -> None:
+        """The results of the paths at the positions ``todo``, into ``results``."""
+        ray = self.ray
         options_ref = ray.put(options)
         remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(_lint_batch)
         in_flight: dict[Any, _Batch] = {}
@@ -170,7 +235,7 @@ class RayExecutor:
                 settle(batch, self._batch_results(ref, batch, options_ref, remote))
 
         try:
-            for batch in self._batches(paths, options, results, tick):
+            for batch in self._batches(paths, options, results, tick, todo):
                 in_flight[remote.remote(_payload(batch), options_ref)] = batch
                 while len(in_flight) >= limit:
                     collect(block=True)
@@ -180,7 +245,18 @@ class RayExecutor:
             for ref in in_flight:
                 ray.cancel(ref, force=True)
             raise
-        return [r for r in results if r is not None]
+        except self._cluster_failures() as error:
+            raise ClusterFailed(_one_line(error)) from error
+
+    def _cluster_failures(self) -> tuple[type[BaseException], ...]:
+        """What Ray raises when the cluster, not a task or a worker, failed."""
+        exceptions = self.ray.exceptions
+        return (
+            exceptions.LocalRayletDiedError,
+            exceptions.RaySystemError,
+            exceptions.RpcError,
+            ConnectionError,
+        )
 
     def _batches(
         self,
@@ -188,11 +264,14 @@ class RayExecutor:
         options: RunOptions,
         results: list[FileResult | None],
         tick: Callable[[], None],
+        todo: Sequence[int] | None = None,
     ) -> Iterator[_Batch]:
-        """The files to compute, read by the driver, in batches; the others (unreadable,
-        too large, generated, cached) get their result here."""
+        """The files to compute (at the positions ``todo``; None: all), read by the
+        driver, in batches; the others (unreadable, too large, generated, cached) get
+        their result here."""
         batch = _Batch()
-        for position, path in enumerate(paths):
+        for position in range(len(paths)) if todo is None else todo:
+            path = paths[position]
             source = read_for_run(path, options)
             if isinstance(source, FileResult):
                 results[position] = source
@@ -219,6 +298,8 @@ class RayExecutor:
         try:
             computed: list[FileResult] = ray.get(ref)
             return computed
+        except self._cluster_failures():
+            raise  # not the batch's fault: :meth:`map` starts the cluster again
         except (ray.exceptions.RayError, OSError):
             if len(batch.items) == 1:
                 item = batch.items[0]
@@ -235,6 +316,30 @@ class RayExecutor:
 
 #: seconds to wait for a cluster's address to answer (Ray itself would wait for minutes)
 CONNECT_TIMEOUT = 5.0
+
+
+def ray_messages_to_stderr(ray: Any) -> Callable[[], None]:
+    """Send the messages Ray's driver prints for the cluster (``(raylet) A worker died
+    ...``, node deaths) to stderr, and return what undoes it.
+
+    Ray prints them on stdout even with ``log_to_driver=False``, and stdout is gradfix's
+    report (``--format json``, SARIF, a diff). They go through ``print_to_stdstream`` of
+    ``ray._private.worker``, looked up at each message; a Ray without it is left as is."""
+    module: Any = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_to_stdstream", None)
+    if original is None or getattr(original, "gradfix_stderr", False):
+        return lambda: None
+
+    def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr.gradfix_stderr = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr
+
+    def restore() -> None:
+        module.print_to_stdstream = original
+
+    return restore
 
 
 def _import_rules() -> int:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gradfix.config import Config
 from gradfix.engine import (
@@ -54,6 +54,8 @@ from gradfix.rule import Finding, FixSafety, Rule
 
 if TYPE_CHECKING:
     from gradfix.cache import CleanIndex
+
+T = TypeVar("T")
 
 #: fewer files per worker than this and starting the workers costs more than it saves
 MIN_FILES_PER_WORKER = 8
@@ -435,7 +437,7 @@ def _in_workers(
         rest = paths[len(results) :]
         try:
             with ProcessPoolExecutor(
-                max_workers=workers, initializer=_start_worker, initargs=(options,)
+                max_workers=workers, initializer=_start_worker, initargs=(options, os.getpid())
             ) as pool:
                 try:
                     chunk = max(1, min(CHUNK_FILES, len(rest) // (workers * 8)))
@@ -461,10 +463,10 @@ CHUNK_FILES = 4
 _worker_options: RunOptions | None = None  # a worker's options, sent once when it starts
 
 
-def _start_worker(options: RunOptions) -> None:
+def _start_worker(options: RunOptions, parent: int) -> None:
     global _worker_options
     _worker_options = options
-    _ignore_interrupts()
+    _start_isolated(parent)
     gc.freeze()  # what the worker inherited is never garbage: no collection walks it again
 
 
@@ -473,16 +475,22 @@ def _process_in_worker(path: str) -> FileResult:
     return process_file(path, _worker_options)
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the main process, which stops the batch cleanly (a worker
-    interrupted on its own would print a traceback)."""
+def _start_isolated(parent: int) -> None:
+    """A worker ends with the main process ``parent`` (:mod:`gradfix.lifeline`) and
+    leaves Ctrl-C to it, which stops the batch cleanly (a worker interrupted on its own
+    would print a traceback)."""
+    from gradfix.lifeline import die_with_parent
+
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _isolated(path: str, options: RunOptions) -> FileResult:
     """Process one file in a worker of its own; its death is the file's error."""
     try:
-        with ProcessPoolExecutor(max_workers=1, initializer=_ignore_interrupts) as pool:
+        with ProcessPoolExecutor(
+            max_workers=1, initializer=_start_isolated, initargs=(os.getpid(),)
+        ) as pool:
             return pool.submit(process_file, path, options).result()
     except BrokenProcessPool:
         return FileResult(path, error="crashed the worker process (skipped; the batch goes on)")
@@ -651,21 +659,25 @@ class CacheMiss:
 def cache_lookup(
     text: str, path: str, options: RunOptions, encoding: str
 ) -> FileResult | CacheMiss:
-    """The cached result of ``text``, or where to store it once computed."""
+    """The cached result of ``text``, or where to store it once computed. An entry that
+    fails a check (:mod:`gradfix.cache`) is a miss, overwritten once computed."""
     if options.cache_dir is None or options.no_grad_callers:
         return CacheMiss()
-    from gradfix.cache import ResultCache, cache_key
+    from gradfix.cache import BadEntry, ResultCache, cache_key, source_hash
 
-    key = cache_key(text, [rule.code for rule in options.rules_for(path)])
+    codes = [rule.code for rule in options.rules_for(path)]
+    key = cache_key(text, codes)
     entry = ResultCache(options.cache_dir).get(key)
-    if entry is not None:
-        try:
-            cached = _from_entry(entry, FileResult(path, original=text, encoding=encoding), options)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            entry = cached = None  # an entry of another layout: a miss
-        if cached is not None:
-            return cached
-    return CacheMiss(key, entry)
+    if entry is None:
+        return CacheMiss(key)
+    result = FileResult(path, original=text, encoding=encoding)
+    try:
+        if entry.get("source") != source_hash(text):
+            raise BadEntry("computed from another source")
+        cached = _from_entry(entry, result, options, frozenset(codes))
+    except (BadEntry, RecursionError):
+        return CacheMiss(key)  # nothing of it is kept
+    return cached if cached is not None else CacheMiss(key, entry)
 
 
 def cache_store(miss: CacheMiss, result: FileResult, options: RunOptions) -> None:
@@ -690,39 +702,48 @@ def _has_fixes(findings: Sequence[Finding], mode: str) -> bool:
 
 
 def _from_entry(
-    entry: dict[str, Any], result: FileResult, options: RunOptions
+    entry: dict[str, Any], result: FileResult, options: RunOptions, codes: frozenset[str]
 ) -> FileResult | None:
     """``result`` filled from a cache entry; None when the entry lacks the fixed text this
-    run needs (the file must be linted with fixes)."""
-    from gradfix.cache import findings_from_json
+    run needs (the file must be linted with fixes). Raises :class:`gradfix.cache.BadEntry`
+    on a field of the wrong type or a code none of the rules ``codes`` has."""
+    from gradfix.cache import expect, expect_list, findings_from_json
 
-    result.findings = findings_from_json(entry["findings"])
+    result.findings = findings_from_json(entry.get("findings"), codes)
     result.remaining, result.fixed = list(result.findings), result.original
-    result.error = entry["error"]
-    result.skipped_cells = list(entry.get("skipped_cells", []))
-    result.open_callers = tuple(entry["open_callers"])
+    result.error = _optional(entry.get("error"), str)
+    result.skipped_cells = expect_list(entry.get("skipped_cells", []), str)
+    result.open_callers = tuple(expect_list(entry.get("open_callers"), str))
     if options.singles and any(f.fix is not None for f in result.findings):
         if entry.get("singles") is None:
             return None  # linted without them: lint again
-        result.singles = _singles_from_json(entry["singles"])
+        result.singles = _singles_from_json(entry["singles"], codes)
     mode = _fix_mode(options)
     if mode is None or result.error is not None or not _has_fixes(result.findings, mode):
         return result
-    fixed = entry["fixes"].get(mode)
+    fixed = expect(entry.get("fixes"), dict).get(mode)
     if fixed is None:
         return None
-    result.remaining = findings_from_json(fixed["remaining"])
-    result.fixed = result.original if fixed["text"] is None else fixed["text"]
-    result.dropped = list(fixed["dropped"])
-    result.applied = fixed.get("applied")
+    fixed = expect(fixed, dict)
+    result.remaining = findings_from_json(fixed.get("remaining"), codes)
+    text = _optional(fixed.get("text"), str)
+    result.fixed = result.original if text is None else text
+    result.dropped = expect_list(fixed.get("dropped"), str)
+    result.applied = _optional(fixed.get("applied"), int)
     return result
+
+
+def _optional(value: object, kind: type[T]) -> T | None:
+    from gradfix.cache import expect
+
+    return None if value is None else expect(value, kind)
 
 
 def _to_entry(
     result: FileResult, previous: dict[str, Any] | None, options: RunOptions
 ) -> dict[str, Any]:
     """The cache entry of ``result``, keeping the fixed texts of ``previous`` (other modes)."""
-    from gradfix.cache import findings_to_json
+    from gradfix.cache import findings_to_json, source_hash
 
     fixes = dict(previous["fixes"]) if previous is not None else {}
     mode = _fix_mode(options)
@@ -737,6 +758,7 @@ def _to_entry(
     if singles is None and previous is not None:
         singles = previous.get("singles")  # computed by an earlier run: kept
     return {
+        "source": source_hash(result.original or ""),
         "findings": findings_to_json(result.findings),
         "error": result.error,
         "skipped_cells": result.skipped_cells,
@@ -760,18 +782,23 @@ def _singles_to_json(singles: Sequence[SingleFix]) -> list[dict[str, Any]]:
     ]
 
 
-def _singles_from_json(items: Sequence[dict[str, Any]]) -> list[SingleFix]:
-    from gradfix.cache import findings_from_json
+def _singles_from_json(items: object, codes: frozenset[str]) -> list[SingleFix]:
+    from gradfix.cache import FIX_SAFETIES, BadEntry, expect, findings_from_json
 
-    return [
-        SingleFix(
-            findings_from_json(item["findings"]),
-            item["safety"],
-            item["description"],
-            item["source"],
+    singles = []
+    for item in expect(items, list):
+        item = expect(item, dict)
+        if item.get("safety") not in FIX_SAFETIES:
+            raise BadEntry("a fix's safety is not one gradfix has")
+        singles.append(
+            SingleFix(
+                findings_from_json(item.get("findings"), codes),
+                item["safety"],
+                expect(item.get("description"), str),
+                _optional(item.get("source"), str),
+            )
         )
-        for item in items
-    ]
+    return singles
 
 
 def _process_notebook(text: str, path: str, options: RunOptions, encoding: str) -> FileResult:

@@ -131,8 +131,8 @@ def cluster(
 ) -> Iterator[Executor | None]:
     """The Ray executor of ``--executor ray`` for the run (``None``: the local pool),
     with the project directory ``ship`` shipped to it to verify fixes there; one line
-    and exit 2 when Ray is missing, the cluster cannot be reached or the project is too
-    large to ship."""
+    and exit 2 when Ray is missing, the cluster cannot be reached, the project is too
+    large to ship or the cluster fails during the run (again, after a restart)."""
     from gradfix.cli.options import ExecutorKind
 
     if executor is not ExecutorKind.ray:
@@ -141,7 +141,7 @@ def cluster(
             raise typer.Exit(EXIT_ERROR)
         yield None
         return
-    from gradfix.ray_executor import RayExecutor, RayMissing, SnapshotTooLarge
+    from gradfix.ray_executor import ClusterFailed, RayExecutor, RayMissing, SnapshotTooLarge
 
     try:
         ray_executor = RayExecutor(address, ship=ship)
@@ -155,6 +155,9 @@ def cluster(
         raise typer.Exit(EXIT_ERROR) from None
     try:
         yield ray_executor
+    except ClusterFailed as error:  # failed again after a restart, or not ours to restart
+        echo_stderr(f"error: the Ray cluster failed during the run: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
     finally:
         ray_executor.__exit__(None, None, None)
 

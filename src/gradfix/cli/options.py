@@ -233,7 +233,12 @@ TraceVerifyCommandOption = Annotated[
 ]
 TraceTimeoutOption = Annotated[
     Optional[float],
-    typer.Option("--timeout", min=0.1, help="Stop the program after this many seconds."),
+    typer.Option(
+        "--timeout",
+        min=0,
+        help="Stop the program, and all it started, after this many seconds "
+        "(default: 3600; 0: no limit).",
+    ),
 ]
 TraceMaxStepsOption = Annotated[
     Optional[int],

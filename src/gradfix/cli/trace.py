@@ -85,6 +85,7 @@ def trace(
          or a bad option
     """
     from gradfix.trace import LaunchError, run_trace
+    from gradfix.trace.launch import DEFAULT_TIMEOUT
 
     argv = _trace_command(command, entry)
     if report is not None and not report.lower().endswith(".html"):
@@ -96,7 +97,10 @@ def trace(
     machine = output_format in (CheckFormat.json, CheckFormat.sarif, CheckFormat.github)
     try:
         result = run_trace(
-            argv, timeout=timeout, max_steps=max_steps, stdout=sys.stderr if machine else None
+            argv,
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+            max_steps=max_steps,
+            stdout=sys.stderr if machine else None,
         )
     except LaunchError as error:
         echo_stderr(f"error: {error}")

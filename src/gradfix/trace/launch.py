@@ -8,6 +8,11 @@ any interpreter with torch can load the hook (torch comes from the program's own
 environment). Findings come back through ``trace-<pid>.jsonl`` files in a temporary
 directory that is removed afterwards; nothing is written into the project.
 
+The program runs in a session of its own (a process group gradfix can signal as one): at
+the time limit (:data:`DEFAULT_TIMEOUT` unless told otherwise) and on Ctrl-C the whole
+group is stopped, and what the program left running when it ended (a ``sleep 600`` that
+holds the output pipe open) is stopped with it, so the run ends when the program does.
+
     result = run_trace(["python", "train.py"], timeout=600, max_steps=20)
     result.findings, result.exit_code, result.status
 """
@@ -21,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,6 +46,11 @@ if os.environ.get("GRADFIX_RUNTRACE_DIR"):
 '''
 #: Seconds between asking a timed-out program to stop (SIGTERM) and killing it.
 GRACE_SECONDS = 5.0
+#: Seconds a traced run may take unless told otherwise (``gradfix trace --timeout``; 0 or
+#: None: no limit): a trace is for finding bugs in the first steps, not for training.
+DEFAULT_TIMEOUT = 3600.0
+#: POSIX: the program in a session (and process group) of its own, stopped as one
+OWN_GROUP = hasattr(os, "killpg")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -90,12 +101,13 @@ class LaunchError(Exception):
 def run_trace(
     command: list[str],
     *,
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
     max_steps: int | None = None,
     stdout: IO[Any] | int | None = None,
     cwd: str | None = None,
 ) -> TraceResult:
-    """Run ``command`` once under the tracer and collect what it found."""
+    """Run ``command`` once under the tracer and collect what it found; ``timeout``:
+    seconds before the program and all it started are stopped (None or 0: no limit)."""
     home = tempfile.mkdtemp(prefix="gradfix-trace-")
     try:
         hook_dir = _hook_dir(home)
@@ -146,27 +158,76 @@ def _run(
     cwd: str | None,
 ) -> tuple[int | None, bool, int]:
     try:
-        process = subprocess.Popen(command, env=env, stdout=stdout, cwd=cwd)
+        process = subprocess.Popen(
+            command, env=env, stdout=stdout, cwd=cwd, start_new_session=OWN_GROUP
+        )
     except OSError as error:
         raise LaunchError(f"cannot run {command[0]!r}: {error.strerror or error}") from None
     try:
-        return process.wait(timeout=timeout), False, process.pid
+        exit_code = process.wait(timeout=timeout or None)
     except subprocess.TimeoutExpired:
         _stop(process)
         return None, True, process.pid
     except KeyboardInterrupt:
-        _stop(process)
+        _interrupt(process)
         raise
+    _stop_group(process.pid)  # what the program left running ends with it
+    return exit_code, False, process.pid
+
+
+def _interrupt(process: subprocess.Popen[Any]) -> None:
+    """Ctrl-C reaches gradfix only (the program has a session of its own): pass it on
+    and give the program :data:`GRACE_SECONDS` to end on it (its ``except
+    KeyboardInterrupt`` runs), then :func:`_stop`; a second Ctrl-C skips the wait."""
+    _signal(process, signal.SIGINT)
+    try:
+        process.wait(timeout=GRACE_SECONDS)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    _stop(process)
 
 
 def _stop(process: subprocess.Popen[Any]) -> None:
-    """SIGTERM (the hook writes what it found and exits), then SIGKILL if it hangs on."""
+    """SIGTERM (the hook writes what it found and exits) to the program and all it
+    started, then SIGKILL to whatever hangs on."""
+    _signal(process, signal.SIGTERM)
     try:
-        process.send_signal(signal.SIGTERM)
         process.wait(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
-        process.kill()
+        _signal(process, signal.SIGKILL)
         process.wait()
+    _stop_group(process.pid)
+
+
+def _signal(process: subprocess.Popen[Any], number: int) -> None:
+    if not OWN_GROUP:
+        process.send_signal(number)
+        return
+    try:
+        os.killpg(process.pid, number)
+    except (ProcessLookupError, PermissionError):
+        process.send_signal(number)  # the group is gone; the program may not be reaped yet
+
+
+def _stop_group(group: int) -> None:
+    """Stop what is left of the program's process group (the program itself ended):
+    SIGTERM, then SIGKILL after :data:`GRACE_SECONDS`."""
+    if not OWN_GROUP or not _group_alive(group):
+        return
+    os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while _group_alive(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_alive(group):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _collect(results: Path, pid: int, exit_code: int | None, timed_out: bool) -> TraceResult:
