@@ -1933,3 +1933,44 @@ def test_a_gradient_the_program_defines_itself_is_never_rejected_by_finite_diffe
     verdict = verify_sources(STRAIGHT_THROUGH, clipped, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert "RoundSTE.apply" in verdict.reason
+
+
+BOTH_LOSSES_THEN_STEPS = """import torch
+
+torch.manual_seed(0)
+g = torch.nn.Linear(2, 2)
+d = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Sigmoid())
+opt_d = torch.optim.Adam(d.parameters(), lr=0.01)
+opt_g = torch.optim.Adam(g.parameters(), lr=0.01)
+for step in range(2):
+    fake = g(torch.randn(4, 2))
+    real = torch.randn(4, 2)
+    d_loss = -torch.mean(torch.log(d(real)) + torch.log(1.0 - d(fake)))  # bug
+    g_loss = torch.mean(torch.log(1.0 - d(fake)))
+    opt_d.zero_grad()
+    d_loss.backward(retain_graph=True)
+    opt_d.step()
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+"""
+
+
+def test_backward_calls_the_change_reorders_are_matched_by_their_statement() -> None:
+    """Before steps D and then backpropagates G's loss through it (an error); the fix
+    steps G first, then computes D's loss on the detached fake: its calls come in the
+    other order, each compared with before's call made by the same statement."""
+    fixed = BOTH_LOSSES_THEN_STEPS.replace(
+        "    d_loss = -torch.mean(torch.log(d(real)) + torch.log(1.0 - d(fake)))  # bug\n"
+        "    g_loss = torch.mean(torch.log(1.0 - d(fake)))\n"
+        "    opt_d.zero_grad()\n    d_loss.backward(retain_graph=True)\n    opt_d.step()\n"
+        "    opt_g.zero_grad()\n    g_loss.backward()\n    opt_g.step()\n",
+        "    g_loss = torch.mean(torch.log(1.0 - d(fake)))\n"
+        "    opt_g.zero_grad()\n    g_loss.backward()\n    opt_g.step()\n"
+        "    d_loss = -torch.mean(torch.log(d(real)) + torch.log(1.0 - d(fake.detach())))\n"
+        "    opt_d.zero_grad()\n    d_loss.backward(retain_graph=True)\n    opt_d.step()\n",
+    )
+    assert fixed != BOTH_LOSSES_THEN_STEPS
+    verdict = verify_sources(BOTH_LOSSES_THEN_STEPS, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "reorders the backward calls" in json.dumps(verdict.evidence)

@@ -454,7 +454,7 @@ class Recorder:
             "kind": kind,
             "line": line,
             # the statement's text: the same call in both versions whatever the line shift
-            "code": linecache.getline(self.filename, line).strip() if line else "",
+            "code": _statement_text(linecache.getline(self.filename, line)) if line else "",
             "roots": [encode_tensor(r) for r in roots if isinstance(r, torch.Tensor)],
             "objective": _maybe_encode(self.objectives[index]),
             "error": None,
@@ -1032,6 +1032,21 @@ def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
             leaf.detach().copy_(value)
     recorder._held_values = []
     recorder.held_steps += 1
+
+
+def _statement_text(line: str) -> str:
+    """A source line without its indentation and comment (``# bench: bug``, a note the
+    change added): the same statement in both versions reads the same."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return line.strip()
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    text = line.strip()
+    return text[: comment.start[1]].rstrip() if comment is not None else text
 
 
 #: at most this many values of the leaves optimizer steps change are kept by a probe run

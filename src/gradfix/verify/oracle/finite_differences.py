@@ -159,6 +159,7 @@ class _FiniteDifferences(_Structure):
             if confirmed_in is None:
                 raise _FdRejected(disagreement)
             event, entry = confirmed_in
+            event = self._runner_event(source, event)
             self._confirm_in_float64(source, event, k, j, value, estimate, entry, disagreement)
             return
         self.finite.add(value, estimate)
@@ -249,8 +250,8 @@ class _FiniteDifferences(_Structure):
         """``precise``: float64 estimates too (a possible silent graph cut); ``claims``:
         the gradient the estimates are to judge (the runner spends no convergence test on
         an element whose first quotient already agrees with it)."""
-        leaf = self._runner_leaf(source, k)
-        target: dict[str, Any] = {"event": i, "leaf": leaf, "elements": elements}
+        leaf, event = self._runner_leaf(source, k), self._runner_event(source, i)
+        target: dict[str, Any] = {"event": event, "leaf": leaf, "elements": elements}
         if precise:
             target["precise"] = True
         if claims is not None:
@@ -270,7 +271,7 @@ class _FiniteDifferences(_Structure):
         self.fd_consulted = True
         self.fd_details["capped"] = bool(self.fd_details.get("capped") or result.get("capped"))
         for entry in result.get("entries", []):
-            if entry.get("event") == i and entry.get("leaf") == leaf:
+            if entry.get("event") == event and entry.get("leaf") == leaf:
                 error = entry.get("error")
                 if error and "did not exist" in error:
                     raise _FdRejected(
@@ -289,7 +290,7 @@ class _FiniteDifferences(_Structure):
         self._determinism_checked.add((source, i))
         trace = self.before if source == "before" else self.after
         events = trace.get("events", [])
-        probe = result.get("probe_objectives", {}).get(str(i))
+        probe = result.get("probe_objectives", {}).get(str(self._runner_event(source, i)))
         if i >= len(events) or probe is None or events[i].get("objective") is None:
             return
         recorded, replayed = float(events[i]["objective"]), float(probe)

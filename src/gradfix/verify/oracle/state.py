@@ -47,6 +47,9 @@ class _State:
         #: BEFORE's leaf index (as its runs number them) of each leaf compared, when the
         #: fix left some out (``fix_drops_leaves``); None: the same leaves
         self.before_leaves: list[int] | None = None
+        #: BEFORE's event index (as its runs number them) at each position compared, when
+        #: the change reordered the backward calls (matched by statement); None: in order
+        self.before_events: list[int] | None = None
         self.planning = planning  # collecting FD targets: a changed gradient is one
         self.needs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         self.forward = _Stats()
@@ -191,6 +194,13 @@ class _State:
     def _leaf_numel(self, k: int) -> int:
         leaves = self.after.get("leaves", [])
         return math.prod(leaves[k].get("shape", [])) if k < len(leaves) else 0
+
+    def _runner_event(self, source: str, i: int) -> int:
+        """Backward call ``i`` as ``source``'s runs number it (BEFORE's, when the change
+        reordered the calls)."""
+        if source == "before" and self.before_events is not None and i < len(self.before_events):
+            return self.before_events[i]
+        return i
 
     def _runner_leaf(self, source: str, k: int) -> int:
         """Leaf ``k`` as ``source``'s runs number it (BEFORE's, when the fix left some out)."""

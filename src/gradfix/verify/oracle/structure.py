@@ -43,6 +43,34 @@ class _Structure(_State):
         if self._held():
             self.held_text = self._leaf_list(self._held())
         self._drop_added_leaves()
+        self._match_calls_by_statement()
+
+    def _match_calls_by_statement(self) -> None:
+        """A change that reorders the backward calls (a GAN's generator stepped before its
+        discriminator instead of after): each of AFTER's calls is compared with BEFORE's
+        call made by the same statement, the n-th time (by its text, whatever the line
+        shift), when BEFORE's recorded calls are exactly AFTER's first ones reordered."""
+        events_b, events_a = self.before.get("events") or [], self.after.get("events") or []
+        if not events_b or len(events_a) < len(events_b):
+            return
+        if self.before.get("events_truncated") or self.after.get("events_truncated"):
+            return
+        codes_b = [event.get("code") for event in events_b]
+        codes_a = [event.get("code") for event in events_a[: len(events_b)]]
+        if not all(codes_b) or codes_a == codes_b or sorted(codes_a) != sorted(codes_b):
+            return
+        seen: dict[str, int] = {}
+        order = []
+        for code in codes_a:
+            n = seen.get(code, 0)
+            seen[code] = n + 1
+            order.append([j for j, c in enumerate(codes_b) if c == code][n])
+        self.before_events = order
+        self.before = dict(self.before, events=[events_b[j] for j in order])
+        self.notes.append(
+            "the change reorders the backward calls: each is compared with before's call "
+            "made by the same statement"
+        )
 
     def _drop_uncreated_leaves(self) -> None:
         leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
