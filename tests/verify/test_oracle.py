@@ -1974,3 +1974,38 @@ def test_backward_calls_the_change_reorders_are_matched_by_their_statement() -> 
     verdict = verify_sources(BOTH_LOSSES_THEN_STEPS, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "reorders the backward calls" in json.dumps(verdict.evidence)
+
+
+ANALYTIC_BACKWARD = """import torch
+
+torch.manual_seed(0)
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return 2 * x
+
+
+w = torch.randn(4, requires_grad=True)
+(Square.apply(w) * torch.arange(1.0, 5.0)).sum().backward()
+"""
+
+
+def test_a_custom_backward_meant_as_the_derivative_is_judged_by_finite_differences() -> None:
+    """A Function's own backward that ignores ``grad_output``: where its forward is not
+    flat, finite differences are the reference: the fix multiplying by it is verified, a
+    wrong one (by its sum) rejected."""
+    fixed = ANALYTIC_BACKWARD.replace("return 2 * x\n", "return 2 * x * grad_output\n")
+    wrong = ANALYTIC_BACKWARD.replace("return 2 * x\n", "return 2 * x * grad_output.sum()\n")
+    assert fixed != ANALYTIC_BACKWARD != wrong
+    verdict = verify_sources(ANALYTIC_BACKWARD, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    verdict = verify_sources(ANALYTIC_BACKWARD, wrong, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason

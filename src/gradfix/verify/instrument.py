@@ -1137,6 +1137,9 @@ def _patch_custom_gradients() -> None:
         recorder = _ACTIVE
         if recorder is not None and not cls.__module__.startswith("torch"):
             recorder.custom_gradients.add(f"{cls.__name__}.apply")
+            if not recorder.internal:
+                # its forward runs with autograd off: the call is the leaves' use
+                recorder.observe_call(apply, args, kwargs)
         return function_apply(cls, *args, **kwargs)
 
     torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]

@@ -183,7 +183,17 @@ class _Rejected(Exception):
 
 
 class _FdRejected(_Rejected):
-    """A rejection whose evidence is a finite-difference derivative of a forward."""
+    """A rejection whose evidence is a finite-difference derivative of a forward; ``flat``:
+    that derivative is zero there (a quantizer's, a spike's: where a program's own
+    ``autograd.Function`` gives a surrogate gradient by design)."""
+
+    def __init__(self, message: str, flat: bool = False) -> None:
+        super().__init__(message)
+        self.flat = flat
+
+
+def _flat(value: float) -> bool:
+    return math.isfinite(value) and abs(value) <= FD_ATOL
 
 
 class _Unverifiable(Exception):

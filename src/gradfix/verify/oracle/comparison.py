@@ -10,6 +10,7 @@ from gradfix.verify.oracle.common import (
     TOLERANCES,
     Verdict,
     _FdRejected,
+    _flat,
     _format,
     _outcome_text,
     _Rejected,
@@ -39,13 +40,13 @@ class _Comparison(_References):
                 raise _Unverifiable(self._blocked_reason(self.blocked))
         except _FdRejected as exc:
             custom = self._custom_gradients()
-            if not custom:
+            if not custom or not exc.flat:
                 return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
             return Verdict(
                 "unverified",
                 f"{self._held_prefix()}{exc}; but the program makes gradients of its own "
-                f"({', '.join(custom[:3])}): they are no derivative of its forward, so "
-                "finite differences of it are no evidence against them",
+                f"({', '.join(custom[:3])}): where its forward is flat, they are no derivative of "
+                "it, so finite differences are no evidence against them",
                 self.evidence(),
             )
         except _Rejected as exc:
@@ -66,14 +67,18 @@ class _Comparison(_References):
         if unknown:
             return Verdict("unverified", unknown, self.evidence())
         custom = self._custom_gradients()
-        if custom and self.silent_cuts:
+        if (
+            custom
+            and self.silent_cuts
+            and all(_flat(cut["finite_difference"]) for cut in self.silent_cuts)
+        ):
             return Verdict(
                 "unverified",
                 f"after's gradient differs from before's at {len(self.silent_cuts)} "
                 "element(s) where finite differences of before's forward side with after; "
                 f"but the program makes gradients of its own ({', '.join(custom[:3])}): "
-                "they are no derivative of its forward, so finite differences decide "
-                "nothing about them",
+                "where its forward is flat they are no derivative of it, so finite "
+                "differences decide nothing about them",
                 self.evidence(),
             )
         missing = sum(len(t) for t in self.needs.values())

@@ -18,6 +18,7 @@ from gradfix.verify.oracle.common import (
     _estimates,
     _fd_bounds,
     _FdRejected,
+    _flat,
     _float64_estimates,
     _format,
     _GradientChange,
@@ -157,7 +158,7 @@ class _FiniteDifferences(_Structure):
                 f"(rtol {FD_RTOL}, atol {_format(atol)})"
             )
             if confirmed_in is None:
-                raise _FdRejected(disagreement)
+                raise _FdRejected(disagreement, flat=_flat(estimate))
             event, entry = confirmed_in
             event = self._runner_event(source, event)
             self._confirm_in_float64(source, event, k, j, value, estimate, entry, disagreement)
@@ -193,10 +194,10 @@ class _FiniteDifferences(_Structure):
                     "not agree between precisions (kinks or rounding inside the step), so "
                     "they decide nothing"
                 )
-            raise _FdRejected(f"{disagreement}; in float64 it is {_format(wide)}")
+            raise _FdRejected(f"{disagreement}; in float64 it is {_format(wide)}", flat=_flat(wide))
         why = entry.get("precise_error")
         if why == OWN_FLOAT64:
-            raise _FdRejected(disagreement)  # the quotient was float64 already
+            raise _FdRejected(disagreement, flat=_flat(estimate))  # float64 already
         if why or self.confirmed:
             raise _Unverifiable(
                 f"{disagreement}, but float32's quotients are not trusted alone and "
@@ -372,7 +373,8 @@ class _FiniteDifferences(_Structure):
             raise _FdRejected(
                 f"{changed.message(j)}; the finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {shown}"
-                + self._precise_missing(entry)
+                + self._precise_missing(entry),
+                flat=_flat(value),
             )
         if not low <= after <= high and interval is None:
             # float32's quotient says after is wrong: float64 decides where it can
@@ -385,7 +387,8 @@ class _FiniteDifferences(_Structure):
                 f"gradient {_format(after)} at element {j}, the finite-difference "
                 f"derivative of before's forward is {shown} (before's autograd "
                 f"gives {_format(before)}; rtol {FD_RTOL}, atol "
-                f"{_format(FD_ATOL + noise)})"
+                f"{_format(FD_ATOL + noise)})",
+                flat=_flat(value),
             )
         if interval is None:
             self.finite.add(after, value)
@@ -428,14 +431,16 @@ class _FiniteDifferences(_Structure):
         if d_before <= tolerance:
             raise _FdRejected(
                 f"{changed.message(j)}; the float64 finite-difference derivative of "
-                f"before's forward agrees with before's autograd: {_format(value)}"
+                f"before's forward agrees with before's autograd: {_format(value)}",
+                flat=_flat(value),
             )
         if abs(after - value) > tolerance:
             raise _FdRejected(
                 f"gradient wrong: {changed.label} gives {changed.leaf} the gradient "
                 f"{_format(after)} at element {j}, the float64 finite-difference "
                 f"derivative of before's forward is {_format(value)} (before's autograd "
-                f"gives {_format(before)}; rtol {PRECISE_RTOL}, atol {_format(tolerance)})"
+                f"gives {_format(before)}; rtol {PRECISE_RTOL}, atol {_format(tolerance)})",
+                flat=_flat(value),
             )
         return self._precisely_accepted(j, before, after, value)
 
