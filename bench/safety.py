@@ -35,6 +35,7 @@ from typing import Any
 HOSTILE = Path(__file__).resolve().parent.parent / "tests" / "data" / "hostile"
 HOME_MARK = "~home/gradfix-hostile-home.txt"
 SIBLING_MARK = "~sibling/gradfix-hostile-sibling.txt"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 #: each attempt of the hostile script and the files it aims at (relative to the project;
 #: the two marks: in the home directory, beside the project)
 EFFECTS: dict[str, tuple[str, ...]] = {
@@ -218,9 +219,132 @@ def hostile_figures(sandbox: str) -> list[str]:
     return lines
 
 
-def kill_trials() -> list[str]:
+def gradfix_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gradfix", *args]
+
+
+def fixture_sources(limit: int | None = None) -> list[str]:
+    """The texts of ``fixtures/*/*.before.py`` (sorted by path; the first ``limit``)."""
+    paths = sorted(FIXTURES.glob("*/*.before.py"))[:limit]
+    return [path.read_text(encoding="utf-8") for path in paths]
+
+
+def fixed_texts(sources: list[str], base: Path, environ: dict[str, str]) -> list[str]:
+    """Each source as ``gradfix fix --write --no-verify`` leaves it, uninterrupted."""
+    reference = base / "reference"
+    reference.mkdir()
+    for index, text in enumerate(sources):
+        (reference / f"m{index}.py").write_text(text, encoding="utf-8")
+    command = gradfix_command("fix", "--write", "--no-verify", "--no-cache", "-j", "1", "-q")
+    subprocess.run(
+        [*command, str(reference)], env=environ, capture_output=True, timeout=600, check=False
+    )
+    return [(reference / f"m{i}.py").read_text(encoding="utf-8") for i in range(len(sources))]
+
+
+def session_processes(session: int, marker: str) -> list[int]:
+    """Live processes of the session ``session`` or whose command line names ``marker``
+    (read from ``/proc``; zombies, gone already but for their parent's wait, excepted)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if stat[0] != "Z" and (int(stat[3]) == session or marker in command):
+            found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class KillTrial:
+    delay: float
+    workers: int  # processes of the run besides the main one when it was killed
+    written: int  # files already fixed when the main process was killed
+    torn: list[str]  # files neither the original nor the fixed text, or not compiling
+    stray: list[str]  # files in the project that were not there before (temporaries)
+    left: int  # processes of the run alive 10 s after the kill
+    gone_after: float  # seconds until the last of them ended (10 s: some never did)
+
+
+def kill_trial(
+    delay: float, sources: list[str], fixed: list[str], base: Path, environ: dict[str, str],
+    copies: int = 3,
+) -> KillTrial:  # fmt: skip
+    """``fix --write --no-verify -j 2`` on ``copies`` copies of ``sources``, SIGKILLed
+    ``delay`` seconds after it started."""
+    import ast
+    import signal
+    import time
+
+    project = base / f"kill-{delay:g}"
+    project.mkdir()
+    expected: dict[str, tuple[str, str]] = {}
+    for copy in range(copies):
+        for index, text in enumerate(sources):
+            name = f"c{copy}_m{index}.py"
+            (project / name).write_text(text, encoding="utf-8")
+            expected[name] = (text, fixed[index])
+    process = subprocess.Popen(
+        gradfix_command("fix", "--write", "--no-verify", "--no-cache", "-j", "2", str(project)),
+        env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(delay)
+    workers = len(session_processes(process.pid, str(project))) - 1  # the main one excepted
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed = time.monotonic()
+    left = session_processes(process.pid, str(project))
+    while left and time.monotonic() - killed < 10:
+        time.sleep(0.1)
+        left = session_processes(process.pid, str(project))
+    gone_after = time.monotonic() - killed
+    for pid in left:  # not left to the machine
+        os.kill(pid, signal.SIGKILL)
+    written, torn = 0, []
+    for name, (original, after) in expected.items():
+        text = (project / name).read_text(encoding="utf-8", errors="surrogateescape")
+        try:
+            ast.parse(text)
+        except (SyntaxError, ValueError):
+            torn.append(name)
+            continue
+        if text not in (original, after):
+            torn.append(name)
+        written += text != original
+    stray = sorted(p.name for p in project.iterdir() if p.name not in expected)
+    return KillTrial(delay, workers, written, torn, stray, len(left), gone_after)
+
+
+def kill_trials(delays: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0), copies: int = 3) -> list[str]:
     """SIGKILL during ``fix --write -j 2``: torn files, processes left (issue 33, item 3)."""
-    return ["kill trials (torn files, processes left 10 s after SIGKILL)   not measured"]
+    if not Path("/proc/self/stat").exists():
+        return ["kill trials                 not measured: no /proc on this system"]
+    sources = fixture_sources()
+    with tempfile.TemporaryDirectory(prefix="gradfix-kill-") as folder:
+        base = Path(folder)
+        environ = dict(os.environ, XDG_CACHE_HOME=str(base / "xdg"), GRADFIX_NO_CACHE="1")
+        fixed = fixed_texts(sources, base, environ)
+        trials = [kill_trial(d, sources, fixed, base, environ, copies) for d in delays]
+    files = copies * len(sources)
+    lines = [
+        f"kill trials: `fix --write --no-verify -j 2` on {files} files, SIGKILL of the main "
+        f"process after {', '.join(f'{t.delay:g}' for t in trials)} s",
+        f"  trials                    {len(trials)}",
+        f"  other processes at kill   {', '.join(str(t.workers) for t in trials)}",
+        f"  files written when killed {', '.join(str(t.written) for t in trials)} (of {files})",
+        f"  torn files                {sum(len(t.torn) for t in trials)}",
+        f"  stray temporary files     {sum(len(t.stray) for t in trials)}",
+        f"  processes left after 10 s {sum(t.left for t in trials)}"
+        f" (all gone within {max(t.gone_after for t in trials):.1f} s)",
+    ]
+    torn = [name for t in trials for name in t.torn + t.stray]
+    if torn:
+        lines.append(f"  torn or stray             {', '.join(torn[:10])}")
+    return lines
 
 
 def cache_poisoning() -> list[str]:
