@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -237,7 +238,7 @@ def fixed_texts(sources: list[str], base: Path, environ: dict[str, str]) -> list
         (reference / f"m{index}.py").write_text(text, encoding="utf-8")
     command = gradfix_command("fix", "--write", "--no-verify", "--no-cache", "-j", "1", "-q")
     subprocess.run(
-        [*command, str(reference)], env=environ, capture_output=True, timeout=600, check=False
+        [*command, "."], cwd=reference, env=environ, capture_output=True, timeout=600, check=False
     )
     return [(reference / f"m{i}.py").read_text(encoding="utf-8") for i in range(len(sources))]
 
@@ -290,7 +291,8 @@ def kill_trial(
             expected[name] = (text, fixed[index])
     process = subprocess.Popen(
         gradfix_command("fix", "--write", "--no-verify", "--no-cache", "-j", "2", str(project)),
-        env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=project, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )  # fmt: skip
     time.sleep(delay)
     workers = len(session_processes(process.pid, str(project))) - 1  # the main one excepted
@@ -347,9 +349,161 @@ def kill_trials(delays: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0), copies: int = 
     return lines
 
 
-def cache_poisoning() -> list[str]:
+MARKER = "__import__('os').system('echo poisoned')  # GRADFIX-POISON"
+
+
+def _poison_entry(payload: dict[str, Any], how: str, other: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` (a cache entry) edited as ``how`` says; ``other``: another file's entry."""
+    import copy
+
+    entry = copy.deepcopy(payload)
+    fixes = entry.get("fixes", {}).get("safe") or {}
+    if how in ("unsigned edit", "another secret", "unsigned layout", "another source", "codes"):
+        fixes["text"] = MARKER + "\n" + str(fixes.get("text") or "")
+    if how == "another source":
+        entry["source"] = other["source"]
+    elif how == "codes":
+        for finding in entry["findings"]:
+            finding["code"] = "GF999"
+    elif how == "wrong types":
+        for finding in entry["findings"]:
+            finding.update(line="1", col=True, end_line=-3, message=None, fix=["safe"])
+        fixes.update(text=["x = 1"], remaining={"a": 1}, dropped="no", applied="2")
+    elif how == "deep nesting":
+        entry["findings"] = "DEEP"
+    elif how == "signed control":
+        fixes["text"] = MARKER + "\n" + str(fixes.get("text") or "")
+    return entry
+
+
+#: the ways entries are poisoned, and whether the edited entry is signed again with the
+#: user's secret (as only gradfix can: these test the checks behind the signature)
+POISONS: dict[str, bool] = {
+    "unsigned edit": False,  # the fixed text edited, the digest left as it was
+    "another secret": False,  # signed again with another user's secret
+    "unsigned layout": False,  # no envelope: the bare entry
+    "truncated": False,  # the file cut in half
+    "swapped": False,  # the entry of another file, as it was written
+    "another source": True,  # signed, but computed from another file's text
+    "codes": True,  # signed, with codes no rule has
+    "wrong types": True,  # signed, every field of the wrong type
+    "deep nesting": True,  # signed, a payload nested 100,000 levels
+}
+
+
+def _sign(secret: bytes, name: str, payload: str) -> str:
+    import hmac
+
+    message = f"{name}\0{payload}".encode("utf-8", "surrogatepass")
+    digest = hmac.new(secret, message, hashlib.sha256).hexdigest()
+    return json.dumps({"gradfix_cache": 2, "digest": digest, "payload": payload})
+
+
+def poison_cache(cache: Path, how: str, secret: bytes, signed: bool) -> int:
+    """Poison every entry of ``cache`` that holds a fixed text; the number poisoned."""
+    entries = sorted(p for p in cache.glob("*/*.json"))
+    loaded = {}
+    for path in entries:
+        envelope = json.loads(path.read_text(encoding="utf-8"))
+        payload = json.loads(envelope["payload"])
+        if (payload.get("fixes", {}).get("safe") or {}).get("text"):
+            loaded[path] = (envelope, payload)
+    paths = list(loaded)
+    for index, path in enumerate(paths):
+        envelope, payload = loaded[path]
+        other_path = paths[(index + 1) % len(paths)]
+        other = loaded[other_path][1]
+        if how == "truncated":
+            text = path.read_text(encoding="utf-8")
+            path.write_text(text[: len(text) // 2], encoding="utf-8")
+            continue
+        if how == "swapped":
+            shutil.copyfile(other_path, path.with_suffix(".swap"))
+            continue
+        entry = json.dumps(_poison_entry(payload, how, other))
+        if how == "deep nesting":
+            entry = entry.replace('"DEEP"', "[" * 100_000 + "]" * 100_000)
+        if signed:
+            text = _sign(secret, path.stem, entry)
+        elif how == "another secret":
+            text = _sign(os.urandom(32), path.stem, entry)
+        elif how == "unsigned layout":
+            text = entry
+        else:
+            text = json.dumps(dict(envelope, payload=entry))
+        path.write_text(text, encoding="utf-8")
+    for swap in cache.glob("*/*.swap"):
+        swap.replace(swap.with_suffix(".json"))
+    return len(paths)
+
+
+@dataclass
+class PoisonRun:
+    how: str
+    entries: int  # entries poisoned
+    poisoned: list[str]  # files written with the marker, or text neither theirs nor fixed
+    errors: int  # tracebacks and internal errors in the output
+    returncode: int
+
+
+def poison_run(
+    how: str, signed: bool, sources: list[str], fixed: list[str], base: Path,
+    environ: dict[str, str],
+) -> PoisonRun:  # fmt: skip
+    """A project whose cache was filled by ``gradfix fix``, poisoned as ``how``, then
+    ``fix --write --no-verify``."""
+    project = base / how.replace(" ", "-")
+    project.mkdir()
+    for index, text in enumerate(sources):
+        (project / f"m{index}.py").write_text(text, encoding="utf-8")
+    command = gradfix_command("fix", "--no-verify", "-j", "1")
+    subprocess.run([*command, "."], cwd=project, env=environ, capture_output=True, timeout=600)
+    secret = (Path(environ["XDG_CACHE_HOME"]) / "gradfix" / "cache-secret").read_bytes()
+    entries = poison_cache(project / ".gradfix_cache", how, secret, signed)
+    command = gradfix_command("fix", "--write", "--no-verify", "-j", "1")
+    result = subprocess.run(
+        [*command, "."], cwd=project, env=environ, capture_output=True, text=True, timeout=600
+    )
+    output = result.stdout + result.stderr
+    poisoned = []
+    for index, text in enumerate(sources):
+        written = (project / f"m{index}.py").read_text(encoding="utf-8")
+        if MARKER in written or written not in (text, fixed[index]):
+            poisoned.append(f"m{index}.py")
+    errors = output.count("Traceback") + output.count("internal error")
+    return PoisonRun(how, entries, poisoned, errors, result.returncode)
+
+
+def cache_poisoning(files: int = 12) -> list[str]:
     """Edited cache entries: writes of poisoned text (issue 33, item 4)."""
-    return ["cache poisoning (writes of poisoned text)                    not measured"]
+    with tempfile.TemporaryDirectory(prefix="gradfix-cache-") as folder:
+        base = Path(folder)
+        environ = dict(os.environ, XDG_CACHE_HOME=str(base / "xdg"))
+        environ.pop("GRADFIX_NO_CACHE", None)
+        everything = fixture_sources()
+        reference = fixed_texts(everything, base, environ)
+        chosen = [i for i, text in enumerate(everything) if reference[i] != text][:files]
+        sources, fixed = [everything[i] for i in chosen], [reference[i] for i in chosen]
+        runs = [poison_run(how, s, sources, fixed, base, environ) for how, s in POISONS.items()]
+        control = poison_run("signed control", True, sources, fixed, base, environ)
+    entries = sum(run.entries for run in runs)
+    lines = [
+        f"cache poisoning: {len(runs)} ways, {entries} entries poisoned in all "
+        f"({len(sources)} files with fixes), then `fix --write --no-verify`",
+        f"  poisoned writes           {sum(len(run.poisoned) for run in runs)}",
+        f"  tracebacks, internal errors {sum(run.errors for run in runs)}",
+        f"  runs that exited 2        {sum(run.returncode == 2 for run in runs)}",
+        f"  control: the marker in an entry signed as gradfix signs, from the same source: "
+        f"written to {len(control.poisoned)} of {control.entries} files (what a stolen "
+        "secret would get; the signature is the boundary)",
+    ]
+    for run in runs:
+        if run.poisoned or run.errors or run.returncode == 2 or not run.entries:
+            lines.append(
+                f"  {run.how}: {run.entries} entries, poisoned {', '.join(run.poisoned) or '-'}, "
+                f"{run.errors} errors, exit {run.returncode}"
+            )
+    return lines
 
 
 def fuzz_corpus() -> list[str]:
