@@ -1,6 +1,6 @@
 """Running users' code safely (issue 33): what a hostile program gets through the verifier.
 
-    python bench/safety.py                 # every figure (those not built yet: "not measured")
+    python bench/safety.py                 # every figure (about 2 minutes)
     python bench/safety.py --sandbox hooks # the audit-hook fallback alone (no OS sandbox)
 
 The hostile script (``tests/data/hostile/train.py``) tries 23 ways to change its project,
@@ -15,8 +15,14 @@ files it aims at changed: existence, type, mode, times, size, links, content), t
 (must not be "verified"), the files changed in the project besides the fix (must be 0),
 and which sandbox ran.
 
-The other figures of the issue (kill trials, cache poisoning, fuzz corpus) are separate
-functions below; until they are built they print "not measured".
+The other figures of the issue, each a function below, measured on temporary copies of
+``fixtures/*/*.before.py``: the kill trials (``fix --write --no-verify -j 2`` SIGKILLed
+at 1-4 s: torn files, stray temporaries, processes of its session left 10 s later), the
+cache poisoning (entries edited 9 ways, then ``fix --write --no-verify``: files written
+with the injected text, tracebacks, internal errors; a control signed with the user's own
+secret shows the measure sees such a write) and the fuzz corpus (seeded mutations of the
+fixtures and inputs made from nothing through ``check`` and ``fix --write --no-verify``:
+tracebacks, internal errors, line endings changed on the lines a fix left alone).
 """
 
 from __future__ import annotations
@@ -506,9 +512,154 @@ def cache_poisoning(files: int = 12) -> list[str]:
     return lines
 
 
-def fuzz_corpus() -> list[str]:
+def mutations(source: bytes, rng: Any) -> dict[str, bytes]:
+    """The mutants of one fixture's bytes (``rng``: a seeded ``random.Random``)."""
+    lines = source.split(b"\n")
+    position = rng.randrange(max(1, len(source)))
+    flipped = bytearray(source)
+    if flipped:
+        flipped[position] ^= 1 << rng.randrange(8)
+    mixed = b"".join(line + rng.choice((b"\n", b"\r\n", b"\r")) for line in lines[:-1]) + lines[-1]
+    return {
+        "flip": bytes(flipped),
+        "truncated": source[: rng.randrange(max(1, len(source)))],
+        "crlf": source.replace(b"\n", b"\r\n"),
+        "cr": source.replace(b"\n", b"\r"),
+        "mixed": mixed,
+        "latin1": source[:position] + b"# \xe9t\xe9 \xff\n" + source[position:],
+        "nul": source[:position] + b"\0" + source[position:],
+        "bom-crlf": b"\xef\xbb\xbf" + source.replace(b"\n", b"\r\n"),
+        "no-final-newline-crlf": source.rstrip(b"\n").replace(b"\n", b"\r\n"),
+    }
+
+
+def special_inputs() -> dict[str, bytes]:
+    """Inputs made from nothing: empty, deep nesting, bytes that are not text."""
+    deep = 500
+    return {
+        "empty": b"",
+        "only-crlf": b"\r\n\r\n",
+        "deep-parens": b"x = " + b"(" * deep + b"1" + b")" * deep + b"\n",
+        "deep-lists": b"x = " + b"[" * deep + b"]" * deep + b"\n",
+        "deep-calls": b"import torch\ny = " + b"torch.relu(" * deep + b"x" + b")" * deep + b"\n",
+        "deep-binop": b"import torch\ny = x" + b" + x" * 5000 + b"\n",
+        "deep-blocks": b"".join(b" " * i + b"if x:\n" for i in range(deep)) + b" " * deep + b"y\n",
+        "binary": bytes(range(256)) * 4,
+        "nul-only": b"\0" * 64,
+        "utf16": "import torch\nx = torch.ones(2, requires_grad=True)\n".encode("utf-16"),
+    }
+
+
+def compiles(data: bytes) -> bool:
+    try:
+        compile(data, "<fuzz>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def newline_changes(before: bytes, after: bytes) -> int:
+    """Lines the fix left alone (the same text, matched by the patience algorithm or
+    difflib) whose line ending changed."""
+    try:
+        from patiencediff import PatienceSequenceMatcher as Matcher
+    except ImportError:  # pragma: no cover - patiencediff is a dependency of gradfix
+        from difflib import SequenceMatcher as Matcher  # type: ignore[assignment]
+
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    old_text = [line.rstrip(b"\r\n") for line in old]
+    new_text = [line.rstrip(b"\r\n") for line in new]
+    changed = 0
+    for tag, i1, i2, j1, _ in Matcher(None, old_text, new_text).get_opcodes():
+        if tag == "equal":
+            changed += sum(
+                old[i][len(old_text[i]) :] != new[j1 + i - i1][len(new_text[j1 + i - i1]) :]
+                for i in range(i1, i2)
+            )
+    return changed
+
+
+@dataclass
+class FuzzRun:
+    corpus: int
+    compiling: int
+    tracebacks: int
+    internal_errors: int  # in all
+    internal_errors_compiling: int  # on files CPython compiles
+    changed: int  # files fix --write changed that compile before and after
+    broken: int  # files that compiled before and not after the fix
+    newline_changes: int  # untouched lines whose line ending changed
+    exits: dict[str, int]
+
+
+def fuzz_run(base: Path, seed: int = 33, fixtures: int = 60) -> FuzzRun:
+    """The corpus written under ``base``, then ``gradfix check`` and ``fix --write
+    --no-verify`` on it."""
+    import random
+
+    rng = random.Random(seed)
+    paths = sorted(FIXTURES.glob("*/*.before.py"))
+    corpus: dict[str, bytes] = {}
+    for index, path in enumerate(sorted(rng.sample(paths, min(fixtures, len(paths))))):
+        for kind, data in mutations(path.read_bytes(), rng).items():
+            corpus[f"f{index:03d}_{kind}.py"] = data
+    for kind, data in special_inputs().items():
+        corpus[f"s_{kind}.py"] = data
+    project = base / "corpus"
+    project.mkdir()
+    for name, data in corpus.items():
+        (project / name).write_bytes(data)
+    environ = dict(os.environ, XDG_CACHE_HOME=str(base / "xdg"), GRADFIX_NO_CACHE="1")
+    good = {name for name, data in corpus.items() if compiles(data)}
+    output, exits = "", {}
+    for command in (("check",), ("fix", "--write", "--no-verify")):
+        result = subprocess.run(
+            gradfix_command(*command, "--no-cache", "-j", "2", "."),
+            cwd=project, env=environ, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        output += result.stdout + result.stderr
+        exits[command[0]] = result.returncode
+    internal = [line for line in output.splitlines() if "internal error" in line]
+    changed = broken = newlines = 0
+    for name in good:
+        after = (project / name).read_bytes()
+        if after == corpus[name]:
+            continue
+        if not compiles(after):
+            broken += 1
+            continue
+        changed += 1
+        newlines += newline_changes(corpus[name], after)
+    return FuzzRun(
+        corpus=len(corpus),
+        compiling=len(good),
+        tracebacks=output.count("Traceback"),
+        internal_errors=len(internal),
+        internal_errors_compiling=sum(line.split(":", 1)[0] in good for line in internal),
+        changed=changed,
+        broken=broken,
+        newline_changes=newlines,
+        exits=exits,
+    )
+
+
+def fuzz_corpus(seed: int = 33, fixtures: int = 60) -> list[str]:
     """The fuzz corpus: tracebacks, internal errors, newline changes (issue 33, items 6-7)."""
-    return ["fuzz corpus (tracebacks, internal errors, newline changes)   not measured"]
+    with tempfile.TemporaryDirectory(prefix="gradfix-fuzz-") as folder:
+        run = fuzz_run(Path(folder), seed, fixtures)
+    return [
+        f"fuzz corpus: {run.corpus} inputs (seed {seed}; {fixtures} fixtures x 9 mutations: "
+        "byte flip, truncation, CRLF, CR, mixed newlines, Latin-1 bytes, NUL, BOM, no final "
+        "newline; and 10 made from nothing: empty, 500-deep nesting, binary, UTF-16), "
+        f"{run.compiling} of them compile; `check` and `fix --write --no-verify`",
+        f"  tracebacks                {run.tracebacks}",
+        f"  internal errors           {run.internal_errors} "
+        f"({run.internal_errors_compiling} on code CPython compiles)",
+        f"  files fixed               {run.changed} still compile, "
+        f"{run.broken} compiled before and no longer do",
+        f"  newline changes           {run.newline_changes} on lines the fixes left alone",
+        f"  exit codes                check {run.exits['check']}, fix {run.exits['fix']}",
+    ]
 
 
 def main() -> None:
