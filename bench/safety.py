@@ -311,7 +311,10 @@ def kill_trial(
         left = session_processes(process.pid, str(project))
     gone_after = time.monotonic() - killed
     for pid in left:  # not left to the machine
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     written, torn = 0, []
     for name, (original, after) in expected.items():
         text = (project / name).read_text(encoding="utf-8", errors="surrogateescape")
