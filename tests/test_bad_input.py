@@ -425,8 +425,8 @@ def test_ctrl_c_during_write_leaves_no_half_written_file(tmp_path: Path, jobs: s
     """SIGINT to the process group (what Ctrl-C does) once the first file is written:
     every file is then either its original bytes or the complete fix, no temporary file
     is left, and gradfix says so in one line and exits 130."""
-    count = 300
-    originals = {f"m{i:03}.py": BEFORE + f"# {i}\n" for i in range(count)}
+    count = 2000  # enough that the interrupt lands before the last write, however fast
+    originals = {f"m{i:04}.py": BEFORE + f"# {i}\n" for i in range(count)}
     for name, text in originals.items():
         write(tmp_path, name, text)
     process = subprocess.Popen(

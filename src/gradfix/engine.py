@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 
+from gradfix import pyast
 from gradfix.edits import Editor
 from gradfix.fileio.text import keep_line_endings
 from gradfix.lazy import lazy_class
@@ -149,7 +150,7 @@ def cyclic_gc_paused() -> Iterator[None]:
 def _check_syntax(source: str) -> ast.Module:
     """Python's ``ast`` of ``source``; :class:`SourceError` when it does not parse."""
     try:
-        return ast.parse(source)
+        return pyast.parse(source)
     except SyntaxError as error:
         raise SourceError(
             f"syntax error at line {error.lineno}: {error.msg}", error.lineno
@@ -173,7 +174,7 @@ def _check_grammar(source: str) -> None:
 def _syntax_error(source: str, error: cst.ParserSyntaxError) -> SourceError:
     """Python's own message when it rejects the code too (clearer than LibCST's)."""
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except SyntaxError as python_error:
         line = python_error.lineno or error.raw_line
         return SourceError(f"syntax error at line {line}: {python_error.msg}", line)
@@ -781,7 +782,7 @@ def _is_import(stmt: cst.BaseStatement) -> bool:
 
 def _compiles(source: str) -> bool:
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gradfix import pyast
 from gradfix.engine import FileLint
 from gradfix.rule import Finding, Rule
 from gradfix.semantic.syntax import is_super_call
@@ -451,7 +452,7 @@ def _parse(span: Sequence[str], edit: _Edit) -> list[ast.stmt] | None:
     else:
         text = "\n" * (edit.start - 2) + "class _:\n" + "".join(span)
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return tree.body if edit.owner is None else tree.body[0].body  # type: ignore[attr-defined]

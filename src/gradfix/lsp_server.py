@@ -37,7 +37,6 @@ client negotiated (UTF-16 by default): pygls' position codec converts.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import difflib
@@ -60,6 +59,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import PositionCodec, TextDocument
 
+from gradfix import pyast
 from gradfix.fileio.text import LINE, LINE_BREAK
 from gradfix.registry import SelectionError, find_rule, select_rules
 
@@ -214,7 +214,7 @@ def syntax_diagnostics(error: SourceError, source: str) -> list[types.Diagnostic
     what a buffer looks like while typing); one Error for code Python accepts but gradfix
     cannot parse, so the user knows why the file is not checked."""
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     line = max((error.line or 1) - 1, 0)

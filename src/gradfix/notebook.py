@@ -34,7 +34,6 @@ text, each hunk naming its cell (:func:`cell_at_line`), which ``git apply`` take
 
 from __future__ import annotations
 
-import ast
 import bisect
 import functools
 import json
@@ -43,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gradfix import pyast
 from gradfix.engine import MAX_PASSES, RuleCrash, SourceError, lint_source, single_fixes
 from gradfix.fileio.files import is_notebook as is_notebook  # re-exported
 from gradfix.fileio.text import split_lines
@@ -292,7 +292,7 @@ def _is_magic(line: str) -> bool:
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
@@ -309,7 +309,7 @@ def _check_cell_syntax(cell: Cell) -> None:
 def _syntax_problem(cell: Cell) -> str | None:
     """Why ``cell`` does not parse (one line, lines counted in the cell), or ``None``."""
     try:
-        ast.parse(cell.parsed_text)
+        pyast.parse(cell.parsed_text)
     except SyntaxError as error:
         line = error.lineno - 1 if cell.indented and error.lineno else error.lineno
         return f"syntax error at line {line}: {error.msg}"

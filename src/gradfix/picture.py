@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gradfix import pyast
+
 MAX_STEPS = 8  # boxes on each side of the marked one
 #: what the marked box shows, by rule family (``GF2xx``: in-place...) and by run kind
 MARKS = {"GF1": "cut", "GF2": "in-place", "GF3": "non-finite", "GF4": "graph"}
@@ -94,7 +96,7 @@ def _analyse(source: str) -> tuple[ast.Module, Any] | None:
     from gradfix.semantic import Semantic
 
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return None
     return tree, Semantic(tree, source)

@@ -24,12 +24,12 @@ with no call site in the run keeps its findings.
 
 from __future__ import annotations
 
-import ast
 import functools
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 
+from gradfix import pyast
 from gradfix.fileio.files import FileError, is_notebook, read_source
 
 #: files that mark the root of a project
@@ -156,7 +156,7 @@ def _sites(text: str, called: set[str]) -> dict[str, tuple[int, int]]:
     from gradfix.semantic import Semantic
 
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {name: (1, 1) for name in called}
     semantic = Semantic(tree, text)

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gradfix import pyast
 from gradfix.engine import SingleFix, lint_source, single_fixes
 from gradfix.fileio.files import is_notebook
 from gradfix.rule import Finding, Rule
@@ -428,7 +429,6 @@ def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) ->
 def importing_scripts(path: str) -> list[str]:
     """The scripts beside ``path`` that import it and run as a program (an ``if __name__
     == "__main__":`` block): the project's own entry points into that module."""
-    import ast
     import re
 
     directory = os.path.dirname(os.path.abspath(path))
@@ -442,7 +442,7 @@ def importing_scripts(path: str) -> list[str]:
         try:
             with open(candidate, encoding="utf-8") as handle:
                 text = handle.read()
-            tree = ast.parse(text)
+            tree = pyast.parse(text)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
         if imports.search(text) and any(_is_main_block(node) for node in tree.body):

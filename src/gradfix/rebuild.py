@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from gradfix import pyast
 from gradfix.semantic import (
     SAVES_DIVISOR,
     SAVES_INPUTS,
@@ -167,7 +168,7 @@ def _parenthesized(analysis: Semantic, tuple_: ast.Tuple) -> bool:
     if not (text.startswith("(") and text.endswith(")")):
         return False
     try:  # ``(a), (b)`` is no longer an expression without its outer characters
-        ast.parse(f"[{text[1:-1]}]", mode="eval")
+        pyast.parse(f"[{text[1:-1]}]", mode="eval")
     except SyntaxError:
         return False
     return True

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import libcst as cst
 
+from gradfix import pyast
+
 
 @functools.cache
 def trivia_types() -> tuple[type[cst.CSTNode], ...]:
@@ -59,7 +61,7 @@ def child_fields(node_type: type[cst.CSTNode]) -> tuple[str, ...]:
     """
     source = textwrap.dedent(inspect.getsource(node_type._visit_and_replace_children))
     fields: list[str] = []
-    for call in ast.walk(ast.parse(source)):
+    for call in ast.walk(pyast.parse(source)):
         if isinstance(call, ast.Call) and _called(call) == node_type.__name__:
             fields.extend(
                 keyword.arg

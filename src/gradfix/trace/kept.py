@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from gradfix import pyast
 from gradfix.trace.sites import UserFrames
 
 #: Nodes looked at per held value (an accumulation's earlier roots are near its top).
@@ -129,7 +130,7 @@ def _statements(filename: str) -> tuple[Update, ...]:
     """The nodes of a file in source order (empty when it cannot be read or parsed)."""
     try:
         with open(filename, encoding="utf-8") as source:
-            tree = ast.parse(source.read(), filename)
+            tree = pyast.parse(source.read(), filename)
     except (OSError, SyntaxError, ValueError):
         return ()
     nodes: list[Update] = [

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradfix import pyast
 from gradfix.fileio.files import FileError, read_source
 from gradfix.torch_facts import GRAPH_CUTS, INDEX_OPS, INPLACE_DUNDERS
 from gradfix.trace import errors, kept
@@ -1232,7 +1233,7 @@ def _statement_starts(path: str) -> dict[int, int]:
     """Each line of the file at ``path`` -> the first line of the innermost statement
     holding it (a call on the third line of a statement is pinned where it starts)."""
     try:
-        tree = ast.parse(read_source(path).text)
+        tree = pyast.parse(read_source(path).text)
     except (FileError, SyntaxError, ValueError):
         return {}
     starts: dict[int, int] = {}

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gradfix import pyast
 from gradfix.verify.command import IGNORED
 
 #: the oracle's hints (:mod:`gradfix.verify.oracle`): the canned command they suggest
@@ -114,7 +115,7 @@ def _imports(text: str, names: frozenset[str]) -> bool:
     if not any(name.rsplit(".", 1)[-1] in text for name in names):
         return False
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     for node in ast.walk(tree):

@@ -29,6 +29,8 @@ import ast
 import os
 from dataclasses import dataclass
 
+from gradfix import pyast
+
 #: Input shapes tried in order after those the code suggests (the first one accepted wins).
 SHAPE_LADDER = ((4,), (3, 4), (2, 3, 4), (2, 3, 8, 8), (2, 8), ())
 #: Annotations that say a parameter is not a tensor: such a function is not probed.
@@ -77,7 +79,7 @@ class Probe:
 def probe_for(source: str, line: int) -> Probe | None:
     """A driver for the module-level function or class around ``line``, or None."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return None
     for node in tree.body:
