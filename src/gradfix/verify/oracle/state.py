@@ -93,6 +93,10 @@ class _State:
         self.forward_reference: dict[str, Any] | None = None
         #: after's first call computes what before computes with autograd off
         self.forward_referenced = False
+        self._line_up()
+
+    def _line_up(self) -> None:
+        """Match the two traces' leaves and calls before any check (see ``_Structure``)."""
 
     def _stepped_in_after(self, k: int) -> bool:
         stepped = _stepped(self.after)

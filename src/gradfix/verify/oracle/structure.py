@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
-from gradfix.verify.intent import NO_INTENT, FixIntent
 from gradfix.verify.oracle.common import (
     MAKE_FASTER,
     MAKE_VERIFIABLE,
@@ -28,17 +26,7 @@ class _Structure(_State):
     before: dict[str, Any]
     after: dict[str, Any]
 
-    def __init__(
-        self,
-        before: dict[str, Any],
-        after: dict[str, Any],
-        fd: dict[str, Any] | None,
-        planning: bool = False,
-        intent: FixIntent = NO_INTENT,
-        estimable: bool = True,
-        changed: Iterable[str] = (),
-    ) -> None:
-        super().__init__(before, after, fd, planning, intent, estimable, changed)
+    def _line_up(self) -> None:
         self._drop_uncreated_leaves()
         if self._held():
             self.held_text = self._leaf_list(self._held())
