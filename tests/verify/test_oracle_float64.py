@@ -66,3 +66,65 @@ def test_a_float64_run_draws_the_same_random_values() -> None:
         assert b.dtype == torch.float64
         assert torch.equal(a.double(), b)
     assert wide[2].is_leaf and wide[2].requires_grad
+
+
+def test_a_float64_run_keeps_double_precision_through_explicit_float32() -> None:
+    """A program that asks for float32 itself (``.float()``, ``dtype=torch.float32``,
+    ``.to(torch.float32)``) stays in float64, with the values float32 would have given:
+    a float32 input would otherwise meet float64 weights (a dtype error) or round again."""
+    from gradfix.verify import instrument
+
+    instrument.install()
+
+    def build() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        conv = torch.nn.Conv2d(2, 2, 3).float()
+        x = torch.ones(1, 2, 3, 3).float()
+        w = torch.randn(3, requires_grad=True, dtype=torch.float32)
+        c = torch.tensor([0.1, 0.2], dtype=torch.float32)
+        return [conv(x), w, c, torch.arange(3).float(), torch.zeros(2).to(torch.float32)]
+
+    narrow = build()
+    with instrument.float64_run():
+        wide = build()
+    for a, b in zip(narrow, wide):
+        assert b.dtype == torch.float64
+        assert torch.allclose(a.double(), b, atol=1e-6)
+    assert torch.equal(narrow[2].double(), wide[2])  # made in float32, then widened
+    assert wide[1].is_leaf and wide[1].requires_grad
+    assert torch.zeros(2).to(torch.float16).dtype == torch.float16
+
+
+# An in-place write hidden from autograd by ``.data`` in a model whose input is converted
+# with ``.float()``: only the float64 run resolves that the gradient is wrong.
+SELFREF = """\
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3)
+
+    def forward(self, x, y):
+        x = self.conv(x)
+        var = self.conv(y).flatten()
+        x[0, :, 0, 0] = x[0, :, 0, 0] * var
+        return torch.mean(x)
+
+
+torch.manual_seed(0)
+model = Model()
+x = torch.ones([1, 4, 3, 3]).float()
+loss = model(x, torch.ones([1, 4, 3, 3]).float())
+loss.backward()
+"""
+
+
+def test_a_write_hidden_by_data_is_rejected_in_a_program_that_calls_float() -> None:
+    wrong = SELFREF.replace("x[0, :, 0, 0] = x[0", "x.data[0, :, 0, 0] = x[0")
+    verdict = verify_sources(SELFREF, wrong, timeout=TIMEOUT, rules=["GF202"])
+    assert verdict.status == "rejected", verdict.reason
+    assert "in float64" in verdict.reason
+    right = SELFREF.replace("x[0, :, 0, 0] * var", "x[0, :, 0, 0].clone() * var")
+    assert verify_sources(SELFREF, right, timeout=TIMEOUT, rules=["GF202"]).status == "verified"

@@ -820,6 +820,8 @@ RANDOM_METHODS = (
     "bernoulli_", "random_",
 )  # fmt: skip
 _FLOAT64 = False
+#: ``Tensor.to`` as torch defines it: the float64 run narrows its own draws with it
+_TO = torch.Tensor.to
 
 
 @contextlib.contextmanager
@@ -855,7 +857,7 @@ def _is_float64(value: Any) -> bool:
 
 
 def _narrow(value: Any) -> Any:
-    return value.detach().to(torch.float32) if _is_float64(value) else value
+    return _TO(value.detach(), torch.float32) if _is_float64(value) else value
 
 
 def _wrap_sampler(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -863,7 +865,7 @@ def _wrap_sampler(method: Callable[..., Any]) -> Callable[..., Any]:
     def sampler(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not (_FLOAT64 and self.dtype == torch.float64):
             return method(self, *args, **kwargs)
-        drawn = self.detach().to(torch.float32)
+        drawn = _TO(self.detach(), torch.float32)
         method(drawn, *args, **kwargs)
         with torch.no_grad():
             self.copy_(drawn)
@@ -902,14 +904,55 @@ def _wrap_factory(fn: Callable[..., Any], origin: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def factory(*args: Any, **kwargs: Any) -> Any:
-        if random and _FLOAT64 and kwargs.get("dtype") is None:
+        if _FLOAT64 and random and kwargs.get("dtype") in (None, torch.float32):
             result = _draw_narrow(fn, args, dict(kwargs))
+        elif _FLOAT64 and kwargs.get("dtype") is torch.float32:
+            result = _made_narrow(fn, args, dict(kwargs))
         else:
             result = fn(*args, **kwargs)
         _register(result, origin)
         return result
 
     return factory
+
+
+def _made_narrow(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A tensor the program asks for in float32 (``torch.tensor(data, dtype=torch.float32)``),
+    made so and widened: the float64 run computes with the same values in double precision."""
+    requires_grad = bool(kwargs.pop("requires_grad", False))
+    result = fn(*args, **kwargs).to(torch.float64)
+    if requires_grad:
+        _BASE_REQUIRES_GRAD.__set__(result, True)
+    return result
+
+
+def _narrowing(value: Any) -> bool:
+    """Whether ``value`` names float32 (``torch.float32``, ``"torch.FloatTensor"``)."""
+    if value is torch.float32:
+        return True
+    return isinstance(value, str) and value in ("torch.FloatTensor", "float32", "torch.float32")
+
+
+def _wrap_narrowing(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``Tensor.float()``, ``.to(torch.float32)``, ``.type(torch.FloatTensor)`` in a float64
+    run keep (or make) double precision: a program that converts its inputs to float32
+    explicitly would otherwise mix float32 tensors into the widened computation (a dtype
+    error, or float32 rounding again). Inert outside the float64 run."""
+
+    @functools.wraps(method)
+    def narrowing(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not _FLOAT64 or not (self.is_floating_point() or name == "float"):
+            return method(self, *args, **kwargs)
+        if name == "float":
+            return self if self.dtype == torch.float64 else method(self, *args, **kwargs).double()
+        args = tuple(torch.float64 if _narrowing(a) else a for a in args)
+        if _narrowing(kwargs.get("dtype")):
+            kwargs["dtype"] = torch.float64
+        if name == "type" and args and isinstance(args[0], type) and args[0] is torch.FloatTensor:
+            args = (torch.float64, *args[1:])
+        return method(self, *args, **kwargs)
+
+    return narrowing
 
 
 def _wrap_event(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
@@ -993,6 +1036,8 @@ def install() -> None:
     _patch_custom_gradients()
     for name in RANDOM_METHODS:
         setattr(torch.Tensor, name, _wrap_sampler(getattr(torch.Tensor, name)))
+    for name in ("float", "to", "type"):
+        setattr(torch.Tensor, name, _wrap_narrowing(name, getattr(torch.Tensor, name)))
 
 
 def _patch_optimizer_steps() -> None:
