@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "compare_traces",
     "plan_fd",
     "shutdown_fork_server",
+    "rebound_names",
     "verify_files",
     "verify_sources",
 ]
@@ -157,7 +158,12 @@ def _verify(
             forward_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
         changed = changed_places(options["filename"], before_src, after_src)
         judge = functools.partial(
-            _judge, procs, limits=limits, changed=changed, forward_reference=forward_reference
+            _judge,
+            procs,
+            limits=limits,
+            changed=changed,
+            rebound=rebound_names(after_src, limits["changed_lines"]["after"]),
+            forward_reference=forward_reference,
         )
         verdict, fd = judge(before, after)
         if _may_synchronise(verdict, limits["intent"]):
@@ -192,12 +198,13 @@ def _judge(
     *,
     limits: dict[str, Any],
     changed: set[str],
+    rebound: frozenset[str],
     forward_reference: dict[str, Any] | None,
 ) -> tuple[Verdict, dict[str, Any]]:
     """The verdict on two traces: the finite differences they need, the comparison, and
     a second round for the float64 estimates that confirm a float32 disagreement."""
     timeout, intent = limits["timeout"], limits["intent"]
-    plan = plan_fd(before, after, intent=intent, changed=changed)
+    plan = plan_fd(before, after, intent=intent, changed=changed, rebound=rebound)
     sent = {
         source: _send(
             procs[source],
@@ -217,7 +224,11 @@ def _judge(
         for source, failed in sent.items()
     }
     compare = functools.partial(
-        compare_traces, intent=intent, changed=changed, forward_reference=forward_reference
+        compare_traces,
+        intent=intent,
+        changed=changed,
+        rebound=rebound,
+        forward_reference=forward_reference,
     )
     verdict = compare(before, after, fd or None)
     confirm = verdict.evidence.get("confirm")
@@ -333,6 +344,43 @@ def changed_lines(before_src: str, after_src: str) -> dict[str, list[int]]:
             lines["before"] += range(i1 + 1, i2 + 1)
             lines["after"] += range(j1 + 1, j2 + 1)
     return lines
+
+
+def rebound_names(after_src: str, lines: Iterable[int]) -> frozenset[str]:
+    """The names (``w``, ``self.w``) that AFTER's statements on the changed ``lines``
+    bind: what the change made of them is the change's doing (a name rebound to a
+    non-leaf whose ``.grad`` the program reads later)."""
+    import ast
+
+    from gradfix.pyast import parse
+
+    wanted = set(lines)
+    try:
+        tree = parse(after_src)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt):
+            continue
+        body = getattr(node, "body", None)
+        end = body[0].lineno - 1 if body else (node.end_lineno or node.lineno)
+        span = range(node.lineno, max(end, node.lineno) + 1)  # a block's header only
+        if not wanted.intersection(span):
+            continue
+        if isinstance(node, ast.Assign):
+            targets: list[ast.expr] = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
+            targets = [node.target]
+        elif isinstance(node, ast.With):
+            targets = [item.optional_vars for item in node.items if item.optional_vars]
+        else:
+            continue
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store):
+                    names.add(ast.unparse(part))
+    return frozenset(names)
 
 
 def changed_places(filename: str, before_src: str, after_src: str) -> set[str]:

@@ -38,6 +38,7 @@ import linecache
 import math
 import os
 import sys
+import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -60,6 +61,13 @@ _BASE_REQUIRES_GRAD: Any = torch._C.TensorBase.requires_grad
 _BASE_GRAD: Any = torch._C.TensorBase.grad
 _ACTIVE: Recorder | None = None
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+#: where libraries live (a frame there is not the program's own code)
+_LIBRARIES = tuple(
+    sorted(
+        {path for k in ("stdlib", "purelib", "platlib") if (path := sysconfig.get_path(k))}
+        | {_TORCH_DIR, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    )
+)
 _INSTALLED = False
 
 
@@ -199,6 +207,8 @@ class Recorder:
         #: what of the program's own makes gradients other than the derivative of the
         #: forward: its ``autograd.Function`` classes applied, backward hooks it registered
         self.custom_gradients: set[str] = set()
+        #: statements of the program that read ``.grad`` of a non-leaf (see grad_read)
+        self.nonleaf_grad_reads: list[dict[str, Any]] = []
         self.record_steps = False
         self.step_values: list[dict[int, torch.Tensor] | None] = []
         #: each new leaf's value at its creation (a probe), and the probe's (a replay)
@@ -496,11 +506,32 @@ class Recorder:
         """The program reads ``tensor.grad``: the gradients in it are used."""
         k = self.leaf_index(tensor)
         if k is None:
+            if not tensor.is_leaf and tensor.requires_grad and not tensor.retains_grad:
+                self._nonleaf_grad_read()
             return
         if self._zeroing:
             self._zeroed.add(k)  # read by ``zero_grad`` to reset it
         else:
             self._unread.pop(k, None)
+
+    def _nonleaf_grad_read(self) -> None:
+        """The program's own code reads ``.grad`` of a tensor that is not a leaf: always
+        ``None`` (autograd fills it only for leaves, or after ``retain_grad()``). Each
+        statement is recorded once, by ``where`` / ``code`` / ``line``."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back
+        if frame is None or len(self.nonleaf_grad_reads) >= 20:
+            return
+        filename = frame.f_code.co_filename
+        if filename.startswith(("<", *_LIBRARIES)):
+            return  # torch's, a library's
+        relative = os.path.relpath(filename) if os.path.isabs(filename) else filename
+        where = f"{relative}:{frame.f_lineno}"
+        if any(read["where"] == where for read in self.nonleaf_grad_reads):
+            return
+        code = linecache.getline(filename, frame.f_lineno).strip()
+        self.nonleaf_grad_reads.append({"where": where, "code": code, "line": frame.f_lineno})
 
     def grad_reset(self, tensor: torch.Tensor) -> None:
         """``tensor.grad`` is replaced (``= None``, ``= g``, ``del``) or zeroed: the

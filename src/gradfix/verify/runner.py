@@ -381,6 +381,7 @@ class Session:
             },
             "seed": self.seed,
             "custom_gradients": sorted(recorder.custom_gradients),
+            "nonleaf_grad_reads": recorder.nonleaf_grad_reads,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **(
                 {"first_values": {str(k): v for k, v in recorder.first_values.items()}}

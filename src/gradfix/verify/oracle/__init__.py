@@ -186,6 +186,7 @@ def compare_traces(
     intent: FixIntent = NO_INTENT,
     estimable: bool = True,
     changed: Iterable[str] = (),
+    rebound: Iterable[str] = (),
     forward_reference: dict[str, Any] | None = None,
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
@@ -195,13 +196,16 @@ def compare_traces(
     :mod:`.intent`; :meth:`FixIntent.unknown` for a change made by hand);
     ``changed``: ``file:line`` of AFTER's lines the fix wrote (as the runner names a failing
     place): a failure elsewhere, after BEFORE failed at its own bug, is another bug's;
+    ``rebound``: the names (``w``, ``self.w``) AFTER's changed statements bind;
     ``forward_reference``: BEFORE run with autograd off up to its first backward call,
     whose roots are recorded and the call skipped (where BEFORE raised before any backward
     call): AFTER's first call must compute the same forward results;
     ``estimable``: False where no finite differences can be run (a ``--cmd`` harness), so a
     gradient only they could judge leaves the fix unverified instead of rejected.
     """
-    comparison = _Comparison(before, after, fd, intent=intent, estimable=estimable, changed=changed)
+    comparison = _Comparison(
+        before, after, fd, intent=intent, estimable=estimable, changed=changed, rebound=rebound
+    )
     comparison.forward_reference = forward_reference
     return comparison.run()
 
@@ -212,6 +216,7 @@ def plan_fd(
     *,
     intent: FixIntent = NO_INTENT,
     changed: Iterable[str] = (),
+    rebound: Iterable[str] = (),
 ) -> dict[str, list[dict[str, Any]]]:
     """Finite-difference targets the comparison needs, by script (empty when none): missing
     or non-finite reference gradients, and the elements where AFTER's gradient differs from
@@ -219,7 +224,9 @@ def plan_fd(
 
     Nothing is planned when the verdict is already decided without them (a rejection).
     """
-    comparison = _Comparison(before, after, None, planning=True, intent=intent, changed=changed)
+    comparison = _Comparison(
+        before, after, None, planning=True, intent=intent, changed=changed, rebound=rebound
+    )
     verdict = comparison.run()
     if verdict.status == "rejected":
         return {}

@@ -27,6 +27,7 @@ class _Comparison(_References):
     # ------------------------------------------------------------- driver
     def run(self) -> Verdict:
         try:
+            self._check_nonleaf_grad_reads()
             self._check_runs()
             self._check_counts()
             self._check_forward_reference()

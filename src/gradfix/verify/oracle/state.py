@@ -28,8 +28,11 @@ class _State:
         intent: FixIntent = NO_INTENT,
         estimable: bool = True,
         changed: Iterable[str] = (),
+        rebound: Iterable[str] = (),
     ) -> None:
         self.before: dict[str, Any] = before
+        #: the names after's changed statements bind (``w``, ``self.w``)
+        self.rebound = frozenset(rebound)
         #: ``file:line`` of after's lines the fix wrote (a failure there is the fix's)
         self.changed = set(changed)
         self.estimable = estimable

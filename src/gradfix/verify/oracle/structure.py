@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from gradfix.verify.oracle.common import (
@@ -17,6 +18,14 @@ from gradfix.verify.oracle.common import (
     _with_leaves,
 )
 from gradfix.verify.oracle.state import _State
+
+#: ``owner.grad`` in a statement's text: the expression whose gradient it reads
+_GRAD_READ = re.compile(r"([A-Za-z_][\w.]*)\s*\.\s*grad\b(?!_)")
+
+
+def _grad_owners(code: str) -> list[str]:
+    """The names whose ``.grad`` a statement's text reads (``w``, ``self.w``)."""
+    return _GRAD_READ.findall(code)
 
 
 class _Structure(_State):
@@ -98,6 +107,26 @@ class _Structure(_State):
         )
 
     # ------------------------------------------------------ whole-run checks
+    def _check_nonleaf_grad_reads(self) -> None:
+        """After reads ``N.grad`` of a tensor that is not a leaf (always ``None``) where
+        ``N`` is a name the change binds (``s = s - lr * s.grad``, ``w = w.clone()``):
+        the change made a non-leaf of what the program reads a gradient from. A read
+        before makes at the same statement is the program's own (not the change's)."""
+        if not self.rebound:
+            return
+        own = {read.get("code") for read in self.before.get("nonleaf_grad_reads") or ()}
+        for read in self.after.get("nonleaf_grad_reads") or ():
+            code = read.get("code") or ""
+            if code in own:
+                continue
+            names = [name for name in _grad_owners(code) if name in self.rebound]
+            if names:
+                raise _Rejected(
+                    f"after reads {names[0]}.grad at {read.get('where')}, but the change "
+                    f"binds {names[0]} to a tensor that is not a leaf: its .grad is always "
+                    "None there (autograd fills it only for leaves)"
+                )
+
     def _check_runs(self) -> None:
         for label, trace in (("before", self.before), ("after", self.after)):
             failure = trace.get("runner_error")
