@@ -29,7 +29,15 @@ class _Comparison(_References):
         try:
             self._check_nonleaf_grad_reads()
             self._check_runs()
-            self._check_counts()
+            try:
+                self._check_counts()
+            except _Unverifiable:
+                # leaves or calls that do not line up leave the gradients undecided; in a
+                # program without backward a module-level value the change altered is
+                # positive evidence all the same (a folded bias dropped)
+                if not self.before.get("event_count") and not self.after.get("event_count"):
+                    self._compare_globals()
+                raise
             self._check_forward_reference()
             self._check_stale_roots()
             for i in range(len(self.after.get("events", []))):
