@@ -511,8 +511,13 @@ class Recorder:
             return
         if self._zeroing:
             self._zeroed.add(k)  # read by ``zero_grad`` to reset it
-        else:
-            self._unread.pop(k, None)
+            return
+        for index in self._unread.pop(k, ()):
+            if self.in_optimizer_step and index < len(self.events):
+                # an optimizer step reads this call's gradient of the leaf
+                stepped = self.events[index].setdefault("stepped_with", [])
+                if k not in stepped:
+                    stepped.append(k)
 
     def _nonleaf_grad_read(self) -> None:
         """The program's own code reads ``.grad`` of a tensor that is not a leaf: always

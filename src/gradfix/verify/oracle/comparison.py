@@ -39,6 +39,7 @@ class _Comparison(_References):
                     self._compare_globals()
                 raise
             self._check_forward_reference()
+            self._check_stale_accumulation()
             self._check_stale_roots()
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)

@@ -90,6 +90,8 @@ class _References(_FiniteDifferences):
             self._mark_broken(i)  # before's forward did not run again: its result is stale
         if self._stepped_under_its_graph(i, eb):
             self._mark_broken(i)  # the repair may compute this forward from the new values
+        if self.broken_at is None:
+            self._check_restored_accumulation(i)
         if self.broken_at is None and self._repair_may_change_forward():
             raise _Unverifiable(
                 f"{mismatch}; before then raises {_short_outcome(self.before['outcome'])}, "
@@ -367,6 +369,100 @@ class _References(_FiniteDifferences):
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _check_restored_accumulation(self, i: int) -> None:
+        """Gradient accumulation the change restores: before resets a leaf's gradient
+        after backward call ``j`` before anything read it (``zero_grad()`` every
+        micro-batch), while after keeps it, and a later call of before made by the same
+        statement is read (stepped) instead. Before's optimizer then steps on the last
+        micro-batch's gradient alone, a broken gradient from that call on, and its later
+        trajectory is no reference (the fix is compared against its own finite
+        differences from call ``i``). Gradients of *another* statement that before
+        discards (a GAN's discriminator gradients from the generator's loss) are no
+        accumulation: a change that steps on them still changes the forward."""
+        events_b, events_a = self.before.get("events") or [], self.after.get("events") or []
+        for j in range(min(i, len(events_b), len(events_a))):
+            eb, ea = events_b[j], events_a[j]
+            if not eb.get("code") or eb.get("code") != ea.get("code"):
+                continue
+            restored = set(eb.get("discarded") or ()) - set(ea.get("discarded") or ())
+            for later in range(j + 1, min(i, len(events_b))):
+                read = events_b[later]
+                if read.get("code") != eb.get("code"):
+                    continue
+                kept = sorted(k for k in restored if not _discarded(read, k))
+                if kept:
+                    self._check_accumulates_all(j, later, kept)
+                    self._mark_broken(later)
+                    self.notes.append(
+                        f"before resets the gradient backward call #{j + 1}"
+                        f"{_at_line(eb.get('line'))} gives {self._leaf_list(kept)} before "
+                        f"anything reads it, and steps on call #{later + 1}'s alone (the same "
+                        "statement); after accumulates them: before's trajectory is no "
+                        "reference from there on"
+                    )
+                    return
+
+    def _check_accumulates_all(self, j: int, later: int, kept: list[int]) -> None:
+        """After accumulates call ``j``'s gradient of the leaves ``kept`` (restored), so
+        it still resetting call ``j``'s gradient of other leaves its optimizer steps, while
+        it reads call ``later``'s (the same statement), leaves them stepped on the last
+        micro-batch alone: the bug, kept for those leaves."""
+        events_a = self.after.get("events") or []
+        if later >= len(events_a):
+            return
+        stepped = _stepped(self.after) or set()
+        still = sorted(
+            k
+            for k in set(events_a[j].get("discarded") or ()) & stepped
+            if not _discarded(events_a[later], k)
+        )
+        if still:
+            raise _Rejected(
+                f"after accumulates the gradient backward call #{j + 1}"
+                f"{_at_line(events_a[j].get('line'))} gives {self._leaf_list(kept)}, but still "
+                f"resets the one it gives {self._leaf_list(still)} before anything reads it, "
+                f"and steps them on call #{later + 1}'s alone"
+            )
+
+    def _check_stale_accumulation(self) -> None:
+        """After adds a call's gradient to a ``.grad`` its optimizer already stepped on
+        (nothing reset it in between: ``zero_grad()`` dropped), so the next step applies
+        the old gradients again, where before's matching call starts from a fresh one."""
+        events_b, events_a = self.before.get("events") or [], self.after.get("events") or []
+        last: dict[int, int] = {}  # leaf -> after's latest call that gave it a gradient
+        stepped = _stepped(self.after)
+        for m, ea in enumerate(events_a):
+            versions = ea.get("versions") or []
+            given = {  # the leaves this call adds a gradient to (not an all-zero one)
+                int(key)
+                for key, grad in (ea.get("grads") or {}).items()
+                if grad is not None and any(v != 0 for v in _values(grad))
+            }
+            for k in set(ea.get("accumulated") or ()) & given:
+                previous = last.get(k)
+                if (
+                    previous is None
+                    or k >= len(versions)
+                    or (stepped is not None and k not in stepped)
+                ):
+                    continue
+                earlier = events_a[previous].get("versions") or []
+                if k >= len(earlier) or versions[k] == earlier[k]:
+                    continue  # not changed in place since: accumulation, not stale
+                if k not in (ea.get("stepped_with") or ()):
+                    continue  # no step reads the sum (reset first: a GAN's generator step)
+                if m < len(events_b) and k in (events_b[m].get("accumulated") or ()):
+                    continue  # before adds to the same kind of gradient there
+                raise _Rejected(
+                    f"after: backward call #{m + 1}{_at_line(ea.get('line'))} adds its "
+                    f"gradient of {self._leaf_name(k)} to the one the leaf held when it was "
+                    f"stepped after call #{previous + 1} (nothing reset it in between), so the "
+                    "next step applies old gradients again; before's call starts from a fresh one"
+                )
+            for key, grad in (ea.get("grads") or {}).items():
+                if grad is not None:
+                    last[int(key)] = m
 
     def _check_stale_gradient(
         self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
