@@ -4,6 +4,8 @@ resets it after a step), and accumulation restored for some leaves only."""
 
 from __future__ import annotations
 
+import pytest
+
 from gradfix.verify import verify_sources
 from gradfix.verify.intent import FixIntent
 
@@ -47,8 +49,16 @@ def test_accumulation_the_change_restores_is_verified() -> None:
     assert status == "verified", reason
 
 
-def test_a_gradient_never_reset_after_a_step_is_rejected() -> None:
-    status, reason = _verdict(ACCUMULATE.replace(CLEARS, ""))
+@pytest.mark.parametrize("read", [False, True])
+def test_a_gradient_never_reset_after_a_step_is_rejected(read: bool) -> None:
+    wrong = ACCUMULATE.replace(CLEARS, "")
+    if read:  # the program reads the gradients before the step does
+        wrong = wrong.replace(
+            STEPS,
+            "        print(sum(p.grad.norm() for p in [*body.parameters(), *head.parameters()]))\n"
+            + STEPS,
+        )
+    status, reason = _verdict(wrong)
     assert status == "rejected", reason
     assert "applies old gradients again" in reason
 

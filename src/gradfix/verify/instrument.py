@@ -177,6 +177,8 @@ class Recorder:
         #: leaf index -> the recorded backward events whose gradient of it is still in
         #: its ``.grad``, unread by the program (see ``discarded`` of an event)
         self._unread: dict[int, list[int]] = {}
+        #: leaf -> the backward calls whose gradients its ``.grad`` holds (since its reset)
+        self._since_reset: dict[int, list[int]] = {}
         self._zeroing = 0  # inside ``zero_grad()``: its reads of ``.grad`` only reset them
         self._zeroed: set[int] = set()  # leaves ``zero_grad()`` reached
         #: leaves an optimizer step must not change (restored after each step, see
@@ -301,6 +303,7 @@ class Recorder:
                 record["discarded"] = []
                 for k in range(len(self.leaves)):
                     self._unread.setdefault(k, []).append(index)
+                    self._since_reset.setdefault(k, []).append(index)
                 record["accumulated"] = _stale(grads_before or [])
             if record:
                 record["frozen"] = self._frozen_leaves()
@@ -512,9 +515,10 @@ class Recorder:
         if self._zeroing:
             self._zeroed.add(k)  # read by ``zero_grad`` to reset it
             return
-        for index in self._unread.pop(k, ()):
-            if self.in_optimizer_step and index < len(self.events):
-                # an optimizer step reads this call's gradient of the leaf
+        self._unread.pop(k, None)
+        if self.in_optimizer_step:
+            # an optimizer step reads the gradients every call since the last reset gave
+            for index in self._since_reset.get(k, ()):
                 stepped = self.events[index].setdefault("stepped_with", [])
                 if k not in stepped:
                     stepped.append(k)
@@ -544,6 +548,7 @@ class Recorder:
         k = self.leaf_index(tensor)
         if k is None:
             return
+        self._since_reset.pop(k, None)
         for index in self._unread.pop(k, ()):
             if index < len(self.events):
                 self.events[index].setdefault("discarded", []).append(k)
