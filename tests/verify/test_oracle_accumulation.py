@@ -70,3 +70,41 @@ def test_accumulation_restored_for_some_leaves_only_is_rejected() -> None:
     status, reason = _verdict(partial)
     assert status == "rejected", reason
     assert "still resets" in reason
+
+
+# A GAN: the discriminator's gradients from the generator's loss are reset unread by the
+# next iteration's zero_grad(), never stepped with.
+GAN = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4))
+D = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1), nn.Sigmoid())
+opt_D = torch.optim.SGD(D.parameters(), lr=0.1)
+opt_G = torch.optim.SGD(G.parameters(), lr=0.1)
+for step in range(3):
+    real, fake = torch.randn(6, 4), G(torch.randn(6, 3))
+    D_loss = -torch.mean(torch.log(D(real)) + torch.log(1.0 - D(fake.detach())))
+    opt_D.zero_grad()
+    D_loss.backward()
+    opt_D.step()
+    G_loss = torch.mean(torch.log(1.0 - D(fake)))
+    opt_G.zero_grad()
+    G_loss.backward()
+    opt_G.step()
+"""
+
+
+def test_a_step_on_the_gradient_of_another_loss_is_rejected() -> None:
+    # the discriminator's step moved after the generator's backward
+    wrong = GAN.replace("    opt_D.step()\n", "").replace(
+        "    opt_G.step()\n", "    opt_D.step()\n    opt_G.step()\n"
+    )
+    verdict = verify_sources(GAN, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "`G_loss.backward()`" in verdict.reason and "D.0.weight" in verdict.reason
+    # a change that keeps what each step reads is verified
+    same = GAN.replace("range(3)", "range(0, 3)")
+    verdict = verify_sources(GAN, same, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

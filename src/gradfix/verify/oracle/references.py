@@ -425,6 +425,33 @@ class _References(_FiniteDifferences):
                 f"and steps them on call #{later + 1}'s alone"
             )
 
+    def _check_stepped_objectives(self) -> None:
+        """Each optimizer step reads the gradients of some backward statements. Where
+        before steps a leaf with the gradients of some statements only and resets the
+        gradient another statement gives it unread, and after steps it with that one too
+        (a GAN whose discriminator step moved after the generator's backward, so the
+        generator's loss trains the discriminator), after trains that leaf on an
+        objective before shows it never trains it on."""
+        read_b, read_a = _stepped_codes(self.before), _stepped_codes(self.after)
+        for k in sorted(read_b):
+            # statements whose gradient of k before computed and reset unread: before
+            # shows it means them not to train k (a statement that raised shows nothing)
+            shown = _discarded_codes(self.before, k)
+            extra = sorted(c for c in read_a.get(k, set()) - read_b[k] if c in shown)
+            if not extra:
+                continue
+            calls = [
+                event
+                for event in self.after.get("events") or ()
+                if event.get("code") == extra[0] and k in (event.get("stepped_with") or ())
+            ]
+            raise _Rejected(
+                f"after's optimizer steps {self._leaf_name(k)} with the gradient of "
+                f"backward call #{calls[0]['index'] + 1}{_at_line(calls[0].get('line'))} "
+                f"(`{extra[0]}`), a loss whose gradient before's steps never apply to it "
+                f"(they apply {', '.join(f'`{c}`' for c in sorted(read_b[k]))})"
+            )
+
     def _check_stale_accumulation(self) -> None:
         """After adds a call's gradient to a ``.grad`` its optimizer already stepped on
         (nothing reset it in between: ``zero_grad()`` dropped), so the next step applies
@@ -734,3 +761,29 @@ class _References(_FiniteDifferences):
                 )
                 continue
             self.globals_compared.append(name)
+
+
+def _stepped_codes(trace: dict[str, Any]) -> dict[int, set[str]]:
+    """Leaf -> the statements (their text) whose nonzero gradient of it an optimizer step
+    reads (the runner's ``stepped_with``)."""
+    found: dict[int, set[str]] = {}
+    for event in trace.get("events") or ():
+        code, grads = event.get("code"), event.get("grads") or {}
+        if not code or event.get("error"):
+            continue
+        for k in event.get("stepped_with") or ():
+            grad = grads.get(str(k))
+            if grad is not None and any(v != 0 for v in _values(grad)):
+                found.setdefault(int(k), set()).add(code)
+    return found
+
+
+def _discarded_codes(trace: dict[str, Any], k: int) -> set[str]:
+    """The statements whose nonzero gradient of leaf ``k`` the program reset unread."""
+    found = set()
+    for event in trace.get("events") or ():
+        grad = (event.get("grads") or {}).get(str(k))
+        if event.get("code") and not event.get("error") and _discarded(event, k):
+            if grad is not None and any(v != 0 for v in _values(grad)):
+                found.add(event["code"])
+    return found
