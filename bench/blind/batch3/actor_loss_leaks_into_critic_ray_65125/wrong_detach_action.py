@@ -4,7 +4,7 @@ source: https://github.com/ray-project/ray/pull/65125
 symptom: silent
 rule: ?
 shape: RL learner class (policy and quantile-critic nn.Modules, one optimizer each, _forward_train building both losses, compute_gradients running one backward per optimizer in registration order, apply_gradients)
-wrong: other
+wrong: detach
 why: feeding action.detach() to the critic cuts the wrong edge: the policy loses its Q-gradient while the critic still receives the actor-loss gradient.
 """
 import torch
