@@ -1,4 +1,4 @@
-"""The RGB-D fusion block adds the depth feature into the ReLU output with `out += depth`, an in-place add on a tensor ReLU's backward still needs.
+"""The RGB-D fusion block adds the depth feature into the ReLU output with `out += d`, an in-place add on a tensor ReLU's backward still needs.
 
 source: https://github.com/charlesCXK/RGBD_Semantic_Segmentation_PyTorch/issues/9
 symptom: error

@@ -45,9 +45,8 @@ hidden = model.init_hidden(3)
 
 for i in range(0, 4 * bptt, bptt):
     inp, targets = data[i:i + bptt], data[i + 1:i + 1 + bptt]
-    hidden = hidden  # bench: bug
     optimizer.zero_grad()
-    log_prob, hidden = model(inp, hidden)
+    log_prob, hidden = model(inp, hidden)  # bench: bug
     loss = criterion(log_prob.view(-1, 20), targets.reshape(-1))
     loss.backward()
     optimizer.step()

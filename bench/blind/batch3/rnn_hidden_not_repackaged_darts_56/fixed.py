@@ -45,8 +45,8 @@ hidden = model.init_hidden(3)
 
 for i in range(0, 4 * bptt, bptt):
     inp, targets = data[i:i + bptt], data[i + 1:i + 1 + bptt]
-    hidden = repackage_hidden(hidden)
     optimizer.zero_grad()
+    hidden = repackage_hidden(hidden)
     log_prob, hidden = model(inp, hidden)
     loss = criterion(log_prob.view(-1, 20), targets.reshape(-1))
     loss.backward()

@@ -47,9 +47,8 @@ hidden = model.init_hidden(3)
 
 for i in range(0, 4 * bptt, bptt):
     inp, targets = data[i:i + bptt], data[i + 1:i + 1 + bptt]
-    hidden = model.init_hidden(3)
     optimizer.zero_grad()
-    log_prob, hidden = model(inp, hidden)
+    log_prob, hidden = model(inp, model.init_hidden(3))
     loss = criterion(log_prob.view(-1, 20), targets.reshape(-1))
     loss.backward()
     optimizer.step()
