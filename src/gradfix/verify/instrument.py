@@ -212,6 +212,8 @@ class Recorder:
         #: what of the program's own makes gradients other than the derivative of the
         #: forward: its ``autograd.Function`` classes applied, backward hooks it registered
         self.custom_gradients: set[str] = set()
+        #: leaf -> how often the program or an optimizer read its ``.grad`` (not to reset it)
+        self.grad_reads: dict[int, int] = {}
         #: statements of the program that read ``.grad`` of a non-leaf (see grad_read)
         self.nonleaf_grad_reads: list[dict[str, Any]] = []
         self.record_steps = False
@@ -519,6 +521,7 @@ class Recorder:
             self._zeroed.add(k)  # read by ``zero_grad`` to reset it
             return
         self._unread.pop(k, None)
+        self.grad_reads[k] = self.grad_reads.get(k, 0) + 1
         if self.in_optimizer_step:
             # an optimizer step reads the gradients every call since the last reset gave
             for index in self._since_reset.get(k, ()):

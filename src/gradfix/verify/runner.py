@@ -382,6 +382,8 @@ class Session:
             "seed": self.seed,
             "custom_gradients": sorted(recorder.custom_gradients),
             "nonleaf_grad_reads": recorder.nonleaf_grad_reads,
+            "grad_reads": {str(k): n for k, n in sorted(recorder.grad_reads.items())},
+            "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **(
                 {"first_values": {str(k): v for k, v in recorder.first_values.items()}}

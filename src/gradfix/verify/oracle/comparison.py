@@ -28,6 +28,7 @@ class _Comparison(_References):
     def run(self) -> Verdict:
         try:
             self._check_nonleaf_grad_reads()
+            self._check_untrained_new_leaves()
             self._check_runs()
             try:
                 self._check_counts()

@@ -10,11 +10,13 @@ from gradfix.verify.oracle.common import (
     MAKE_FASTER,
     MAKE_VERIFIABLE,
     STRUCTURE_UNDECIDED,
+    _at_line,
     _file_of,
     _kept_leaves,
     _outcome_text,
     _Rejected,
     _Unverifiable,
+    _values,
     _with_leaves,
 )
 from gradfix.verify.oracle.state import _State
@@ -126,6 +128,37 @@ class _Structure(_State):
                     f"binds {names[0]} to a tensor that is not a leaf: its .grad is always "
                     "None there (autograd fills it only for leaves)"
                 )
+
+    def _check_untrained_new_leaves(self) -> None:
+        """A leaf the change makes (at a line it wrote) gets a gradient, yet nothing ever
+        reads that gradient while an optimizer step after it reads the gradients of other
+        leaves: the change made a parameter no optimizer trains (weights kept in a plain
+        list, a tensor given ``requires_grad`` but no ``nn.Parameter``)."""
+        script, reads = self.after.get("script"), self.after.get("grad_reads")
+        if script is None or reads is None:
+            return
+        lines = {
+            int(line)
+            for file, _, line in (place.rpartition(":") for place in self.changed)
+            if file == script and line.isdigit()
+        }
+        events = self.after.get("events") or []
+        for k, leaf in enumerate(self.after.get("leaves") or []):
+            if leaf.get("line") not in lines or reads.get(str(k)):
+                continue
+            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
+            if first is None:
+                continue
+            steps = [e for e in events[first:] if e.get("stepped_with")]
+            if not steps:
+                continue  # no optimizer step after it: nothing shows what trains
+            trained = sorted({int(j) for j in steps[0]["stepped_with"]})
+            raise _Rejected(
+                f"the change makes {self._leaf_name(k)}, which gets a gradient at backward "
+                f"call #{first + 1}{_at_line(events[first].get('line'))}, but nothing reads "
+                f"it: the optimizer steps {self._leaf_list(trained)} and never this one "
+                "(a parameter no optimizer trains)"
+            )
 
     def _check_runs(self) -> None:
         for label, trace in (("before", self.before), ("after", self.after)):
@@ -259,3 +292,11 @@ class _Structure(_State):
             )
         if leaf_b.get("dtype") != leaf_a.get("dtype"):
             self.notes.append(f"leaf {k} dtype {leaf_b.get('dtype')} -> {leaf_a.get('dtype')}")
+
+
+def _gives(event: dict[str, Any], k: int) -> bool:
+    """Backward call ``event`` adds a nonzero gradient to leaf ``k``."""
+    grad = (event.get("grads") or {}).get(str(k))
+    if event.get("error") or grad is None:
+        return False
+    return any(v != 0 for v in _values(grad))

@@ -1,0 +1,71 @@
+"""A leaf the change makes that gets a gradient no one reads, while an optimizer step after
+it reads the other leaves' gradients: a parameter no optimizer trains."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
+
+TIMEOUT = 60.0
+
+# The head is made anew at every forward call: the optimizer has the first one only.
+HEAD_IN_FORWARD = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+
+    def forward(self, x):
+        self.head = nn.Linear(8, 2)
+        return self.head(torch.relu(self.body(x)))
+
+
+torch.manual_seed(0)
+net = Net()
+net(torch.zeros(1, 4))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+for step in range(3):
+    opt.zero_grad()
+    nn.functional.cross_entropy(net(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_layer_the_change_keeps_in_a_plain_list_is_rejected() -> None:
+    wrong = HEAD_IN_FORWARD.replace(
+        "        self.body = nn.Linear(4, 8)\n",
+        "        self.body = nn.Linear(4, 8)\n        self.heads = [nn.Linear(8, 2)]\n",
+    ).replace(
+        "        self.head = nn.Linear(8, 2)\n        return self.head(",
+        "        return self.heads[0](",
+    )
+    verdict = verify_sources(HEAD_IN_FORWARD, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "a parameter no optimizer trains" in verdict.reason
+
+
+def test_a_new_leaf_whose_gradient_the_program_reads_is_no_untrained_parameter() -> None:
+    before = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+net = nn.Linear(4, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+for step in range(2):
+    opt.zero_grad()
+    net(x).pow(2).sum().backward()
+    opt.step()
+"""
+    # the change asks for the input's gradient (a saliency map) and reads it
+    after = before.replace(
+        "x = torch.randn(8, 4)\n", "x = torch.randn(8, 4).requires_grad_()\n"
+    ).replace("    opt.step()\n", "    opt.step()\n    print(x.grad.abs().sum())\n")
+    verdict = verify_sources(before, after, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert "no optimizer trains" not in verdict.reason
