@@ -37,6 +37,7 @@ from gradfix.verify.oracle import (
     compare_traces,
     newly_trained,
     plan_fd,
+    stepped_leaves,
 )
 from gradfix.verify.process import (
     DEFAULT_MEMORY_LIMIT,
@@ -140,6 +141,8 @@ def _verify(
         if "runner_error" not in before:
             after = traces["after"] or _receive(after_proc, after_proc.started + timeout, timeout)
         after = _hold_newly_trained(after_proc, before, after, limits)
+        if "runner_error" not in after:
+            before = _hold_frozen_on_purpose(before_proc, before, after, limits)
         reference, raised = None, before
         if _raised_without_backward(before, after):
             failed = _send(before_proc, "trace", timeout, max_steps=max_steps, grad_enabled=False)
@@ -414,6 +417,31 @@ def _hold_newly_trained(
     timeout = limits["timeout"]
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=trained)
     return failed or _receive(proc, time.monotonic() + timeout, timeout)
+
+
+def _hold_frozen_on_purpose(
+    proc: RunnerProcess, before: dict[str, Any], after: dict[str, Any], limits: dict[str, Any]
+) -> dict[str, Any]:
+    """BEFORE's trace to compare: where AFTER freezes leaves by a statement BEFORE runs too
+    (``self.weight.requires_grad = False``, which BEFORE applied to a tensor it then
+    replaced, training the parameter it meant to freeze), BEFORE replayed with those
+    leaves restored after each optimizer step: the values the program meant them to
+    keep. Its gradients of them are not compared (AFTER's do not exist)."""
+    own = {f.get("code") for f in before.get("freezes") or () if f.get("code")}
+    frozen = sorted(
+        {
+            int(f["leaf"])
+            for f in after.get("freezes") or ()
+            if f.get("leaf") is not None and f.get("code") in own
+        }
+        & (stepped_leaves(before) or set())
+    )
+    if not frozen or "runner_error" in before:
+        return before
+    timeout = limits["timeout"]
+    failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=frozen)
+    replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
+    return before if "runner_error" in replay else replay
 
 
 def constant_grads(intent: FixIntent) -> bool:

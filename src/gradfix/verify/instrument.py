@@ -212,6 +212,8 @@ class Recorder:
         #: what of the program's own makes gradients other than the derivative of the
         #: forward: its ``autograd.Function`` classes applied, backward hooks it registered
         self.custom_gradients: set[str] = set()
+        #: where the program set ``requires_grad`` to False, and on which leaf (see _frozen)
+        self.freezes: list[dict[str, Any]] = []
         #: leaf -> how often the program or an optimizer read its ``.grad`` (not to reset it)
         self.grad_reads: dict[int, int] = {}
         #: statements of the program that read ``.grad`` of a non-leaf (see grad_read)
@@ -240,7 +242,9 @@ class Recorder:
                 "declared": _declared_by_the_program(),
             }
         )
-        if self.record_steps or self.replay_steps is not None:
+        if (self.record_steps or self.replay_steps is not None) and _held_at_creation(
+            origin, self.leaf_info[-1]["declared"]
+        ):
             self._hold_initial(len(self.leaves) - 1, tensor)
 
     def _hold_initial(self, k: int, tensor: torch.Tensor) -> None:
@@ -545,7 +549,7 @@ class Recorder:
         where = f"{relative}:{frame.f_lineno}"
         if any(read["where"] == where for read in self.nonleaf_grad_reads):
             return
-        code = linecache.getline(filename, frame.f_lineno).strip()
+        code = _statement_text(linecache.getline(filename, frame.f_lineno))
         self.nonleaf_grad_reads.append({"where": where, "code": code, "line": frame.f_lineno})
 
     def grad_reset(self, tensor: torch.Tensor) -> None:
@@ -938,6 +942,17 @@ def _declared_by_the_program() -> bool:
     return frame is not None and not frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
+def _held_at_creation(origin: str, declared: bool) -> bool:
+    """Whether finite differences hold a new leaf at the value it was made with: a
+    parameter torch makes from another (``weight_norm``'s from the weight) or one the
+    program wraps in ``nn.Parameter`` (a copy it trains from there on) is a constant to
+    autograd and to what trains. A tensor the program itself asks to require grad
+    (``torch.tensor([losses], requires_grad=True)``, ``x.detach().requires_grad_()``) is
+    no parameter: its value is computed, and the derivative of the program follows it
+    (the graph cut such a leaf makes is what finite differences must see)."""
+    return not declared or "Parameter" in origin
+
+
 def _register(result: Any, origin: str) -> None:
     recorder = _ACTIVE
     if recorder is None or recorder.internal or not isinstance(result, torch.Tensor):
@@ -1185,6 +1200,23 @@ def _hold_step_values(recorder: Recorder, optimizer: Any) -> None:
                 recorder.leaves[k].detach().copy_(value)
 
 
+def _frozen(tensor: torch.Tensor) -> None:
+    """The program sets ``requires_grad`` of a tensor to False: the statement (its
+    innermost frame of the program's own code) and the leaf, once per pair."""
+    recorder = _listening()
+    if recorder is None or len(recorder.freezes) >= 50:
+        return
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(("<", *_LIBRARIES)):
+        frame = frame.f_back
+    if frame is None:
+        return
+    code = _statement_text(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+    entry = {"leaf": recorder.leaf_index(tensor), "code": code, "line": frame.f_lineno}
+    if entry not in recorder.freezes:
+        recorder.freezes.append(entry)
+
+
 def _patch_leaf_marking() -> None:
     parameter_new = torch.nn.Parameter.__new__
 
@@ -1201,6 +1233,8 @@ def _patch_leaf_marking() -> None:
         result = requires_grad_(self, requires_grad)
         if requires_grad:
             _register(self, "requires_grad_()")
+        else:
+            _frozen(self)
         return result
 
     torch.Tensor.requires_grad_ = mark_requires_grad  # type: ignore[assignment,method-assign]
@@ -1212,6 +1246,8 @@ def _patch_leaf_marking() -> None:
         _BASE_REQUIRES_GRAD.__set__(self, value)
         if value:
             _register(self, "requires_grad = True")
+        else:
+            _frozen(self)
 
     torch.Tensor.requires_grad = property(  # type: ignore[assignment,method-assign]
         get_requires_grad, set_requires_grad, doc=_BASE_REQUIRES_GRAD.__doc__

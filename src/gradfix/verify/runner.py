@@ -383,6 +383,7 @@ class Session:
             "custom_gradients": sorted(recorder.custom_gradients),
             "nonleaf_grad_reads": recorder.nonleaf_grad_reads,
             "grad_reads": {str(k): n for k, n in sorted(recorder.grad_reads.items())},
+            "freezes": recorder.freezes,
             "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **(

@@ -157,6 +157,7 @@ from gradfix.verify.oracle.common import (
     STRUCTURE_UNDECIDED,
     TOLERANCES,
     Verdict,
+    _stepped,
     newly_trained,
 )
 from gradfix.verify.oracle.comparison import _Comparison
@@ -175,7 +176,11 @@ __all__ = [
     "compare_traces",
     "newly_trained",
     "plan_fd",
+    "stepped_leaves",
 ]
+
+#: the leaves changed in place between two recorded backward calls (None: no versions)
+stepped_leaves = _stepped
 
 
 def compare_traces(

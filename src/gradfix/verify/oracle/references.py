@@ -271,6 +271,9 @@ class _References(_FiniteDifferences):
         says how far the forward moved."""
         if self.broken_at is not None or not _non_finite_gradient(eb):
             return False
+        message = str((eb.get("error") or {}).get("message", "")).lower()
+        if eb.get("error") and not re.search(r"\b(nan|inf)\b", message):
+            return False  # an error no eps repairs (an in-place change, a freed graph)
         worst = 0.0
         for rb, ra in zip(eb.get("roots", []), ea.get("roots", [])):
             for e, a in zip(_values(rb), _values(ra)):
@@ -363,12 +366,32 @@ class _References(_FiniteDifferences):
             if grad_b is None:
                 self._compare_to_fd("before", i, k, grad_a, None, label)
                 continue
+            if grad_a is None and self._frozen_as_before_meant(ea, k):
+                continue
             if grad_a is None:
                 raise _Rejected(
                     f"after: {label} leaves the gradient of {self._leaf_name(k)} "
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _frozen_as_before_meant(self, ea: dict[str, Any], k: int) -> bool:
+        """After's leaf ``k`` does not require grad at this call, frozen by a statement
+        before runs too (``self.weight.requires_grad = False``, which before applied to
+        a tensor it then replaced): the program's own freeze, now on the leaf it uses."""
+        if k not in (ea.get("frozen") or ()):
+            return False
+        codes_b = {f.get("code") for f in self.before.get("freezes") or () if f.get("code")}
+        codes = [
+            f["code"]
+            for f in self.after.get("freezes") or ()
+            if f.get("leaf") == k and f.get("code") in codes_b
+        ]
+        if codes:
+            self.not_compared.setdefault(
+                k, f"frozen by `{codes[0]}`, a statement before runs too (its own freeze)"
+            )
+        return bool(codes)
 
     def _check_restored_accumulation(self, i: int) -> None:
         """Gradient accumulation the change restores: before resets a leaf's gradient

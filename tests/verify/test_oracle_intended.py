@@ -1,0 +1,110 @@
+"""Fixes whose runs part from the original's on purpose, shown by the program itself: a
+loss rebuilt as a new leaf each step (finite differences must follow its values), a
+sample reused after the step that changed its weights (no eps guard), and a freeze the
+program asked for on the tensor it then replaced."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
+
+TIMEOUT = 60.0
+
+# Stage losses copied into a new leaf: the network gets no gradient.
+REBUILT = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+stages = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+opt = torch.optim.Adam(stages.parameters(), lr=1e-2)
+x, target = torch.randn(8, 4), torch.randn(8, 4)
+for step in range(2):
+    outs, h = [], x
+    for stage in stages:
+        h = torch.tanh(stage(h))
+        outs.append(h)
+    loss = torch.tensor([((o - target) ** 2).mean() for o in outs], requires_grad=True).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_loss_rebuilt_as_a_new_leaf_is_differentiated_through_its_values() -> None:
+    fixed = REBUILT.replace("torch.tensor([", "torch.stack([").replace(
+        "], requires_grad=True).sum()", "]).sum()"
+    )
+    verdict = verify_sources(REBUILT, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+# The generator's steps reuse the sample made before them: the second backward goes
+# through weights the first step changed ("modified by an inplace operation").
+REUSED = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+netG = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 8))
+netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+opt = torch.optim.Adam(netG.parameters(), lr=5e-4)
+noise = torch.randn(4, 8)
+fake = netG(noise)
+for j in range(3):
+    netG.zero_grad()
+    (-netD(fake).mean()).backward(retain_graph=True)
+    opt.step()
+"""
+
+
+def test_a_sample_made_again_after_the_step_is_no_eps_guard() -> None:
+    fixed = REUSED.replace(
+        "    netG.zero_grad()\n", "    netG.zero_grad()\n    fake = netG(noise)\n"
+    )
+    verdict = verify_sources(REUSED, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "eps guard" not in verdict.reason
+
+
+# The flag is set on the layer's weight, which is then replaced by a new parameter: the
+# parameter meant to stay fixed trains.
+FREEZE = """\
+import torch
+import torch.nn as nn
+
+
+class Fixed(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 4, bias=False)
+        signs = torch.randint(0, 2, (4, 4)).float() * 2 - 1
+        self.weight.requires_grad = False
+        self.weight = nn.Parameter(signs)
+
+
+torch.manual_seed(0)
+model = nn.Sequential(Fixed(), nn.Tanh(), nn.Linear(4, 1))
+opt = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range(3):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_freeze_the_program_asked_for_is_kept_on_the_parameter_it_uses() -> None:
+    fixed = FREEZE.replace(
+        "        self.weight.requires_grad = False\n        self.weight = nn.Parameter(signs)\n",
+        "        self.weight = nn.Parameter(signs)\n        self.weight.requires_grad = False\n",
+    )
+    verdict = verify_sources(FREEZE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    # freezing another layer, which the program never asked for, is not
+    other = FREEZE.replace(
+        "model = nn.Sequential(Fixed(), nn.Tanh(), nn.Linear(4, 1))\n",
+        "model = nn.Sequential(Fixed(), nn.Tanh(), nn.Linear(4, 1))\n"
+        "model[2].weight.requires_grad = False\n",
+    )
+    verdict = verify_sources(FREEZE, other, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status != "verified", verdict.reason
