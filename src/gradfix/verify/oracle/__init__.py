@@ -4,8 +4,9 @@ The comparison is built in layers, each a module of this package over the one be
 :mod:`.common` (tolerances, the verdict, helpers over traces), :mod:`.state` (what one
 comparison holds, leaf names), :mod:`.structure` (do the runs line up: outcomes, calls,
 leaves), :mod:`.finite_differences` (judging a gradient by finite differences),
-:mod:`.references` (each call's forward results and gradients against their reference)
-and :mod:`.comparison` (the verdict and its evidence).
+:mod:`.references` (each call's forward results and gradients against their reference),
+:mod:`.windows` (what each leaf's gradient accumulates between resets, for a change that
+regroups the backward calls) and :mod:`.comparison` (the verdict and its evidence).
 
 ``compare_traces(before, after, fd)`` takes the JSON traces the runner produced for the
 buggy script (BEFORE) and the rewrite (AFTER), plus optional finite-difference estimates,

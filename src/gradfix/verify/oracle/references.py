@@ -224,7 +224,7 @@ class _References(_FiniteDifferences):
             for j in range(i):
                 earlier = events[j]
                 same = roots == [_values(root) for root in earlier.get("roots", [])]
-                if same and self._stepped_inputs(earlier, event):
+                if same and self._stepped_inputs(earlier, event, set(self._held())):
                     raise _Rejected(
                         f"after's backward call #{i + 1}{_at_line(event.get('line'))} "
                         f"differentiates the value of call #{j + 1} again, though the leaves "
@@ -233,14 +233,16 @@ class _References(_FiniteDifferences):
                     )
 
     @staticmethod
-    def _stepped_inputs(earlier: dict[str, Any], event: dict[str, Any]) -> bool:
+    def _stepped_inputs(earlier: dict[str, Any], event: dict[str, Any], held: set[int]) -> bool:
         """Some leaf changed in place between the two calls (its version, or the sum of
         its values, which sees `.data` writes) and the later call's root depends on it
-        (a nonzero gradient): a value computed from it before the change."""
+        (a nonzero gradient): a value computed from it before the change. A leaf the
+        replay holds is set back after each step (a new version, the same values): only
+        its values count."""
         for k, grad in (event.get("grads") or {}).items():
             if grad is None or not any(v != 0 for v in _values(grad)):
                 continue
-            for key in ("versions", "sums"):
+            for key in ("sums",) if int(k) in held else ("versions", "sums"):
                 old, new = earlier.get(key) or [], event.get(key) or []
                 if int(k) < min(len(old), len(new)) and old[int(k)] != new[int(k)]:
                     return True
