@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -159,6 +160,11 @@ def _verify(
                 before_proc, "trace", timeout, max_steps=1, grad_enabled=False, skip_backward=True
             )
             forward_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
+        float64_reference = None
+        if _non_finite_forward(before) and not _OWN_FLOAT64.search(before_src):
+            # what before's forward computes where float32 overflows or underflows
+            failed = _send(before_proc, "trace", timeout, max_steps=max_steps, float64=True)
+            float64_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
         changed = changed_places(options["filename"], before_src, after_src)
         judge = functools.partial(
             _judge,
@@ -167,6 +173,7 @@ def _verify(
             changed=changed,
             rebound=rebound_names(after_src, limits["changed_lines"]["after"]),
             forward_reference=forward_reference,
+            float64_reference=float64_reference,
         )
         verdict, fd = judge(before, after)
         if _may_synchronise(verdict, limits["intent"]):
@@ -203,11 +210,19 @@ def _judge(
     changed: set[str],
     rebound: frozenset[str],
     forward_reference: dict[str, Any] | None,
+    float64_reference: dict[str, Any] | None = None,
 ) -> tuple[Verdict, dict[str, Any]]:
     """The verdict on two traces: the finite differences they need, the comparison, and
     a second round for the float64 estimates that confirm a float32 disagreement."""
     timeout, intent = limits["timeout"], limits["intent"]
-    plan = plan_fd(before, after, intent=intent, changed=changed, rebound=rebound)
+    plan = plan_fd(
+        before,
+        after,
+        intent=intent,
+        changed=changed,
+        rebound=rebound,
+        float64_reference=float64_reference,
+    )
     sent = {
         source: _send(
             procs[source],
@@ -232,6 +247,7 @@ def _judge(
         changed=changed,
         rebound=rebound,
         forward_reference=forward_reference,
+        float64_reference=float64_reference,
     )
     verdict = compare(before, after, fd or None)
     confirm = verdict.evidence.get("confirm")
@@ -417,6 +433,19 @@ def _hold_newly_trained(
     timeout = limits["timeout"]
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=trained)
     return failed or _receive(proc, time.monotonic() + timeout, timeout)
+
+
+#: a program that names float64 itself has no wider precision to be run in
+_OWN_FLOAT64 = re.compile(r"float64|double")
+
+
+def _non_finite_forward(trace: dict[str, Any]) -> bool:
+    """Some backward call of the trace differentiates a nan or infinite value."""
+    for event in trace.get("events") or ():
+        for root in event.get("roots") or ():
+            if any(isinstance(v, str) for v in root.get("values") or ()):
+                return True
+    return False
 
 
 def _hold_frozen_on_purpose(

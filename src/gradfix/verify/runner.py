@@ -265,6 +265,7 @@ class Session:
                 grad_enabled=request.get("grad_enabled", True),
                 skip_backward=bool(request.get("skip_backward")),
                 record_first=bool(request.get("record_first_values")),
+                float64=bool(request.get("float64")),
             )
         if request["mode"] == "fd":
             from gradfix.verify.finite_diff import estimate
@@ -297,12 +298,11 @@ class Session:
         recorder.sync = self.sync
         self.instrument.activate(recorder)
         try:
-            if track_uses:
-                with self.instrument.UseTracker(), contextlib.ExitStack() as stack:
-                    if float64:
-                        stack.enter_context(self.instrument.float64_run())
-                    exec(self.code, module.__dict__)
-            else:
+            with contextlib.ExitStack() as stack:
+                if track_uses:
+                    stack.enter_context(self.instrument.UseTracker())
+                if float64:
+                    stack.enter_context(self.instrument.float64_run())
                 exec(self.code, module.__dict__)
             outcome: dict[str, Any] = {"status": "ok"}
         except self.instrument.StopScript:
@@ -350,6 +350,7 @@ class Session:
         grad_enabled: bool = True,
         skip_backward: bool = False,
         record_first: bool = False,
+        float64: bool = False,
     ) -> dict[str, Any]:
         """One instrumented run; stopped at backward call ``max_steps + 1`` if any.
         ``grad_enabled=False``: the script starts with autograd off (the values it computes
@@ -362,7 +363,10 @@ class Session:
         recorder.skip_backward = skip_backward
         recorder.record_first_values = record_first
         outcome, namespace = self.execute(
-            recorder, grad_enabled=grad_enabled, track_uses=record_first or bool(self.sync)
+            recorder,
+            grad_enabled=grad_enabled,
+            track_uses=record_first or bool(self.sync),
+            float64=float64,
         )
         if outcome["status"] == "stopped":
             outcome["max_steps"] = max_steps

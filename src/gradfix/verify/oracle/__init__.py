@@ -194,6 +194,7 @@ def compare_traces(
     changed: Iterable[str] = (),
     rebound: Iterable[str] = (),
     forward_reference: dict[str, Any] | None = None,
+    float64_reference: dict[str, Any] | None = None,
 ) -> Verdict:
     """Verdict for a BEFORE/AFTER pair of traces (see the module docstring).
 
@@ -206,6 +207,9 @@ def compare_traces(
     ``forward_reference``: BEFORE run with autograd off up to its first backward call,
     whose roots are recorded and the call skipped (where BEFORE raised before any backward
     call): AFTER's first call must compute the same forward results;
+    ``float64_reference``: BEFORE run in float64 with the same random values, where its
+    forward is not finite in float32 (a softmax that underflows before a ``log``): the
+    value the program means there;
     ``estimable``: False where no finite differences can be run (a ``--cmd`` harness), so a
     gradient only they could judge leaves the fix unverified instead of rejected.
     """
@@ -213,6 +217,7 @@ def compare_traces(
         before, after, fd, intent=intent, estimable=estimable, changed=changed, rebound=rebound
     )
     comparison.forward_reference = forward_reference
+    comparison.float64_reference = float64_reference
     return comparison.run()
 
 
@@ -223,6 +228,7 @@ def plan_fd(
     intent: FixIntent = NO_INTENT,
     changed: Iterable[str] = (),
     rebound: Iterable[str] = (),
+    float64_reference: dict[str, Any] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Finite-difference targets the comparison needs, by script (empty when none): missing
     or non-finite reference gradients, and the elements where AFTER's gradient differs from
@@ -233,6 +239,7 @@ def plan_fd(
     comparison = _Comparison(
         before, after, None, planning=True, intent=intent, changed=changed, rebound=rebound
     )
+    comparison.float64_reference = float64_reference
     verdict = comparison.run()
     if verdict.status == "rejected":
         return {}

@@ -20,6 +20,11 @@ EPS_GUARD = 1e-3
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 
 
+#: how close a float32 forward must be to before's float64 value where before's float32
+#: one is not finite (float32's rounding over a network: a few parts in 10^5)
+FLOAT64_FORWARD = 1e-4
+
+
 FD_RTOL, FD_ATOL = 1e-2, 1e-3
 
 

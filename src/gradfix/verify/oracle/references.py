@@ -11,6 +11,7 @@ from gradfix.torch_facts.curated import BACKWARD_TWICE, INPLACE_SAVED
 from gradfix.verify.oracle.common import (
     EPS_GUARD,
     FD_ATOL,
+    FLOAT64_FORWARD,
     FORWARD_ATOL,
     FORWARD_RTOL,
     GRAD_ATOL,
@@ -75,6 +76,7 @@ class _References(_FiniteDifferences):
         if i >= len(before_events):
             return  # beyond the recorded window (noted in _check_counts)
         eb = before_events[i]
+        self._check_float64_forward(i, eb, ea, label)
         mismatch = self._roots_mismatch(eb, ea, label)
         if mismatch is not None and self._eps_guard(eb, ea, label):
             mismatch = None
@@ -146,6 +148,51 @@ class _References(_FiniteDifferences):
             not self.intent.declared
             and outcome.get("category") == "code"
             and BACKWARD_TWICE in str(outcome.get("message", ""))
+        )
+
+    def _check_float64_forward(
+        self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
+    ) -> None:
+        """Before's forward at call ``i`` is nan or infinite in float32 where it is finite
+        in float64 (a softmax underflowing to 0 before its ``log``): the float64 value is
+        what the program means: after computing it (a stable form: ``log_softmax``) is
+        judged by its own finite differences (before's gradients are not finite); after
+        computing another value (an eps or a clamp that caps the loss) is unverified, the
+        guard being the maintainers' choice as often as a wrong one."""
+        reference = self.float64_reference or {}
+        events = reference.get("events") or []
+        if self.broken_at is not None or i >= len(events):
+            return
+        roots_b, roots_w, roots_a = (
+            eb.get("roots", []),
+            events[i].get("roots", []),
+            ea.get("roots", []),
+        )
+        if not any(isinstance(v, str) for root in roots_b for v in root.get("values") or ()):
+            return
+        if len(roots_w) != len(roots_a) or len(roots_w) != len(roots_b):
+            return
+        for rw, ra in zip(roots_w, roots_a):
+            wide, actual = _values(rw), _values(ra)
+            if len(wide) != len(actual) or not all(math.isfinite(v) for v in wide):
+                return  # not finite in float64 either: no reference here
+            for j, (w, a) in enumerate(zip(wide, actual)):
+                if not math.isfinite(a):
+                    return  # judged as a non-finite result, as usual
+                if abs(a - w) > FLOAT64_FORWARD * (1 + abs(w)):
+                    # an eps or a clamp that guards the value changes the objective where
+                    # float32 gives up: the maintainers' choice as often as a wrong one
+                    raise _Unverifiable(
+                        f"the result of {label} is not finite in before (float32); before "
+                        f"run in float64 computes {_format(w)} at element {j}, after "
+                        f"{_format(a)}: the change guards the forward (an eps, a clamp) "
+                        "where float32 gives up, and whether that objective is the one "
+                        "meant is for you to check"
+                    )
+        self.float64_forward.add(i)
+        self.notes.append(
+            f"{label}: before's forward is not finite in float32 and after's equals it in "
+            "float64; after's gradients are compared with its own finite differences"
         )
 
     def _roots_mismatch(self, eb: dict[str, Any], ea: dict[str, Any], label: str) -> str | None:
@@ -365,6 +412,9 @@ class _References(_FiniteDifferences):
                 self._mark_broken(i)
             self.leaves_compared.add(k)
             self._require_finite(grad_a, k, label)
+            if i in self.float64_forward:
+                self._compare_to_fd("after", i, k, grad_a, None, label)
+                continue
             if grad_b is None:
                 self._compare_to_fd("before", i, k, grad_a, None, label)
                 continue

@@ -94,6 +94,10 @@ class _State:
         self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
         #: see ``compare_traces``
         self.forward_reference: dict[str, Any] | None = None
+        #: before run in float64 where its float32 forward is not finite (see
+        #: ``compare_traces``), and the calls whose forward after matches in it
+        self.float64_reference: dict[str, Any] | None = None
+        self.float64_forward: set[int] = set()
         #: after's first call computes what before computes with autograd off
         self.forward_referenced = False
         self._line_up()
