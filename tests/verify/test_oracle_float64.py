@@ -128,3 +128,18 @@ def test_a_write_hidden_by_data_is_rejected_in_a_program_that_calls_float() -> N
     assert "in float64" in verdict.reason
     right = SELFREF.replace("x[0, :, 0, 0] * var", "x[0, :, 0, 0].clone() * var")
     assert verify_sources(SELFREF, right, timeout=TIMEOUT, rules=["GF202"]).status == "verified"
+
+
+def test_two_gradients_between_a_kink_s_slopes_are_not_told_apart() -> None:
+    """At a kink (``relu`` and ``clamp`` at exactly 0 take different subgradients) both
+    gradients lie between the one-sided slopes of finite differences: nothing rejects
+    either."""
+    before = """import torch
+
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+torch.relu(w - 1.0).sum().backward()
+"""
+    after = before.replace("torch.relu(w - 1.0)", "torch.clamp(w - 1.0, min=0.0)")
+    verdict = verify_sources(before, after, timeout=TIMEOUT, rules=["GF301"])
+    assert verdict.status == "unverified", verdict.reason
+    assert "no derivative there" in verdict.reason

@@ -364,6 +364,10 @@ class _FiniteDifferences(_Structure):
         low, high = _fd_bounds(value, noise, interval)
         before, after = changed.before[j], changed.after[j]
         shown = _estimate_text(value, interval)
+        if low <= before <= high and interval is not None and low <= after <= high:
+            # at a kink both gradients lie between its one-sided slopes: nothing decides
+            self.fd_details["left_out"].append({"source": "before", "element": j, "method": "kink"})
+            return None
         if low <= before <= high:
             if interval is None and low <= after <= high:
                 # float32's estimate cannot tell them apart: the float64 one decides
