@@ -69,3 +69,47 @@ for step in range(2):
     ).replace("    opt.step()\n", "    opt.step()\n    print(x.grad.abs().sum())\n")
     verdict = verify_sources(before, after, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert "no optimizer trains" not in verdict.reason
+
+
+# Layers kept in a plain list: the optimizer built from parameters() never has them.
+PLAIN_LIST = """\
+import torch
+import torch.nn as nn
+
+
+class Merge(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = []
+        for _ in range(2):
+            self.layers.append(nn.Linear(4, 4))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+torch.manual_seed(0)
+model = nn.Sequential(Merge(), nn.Linear(4, 1))
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_weights_given_to_the_optimizer_without_their_biases_are_rejected() -> None:
+    fixed = PLAIN_LIST.replace("self.layers = []", "self.layers = nn.ModuleList()")
+    verdict = verify_sources(PLAIN_LIST, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    wrong = PLAIN_LIST.replace(
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "weights = [layer.weight for layer in model[0].layers]\n"
+        "opt = torch.optim.SGD([*model.parameters(), *weights], lr=0.1)",
+    )
+    verdict = verify_sources(PLAIN_LIST, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "made by the same statement" in verdict.reason

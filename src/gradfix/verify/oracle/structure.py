@@ -160,6 +160,33 @@ class _Structure(_State):
                 "(a parameter no optimizer trains)"
             )
 
+    def _check_untrained_siblings(self) -> None:
+        """The change makes the optimizer train leaves it never trained (held in the
+        replay), yet a leaf made by the same statement (the bias of a layer whose weight
+        it now trains) still gets a gradient that nothing reads: the fix trains part of
+        what it registers by hand."""
+        held, reads = set(self._held()), self.after.get("grad_reads")
+        if not held or reads is None:
+            return
+        leaves = self.after.get("leaves") or []
+        lines = {leaves[k].get("line") for k in held if k < len(leaves)} - {None}
+        events = self.after.get("events") or []
+        for k, leaf in enumerate(leaves):
+            if k in held or leaf.get("line") not in lines or reads.get(str(k)):
+                continue
+            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
+            if first is None or not any(e.get("stepped_with") for e in events[first:]):
+                continue
+            sibling = min(
+                j for j in held if j < len(leaves) and leaves[j].get("line") == leaf.get("line")
+            )
+            raise _Rejected(
+                f"the change makes the optimizer train {self._leaf_name(sibling)}, but "
+                f"{self._leaf_name(k)}, made by the same statement, gets a gradient at "
+                f"backward call #{first + 1}{_at_line(events[first].get('line'))} that "
+                "nothing reads: it is still never trained"
+            )
+
     def _check_runs(self) -> None:
         for label, trace in (("before", self.before), ("after", self.after)):
             failure = trace.get("runner_error")
