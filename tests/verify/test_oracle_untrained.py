@@ -113,3 +113,46 @@ def test_weights_given_to_the_optimizer_without_their_biases_are_rejected() -> N
     verdict = verify_sources(PLAIN_LIST, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert "made by the same statement" in verdict.reason
+
+
+# A learnable slope kept as a plain tensor attribute: never registered, never trained.
+SLOPE = """\
+import torch
+import torch.nn as nn
+
+
+class Dice(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.alpha = torch.zeros(n)
+
+    def forward(self, x):
+        p = torch.sigmoid(x)
+        return self.alpha * (1 - p) * x + p * x
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), Dice(6), nn.Linear(6, 1))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+for step in range(3):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_parameter_registered_below_inserted_lines_is_matched_by_its_statement() -> None:
+    # the comment moves every later leaf a line down
+    fixed = SLOPE.replace(
+        "        self.alpha = torch.zeros(n)\n",
+        "        # a parameter, so that the optimizer trains it\n"
+        "        self.alpha = nn.Parameter(torch.zeros(n))\n",
+    )
+    verdict = verify_sources(SLOPE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "leaves now trained" in verdict.reason
+    wrong = SLOPE.replace("torch.zeros(n)", "torch.zeros(n, requires_grad=True)")
+    verdict = verify_sources(SLOPE, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "a parameter no optimizer trains" in verdict.reason

@@ -141,6 +141,7 @@ def _verify(
         after: dict[str, Any] = _SKIPPED  # if before failed, the verdict is decided
         if "runner_error" not in before:
             after = traces["after"] or _receive(after_proc, after_proc.started + timeout, timeout)
+        _line_up_leaf_lines(before, before_src, after_src)
         after = _hold_newly_trained(after_proc, before, after, limits)
         if "runner_error" not in after:
             before = _hold_frozen_on_purpose(before_proc, before, after, limits)
@@ -446,6 +447,25 @@ def _non_finite_forward(trace: dict[str, Any]) -> bool:
             if any(isinstance(v, str) for v in root.get("values") or ()):
                 return True
     return False
+
+
+def _line_up_leaf_lines(before: dict[str, Any], before_src: str, after_src: str) -> None:
+    """Give each of BEFORE's leaves made on a line the change kept ``match_line``, that
+    line's number in AFTER: a change that inserts lines above a layer (a comment, an
+    import) does not make its parameters other leaves."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(
+        None, before_src.splitlines(), after_src.splitlines(), autojunk=False
+    )
+    shift: dict[int, int] = {}
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if tag == "equal":
+            shift.update({i1 + n + 1: j1 + n + 1 for n in range(i2 - i1)})
+    for leaf in before.get("leaves") or ():
+        line = leaf.get("line")
+        if line in shift and shift[line] != line:
+            leaf["match_line"] = shift[line]
 
 
 def _hold_frozen_on_purpose(

@@ -128,7 +128,10 @@ def _kept_leaves(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> l
 
 
 def _leaf_key(leaf: dict[str, Any]) -> tuple[Any, ...]:
-    return (leaf.get("line"), tuple(leaf.get("shape") or ()), leaf.get("dtype"))
+    """A leaf's creation statement (``match_line``: before's line in after's numbering,
+    where the change moved it), shape and dtype."""
+    line = leaf.get("match_line", leaf.get("line"))
+    return (line, tuple(leaf.get("shape") or ()), leaf.get("dtype"))
 
 
 def _with_leaves(trace: dict[str, Any], kept: list[int]) -> dict[str, Any]:

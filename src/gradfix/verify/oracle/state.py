@@ -100,6 +100,7 @@ class _State:
         self.float64_forward: set[int] = set()
         #: after's first call computes what before computes with autograd off
         self.forward_referenced = False
+        self.after_as_run: dict[str, Any] = after
         self._line_up()
 
     def _line_up(self) -> None:

@@ -38,6 +38,7 @@ class _Structure(_State):
     after: dict[str, Any]
 
     def _line_up(self) -> None:
+        self.after_as_run = self.after  # every leaf after made, before any is dropped
         self._drop_uncreated_leaves()
         if self._held():
             self.held_text = self._leaf_list(self._held())
@@ -134,7 +135,8 @@ class _Structure(_State):
         reads that gradient while an optimizer step after it reads the gradients of other
         leaves: the change made a parameter no optimizer trains (weights kept in a plain
         list, a tensor given ``requires_grad`` but no ``nn.Parameter``)."""
-        script, reads = self.after.get("script"), self.after.get("grad_reads")
+        after = self.after_as_run  # leaves the line-up dropped as not trained included
+        script, reads = after.get("script"), after.get("grad_reads")
         if script is None or reads is None:
             return
         lines = {
@@ -142,8 +144,8 @@ class _Structure(_State):
             for file, _, line in (place.rpartition(":") for place in self.changed)
             if file == script and line.isdigit()
         }
-        events = self.after.get("events") or []
-        for k, leaf in enumerate(self.after.get("leaves") or []):
+        events = after.get("events") or []
+        for k, leaf in enumerate(after.get("leaves") or []):
             if leaf.get("line") not in lines or reads.get(str(k)):
                 continue
             first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
@@ -152,12 +154,12 @@ class _Structure(_State):
             steps = [e for e in events[first:] if e.get("stepped_with")]
             if not steps:
                 continue  # no optimizer step after it: nothing shows what trains
-            trained = sorted({int(j) for j in steps[0]["stepped_with"]})
+            trained = len({int(j) for j in steps[0]["stepped_with"]})
             raise _Rejected(
-                f"the change makes {self._leaf_name(k)}, which gets a gradient at backward "
-                f"call #{first + 1}{_at_line(events[first].get('line'))}, but nothing reads "
-                f"it: the optimizer steps {self._leaf_list(trained)} and never this one "
-                "(a parameter no optimizer trains)"
+                f"the change makes {self._leaf_name(k, after)}, which gets a gradient at "
+                f"backward call #{first + 1}{_at_line(events[first].get('line'))}, but "
+                f"nothing reads it: the optimizer steps {trained} other leaf tensor(s) and "
+                "never this one (a parameter no optimizer trains)"
             )
 
     def _check_untrained_siblings(self) -> None:
