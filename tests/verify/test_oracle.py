@@ -1452,6 +1452,18 @@ def test_a_change_float32_differences_cannot_judge_is_judged_in_float64(
         assert verdict.evidence["silent_graph_cuts"][0]["method"] == "float64"
 
 
+def test_a_change_float32_cannot_judge_without_a_float64_estimate_is_unverified() -> None:
+    """Both gradients within float32's tolerance of the estimate and no float64 estimate
+    of the element (the float64 run could not reach it): nothing tells them apart."""
+    before = trace(event(1.0, {0: tensor([1.0, 1.0])}))
+    after = trace(event(1.0, {0: tensor([1.0, 1.002])}))
+    entry = fd_entry(0, 0, [math.nan, 1.01])
+    entry.update(indices=[1], values=[1.01], methods=["central"], noise=[0.0])
+    entry["precise_error"] = "the leaf is not used the same way in the float64 run"
+    verdict = compare_traces(before, after, {"before": fd(entry)})
+    assert verdict.status == "unverified", verdict.reason
+
+
 def test_a_capped_silent_cut_is_judged_by_the_elements_estimated() -> None:
     before = trace(event(1.0, {0: tensor([1.0, 1.0, 1.0])}))
     after = trace(event(1.0, {0: tensor([3.0, 3.0, 3.0])}))
