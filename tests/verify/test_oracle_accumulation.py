@@ -108,3 +108,24 @@ def test_a_step_on_the_gradient_of_another_loss_is_rejected() -> None:
     same = GAN.replace("range(3)", "range(0, 3)")
     verdict = verify_sources(GAN, same, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+def test_a_reset_the_change_adds_that_leaves_steps_stale_is_rejected() -> None:
+    """The original never clears its gradients (every step applies all earlier ones);
+    a change that adds one ``zero_grad()`` before the loop still steps on stale sums."""
+    never = ACCUMULATE.replace(CLEARS, "").replace("    if (i + 1) % 2 == 0:\n", "    if True:\n")
+    once = never.replace(
+        "for i, (x, y) in enumerate(batches):\n",
+        "opt_body.zero_grad()\nopt_head.zero_grad()\nfor i, (x, y) in enumerate(batches):\n",
+    )
+    status, reason = _verdict_of(never, once)
+    assert status == "rejected", reason
+    assert "the change adds a gradient reset" in reason
+    each = never.replace("    loss.backward()\n", CLEARS + "    loss.backward()\n")
+    status, reason = _verdict_of(never, each)
+    assert status == "verified", reason
+
+
+def _verdict_of(before: str, after: str) -> tuple[str, str]:
+    verdict = verify_sources(before, after, timeout=TIMEOUT, intent=FixIntent.unknown())
+    return verdict.status, verdict.reason

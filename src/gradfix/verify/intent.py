@@ -11,7 +11,8 @@ turns a fix's rule codes into a :class:`FixIntent` (:func:`gradfix.registry.fix_
 a change made by hand (``verify --baseline``) has no declared intent:
 :meth:`FixIntent.unknown` allows what a fix may legitimately change (it may make other
 leaves train or stop making throw-away leaves; whether it differentiates a gradient is
-read from the change, :meth:`FixIntent.for_change`) and demands no restored gradient.
+read from the change, :meth:`FixIntent.for_change`, as is whether it adds a gradient
+reset) and demands no restored gradient.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class FixIntent:
     repairs: tuple[str, ...] = ()
     #: False: a refactor made by hand, whose intent is unknown
     declared: bool = True
+    #: the change adds a reset of gradients (``zero_grad()``, ``.grad = None``): it means
+    #: each step to read fresh gradients, so a step on a stale one is its failure even
+    #: where the original stepped on stale ones too
+    adds_gradient_reset: bool = False
 
     @classmethod
     def unknown(cls) -> FixIntent:
@@ -44,7 +49,18 @@ class FixIntent:
         if self.declared:
             return self
         added = after_src.count("create_graph=True") > before_src.count("create_graph=True")
-        return replace(self, differentiates_gradients=added)
+        resets = _resets(after_src) > _resets(before_src)
+        return replace(self, differentiates_gradients=added, adds_gradient_reset=resets)
+
+
+#: the spellings of a gradient reset
+_RESETS = ("zero_grad(", ".grad = None", ".grad.zero_()")
+
+
+def _resets(source: str) -> int:
+    """How many gradient resets a source spells (comments left out)."""
+    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+    return sum(code.count(spelling) for spelling in _RESETS)
 
 
 #: a fix that declares nothing beyond the bug

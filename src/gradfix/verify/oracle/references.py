@@ -554,13 +554,23 @@ class _References(_FiniteDifferences):
                     continue  # not changed in place since: accumulation, not stale
                 if k not in (ea.get("stepped_with") or ()):
                     continue  # no step reads the sum (reset first: a GAN's generator step)
-                if m < len(events_b) and k in (events_b[m].get("accumulated") or ()):
-                    continue  # before adds to the same kind of gradient there
+                if (
+                    m < len(events_b)
+                    and k in (events_b[m].get("accumulated") or ())
+                    and not self.intent.adds_gradient_reset
+                ):
+                    continue  # before adds to the same kind of gradient there (a change
+                    # that adds a reset means each step to read fresh ones: not excused)
                 raise _Rejected(
                     f"after: backward call #{m + 1}{_at_line(ea.get('line'))} adds its "
                     f"gradient of {self._leaf_name(k)} to the one the leaf held when it was "
                     f"stepped after call #{previous + 1} (nothing reset it in between), so the "
-                    "next step applies old gradients again; before's call starts from a fresh one"
+                    "next step applies old gradients again"
+                    + (
+                        " (the change adds a gradient reset, yet this step's is stale)"
+                        if self.intent.adds_gradient_reset
+                        else "; before's call starts from a fresh one"
+                    )
                 )
             for key, grad in (ea.get("grads") or {}).items():
                 if grad is not None:
