@@ -108,3 +108,38 @@ def test_a_freeze_the_program_asked_for_is_kept_on_the_parameter_it_uses() -> No
     )
     verdict = verify_sources(FREEZE, other, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status != "verified", verdict.reason
+
+
+# An evolved weight re-wrapped in a fresh nn.Parameter in forward: the GRU and the
+# initial weight are cut out of the graph (a new leaf from a computed value).
+REWRAP = """\
+import torch
+import torch.nn as nn
+
+
+class Evolve(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.initial = nn.Parameter(torch.randn(3, 3) * 0.3)
+        self.cell = nn.GRUCell(3, 3)
+        self.lin = nn.Linear(3, 3, bias=False)
+
+    def forward(self, x):
+        w = self.cell(self.initial, self.initial)
+        self.lin.weight = nn.Parameter(w)
+        return self.lin(x)
+
+
+torch.manual_seed(0)
+model = Evolve()
+model(torch.randn(4, 3)).pow(2).sum().backward()
+"""
+
+
+def test_a_parameter_rewrapped_from_a_computed_value_is_a_cut_finite_differences_see() -> None:
+    fixed = REWRAP.replace(
+        "        self.lin.weight = nn.Parameter(w)\n        return self.lin(x)\n",
+        "        return x @ w.t()\n",
+    )
+    verdict = verify_sources(REWRAP, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

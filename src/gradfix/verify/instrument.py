@@ -944,13 +944,12 @@ def _declared_by_the_program() -> bool:
 
 def _held_at_creation(origin: str, declared: bool) -> bool:
     """Whether finite differences hold a new leaf at the value it was made with: a
-    parameter torch makes from another (``weight_norm``'s from the weight) or one the
-    program wraps in ``nn.Parameter`` (a copy it trains from there on) is a constant to
-    autograd and to what trains. A tensor the program itself asks to require grad
-    (``torch.tensor([losses], requires_grad=True)``, ``x.detach().requires_grad_()``) is
-    no parameter: its value is computed, and the derivative of the program follows it
-    (the graph cut such a leaf makes is what finite differences must see)."""
-    return not declared or "Parameter" in origin
+    parameter torch makes from another (``weight_norm``'s from the weight) is a constant
+    to autograd and to what trains. A leaf the program makes itself from a computed value
+    (``torch.tensor([losses], requires_grad=True)``, ``nn.Parameter(gru_out)`` in a
+    ``forward``, ``x.detach().requires_grad_()``) cuts the graph there: the derivative of
+    the program follows its value, and finite differences must see that cut."""
+    return not declared
 
 
 def _register(result: Any, origin: str) -> None:
