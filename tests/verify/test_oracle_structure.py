@@ -45,3 +45,29 @@ def test_a_change_that_drops_a_folded_term_is_rejected_though_leaves_differ() ->
     )
     verdict = verify_sources(FOLD, right, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+FROZEN = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(3, 1)
+for param in model.parameters():
+    param.requires_grad = False
+out = model(torch.randn(4, 3)).sum()
+out.backward()
+print(model.weight.grad)
+"""
+
+
+def test_an_output_made_to_require_grad_is_no_parameter_the_change_registers() -> None:
+    """A tensor the change makes require grad (``out.requires_grad_()``, cut off from the
+    model) is no parameter it registers, even where the change moves every line down."""
+    wrong = "# make backward run\n" + FROZEN.replace(
+        "out.backward()", "out.requires_grad_()\nout.backward()"
+    )
+    verdict = verify_sources(FROZEN, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    fixed = FROZEN.replace("param.requires_grad = False", "param.requires_grad = True")
+    verdict = verify_sources(FROZEN, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

@@ -100,6 +100,8 @@ class _Structure(_State):
         added = [k for k in range(len(leaves_a)) if k not in kept]
         if any(self._stepped_in_after(k) and k not in held for k in added):
             return  # trained in the replay: not the values BEFORE computed with
+        if any(k not in held and "Parameter" not in str(leaves_a[k].get("origin")) for k in added):
+            return  # a tensor made to require grad (``out.requires_grad_()``): no parameter
         lines = ", ".join(self._short_leaf(k) for k in added)
         new = {old: k for k, old in enumerate(kept)}
         self.after = _with_leaves(self.after, kept)
