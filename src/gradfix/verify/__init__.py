@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gradfix.verify.finite_diff import NAMES_FLOAT64
 from gradfix.verify.intent import FixIntent
 from gradfix.verify.oracle import (
     Verdict,
@@ -162,7 +162,7 @@ def _verify(
             )
             forward_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
         float64_reference = None
-        if _non_finite_forward(before) and not _OWN_FLOAT64.search(before_src):
+        if _non_finite_forward(before) and not NAMES_FLOAT64.search(before_src):
             # what before's forward computes where float32 overflows or underflows
             failed = _send(before_proc, "trace", timeout, max_steps=max_steps, float64=True)
             float64_reference = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
@@ -434,10 +434,6 @@ def _hold_newly_trained(
     timeout = limits["timeout"]
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=trained)
     return failed or _receive(proc, time.monotonic() + timeout, timeout)
-
-
-#: a program that names float64 itself has no wider precision to be run in
-_OWN_FLOAT64 = re.compile(r"float64|double")
 
 
 def _non_finite_forward(trace: dict[str, Any]) -> bool:

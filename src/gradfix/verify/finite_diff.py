@@ -114,7 +114,7 @@ def _run(
 
 
 #: A program that names float64 itself cannot be widened without changing it.
-_OWN_FLOAT64 = re.compile(r"float64|double")
+NAMES_FLOAT64 = re.compile(r"float64|double")
 #: How close the float64 run's objective must be to the program's (float32 rounding).
 FLOAT64_AGREEMENT = 1e-4
 
@@ -126,7 +126,7 @@ def _refine(session: Any, probe: Any, entries: list[_Entry], deadline: float) ->
     noise gone, the estimate resolves differences of a few parts in 10^4, such as the
     second-order term ``create_graph=True`` restores. Each estimate carries its noise
     bound and, as its truncation error, its distance from the ``h/2`` estimate."""
-    if _OWN_FLOAT64.search(session.source):
+    if NAMES_FLOAT64.search(session.source):
         for entry in entries:
             entry.precise_error = OWN_FLOAT64
         return

@@ -255,6 +255,12 @@ def _same_gradient(grad_b: dict[str, Any] | None, grad_a: dict[str, Any] | None)
     )
 
 
+def _nonzero(grad: dict[str, Any] | None) -> bool:
+    """A recorded gradient that is there and not all zero (a call that reaches a leaf only
+    through a zero, or not at all, gives it nothing)."""
+    return grad is not None and any(v != 0 for v in _values(grad))
+
+
 def _values(tensor: dict[str, Any]) -> list[float]:
     return [float(v) for v in tensor.get("values", [])]
 

@@ -28,6 +28,7 @@ from gradfix.verify.oracle.common import (
     _GradientChange,
     _no_path_to_any_leaf,
     _non_finite_gradient,
+    _nonzero,
     _Rejected,
     _reran_freed_graph,
     _same_gradient,
@@ -287,7 +288,7 @@ class _References(_FiniteDifferences):
         replay holds is set back after each step (a new version, the same values): only
         its values count."""
         for k, grad in (event.get("grads") or {}).items():
-            if grad is None or not any(v != 0 for v in _values(grad)):
+            if not _nonzero(grad):
                 continue
             for key in ("sums",) if int(k) in held else ("versions", "sums"):
                 old, new = earlier.get(key) or [], event.get(key) or []
@@ -537,9 +538,7 @@ class _References(_FiniteDifferences):
         for m, ea in enumerate(events_a):
             versions = ea.get("versions") or []
             given = {  # the leaves this call adds a gradient to (not an all-zero one)
-                int(key)
-                for key, grad in (ea.get("grads") or {}).items()
-                if grad is not None and any(v != 0 for v in _values(grad))
+                int(key) for key, grad in (ea.get("grads") or {}).items() if _nonzero(grad)
             }
             for k in set(ea.get("accumulated") or ()) & given:
                 previous = last.get(k)
@@ -858,7 +857,7 @@ def _stepped_codes(trace: dict[str, Any]) -> dict[int, set[str]]:
             continue
         for k in event.get("stepped_with") or ():
             grad = grads.get(str(k))
-            if grad is not None and any(v != 0 for v in _values(grad)):
+            if _nonzero(grad):
                 found.setdefault(int(k), set()).add(code)
     return found
 
@@ -869,6 +868,6 @@ def _discarded_codes(trace: dict[str, Any], k: int) -> set[str]:
     for event in trace.get("events") or ():
         grad = (event.get("grads") or {}).get(str(k))
         if event.get("code") and not event.get("error") and _discarded(event, k):
-            if grad is not None and any(v != 0 for v in _values(grad)):
+            if _nonzero(grad):
                 found.add(event["code"])
     return found

@@ -13,10 +13,10 @@ from gradfix.verify.oracle.common import (
     _at_line,
     _file_of,
     _kept_leaves,
+    _nonzero,
     _outcome_text,
     _Rejected,
     _Unverifiable,
-    _values,
     _with_leaves,
 )
 from gradfix.verify.oracle.state import _State
@@ -327,7 +327,4 @@ class _Structure(_State):
 
 def _gives(event: dict[str, Any], k: int) -> bool:
     """Backward call ``event`` adds a nonzero gradient to leaf ``k``."""
-    grad = (event.get("grads") or {}).get(str(k))
-    if event.get("error") or grad is None:
-        return False
-    return any(v != 0 for v in _values(grad))
+    return not event.get("error") and _nonzero((event.get("grads") or {}).get(str(k)))

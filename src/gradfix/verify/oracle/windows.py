@@ -16,6 +16,7 @@ from gradfix.verify.oracle.common import (
     GRAD_RTOL,
     NO_DERIVATIVE,
     _format,
+    _nonzero,
     _Rejected,
     _Unverifiable,
     _values,
@@ -30,7 +31,7 @@ def _windows(trace: dict[str, Any], k: int) -> list[list[int]]:
     windows: list[list[int]] = []
     for i, event in enumerate(trace.get("events") or []):
         grad = (event.get("grads") or {}).get(str(k))
-        gives = grad is not None and any(v != 0 for v in _values(grad))
+        gives = _nonzero(grad)
         if not gives and not event.get("error"):
             continue
         if not windows or k not in (event.get("accumulated") or ()):
