@@ -1,7 +1,8 @@
 """Fixes whose runs part from the original's on purpose, shown by the program itself: a
 loss rebuilt as a new leaf each step (finite differences must follow its values), a
-sample reused after the step that changed its weights (no eps guard), and a freeze the
-program asked for on the tensor it then replaced."""
+sample reused after the step that changed its weights (no eps guard), a freeze the
+program asked for on the tensor it then replaced, and a parameter made frozen that a
+blanket ``model.requires_grad_(True)`` unfroze."""
 
 from __future__ import annotations
 
@@ -108,6 +109,65 @@ def test_a_freeze_the_program_asked_for_is_kept_on_the_parameter_it_uses() -> No
     )
     verdict = verify_sources(FREEZE, other, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status != "verified", verdict.reason
+
+
+# A random projection made a frozen nn.Parameter; stage two unfreezes the whole model,
+# which trains the projection too. The fix keeps it as a buffer.
+STAGES = """\
+import torch
+import torch.nn as nn
+
+
+class Encoding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(8, 2), requires_grad=False)
+
+    def forward(self, v):
+        return torch.cos(v @ self.b.T)
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(2, 2), Encoding(), nn.Linear(8, 1))
+x, y = torch.rand(16, 2), torch.rand(16, 1)
+model.requires_grad_(False)
+model[2].requires_grad_(True)
+opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+for step in range(2):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+model.requires_grad_(True)
+opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+for step in range(2):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_parameter_made_frozen_stays_frozen_against_a_blanket_unfreeze() -> None:
+    buffer = STAGES.replace(
+        "self.b = nn.Parameter(torch.randn(8, 2), requires_grad=False)",
+        'self.register_buffer("b", torch.randn(8, 2))',
+    )
+    verdict = verify_sources(STAGES, buffer, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "before replayed with leaf" in verdict.reason and "model.1.b" in verdict.reason
+    # the stage-one freeze that stage two lifts is no freeze to keep: a change that
+    # leaves the program as it is keeps every parameter training in stage two
+    same = STAGES.replace("    opt.zero_grad()\n", "    opt.zero_grad()  # stage\n", 1)
+    verdict = verify_sources(STAGES, same, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "before replayed" not in verdict.reason
+    # dropping the frozen projection's Parameter wrapper alone does not make the first
+    # linear layer stop training: freezing it too is a change the program never asked for
+    frozen = buffer.replace(
+        "model.requires_grad_(True)\n",
+        "model.requires_grad_(True)\nmodel[0].requires_grad_(False)\n",
+    )
+    verdict = verify_sources(STAGES, frozen, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
 
 
 # An evolved weight re-wrapped in a fresh nn.Parameter in forward: the GRU and the

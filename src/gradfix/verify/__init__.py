@@ -473,12 +473,21 @@ def _hold_frozen_on_purpose(
     leaves restored after each optimizer step: the values the program meant them to
     keep. Its gradients of them are not compared (AFTER's do not exist)."""
     own = {f.get("code") for f in before.get("freezes") or () if f.get("code")}
+    # a statement that froze the same leaf in before too is no freeze before missed
+    pairs = {(f.get("code"), f.get("leaf")) for f in before.get("freezes") or ()}
+    trained_after = stepped_leaves(after) or set()
     frozen = sorted(
-        {
-            int(f["leaf"])
-            for f in after.get("freezes") or ()
-            if f.get("leaf") is not None and f.get("code") in own
-        }
+        (
+            {
+                int(f["leaf"])
+                for f in after.get("freezes") or ()
+                if f.get("leaf") is not None
+                and f.get("code") in own
+                and (f.get("code"), f.get("leaf")) not in pairs
+            }
+            - trained_after  # frozen there for a while only (a first stage), as in before
+            | _unfrozen_by_a_blanket(before, after, trained_after)
+        )
         & (stepped_leaves(before) or set())
     )
     if not frozen or "runner_error" in before:
@@ -487,6 +496,26 @@ def _hold_frozen_on_purpose(
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=frozen)
     replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
     return before if "runner_error" in replay else replay
+
+
+def _unfrozen_by_a_blanket(
+    before: dict[str, Any], after: dict[str, Any], trained_after: set[int]
+) -> set[int]:
+    """Leaves BEFORE made frozen on purpose (``nn.Parameter(b, requires_grad=False)``) and
+    then trains only because a statement unfreezing many tensors caught them too
+    (``model.requires_grad_(True)``), while AFTER trains no parameter of that name: the
+    freeze that names the tensor is the one the program meant."""
+    names_b, names_a = before.get("parameter_names") or {}, after.get("parameter_names") or {}
+    trained_names = {names_a.get(str(k)) for k in trained_after}
+    blankets = {code for code, count in (before.get("unfreezes") or {}).items() if count > 1}
+    return {
+        int(leaf["index"])
+        for leaf in before.get("leaves") or ()
+        if leaf.get("made_frozen")
+        and leaf.get("unfrozen_by") in blankets
+        and names_b.get(str(leaf["index"]))
+        and names_b.get(str(leaf["index"])) not in trained_names
+    }
 
 
 def constant_grads(intent: FixIntent) -> bool:

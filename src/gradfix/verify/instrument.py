@@ -182,6 +182,10 @@ class Recorder:
         self._unread: dict[int, list[int]] = {}
         #: leaf -> the backward calls whose gradients its ``.grad`` holds (since its reset)
         self._since_reset: dict[int, list[int]] = {}
+        #: leaves whose gradient was reset (or ``zero_grad()`` reached) since the last
+        #: backward call, and the leaves the latest call was made for (see ``owns``)
+        self._reset_since_call: set[int] = set()
+        self._owns: list[int] | None = None
         self._zeroing = 0  # inside ``zero_grad()``: its reads of ``.grad`` only reset them
         self._zeroed: set[int] = set()  # leaves ``zero_grad()`` reached
         #: leaves an optimizer step must not change (restored after each step, see
@@ -209,11 +213,18 @@ class Recorder:
         #: step) is a use like a grad-mode one, so finite differences follow it
         self.changed_lines: frozenset[int] = frozenset()
         self.in_optimizer_step = 0
+        self.in_function = 0  # inside an ``autograd.Function``'s apply (its forward)
         #: what of the program's own makes gradients other than the derivative of the
         #: forward: its ``autograd.Function`` classes applied, backward hooks it registered
         self.custom_gradients: set[str] = set()
         #: where the program set ``requires_grad`` to False, and on which leaf (see _frozen)
         self.freezes: list[dict[str, Any]] = []
+        #: tensors made frozen on purpose (``nn.Parameter(x, requires_grad=False)``):
+        #: id -> (the tensor, kept alive so its id stays its own; the statement)
+        self._made_frozen: dict[int, tuple[torch.Tensor, str]] = {}
+        #: statement -> the tensors it set ``requires_grad`` True on (ids): one that sets it
+        #: on several (``model.requires_grad_(True)``) is a blanket unfreeze
+        self.unfreezes: dict[str, set[int]] = {}
         #: leaf -> how often the program or an optimizer read its ``.grad`` (not to reset it)
         self.grad_reads: dict[int, int] = {}
         #: statements of the program that read ``.grad`` of a non-leaf (see grad_read)
@@ -242,6 +253,13 @@ class Recorder:
                 "declared": _declared_by_the_program(),
             }
         )
+        made = self._made_frozen.get(id(tensor))
+        if made is not None and made[0] is tensor:
+            # made frozen on purpose, requiring grad only since: by which statements
+            self.leaf_info[-1]["made_frozen"] = made[1]
+            statement = _program_statement()
+            if statement is not None:
+                self.leaf_info[-1]["unfrozen_by"] = statement[0]
         if (self.record_steps or self.replay_steps is not None) and _held_at_creation(
             origin, self.leaf_info[-1]["declared"]
         ):
@@ -314,6 +332,14 @@ class Recorder:
                     self._unread.setdefault(k, []).append(index)
                     self._since_reset.setdefault(k, []).append(index)
                 record["accumulated"] = _stale(grads_before or [])
+                if self._reset_since_call:
+                    # the leaves reset just before it: the ones this loss is for (an
+                    # actor's optimizer zeroed before the actor loss's backward); with no
+                    # reset in between, the previous call's (accumulation)
+                    self._owns = sorted(self._reset_since_call)
+                    self._reset_since_call = set()
+                if self._owns is not None:
+                    record["owns"] = self._owns
             if record:
                 record["frozen"] = self._frozen_leaves()
                 record["versions"] = [leaf._version for leaf in self.leaves]
@@ -528,10 +554,13 @@ class Recorder:
         self.grad_reads[k] = self.grad_reads.get(k, 0) + 1
         if self.in_optimizer_step:
             # an optimizer step reads the gradients every call since the last reset gave
-            for index in self._since_reset.get(k, ()):
+            window = self._since_reset.get(k, [])
+            for index in window:
                 stepped = self.events[index].setdefault("stepped_with", [])
                 if k not in stepped:
                     stepped.append(k)
+                # the calls whose gradients of k this step reads together with this one's
+                self.events[index].setdefault("read_with", {})[str(k)] = list(window)
 
     def _nonleaf_grad_read(self) -> None:
         """The program's own code reads ``.grad`` of a tensor that is not a leaf: always
@@ -559,6 +588,7 @@ class Recorder:
         if k is None:
             return
         self._since_reset.pop(k, None)
+        self._reset_since_call.add(k)
         for index in self._unread.pop(k, ()):
             if index < len(self.events):
                 self.events[index].setdefault("discarded", []).append(k)
@@ -572,6 +602,7 @@ class Recorder:
         if self._zeroing:
             return
         zeroed, self._zeroed = self._zeroed, set()
+        self._reset_since_call.update(zeroed)  # a gradient still None is reset as well
         self.internal = True
         try:
             with torch.no_grad():
@@ -608,6 +639,43 @@ class Recorder:
                     _first_use_values(self, k, self.leaves[k])
         for k in used:
             self._count_use(k)
+
+    def reads_perturbed_off_grad(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """A grad-off call (a ``no_grad`` block: a TD target made with the network it
+        trains) that reads the leaf a finite-difference run has perturbed. Autograd holds
+        what it computes constant, so the perturbed run must too: it reads the value the
+        leaf had before the perturbation. Not an optimizer step (its update is given back
+        by ``replay_steps``), nor a read the change wrote (followed, see
+        ``_read_at_changed_line``)."""
+        p = self.perturbation
+        if p is None or p.step is None or p.value is None or torch.is_grad_enabled():
+            return False
+        if self.in_optimizer_step or self.in_function or not _reads_values(func):
+            return False
+        if p.leaf not in set(self._leaf_args(args, kwargs)):
+            return False
+        return not self._read_at_changed_line(func, args, kwargs)
+
+    def unperturbed(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``func`` with the perturbed element back at its value, then perturb it
+        again; through ``.data``, so the leaf's version counter does not move."""
+        p = self.perturbation
+        assert p is not None and p.value is not None
+        leaf = self.leaves[p.leaf]
+        index = _unravel(p.element, tuple(leaf.shape))
+        internal, self.internal = self.internal, True
+        try:
+            data = leaf.data
+            perturbed = data[index].clone()
+            data[index] = p.value
+            try:
+                return func(*args, **kwargs)
+            finally:
+                data[index] = perturbed
+        finally:
+            self.internal = internal
 
     def _read_at_changed_line(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -860,6 +928,8 @@ class UseTracker(TorchFunctionMode):
         recorder = _ACTIVE
         if recorder is not None and not recorder.internal:
             recorder.observe_call(func, args, kwargs)
+            if recorder.reads_perturbed_off_grad(func, args, kwargs):
+                return recorder.unperturbed(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -1199,21 +1269,44 @@ def _hold_step_values(recorder: Recorder, optimizer: Any) -> None:
                 recorder.leaves[k].detach().copy_(value)
 
 
-def _frozen(tensor: torch.Tensor) -> None:
-    """The program sets ``requires_grad`` of a tensor to False: the statement (its
-    innermost frame of the program's own code) and the leaf, once per pair."""
-    recorder = _listening()
-    if recorder is None or len(recorder.freezes) >= 50:
-        return
+def _program_statement() -> tuple[str, int] | None:
+    """The statement of the program's own code (its innermost frame outside torch and
+    the libraries) that is running: its text and line."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(("<", *_LIBRARIES)):
         frame = frame.f_back
     if frame is None:
-        return
+        return None
     code = _statement_text(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
-    entry = {"leaf": recorder.leaf_index(tensor), "code": code, "line": frame.f_lineno}
+    return code, frame.f_lineno
+
+
+def _frozen(tensor: torch.Tensor, made: bool = False) -> None:
+    """The program sets ``requires_grad`` of a tensor to False (``made``: makes it so,
+    ``nn.Parameter(x, requires_grad=False)``): the statement and the leaf, once per pair."""
+    recorder = _listening()
+    if recorder is None or len(recorder.freezes) >= 50:
+        return
+    statement = _program_statement()
+    if statement is None:
+        return
+    code, line = statement
+    entry = {"leaf": recorder.leaf_index(tensor), "code": code, "line": line}
     if entry not in recorder.freezes:
         recorder.freezes.append(entry)
+    if made and len(recorder._made_frozen) < 50:
+        recorder._made_frozen[id(tensor)] = (tensor, code)
+
+
+def _unfrozen(tensor: torch.Tensor) -> None:
+    """The program sets ``requires_grad`` of a tensor to True: which statement, counted
+    over the tensors it unfreezes (see ``Recorder.unfreezes``)."""
+    recorder = _listening()
+    if recorder is None or len(recorder.unfreezes) >= 50:
+        return
+    statement = _program_statement()
+    if statement is not None:
+        recorder.unfreezes.setdefault(statement[0], set()).add(id(tensor))
 
 
 def _patch_leaf_marking() -> None:
@@ -1222,6 +1315,8 @@ def _patch_leaf_marking() -> None:
     def new_parameter(cls: type, data: Any = None, requires_grad: bool = True) -> Any:
         parameter: Any = parameter_new(cls, data, requires_grad)
         _register(parameter, "nn.Parameter")
+        if not requires_grad:
+            _frozen(parameter, made=True)
         return parameter
 
     torch.nn.Parameter.__new__ = staticmethod(new_parameter)  # type: ignore[assignment]
@@ -1231,6 +1326,7 @@ def _patch_leaf_marking() -> None:
     def mark_requires_grad(self: torch.Tensor, requires_grad: bool = True) -> torch.Tensor:
         result = requires_grad_(self, requires_grad)
         if requires_grad:
+            _unfrozen(self)
             _register(self, "requires_grad_()")
         else:
             _frozen(self)
@@ -1244,6 +1340,7 @@ def _patch_leaf_marking() -> None:
     def set_requires_grad(self: torch.Tensor, value: bool) -> None:
         _BASE_REQUIRES_GRAD.__set__(self, value)
         if value:
+            _unfrozen(self)
             _register(self, "requires_grad = True")
         else:
             _frozen(self)
@@ -1267,7 +1364,15 @@ def _patch_custom_gradients() -> None:
             if not recorder.internal:
                 # its forward runs with autograd off: the call is the leaves' use
                 recorder.observe_call(apply, args, kwargs)
-        return function_apply(cls, *args, **kwargs)
+        if recorder is None:
+            return function_apply(cls, *args, **kwargs)
+        # its forward's grad-off reads are differentiated all the same (by its backward,
+        # or a reentrant checkpoint's recomputation): a perturbation must reach them
+        recorder.in_function += 1
+        try:
+            return function_apply(cls, *args, **kwargs)
+        finally:
+            recorder.in_function -= 1
 
     torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
 

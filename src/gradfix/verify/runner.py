@@ -388,6 +388,7 @@ class Session:
             "nonleaf_grad_reads": recorder.nonleaf_grad_reads,
             "grad_reads": {str(k): n for k, n in sorted(recorder.grad_reads.items())},
             "freezes": recorder.freezes,
+            "unfreezes": {code: len(ids) for code, ids in recorder.unfreezes.items()},
             "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **(

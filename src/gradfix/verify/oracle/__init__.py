@@ -93,6 +93,18 @@ discriminator step that stops backpropagating into the generator
 (``netD(fake.detach())``) changes only gradients the generator's ``zero_grad()`` throws
 away before its own step.
 
+A loss that leaks into another optimizer's leaves (each optimizer's ``zero_grad()`` run
+right before its own loss's backward: the runner's ``owns``; a later call made for other
+leaves adds to a leaf's gradient that already holds its own loss's, and its optimizer
+steps on the sum: an actor loss training the critic) may be stopped by the fix: where
+after gives that leaf nothing at that call, the difference is the leak's (the evidence's
+``stopped_leaks``) and before's later trajectory is no reference.
+
+Finite differences differentiate what autograd does: a grad-off read of a perturbed leaf
+(a Q-learning target computed under ``torch.no_grad()`` with the network being trained)
+sees its unperturbed value, except at a line the change wrote, inside an optimizer step
+or inside an ``autograd.Function``'s forward (which its backward differentiates).
+
 When both versions fail with the same error at the same, unchanged statement (another
 bug, in this file or another), the calls both made are compared and the verdict is
 ``unverified: blocked by <error> at <file:line>``, never a rejection of the fix.

@@ -121,6 +121,11 @@ class _Comparison(_Windows):
                 f"backward call(s) and {len(self._compared())} leaf tensor(s)"
             )
         parts += self._leaf_summary()
+        if self.before_held_text:
+            parts.append(
+                f"before replayed with {self.before_held_text} held at their values across "
+                "its optimizer steps: the program's own freeze of them, which after keeps"
+            )
         if self.silent_cuts:
             parts.append(
                 "before's autograd gradient differs from finite differences of its "
@@ -129,6 +134,15 @@ class _Comparison(_Windows):
             )
         if self.discarded_gradients:
             parts.append(self._discarded_summary())
+        if self.stopped_leaks:
+            first = self.stopped_leaks[0]
+            leaves = sorted({entry["leaf"] for entry in self.stopped_leaks})
+            parts.append(
+                f"before's optimizer steps {self._leaf_list(leaves)} with the gradient "
+                f"backward call #{first['event'] + 1} gives them, though that call is the "
+                "loss of the leaves reset just before it, not theirs (a leak after stops: "
+                f"{len(self.stopped_leaks)} (call, leaf) pair(s))"
+            )
         if self.self_checked_events and self.diverged_at is not None and self.stale_at is not None:
             parts.append(
                 f"before adds each gradient to stale ones from backward call #{self.stale_at + 1}"
@@ -262,6 +276,7 @@ class _Comparison(_Windows):
             "parameter_names": dict(self.after.get("parameter_names") or {}),
             "rules": list(self.rules),
             "now_trained": self._held(),
+            "stopped_leaks": self.stopped_leaks,
             "torch_made_weights_checked": self.check_torch_made,
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,

@@ -421,12 +421,44 @@ class _References(_FiniteDifferences):
                 continue
             if grad_a is None and self._frozen_as_before_meant(ea, k):
                 continue
+            if self._stops_leak(i, eb, k, grad_b, grad_a):
+                continue
             if grad_a is None:
                 raise _Rejected(
                     f"after: {label} leaves the gradient of {self._leaf_name(k)} "
                     "None where before computes one"
                 )
             self._compare_to_autograd(i, k, grad_b, grad_a, label)
+
+    def _stops_leak(self, i: int, eb: dict[str, Any], k: int, grad_b: Any, grad_a: Any) -> bool:
+        """Before's call ``i`` was made for other leaves (the ones reset just before it:
+        the actor's, zeroed before the actor loss's backward; the runner's ``owns``), yet
+        adds a gradient to leaf ``k``'s, which already holds the one of an earlier call
+        made for ``k`` (its own loss), and ``k``'s optimizer steps on the sum (the critic
+        trained on the actor's loss). After gives ``k`` nothing there: it stops the leak,
+        and before's later trajectory, stepped on the leaked gradient, is no reference."""
+        owns = eb.get("owns")
+        if (
+            owns is None
+            or k in owns
+            or k not in (eb.get("stepped_with") or ())
+            or not _nonzero(grad_b)
+            or _nonzero(grad_a)
+        ):
+            return False
+        events_b = self.before.get("events") or []
+        window = [int(j) for j in (eb.get("read_with") or {}).get(str(k), ())]
+        if not any(
+            j < i
+            and j < len(events_b)
+            and k in (events_b[j].get("owns") or ())
+            and _nonzero((events_b[j].get("grads") or {}).get(str(k)))
+            for j in window
+        ):
+            return False  # no gradient of k's own loss read with it: nothing leaks into
+        self.stopped_leaks.append({"event": i, "leaf": k})
+        self._mark_broken(i)
+        return True
 
     def _frozen_as_before_meant(self, ea: dict[str, Any], k: int) -> bool:
         """After's leaf ``k`` does not require grad at this call, frozen by a statement
@@ -461,7 +493,11 @@ class _References(_FiniteDifferences):
             eb, ea = events_b[j], events_a[j]
             if not eb.get("code") or eb.get("code") != ea.get("code"):
                 continue
-            restored = set(eb.get("discarded") or ()) - set(ea.get("discarded") or ())
+            restored = {  # gradients call j gave (not None: a frozen leaf's) reset unread
+                k
+                for k in set(eb.get("discarded") or ()) - set(ea.get("discarded") or ())
+                if _nonzero((eb.get("grads") or {}).get(str(k)))
+            }
             for later in range(j + 1, min(i, len(events_b))):
                 read = events_b[later]
                 if read.get("code") != eb.get("code"):
@@ -751,8 +787,23 @@ class _References(_FiniteDifferences):
                     f"statement (`{ea.get('code')}`), where it has none either",
                 )
                 continue
+            if not _nonzero(grad_a) and self._leak_stopped_by_statement(ea, k):
+                self.stopped_leaks.append({"event": i, "leaf": k})
+                continue
             self._compare_to_fd("after", i, k, grad_a, None, label)
         self.self_checked_events += 1
+
+    def _leak_stopped_by_statement(self, ea: dict[str, Any], k: int) -> bool:
+        """Whether after's call ``ea`` is made by a statement whose leak into leaf ``k``
+        after was seen to stop (``_stops_leak``): finite differences see the loss depend
+        on ``k``, which the fix means this loss not to train."""
+        code, events_b = ea.get("code"), self.before.get("events") or []
+        return bool(code) and any(
+            entry["leaf"] == k
+            and entry["event"] < len(events_b)
+            and events_b[entry["event"]].get("code") == code
+            for entry in self.stopped_leaks
+        )
 
     def _none_at_the_same_statement(self, ea: dict[str, Any], k: int) -> bool:
         """Whether BEFORE left leaf ``k`` without gradient at a backward call made by the

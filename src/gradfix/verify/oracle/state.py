@@ -79,6 +79,8 @@ class _State:
         self.blocked: dict[str, Any] | None = None  # both versions fail the same way
         #: the leaves AFTER was replayed with held, named while AFTER's numbering stands
         self.held_text = ""
+        #: the leaves BEFORE was replayed with held (its own freeze, kept by AFTER), named
+        self.before_held_text = ""
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         self._determinism_checked: set[tuple[str, int]] = set()
@@ -86,6 +88,9 @@ class _State:
         self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
         # (call, leaf) whose gradients differ but are reset unread in both versions
         self.discarded_gradients: list[dict[str, int]] = []
+        #: (call, leaf) gradients before's optimizer stepped although the call was another
+        #: loss's (see ``_stops_leak``), which after no longer gives
+        self.stopped_leaks: list[dict[str, int]] = []
         #: backward calls whose forward an eps guard moved (see ``_eps_guard``)
         self.eps_guarded: list[dict[str, Any]] = []
         #: finite-difference targets whose float32 disagreement float64 must confirm
@@ -126,7 +131,8 @@ class _State:
 
     def _uncompared(self) -> dict[int, str]:
         """Leaves of AFTER whose gradient no comparison covered, with the reason."""
-        found = dict(self.not_compared)
+        compared = set(self._compared())  # at some calls: not "not compared" at others
+        found = {k: why for k, why in self.not_compared.items() if k not in compared}
         for k in sorted(self.leaves_compared - self.values_checked):
             undefined = self.undefined_at.get(k)
             found[k] = (

@@ -39,6 +39,10 @@ class _Structure(_State):
 
     def _line_up(self) -> None:
         self.after_as_run = self.after  # every leaf after made, before any is dropped
+        kept = [int(k) for k in self.before.get("held") or ()]
+        self.before_held_text = ", ".join(self._leaf_name(k, self.before) for k in kept[:4]) + (
+            f" and {len(kept) - 4} more" if len(kept) > 4 else ""
+        )
         self._drop_uncreated_leaves()
         if self._held():
             self.held_text = self._leaf_list(self._held())
