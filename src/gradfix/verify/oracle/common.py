@@ -251,7 +251,40 @@ def _same_gradient(grad_b: dict[str, Any] | None, grad_a: dict[str, Any] | None)
         return grad_b is grad_a
     expected, actual = _values(grad_b), _values(grad_a)
     return len(expected) == len(actual) and all(
-        abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e) for e, a in zip(expected, actual)
+        a == e or abs(a - e) <= GRAD_ATOL + GRAD_RTOL * abs(e) for e, a in zip(expected, actual)
+    )
+
+
+def identical_runs(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether two traces record the same run: both complete, with the same leaves, the
+    same backward calls (their forward results, the gradient each gives each leaf, what
+    each optimizer step reads) and the same module-level values."""
+    if any((t.get("outcome") or {}).get("status") != "ok" for t in (before, after)):
+        return False
+    if any(t.get("events_truncated") or "runner_error" in t for t in (before, after)):
+        return False
+    leaves_b, leaves_a = before.get("leaves") or [], after.get("leaves") or []
+    if [leaf.get("shape") for leaf in leaves_b] != [leaf.get("shape") for leaf in leaves_a]:
+        return False
+    events_b, events_a = before.get("events") or [], after.get("events") or []
+    if before.get("event_count") != after.get("event_count") or len(events_b) != len(events_a):
+        return False
+    for eb, ea in zip(events_b, events_a):
+        if eb.get("kind") != ea.get("kind") or bool(eb.get("error")) != bool(ea.get("error")):
+            return False
+        roots_b, roots_a = eb.get("roots") or [], ea.get("roots") or []
+        if len(roots_b) != len(roots_a) or not all(map(_same_values, roots_b, roots_a)):
+            return False
+        grads_b, grads_a = eb.get("grads") or {}, ea.get("grads") or {}
+        if set(grads_b) != set(grads_a):
+            return False
+        if not all(_same_gradient(grads_b[key], grads_a[key]) for key in grads_b):
+            return False
+        if sorted(eb.get("stepped_with") or ()) != sorted(ea.get("stepped_with") or ()):
+            return False
+    globals_b, globals_a = before.get("globals") or {}, after.get("globals") or {}
+    return set(globals_b) == set(globals_a) and all(
+        _same_values(globals_b[name], globals_a[name]) for name in globals_b
     )
 
 

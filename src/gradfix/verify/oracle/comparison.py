@@ -69,6 +69,8 @@ class _Comparison(_Windows):
         except _Unverifiable as exc:
             return Verdict("unverified", self._held_prefix() + str(exc), self.evidence())
         verdict = self._conclude()
+        if verdict.verified and self.identical:
+            verdict.reason = f"{self._no_difference()}; {verdict.reason}"
         if self.held_text and verdict.verified:
             verdict.reason = (
                 f"leaves now trained: {self.held_text}; with them held at "
@@ -195,6 +197,22 @@ class _Comparison(_Windows):
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
 
+    def _no_difference(self) -> str:
+        """The change computes what the original computes: proven for a refactor; a fix
+        whose bug this run does not show (a buffer for a tensor the optimizer never saw,
+        a flag that was already set) is proven to change nothing here, and says so."""
+        calls = self.before.get("event_count") or 0
+        ran = (
+            f"the same forward results and gradients at each of its {calls} backward call(s)"
+            if calls
+            else "the same module-level values, and no backward call"
+        )
+        return (
+            f"the change computes exactly what the original does in this run ({ran}, the "
+            "same leaves and optimizer steps): a refactor; a fix whose bug this run does "
+            "not show"
+        )
+
     def _discarded_summary(self) -> str:
         calls = sorted({entry["event"] + 1 for entry in self.discarded_gradients})
         leaves = sorted({entry["leaf"] for entry in self.discarded_gradients})
@@ -277,6 +295,7 @@ class _Comparison(_Windows):
             "rules": list(self.rules),
             "now_trained": self._held(),
             "stopped_leaks": self.stopped_leaks,
+            "identical_to_before": self.identical,
             "torch_made_weights_checked": self.check_torch_made,
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,

@@ -13,6 +13,7 @@ from gradfix.verify.oracle.common import (
     _Stats,
     _stepped,
     _values,
+    identical_runs,
 )
 
 
@@ -106,6 +107,8 @@ class _State:
         #: after's first call computes what before computes with autograd off
         self.forward_referenced = False
         self.after_as_run: dict[str, Any] = after
+        #: the two runs are the same run (see ``identical_runs``), before any line-up
+        self.identical = identical_runs(before, after)
         self._line_up()
 
     def _line_up(self) -> None:

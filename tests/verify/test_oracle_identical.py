@@ -1,0 +1,52 @@
+"""A change that computes exactly what the original computes is a proven refactor, and its
+verdict says so: meant as a fix, its bug does not show in this run (a buffer registered
+for a tensor the optimizer never saw keeps the keys untrained, as before)."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
+
+MEMORY = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Memory(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.keys = torch.randn(3, 4)
+
+    def forward(self, x):
+        return F.softmax(x @ self.keys.t(), dim=-1) @ self.keys
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 4), Memory())
+opt = torch.optim.Adam(model.parameters(), lr=0.1)
+x, y = torch.randn(5, 6), torch.randn(5, 4)
+for _ in range(2):
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_change_that_computes_what_the_original_does_says_so() -> None:
+    buffer = MEMORY.replace(
+        "self.keys = torch.randn(3, 4)", 'self.register_buffer("keys", torch.randn(3, 4))'
+    )
+    verdict = verify_sources(MEMORY, buffer, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith("the change computes exactly what the original does")
+    assert "a fix whose bug this run does not show" in verdict.reason
+    assert verdict.evidence["identical_to_before"] is True
+    # the fix that registers the keys as a parameter trains them: a difference, proven
+    parameter = MEMORY.replace(
+        "self.keys = torch.randn(3, 4)", "self.keys = nn.Parameter(torch.randn(3, 4))"
+    )
+    verdict = verify_sources(MEMORY, parameter, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["identical_to_before"] is False
+    assert "computes exactly" not in verdict.reason
