@@ -47,7 +47,7 @@ class GAN:
         label = torch.full((batch_size,), self.real_label)
         output = self.discriminator(real_image).view(-1)
         errD_real = self.criterion(output, label)
-        errD_real.backward()
+        errD_real.backward()  # bench: bug
         noise = torch.randn(batch_size, self.latent_dims)
         fake = self.generator(noise)
         label.fill_(self.fake_label)
