@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
 
 TIMEOUT = 60.0
 
@@ -143,3 +144,32 @@ torch.relu(w - 1.0).sum().backward()
     verdict = verify_sources(before, after, timeout=TIMEOUT, rules=["GF301"])
     assert verdict.status == "unverified", verdict.reason
     assert "no derivative there" in verdict.reason
+
+
+# Domain codes made with the legacy float32 constructor: binary_cross_entropy_with_logits
+# computes in its target's dtype, so in the float64 run the adversarial term would still
+# be rounded in float32, and its finite differences would not see the term at all.
+ITEM_TERM = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+net = nn.Linear(3, 2)
+codes = torch.FloatTensor(np.ones((4, 2)))
+x = torch.randn(4, 3)
+out = net(x)
+adv = nn.BCEWithLogitsLoss()(out, codes)
+adv = adv.detach().item()
+loss = out.pow(2).mean() + 0.02 * adv
+loss.backward()
+"""
+
+
+def test_the_float64_run_widens_tensors_the_program_made_in_float32() -> None:
+    # the term .item() cut off weighs little: float32's differences accept both
+    # gradients, and only the float64 run tells the repaired one from the cut one
+    fixed = ITEM_TERM.replace("adv = adv.detach().item()\n", "")
+    verdict = verify_sources(ITEM_TERM, fixed, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "a silent graph cut" in verdict.reason

@@ -203,3 +203,37 @@ def test_a_parameter_rewrapped_from_a_computed_value_is_a_cut_finite_differences
     )
     verdict = verify_sources(REWRAP, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# The discriminator frozen (requires_grad False) for the generator's loss: its `.grad`
+# still holds the discriminator step's gradient, so the call adds nothing to it.
+FROZEN_D = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+netG, netD = nn.Linear(2, 4), nn.Linear(4, 1)
+netG.weight.normal_(0.0, 0.5)
+optD = torch.optim.SGD(netD.parameters(), lr=0.1)
+optG = torch.optim.SGD(netG.parameters(), lr=0.1)
+for step in range(2):
+    fake = netG(torch.randn(8, 2))
+    netD.zero_grad()
+    netD(fake.detach()).mean().backward()
+    optD.step()
+    netD.requires_grad_(False)
+    netG.zero_grad()
+    (-netD(fake).mean()).backward()
+    optG.step()
+    netD.requires_grad_(True)
+"""
+
+
+def test_a_leaf_frozen_at_a_call_expects_no_gradient_from_it_in_the_fix_s_own_check() -> None:
+    # before raises at the in-place init: the fix is checked against finite differences of
+    # its own forward, which see the frozen discriminator's weights; no gradient is meant
+    fixed = FROZEN_D.replace(
+        "netG.weight.normal_(0.0, 0.5)", "nn.init.normal_(netG.weight, 0.0, 0.5)"
+    )
+    verdict = verify_sources(FROZEN_D, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

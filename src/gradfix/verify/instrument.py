@@ -926,11 +926,39 @@ class UseTracker(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         recorder = _ACTIVE
+        if _FLOAT64 and _widens(func, kwargs):
+            args, kwargs = _widened(args), _widened(kwargs)
         if recorder is not None and not recorder.internal:
             recorder.observe_call(func, args, kwargs)
             if recorder.reads_perturbed_off_grad(func, args, kwargs):
                 return recorder.unperturbed(func, args, kwargs)
         return func(*args, **kwargs)
+
+
+#: calls that make, convert or write a tensor: the float64 run leaves their arguments be
+_NOT_WIDENED = frozenset({"to", "type", "float", "half", "bfloat16", "copy_", "set_", "__set__"})
+
+
+def _widens(func: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether the float64 run computes ``func`` with its float32 tensor arguments widened:
+    an out-of-place computation (not in place, not into ``out=``, not a conversion). A
+    float32 tensor the program made itself (``torch.FloatTensor(array)``) would otherwise
+    narrow what it meets (``binary_cross_entropy_with_logits`` computes in its target's
+    dtype), and the float64 run's finite differences would see float32's rounding."""
+    name = getattr(func, "__name__", "")
+    return not (name.endswith("_") or name in _NOT_WIDENED or "out" in kwargs)
+
+
+def _widened(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _TO(value, torch.float64) if value.dtype == torch.float32 else value
+    if isinstance(value, (list, tuple)) and any(
+        isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in value
+    ):
+        return type(value)(_widened(v) for v in value) if type(value) in (list, tuple) else value
+    if isinstance(value, dict):
+        return {key: _widened(v) for key, v in value.items()}
+    return value
 
 
 #: Random factories and in-place samplers: in a float64 run (:func:`float64_run`) they

@@ -22,6 +22,7 @@ from gradfix.verify.oracle.common import (
     _float64_estimates,
     _format,
     _GradientChange,
+    _nonzero,
     _Unverifiable,
     _values,
 )
@@ -43,8 +44,9 @@ class _FiniteDifferences(_Structure):
     ) -> None:
         """Compare AFTER's gradient with a finite-difference estimate (of ``source``)."""
         events = self.after.get("events") or []
-        if grad_a is None and i < len(events) and k in (events[i].get("frozen") or []):
-            # ``E.requires_grad = False`` before the call: no gradient is expected
+        if not _nonzero(grad_a) and i < len(events) and k in (events[i].get("frozen") or []):
+            # ``E.requires_grad = False`` before the call: no gradient is expected (None,
+            # or a zero increment of a ``.grad`` an earlier call left)
             self.not_compared.setdefault(k, "frozen (requires_grad is False at the call)")
             return
         self._require_finite(grad_a, k, label)
