@@ -93,18 +93,21 @@ def _run(
     record_steps: bool = False,
     replay_steps: list[Any] | None = None,
     replay_initial: dict[int, Any] | None = None,
+    replay_detached: list[Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """One run of the script up to event ``stop_after``; ``float64``: in double precision;
     ``keep``: keep the gradients of ``autograd.grad`` calls without ``create_graph``
     (constants to autograd), ``replay``: give such calls the kept ones back;
     ``record_steps``: keep what each optimizer step leaves its leaves at and each new
-    leaf's first value, ``replay_steps``/``replay_initial``: set them back to those (see
-    ``Recorder.record_steps``)."""
+    leaf's first value and each ``.detach()`` result, ``replay_steps``/``replay_initial``/
+    ``replay_detached``: set them back to those (see ``Recorder.record_steps`` and
+    ``Recorder.detach``)."""
     recorder = session.instrument.Recorder(session.path, record_values=False)
     recorder.changed_lines = getattr(session, "changed_lines", frozenset())
     recorder.record_steps = record_steps
     recorder.replay_steps = replay_steps
     recorder.replay_initial = replay_initial
+    recorder.replay_detached = replay_detached
     recorder.stop_after_event = stop_after
     recorder.perturbation = perturbation
     recorder.keep_constant_grads = keep
@@ -305,6 +308,7 @@ class _Estimator:
             replay=replay,
             replay_steps=self.probe.step_values,
             replay_initial=self.probe.initial_values,
+            replay_detached=self.probe.detached,
         )
         value = recorder.objectives.get(entry.event)
         if value is None or perturbation.step is None or perturbation.step == 0.0:

@@ -182,6 +182,8 @@ class Recorder:
         self._unread: dict[int, list[int]] = {}
         #: leaf -> the backward calls whose gradients its ``.grad`` holds (since its reset)
         self._since_reset: dict[int, list[int]] = {}
+        #: leaf -> the calls each optimizer step that read its ``.grad`` read, in order
+        self.step_windows: dict[int, list[list[int]]] = {}
         #: leaves whose gradient was reset (or ``zero_grad()`` reached) since the last
         #: backward call, and the leaves the latest call was made for (see ``owns``)
         self._reset_since_call: set[int] = set()
@@ -222,6 +224,8 @@ class Recorder:
         #: tensors made frozen on purpose (``nn.Parameter(x, requires_grad=False)``):
         #: id -> (the tensor, kept alive so its id stays its own; the statement)
         self._made_frozen: dict[int, tuple[torch.Tensor, str]] = {}
+        #: storage address -> the first leaf over it (see ``_note_shared_storage``)
+        self._storages: dict[int, int] = {}
         #: statement -> the tensors it set ``requires_grad`` True on (ids): one that sets it
         #: on several (``model.requires_grad_(True)``) is a blanket unfreeze
         self.unfreezes: dict[str, set[int]] = {}
@@ -236,6 +240,13 @@ class Recorder:
         self.replay_initial: dict[int, torch.Tensor] | None = None
         self.replay_steps: list[dict[int, torch.Tensor] | None] | None = None
         self.optimizer_steps = 0
+        #: what each ``.detach()`` the change did not write returned (a probe: None past
+        #: ``DETACH_MAX_VALUES``), and the probe's, handed back to a perturbed run once its
+        #: perturbation is applied: autograd holds a detached value constant (a regression
+        #: target ``pred.detach() + noise``), so finite differences must too
+        self.detached: list[torch.Tensor | None] = []
+        self.replay_detached: list[torch.Tensor | None] | None = None
+        self._detach_calls = 0
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -253,6 +264,7 @@ class Recorder:
                 "declared": _declared_by_the_program(),
             }
         )
+        self._note_shared_storage(len(self.leaves) - 1, tensor)
         made = self._made_frozen.get(id(tensor))
         if made is not None and made[0] is tensor:
             # made frozen on purpose, requiring grad only since: by which statements
@@ -264,6 +276,26 @@ class Recorder:
             origin, self.leaf_info[-1]["declared"]
         ):
             self._hold_initial(len(self.leaves) - 1, tensor)
+
+    def _note_shared_storage(self, k: int, tensor: torch.Tensor) -> None:
+        """A new leaf over an earlier leaf's storage (``m.bias = nn.Parameter(b.view(-1))``
+        with ``b`` a view of the old bias): the program replaced that leaf by this one, and
+        perturbing the old one's values perturbs the new one. Recorded as ``rewrapped_as``
+        on the earlier leaf (its gradient, None, is no cut finite differences can see)."""
+        internal, self.internal = self.internal, True  # no use of the leaf
+        try:
+            pointer = tensor.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError, AttributeError):
+            return
+        finally:
+            self.internal = internal
+        if not pointer:
+            return
+        earlier = self._storages.get(pointer)
+        if earlier is None:
+            self._storages[pointer] = k
+        elif "rewrapped_as" not in self.leaf_info[earlier]:
+            self.leaf_info[earlier]["rewrapped_as"] = k
 
     def _hold_initial(self, k: int, tensor: torch.Tensor) -> None:
         """A new leaf's value is a constant to autograd, even where it was computed from
@@ -555,6 +587,9 @@ class Recorder:
         if self.in_optimizer_step:
             # an optimizer step reads the gradients every call since the last reset gave
             window = self._since_reset.get(k, [])
+            windows = self.step_windows.setdefault(k, [])
+            if (not windows or windows[-1] != window) and len(windows) < 200:
+                windows.append(list(window))
             for index in window:
                 stepped = self.events[index].setdefault("stepped_with", [])
                 if k not in stepped:
@@ -615,7 +650,12 @@ class Recorder:
 
     # ----------------------------------------------------------- leaf uses
     def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Count grad-mode uses of tracked leaves; apply a pending perturbation."""
+        """Count grad-mode uses of tracked leaves; apply a pending perturbation. Calls
+        made inside a recorded backward call (autograd's own dispatch of the inputs it
+        differentiates) are no uses: a replay that hands back a stored gradient instead
+        of running ``autograd.grad`` must count the same uses as the run it replays."""
+        if self.depth:
+            return
         owner = getattr(func, "__self__", None)
         if type(owner).__name__ == "getset_descriptor" or type(owner) is _GradAttribute:
             # `.data` reads/writes bypass the version counter: treat them as a possible
@@ -639,6 +679,38 @@ class Recorder:
                     _first_use_values(self, k, self.leaves[k])
         for k in used:
             self._count_use(k)
+
+    def detach(self, result: Any) -> Any:
+        """A ``.detach()`` the program made: a probe keeps its value, a perturbed run
+        whose perturbation is applied gets the probe's back (the detached value is a
+        constant to autograd). One the change wrote is followed, as a grad-off read there
+        is (a stray ``.detach()`` the fix removes is the cut finite differences must see)."""
+        n = self._detach_calls
+        self._detach_calls += 1
+        if not isinstance(result, torch.Tensor) or self.in_optimizer_step:
+            return result
+        if self.record_steps:
+            kept = sum(t.numel() for t in self.detached if t is not None)
+            keep = kept + result.numel() <= DETACH_MAX_VALUES and not result.is_meta
+            self.detached.append(result.clone() if keep else None)
+            return result
+        replay, p = self.replay_detached, self.perturbation
+        if replay is None or p is None or p.step is None or n >= len(replay):
+            return result
+        stored = replay[n]
+        if stored is None or stored.shape != result.shape or stored.dtype != result.dtype:
+            return result
+        if self._called_at_changed_line():
+            return result
+        return stored.clone()
+
+    def _called_at_changed_line(self) -> bool:
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename == self.filename and frame.f_lineno in self.changed_lines:
+                return True
+            frame = frame.f_back
+        return False
 
     def reads_perturbed_off_grad(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -932,6 +1004,8 @@ class UseTracker(TorchFunctionMode):
             recorder.observe_call(func, args, kwargs)
             if recorder.reads_perturbed_off_grad(func, args, kwargs):
                 return recorder.unperturbed(func, args, kwargs)
+            if getattr(func, "__name__", "") == "detach" and not recorder.depth:
+                return recorder.detach(func(*args, **kwargs))
         return func(*args, **kwargs)
 
 
@@ -1255,6 +1329,8 @@ def _statement_text(line: str) -> str:
 
 #: at most this many values of the leaves optimizer steps change are kept by a probe run
 STEP_MAX_VALUES = 20_000_000
+#: the values a probe keeps of the program's ``.detach()`` results (see ``Recorder.detach``)
+DETACH_MAX_VALUES = 5_000_000
 
 
 def _hold_step(recorder: Recorder, optimizer: Any) -> None:

@@ -389,6 +389,7 @@ class Session:
             "grad_reads": {str(k): n for k, n in sorted(recorder.grad_reads.items())},
             "freezes": recorder.freezes,
             "unfreezes": {code: len(ids) for code, ids in recorder.unfreezes.items()},
+            "step_windows": {str(k): w for k, w in sorted(recorder.step_windows.items())},
             "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **(

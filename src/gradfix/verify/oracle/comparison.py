@@ -45,6 +45,7 @@ class _Comparison(_Windows):
             self._check_forward_reference()
             self._check_stale_accumulation()
             self._check_stepped_objectives()
+            self._check_dropped_terms()
             self._check_stale_roots()
             for i in range(len(self.after.get("events", []))):
                 self._compare_event(i)

@@ -49,6 +49,8 @@ class _FiniteDifferences(_Structure):
             # or a zero increment of a ``.grad`` an earlier call left)
             self.not_compared.setdefault(k, "frozen (requires_grad is False at the call)")
             return
+        if grad_a is None and self._rewrapped(k):
+            return
         self._require_finite(grad_a, k, label)
         claims = _values(grad_a) if grad_a is not None else None
         entry = self._fd_entry(source, i, k, elements, claims=claims)
@@ -56,6 +58,19 @@ class _FiniteDifferences(_Structure):
             return
         self.leaves_compared.add(k)
         self._check_fd_entry(source, i, k, grad_a, entry, elements, label)
+
+    def _rewrapped(self, k: int) -> bool:
+        """After's leaf ``k`` was replaced by a later leaf over its storage (``m.bias =
+        nn.Parameter(b.view(-1))``): perturbing it perturbs that leaf, so finite
+        differences see a path autograd rightly does not (no gradient is meant)."""
+        leaves = self.after.get("leaves") or []
+        later = leaves[k].get("rewrapped_as") if k < len(leaves) else None
+        if later is None:
+            return False
+        self.not_compared.setdefault(
+            k, f"replaced by leaf {later}, a parameter made over its storage"
+        )
+        return True
 
     def _check_fd_entry(
         self,

@@ -564,6 +564,28 @@ class _References(_FiniteDifferences):
                 f"(they apply {', '.join(f'`{c}`' for c in sorted(read_b[k]))})"
             )
 
+    def _check_dropped_terms(self) -> None:
+        """Where every optimizer step of before applies to a leaf the gradient of some
+        statement (a discriminator stepped on ``errD_real.backward()``'s and
+        ``errD_fake.backward()``'s), and after still computes that gradient but resets it
+        before any step reads it (a ``zero_grad()`` moved between the two backward
+        calls), after trains the leaf without a term of its objective."""
+        core_b = _stepped_by_every_step(self.before)
+        applied_a = _stepped_codes(self.after)
+        for k, codes in sorted(core_b.items()):
+            dropped = sorted(
+                code
+                for code in codes - applied_a.get(k, set())
+                if code in _discarded_codes(self.after, k)
+            )
+            if not dropped or k not in applied_a:
+                continue
+            raise _Rejected(
+                f"after's optimizer never applies the gradient `{dropped[0]}` gives "
+                f"{self._leaf_name(k)} (it resets it before any step reads it), which "
+                "every step of before applies to it: a term of the leaf's objective dropped"
+            )
+
     def _check_stale_accumulation(self) -> None:
         """After adds a call's gradient to a ``.grad`` its optimizer already stepped on
         (nothing reset it in between: ``zero_grad()`` dropped), so the next step applies
@@ -641,11 +663,13 @@ class _References(_FiniteDifferences):
         must still step every leaf before's steps (a reset after ``backward()`` would
         leave none). A leaf no optimizer clears (an input that requires grad) may still
         accumulate in both."""
-        for event in self.after.get("events") or []:
-            stale = sorted(set(event.get("accumulated") or ()) & self.cleared)
-            if stale:
+        events = self.after.get("events") or []
+        adds = _stale_adds(events)
+        for m, k in adds:
+            if k in self.cleared:
+                stale = sorted(k2 for m2, k2 in adds if m2 == m and k2 in self.cleared)
                 raise _Rejected(
-                    f"after: backward call #{event['index'] + 1}{_at_line(event.get('line'))}"
+                    f"after: backward call #{m + 1}{_at_line(events[m].get('line'))}"
                     f" still adds to a stale gradient of {self._leaf_list(stale)}"
                 )
         missing = sorted((_stepped(self.before) or set()) - (_stepped(self.after) or set()))
@@ -896,6 +920,56 @@ class _References(_FiniteDifferences):
                 )
                 continue
             self.globals_compared.append(name)
+
+
+def _stepped_by_every_step(trace: dict[str, Any]) -> dict[int, set[str]]:
+    """Leaf -> the statements whose nonzero gradient of it every optimizer step that
+    steps it reads (the runner's ``step_windows``: the calls each step reads)."""
+    events = trace.get("events") or []
+    found: dict[int, set[str]] = {}
+    for key, steps in (trace.get("step_windows") or {}).items():
+        k = int(key)
+        common: set[str] | None = None
+        for window in steps:
+            codes = {
+                str(events[j].get("code"))
+                for j in window
+                if j < len(events)
+                and events[j].get("code")
+                and not events[j].get("error")
+                and _nonzero((events[j].get("grads") or {}).get(str(k)))
+            }
+            common = codes if common is None else common & codes
+        if common:
+            found[k] = common
+    return found
+
+
+def _stale_adds(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(call, leaf) pairs where the call adds its gradient to a ``.grad`` that holds an
+    earlier call's, and the leaf changed in place (an optimizer step) since that call: a
+    gradient already stepped on, never reset, and a step reads the sum. Calls that add to
+    a gradient no step has read yet (``errD_real`` then ``errD_fake`` before the
+    discriminator's step) are accumulation, not stale; a sum reset before any step reads
+    it (the generator's loss on the discriminator) trains nothing."""
+    found: list[tuple[int, int]] = []
+    last: dict[int, int] = {}  # leaf -> the latest call that gave it a gradient
+    for m, event in enumerate(events):
+        versions = event.get("versions") or []
+        for k in event.get("accumulated") or ():
+            if "stepped_with" in event and k not in event["stepped_with"]:
+                continue  # reset before any step read the sum: it trains nothing
+            previous = last.get(k)
+            if previous is None:
+                found.append((m, k))  # a gradient from before any recorded call
+                continue
+            earlier = events[previous].get("versions") or []
+            if k < len(versions) and k < len(earlier) and versions[k] != earlier[k]:
+                found.append((m, k))
+        for key, grad in (event.get("grads") or {}).items():
+            if grad is not None:
+                last[int(key)] = m
+    return found
 
 
 def _stepped_codes(trace: dict[str, Any]) -> dict[int, set[str]]:

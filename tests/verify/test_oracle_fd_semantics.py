@@ -1,0 +1,133 @@
+"""Finite differences that differentiate what autograd does, and what each optimizer step
+reads: an ``autograd.grad`` result handed back in a replay counts the same leaf uses as
+the run it replays; a parameter made over an old leaf's storage is that leaf's
+replacement; a ``.detach()`` both versions keep is held constant; accumulation within one
+step is no stale gradient, and a term every step of the original applies that the change
+resets unread is a dropped term."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
+
+TIMEOUT = 60.0
+
+# Per-loss gradient norms weight the losses (a PINN's NTK weighting); the original reads
+# them from `.grad` after a backward per loss, which leaves them summed into the step.
+WEIGHTING = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+xb, xi = torch.rand(6, 2), torch.rand(10, 2)
+for _ in range(2):
+    opt.zero_grad()
+    losses = [nn.functional.mse_loss(model(xb), torch.zeros(6, 1)),
+              nn.functional.mse_loss(model(xi), torch.sin(xi.sum(1, keepdim=True)))]
+    norms = []
+    for loss in losses:
+        loss.backward(retain_graph=True)
+        norms.append(torch.cat([p.grad.flatten() for p in model.parameters()]).norm())
+    weights = [n / sum(norms) for n in norms]
+    sum(w * l for w, l in zip(weights, losses)).backward()
+    opt.step()
+"""
+
+
+def test_a_replayed_autograd_grad_counts_the_same_leaf_uses() -> None:
+    fixed = WEIGHTING.replace(
+        "        loss.backward(retain_graph=True)\n"
+        "        norms.append(torch.cat([p.grad.flatten() for p in model.parameters()]).norm())\n",
+        "        grads = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)\n"
+        "        norms.append(torch.cat([g.flatten() for g in grads]).norm())\n",
+    )
+    assert fixed != WEIGHTING
+    verdict = verify_sources(WEIGHTING, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+# A detection head's bias initialised through a view of the leaf (raises), then wrapped
+# again as a new Parameter over the same storage.
+REWRAP = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+conv = nn.Conv2d(2, 6, 1)
+b = conv.bias.view(2, -1)
+b[:, 0] += 1.0
+conv.bias = nn.Parameter(b.view(-1))
+x = torch.randn(2, 2, 3, 3)
+conv(x).pow(2).mean().backward()
+"""
+
+
+def test_a_parameter_made_over_an_old_leaf_s_storage_replaces_it() -> None:
+    fixed = REWRAP.replace("b[:, 0] += 1.0", "b.data[:, 0] += 1.0")
+    verdict = verify_sources(REWRAP, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "a parameter made over its storage" in verdict.reason
+
+
+# A regression target made from the prediction's detached values: a constant to autograd.
+TARGET = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+net = nn.Linear(3, 3)
+net.weight.normal_(0.0, 0.5)
+x = torch.randn(6, 3)
+pred = net(x)
+target = pred.detach() * 0.5 + torch.randn(6, 3)
+((pred - target) ** 2).mean().backward()
+"""
+
+
+def test_finite_differences_hold_a_detach_both_versions_keep_constant() -> None:
+    fixed = TARGET.replace("net.weight.normal_(0.0, 0.5)", "nn.init.normal_(net.weight, 0.0, 0.5)")
+    verdict = verify_sources(TARGET, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    # a detach the change writes is followed: the gradient it cuts is seen
+    cut = fixed.replace(
+        "((pred - target) ** 2).mean().backward()",
+        "((pred.detach() - target) ** 2 + pred * 0).mean().backward()",
+    )
+    verdict = verify_sources(TARGET, cut, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+
+
+# A GAN step that never resets the discriminator's gradients.
+GAN = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+netG = nn.Sequential(nn.Linear(4, 6), nn.Tanh())
+netD = nn.Sequential(nn.Linear(6, 1), nn.Sigmoid())
+optG = torch.optim.Adam(netG.parameters(), lr=0.01)
+optD = torch.optim.SGD(netD.parameters(), lr=0.05)
+bce = nn.BCELoss()
+real = torch.rand(8, 6)
+for _ in range(3):
+    bce(netD(real).view(-1), torch.ones(8)).backward()
+    fake = netG(torch.randn(8, 4))
+    bce(netD(fake.detach()).view(-1), torch.zeros(8)).backward()
+    optD.step()
+    netG.zero_grad()
+    bce(netD(fake).view(-1), torch.ones(8)).backward()
+    optG.step()
+"""
+
+
+def test_a_reset_between_two_terms_of_a_step_drops_one() -> None:
+    first = "    bce(netD(real).view(-1), torch.ones(8)).backward()\n"
+    fixed = GAN.replace(first, "    netD.zero_grad()\n" + first)
+    verdict = verify_sources(GAN, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    between = GAN.replace(first, first + "    netD.zero_grad()\n")
+    verdict = verify_sources(GAN, between, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "a term of the leaf's objective dropped" in verdict.reason
