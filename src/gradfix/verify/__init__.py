@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gradfix.torch_facts.curated import INPLACE_SAVED
 from gradfix.verify.finite_diff import NAMES_FLOAT64
 from gradfix.verify.intent import FixIntent
 from gradfix.verify.oracle import (
@@ -187,6 +188,17 @@ def _verify(
                         f"before's (the change draws other initial values): {second.reason}"
                     )
                     verdict, fd, after = second, second_fd, synced
+        if verdict.status == "rejected" and _inplace_error(before):
+            dealiased = _dealiased(before_proc, before, limits)
+            if dealiased is not None:
+                second, second_fd = judge(dealiased, after)
+                if second.status != "rejected":  # the forward the in-place write changed
+                    second.reason = (
+                        "against before with its in-place writes at the lines the change "
+                        "rewrote made out of place (the repair its error asks for; other "
+                        f"names held the written tensor): {second.reason}"
+                    )
+                    verdict, fd, before = second, second_fd, dealiased
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     # last: whatever the comparison says, a run that tried to change the project proves nothing
@@ -496,6 +508,35 @@ def _hold_frozen_on_purpose(
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=frozen)
     replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
     return before if "runner_error" in replay else replay
+
+
+def _inplace_error(trace: dict[str, Any]) -> bool:
+    """BEFORE failed because a tensor autograd saved was modified in place."""
+    outcome = trace.get("outcome") or {}
+    return outcome.get("category") == "code" and INPLACE_SAVED in str(outcome.get("message"))
+
+
+def _dealiased(
+    proc: RunnerProcess, before: dict[str, Any], limits: dict[str, Any]
+) -> dict[str, Any] | None:
+    """BEFORE replayed with the in-place writes at the lines the change rewrote made out
+    of place (``x += pos`` on a tensor another module reads too), where that replay runs
+    past BEFORE's error: the program its error's repair means. None where it changes
+    nothing (the same error at the same place) or fails to run."""
+    lines = sorted(limits["changed_lines"]["before"])
+    if not lines:
+        return None
+    timeout = limits["timeout"]
+    failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], dealias=lines)
+    replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
+    if "runner_error" in replay:
+        return None
+    outcome, original = replay.get("outcome") or {}, before.get("outcome") or {}
+    if outcome.get("message") == original.get("message") and outcome.get("line") == original.get(
+        "line"
+    ):
+        return None
+    return replay
 
 
 def _unfrozen_by_a_blanket(

@@ -39,9 +39,10 @@ import math
 import os
 import sys
 import sysconfig
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -247,6 +248,10 @@ class Recorder:
         self.detached: list[torch.Tensor | None] = []
         self.replay_detached: list[torch.Tensor | None] | None = None
         self._detach_calls = 0
+        #: lines of the script whose in-place writes a replay makes out of place (see
+        #: ``out_of_place``)
+        self.dealias: frozenset[int] = frozenset()
+        self.dealiased_modules: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -680,6 +685,29 @@ class Recorder:
         for k in used:
             self._count_use(k)
 
+    def out_of_place(self, func: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """In a replay that makes the in-place writes at the given lines out of place
+        (``dealias``, lines of the script): an augmented assignment there (``x +=
+        pos``, which rebinds ``x``) computes a new tensor instead of writing into the one
+        other names still hold, and a call there with ``inplace=True`` runs with False.
+        The repair an "inplace operation" error asks for, applied to the original."""
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename != self.filename:
+            if kwargs.get("inplace") is True and self.dealiased_modules:
+                owner = frame.f_locals.get("self")
+                if isinstance(owner, torch.nn.Module) and owner in self.dealiased_modules:
+                    return func, dict(kwargs, inplace=False)  # a module made at such a line
+            frame = frame.f_back
+        if frame is None or frame.f_lineno not in self.dealias:
+            return func, kwargs
+        if kwargs.get("inplace") is True:
+            return func, dict(kwargs, inplace=False)
+        name = getattr(func, "__name__", "")
+        plain = getattr(torch.Tensor, name[:-1], None) if name.endswith("_") else None
+        if plain is not None and not name.startswith("_") and _augmented_assignment(frame):
+            return plain, kwargs
+        return func, kwargs
+
     def detach(self, result: Any) -> Any:
         """A ``.detach()`` the program made: a probe keeps its value, a perturbed run
         whose perturbation is applied gets the probe's back (the detached value is a
@@ -915,6 +943,24 @@ METADATA_CALLS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=256)
+def _instructions(code: CodeType) -> dict[int, Any]:
+    import dis
+
+    return {ins.offset: ins for ins in dis.get_instructions(code)}
+
+
+def _augmented_assignment(frame: FrameType) -> bool:
+    """Whether ``frame`` is executing an augmented assignment (``x += y``: Python rebinds
+    ``x`` to what the in-place operator returns)."""
+    ins = _instructions(frame.f_code).get(frame.f_lasti)
+    if ins is None:
+        return False
+    return ins.opname.startswith("INPLACE_") or (
+        ins.opname == "BINARY_OP" and str(ins.argrepr).endswith("=")
+    )
+
+
 def _reads_values(func: Any) -> bool:
     """Whether a call reads a tensor's values: not a metadata query, not an ``nn.init``
     function (dispatched to a torch function mode whole: it writes the values)."""
@@ -1000,6 +1046,8 @@ class UseTracker(TorchFunctionMode):
         recorder = _ACTIVE
         if _FLOAT64 and _widens(func, kwargs):
             args, kwargs = _widened(args), _widened(kwargs)
+        if recorder is not None and recorder.dealias and not recorder.internal:
+            func, kwargs = recorder.out_of_place(func, kwargs)
         if recorder is not None and not recorder.internal:
             recorder.observe_call(func, args, kwargs)
             if recorder.reads_perturbed_off_grad(func, args, kwargs):
@@ -1267,10 +1315,32 @@ def install() -> None:
     _patch_gradient_uses()
     _patch_optimizer_steps()
     _patch_custom_gradients()
+    _patch_module_construction()
     for name in RANDOM_METHODS:
         setattr(torch.Tensor, name, _wrap_sampler(getattr(torch.Tensor, name)))
     for name in ("float", "to", "type"):
         setattr(torch.Tensor, name, _wrap_narrowing(name, getattr(torch.Tensor, name)))
+
+
+def _patch_module_construction() -> None:
+    """In a replay that makes the in-place writes at some lines out of place, a module
+    made at one of them (``nn.LeakyReLU(0.2, inplace=True)``) is remembered: its calls
+    with ``inplace=True`` run out of place (see ``Recorder.out_of_place``)."""
+    module_init = torch.nn.Module.__init__
+
+    @functools.wraps(module_init)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        module_init(self, *args, **kwargs)
+        recorder = _ACTIVE
+        if recorder is None or not recorder.dealias or recorder.internal:
+            return
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename != recorder.filename:
+            frame = frame.f_back
+        if frame is not None and frame.f_lineno in recorder.dealias:
+            recorder.dealiased_modules.add(self)
+
+    torch.nn.Module.__init__ = init  # type: ignore[method-assign]
 
 
 def _patch_optimizer_steps() -> None:

@@ -245,6 +245,7 @@ class Session:
         instrument.install()
         self.compile_error: dict[str, Any] | None = None
         self.hold: frozenset[int] = frozenset()
+        self.dealias: frozenset[int] = frozenset()
         #: leaf -> values set at its first use in every later run (a synchronised replay)
         self.sync: dict[int, list[float]] = {}
         self.code: types.CodeType | None = None
@@ -260,6 +261,10 @@ class Session:
             self.hold = frozenset(int(k) for k in request.get("hold") or ())
             # likewise a replay with the leaves' first values synchronised to another run's
             self.sync = {int(k): list(v) for k, v in (request.get("sync") or {}).items()}
+            # a replay with the in-place writes at these lines made out of place (every
+            # later run of this session too, as for ``hold``)
+            if "dealias" in request:
+                self.dealias = frozenset(int(n) for n in request.get("dealias") or ())
             return self.trace(
                 request.get("max_steps"),
                 grad_enabled=request.get("grad_enabled", True),
@@ -295,6 +300,7 @@ class Session:
         sys.modules["__main__"], sys.argv = module, [self.path]
         recorder.namespace = module.__dict__
         recorder.hold = self.hold
+        recorder.dealias = self.dealias
         recorder.sync = self.sync
         self.instrument.activate(recorder)
         try:
@@ -365,7 +371,7 @@ class Session:
         outcome, namespace = self.execute(
             recorder,
             grad_enabled=grad_enabled,
-            track_uses=record_first or bool(self.sync),
+            track_uses=record_first or bool(self.sync) or bool(self.dealias),
             float64=float64,
         )
         if outcome["status"] == "stopped":
@@ -392,6 +398,7 @@ class Session:
             "step_windows": {str(k): w for k, w in sorted(recorder.step_windows.items())},
             "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
+            **({"dealiased": sorted(self.dealias)} if self.dealias else {}),
             **(
                 {"first_values": {str(k): v for k, v in recorder.first_values.items()}}
                 if record_first

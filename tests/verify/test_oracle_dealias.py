@@ -1,0 +1,82 @@
+"""An in-place write that other names see: the repair an "inplace operation" error asks
+for (the write made out of place) changes what they read, and is verified against the
+original replayed with the writes at the rewritten lines made out of place."""
+
+from __future__ import annotations
+
+from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
+
+TIMEOUT = 60.0
+
+# Two decoders share one input; the first adds its positional embedding into it in place.
+SHARED = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, 4) * 0.1, requires_grad=False)
+        self.norm = nn.LayerNorm(4)
+        self.out = nn.Linear(4, 3)
+
+    def forward(self, token):
+        x = token
+        x += self.pos
+        return self.out(self.norm(x))
+
+
+encoder = nn.Linear(5, 4)
+decoder_a, decoder_b = Decoder(), Decoder()
+z = encoder(torch.randn(6, 5))
+loss = decoder_a(z).pow(2).mean() + decoder_b(z).pow(2).mean()
+loss.backward()
+"""
+
+
+def test_an_in_place_add_into_a_shared_input_made_out_of_place_is_verified() -> None:
+    fixed = SHARED.replace(
+        "        x = token\n        x += self.pos\n", "        x = token + self.pos\n"
+    )
+    verdict = verify_sources(SHARED, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith("against before with its in-place writes")
+    # a change that adds the embedding twice is no out-of-place repair
+    twice = fixed.replace("x = token + self.pos", "x = token + 2 * self.pos")
+    verdict = verify_sources(SHARED, twice, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+
+
+# An activation made with inplace=True overwrites the input a shortcut adds back.
+SHORTCUT = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = nn.LeakyReLU(0.2, inplace=True)
+        self.conv = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x + self.conv(self.act(x))
+
+
+stem = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+block = Block()
+block(stem(torch.randn(5, 3))).pow(2).mean().backward()
+"""
+
+
+def test_an_in_place_activation_made_at_a_rewritten_line_runs_out_of_place() -> None:
+    fixed = SHORTCUT.replace("inplace=True", "inplace=False")
+    verdict = verify_sources(SHORTCUT, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "made out of place" in verdict.reason
