@@ -129,3 +129,36 @@ def test_a_reset_the_change_adds_that_leaves_steps_stale_is_rejected() -> None:
 def _verdict_of(before: str, after: str) -> tuple[str, str]:
     verdict = verify_sources(before, after, timeout=TIMEOUT, intent=FixIntent.unknown())
     return verdict.status, verdict.reason
+
+
+# Gradient accumulation over two micro-batches, the loss not averaged.
+UNSCALED = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.randn(4, 8, 4)
+for i, x in enumerate(data):
+    out = model(x)
+    loss = out.pow(2).mean() + 0.1 * out.abs().mean()
+    loss.backward()
+    if i % 2 == 1:
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_loss_averaged_over_its_micro_batches_is_a_rescaled_objective() -> None:
+    scaled = UNSCALED.replace("    loss.backward()\n", "    loss = loss / 2\n    loss.backward()\n")
+    status, reason = _verdict_of(UNSCALED, scaled)
+    assert status == "verified", reason
+    assert "multiplies the objective by 0.5" in reason
+    # scaling one term only is another objective
+    one_term = UNSCALED.replace(
+        "loss = out.pow(2).mean() + 0.1 * out.abs().mean()",
+        "loss = out.pow(2).mean() / 2 + 0.1 * out.abs().mean()",
+    )
+    status, reason = _verdict_of(UNSCALED, one_term)
+    assert status == "rejected", reason

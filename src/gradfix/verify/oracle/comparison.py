@@ -137,6 +137,13 @@ class _Comparison(_Windows):
             )
         if self.discarded_gradients:
             parts.append(self._discarded_summary())
+        if self.rescaled_calls:
+            calls = ", ".join(f"#{i + 1}" for i in self.rescaled_calls[:4])
+            parts.append(
+                f"the change multiplies the objective by {_format(self.objective_scales[0])} at "
+                f"backward call(s) {calls} and each gradient by the same factor (a loss "
+                "averaged over the micro-batches it accumulates)"
+            )
         if self.stopped_leaks:
             first = self.stopped_leaks[0]
             leaves = sorted({entry["leaf"] for entry in self.stopped_leaks})
@@ -297,6 +304,10 @@ class _Comparison(_Windows):
             "now_trained": self._held(),
             "stopped_leaks": self.stopped_leaks,
             "identical_to_before": self.identical,
+            "rescaled": {
+                "factor": self.objective_scales[0] if self.objective_scales else None,
+                "calls": self.rescaled_calls,
+            },
             "torch_made_weights_checked": self.check_torch_made,
             "fd_used": fd_used,
             "max_abs_diff": grads.max_abs_diff,

@@ -84,6 +84,12 @@ class _References(_FiniteDifferences):
         if mismatch is not None and _no_path_to_any_leaf(eb):
             self._judge_new_objective(i, eb, ea, label, mismatch)
             return
+        if mismatch is not None and self.broken_at is None and self._rescaled(i, eb, ea):
+            self.events_compared += 1
+            return
+        if mismatch is not None and self.rescaled_calls:
+            # before's optimizer stepped on the unscaled gradients: its trajectory parts
+            self._mark_broken(self.rescaled_calls[0])
         if mismatch is None:
             self._compare_event_grads(i, eb, ea, label)
             self._check_stale_gradient(i, eb, ea, label)
@@ -219,6 +225,50 @@ class _References(_FiniteDifferences):
             if mismatch:
                 return mismatch
         return None
+
+    def _rescaled(self, i: int, eb: dict[str, Any], ea: dict[str, Any]) -> bool:
+        """After's objective at call ``i`` is before's times one constant (a loss divided
+        by the number of micro-batches it accumulates over), the same constant as at any
+        earlier rescaled call, and each gradient the call gives is before's times it: the
+        change scales the objective, not what it computes. Before's later trajectory,
+        stepped with unscaled gradients, is then no reference."""
+        if not self._rescales_the_loss(ea):
+            return False
+        ratio = _ratio(eb.get("roots") or [], ea.get("roots") or [], FORWARD_RTOL)
+        if ratio is None or abs(ratio - 1.0) <= 1e-3 or ratio <= 0.0:
+            return False
+        earlier = self.objective_scales[0] if self.objective_scales else None
+        if earlier is not None and abs(ratio - earlier) > 1e-4 * abs(ratio):
+            return False
+        grads_b, grads_a = eb.get("grads") or {}, ea.get("grads") or {}
+        if set(grads_b) != set(grads_a) or eb.get("error") or ea.get("error"):
+            return False
+        for key, grad_b in grads_b.items():
+            grad_a = grads_a[key]
+            if (grad_b is None) != (grad_a is None):
+                return False
+            if grad_b is None:
+                continue
+            expected, actual = _values(grad_b), _values(grad_a)
+            if len(expected) != len(actual) or not all(
+                abs(a - ratio * e) <= ratio * GRAD_ATOL + GRAD_RTOL * abs(ratio * e)
+                for e, a in zip(expected, actual)
+            ):
+                return False
+        self.objective_scales.append(ratio)
+        self.rescaled_calls.append(i)
+        return True
+
+    def _rescales_the_loss(self, ea: dict[str, Any]) -> bool:
+        """Whether the change wrote the statement that scales this call's objective: it
+        rebinds the name backpropagated (``loss = loss / accum_steps`` before
+        ``loss.backward()``) or rewrote the backward call itself. A factor inside the
+        model (``return self.fc(x) * 2``) scales the objective too, but is a forward change."""
+        match = _BACKWARD_ROOT.match(str(ea.get("code") or ""))
+        if match is not None and match.group(1) in self.rebound:
+            return True
+        line = ea.get("line")
+        return line is not None and any(str(c).endswith(f":{line}") for c in self.changed)
 
     def _judge_new_objective(
         self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str, mismatch: str
@@ -943,6 +993,33 @@ def _stepped_by_every_step(trace: dict[str, Any]) -> dict[int, set[str]]:
         if common:
             found[k] = common
     return found
+
+
+#: the name a backward statement backpropagates (``loss`` of ``loss.backward()``)
+_BACKWARD_ROOT = re.compile(r"\s*([A-Za-z_][\w.]*)\.backward\(")
+
+
+def _ratio(roots_b: list[Any], roots_a: list[Any], rtol: float) -> float | None:
+    """The one constant after's roots are before's times (None: no such constant)."""
+    ratio = None
+    if not roots_b or len(roots_b) != len(roots_a):
+        return None
+    for rb, ra in zip(roots_b, roots_a):
+        vb, va = _values(rb), _values(ra)
+        if len(vb) != len(va) or rb.get("truncated") or ra.get("truncated"):
+            return None
+        for b, a in zip(vb, va):
+            if not (math.isfinite(a) and math.isfinite(b)):
+                return None
+            if abs(b) <= 1e-12:
+                if abs(a) > 1e-12:
+                    return None
+                continue
+            if ratio is None:
+                ratio = a / b
+            elif abs(a - ratio * b) > rtol * abs(a) + 1e-9:
+                return None
+    return ratio
 
 
 def _stale_adds(events: list[dict[str, Any]]) -> list[tuple[int, int]]:

@@ -92,6 +92,9 @@ class _State:
         #: (call, leaf) gradients before's optimizer stepped although the call was another
         #: loss's (see ``_stops_leak``), which after no longer gives
         self.stopped_leaks: list[dict[str, int]] = []
+        #: the constant after's objective is before's times (see ``_rescaled``), and where
+        self.objective_scales: list[float] = []
+        self.rescaled_calls: list[int] = []
         #: backward calls whose forward an eps guard moved (see ``_eps_guard``)
         self.eps_guarded: list[dict[str, Any]] = []
         #: finite-difference targets whose float32 disagreement float64 must confirm
