@@ -131,3 +131,63 @@ def test_a_reset_between_two_terms_of_a_step_drops_one() -> None:
     verdict = verify_sources(GAN, between, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert "a term of the leaf's objective dropped" in verdict.reason
+
+
+# A custom Function that computes its forward on detached values: its backward, not
+# autograd, differentiates them, so a perturbed run must see them move (in float64 too:
+# float32 cannot tell a gradient times 1.002 from one without).
+DETACHED_FORWARD = """\
+import torch
+
+torch.manual_seed(0)
+
+
+class Total(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.detach().exp().sum()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return x.detach().exp()
+
+
+w = torch.randn(4, requires_grad=True)
+(1.002 * Total.apply(w)).backward()
+"""
+
+
+def test_a_detach_inside_a_function_s_forward_is_followed() -> None:
+    fixed = DETACHED_FORWARD.replace(
+        "return x.detach().exp()\n", "return x.detach().exp() * grad_output\n"
+    )
+    verdict = verify_sources(DETACHED_FORWARD, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+# A manual SGD update written in place on the parameters (raises after the first backward).
+MANUAL_STEP = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Linear(3, 2)
+x, y = torch.randn(8, 3), torch.randn(8, 2)
+for _ in range(3):
+    model.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    for p in model.parameters():
+        p.add_(-0.1 * p.grad)
+"""
+
+
+def test_an_update_lost_to_a_rebound_loop_variable_is_rejected() -> None:
+    data = MANUAL_STEP.replace("p.add_(-0.1 * p.grad)", "p.data.add_(-0.1 * p.grad)")
+    verdict = verify_sources(MANUAL_STEP, data, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    rebound = MANUAL_STEP.replace("p.add_(-0.1 * p.grad)", "p = p - 0.1 * p.grad")
+    verdict = verify_sources(MANUAL_STEP, rebound, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "the update is lost" in verdict.reason

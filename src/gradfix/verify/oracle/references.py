@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from gradfix.torch_facts.curated import BACKWARD_TWICE, INPLACE_SAVED
+from gradfix.torch_facts.curated import BACKWARD_TWICE, INPLACE_SAVED, LEAF_INPLACE
 from gradfix.verify.oracle.common import (
     EPS_GUARD,
     FD_ATOL,
@@ -612,6 +612,36 @@ class _References(_FiniteDifferences):
                 f"backward call #{calls[0]['index'] + 1}{_at_line(calls[0].get('line'))} "
                 f"(`{extra[0]}`), a loss whose gradient before's steps never apply to it "
                 f"(they apply {', '.join(f'`{c}`' for c in sorted(read_b[k]))})"
+            )
+
+    def _check_lost_update(self) -> None:
+        """Before failed writing a leaf in place after a backward call (``p.add_(-lr,
+        p.grad)``, a manual update: "a leaf Variable that requires grad is being used in
+        an in-place operation"); after runs on, yet no leaf changes between its backward
+        calls (``p = p - lr * p.grad`` rebinds a loop variable): the update the program
+        makes is lost, and the model never trains."""
+        outcome = self.before.get("outcome") or {}
+        if outcome.get("category") != "code" or LEAF_INPLACE not in str(outcome.get("message")):
+            return
+        if not self.before.get("event_count") or (self.after.get("event_count") or 0) < 2:
+            return
+        if (self.after.get("outcome") or {}).get("status") != "ok":
+            return
+        events = self.after.get("events") or []
+        if any("sums" not in event for event in events):
+            return
+        changed = _stepped(self.after) or set()
+        for earlier, later in zip(events, events[1:]):
+            changed.update(  # `.data` writes move no version counter: the values' sums
+                k
+                for k, (a, b) in enumerate(zip(earlier["sums"], later["sums"]))
+                if a is not None and b is not None and a != b
+            )
+        if not changed:
+            raise _Rejected(
+                f"before fails writing a leaf in place at line {outcome.get('line')} after a "
+                "backward call (an update of the parameters); after changes no leaf between "
+                f"its {self.after.get('event_count')} backward calls: the update is lost"
             )
 
     def _check_dropped_terms(self) -> None:
