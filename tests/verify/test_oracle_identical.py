@@ -50,3 +50,29 @@ def test_a_change_that_computes_what_the_original_does_says_so() -> None:
     assert verdict.status == "verified", verdict.reason
     assert verdict.evidence["identical_to_before"] is False
     assert "computes exactly" not in verdict.reason
+
+
+# A mask applied with an out-of-place op whose result is dropped: the statement does nothing.
+DROPPED_MASK = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+q, k = nn.Linear(4, 4), nn.Linear(4, 4)
+x = torch.randn(5, 4)
+mask = torch.rand(5, 5) > 0.7
+attn = (q(x) @ k(x).t()).softmax(-1)
+attn.masked_fill(mask, 0.0)
+attn.sum(-1).pow(2).mean().backward()
+"""
+
+
+def test_a_result_the_original_discarded_and_the_change_uses_is_unverified() -> None:
+    used = DROPPED_MASK.replace("attn.masked_fill(mask, 0.0)", "attn = attn.masked_fill(mask, 0.0)")
+    verdict = verify_sources(DROPPED_MASK, used, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "before discards the result of `attn.masked_fill(mask, 0.0)`" in verdict.reason
+    # another change of the forward is still one
+    other = DROPPED_MASK.replace("attn.masked_fill(mask, 0.0)", "attn = attn * 2")
+    verdict = verify_sources(DROPPED_MASK, other, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason

@@ -36,6 +36,10 @@ class FixIntent:
     #: each step to read fresh gradients, so a step on a stale one is its failure even
     #: where the original stepped on stale ones too
     adds_gradient_reset: bool = False
+    #: an out-of-place tensor op whose result the original discarded (``sim.masked_fill(
+    #: mask, -inf)`` as a statement: a no-op), which the change now uses: the forward
+    #: changes on purpose where that value enters (its text, or empty)
+    uses_discarded: str = ""
 
     @classmethod
     def unknown(cls) -> FixIntent:
@@ -50,7 +54,12 @@ class FixIntent:
             return self
         added = after_src.count("create_graph=True") > before_src.count("create_graph=True")
         resets = _resets(after_src) > _resets(before_src)
-        return replace(self, differentiates_gradients=added, adds_gradient_reset=resets)
+        return replace(
+            self,
+            differentiates_gradients=added,
+            adds_gradient_reset=resets,
+            uses_discarded=_discarded_result_used(before_src, after_src),
+        )
 
 
 #: the spellings of a gradient reset
@@ -65,3 +74,37 @@ def _resets(source: str) -> int:
 
 #: a fix that declares nothing beyond the bug
 NO_INTENT = FixIntent()
+
+
+def _discarded_result_used(before_src: str, after_src: str) -> str:
+    """The text of a call the original makes as a bare statement although it returns a
+    new tensor and changes nothing (an op with an in-place twin: ``masked_fill``,
+    ``clamp``), which the change assigns or returns instead; empty when there is none."""
+    import ast
+
+    from gradfix.torch_facts import inplace_twin
+
+    def discarded(tree: ast.AST) -> set[str]:
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                func = node.value.func
+                if isinstance(func, ast.Attribute) and inplace_twin(func.attr):
+                    found.add(ast.unparse(node.value))
+        return found
+
+    def used(tree: ast.AST) -> set[str]:
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)):
+                value = node.value
+                if value is not None:
+                    found.update(ast.unparse(n) for n in ast.walk(value) if isinstance(n, ast.Call))
+        return found
+
+    try:
+        before, after = ast.parse(before_src), ast.parse(after_src)
+    except SyntaxError:
+        return ""
+    now_used = sorted((discarded(before) - discarded(after)) & used(after))
+    return now_used[0] if now_used else ""

@@ -108,6 +108,13 @@ class _References(_FiniteDifferences):
                 "detaching the carried one (a change made by hand declares neither): "
                 "check that it computes what you meant, or let a rule's fix declare it"
             )
+        if self.broken_at is None and self.intent.uses_discarded:
+            raise _Unverifiable(
+                f"{mismatch}; before discards the result of `{self.intent.uses_discarded}` "
+                "(an op that returns a new tensor and changes nothing) and after uses it: the "
+                "forward changes on purpose where that value enters, and whether the new one "
+                "is meant is for you to check"
+            )
         if self.broken_at is None:
             raise _Rejected(mismatch)
         # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
