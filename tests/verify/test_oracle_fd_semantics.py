@@ -191,3 +191,48 @@ def test_an_update_lost_to_a_rebound_loop_variable_is_rejected() -> None:
     verdict = verify_sources(MANUAL_STEP, rebound, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert "the update is lost" in verdict.reason
+
+
+# A calculator that caches tensors computed from the first call's cell (still attached to
+# its graph) and hands them to a later call with an equal cell: backward through a freed
+# graph. Its detached copy of the cell decides the reuse.
+CACHE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Calculator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._cell_cache = None
+        self._kvectors = None
+
+    def forward(self, positions, cell):
+        if self._cell_cache is None or not torch.equal(self._cell_cache, cell):
+            self._kvectors = torch.linalg.inv(cell).t() * 6.28
+            self._cell_cache = cell.detach().clone()
+        return (positions @ self._kvectors).cos().sum() + cell.diagonal().prod()
+
+
+calc = Calculator()
+for _ in range(2):
+    positions = torch.rand(4, 3).requires_grad_(True)
+    cell = (3 * torch.eye(3)).requires_grad_(True)
+    calc(positions, cell).backward()
+"""
+
+
+def test_a_recomputation_that_stops_reusing_a_freed_graph_is_verified() -> None:
+    fixed = CACHE.replace(
+        "not torch.equal(self._cell_cache, cell):",
+        "not torch.equal(self._cell_cache, cell) or cell.requires_grad:",
+    )
+    verdict = verify_sources(CACHE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    retained = CACHE.replace(
+        "calc(positions, cell).backward()", "calc(positions, cell).backward(retain_graph=True)"
+    )
+    verdict = verify_sources(CACHE, retained, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
