@@ -532,10 +532,11 @@ def _dealiased(
     if "runner_error" in replay:
         return None
     outcome, original = replay.get("outcome") or {}, before.get("outcome") or {}
-    if outcome.get("message") == original.get("message") and outcome.get("line") == original.get(
-        "line"
+    if (outcome.get("message"), outcome.get("line")) == (
+        original.get("message"),
+        original.get("line"),
     ):
-        return None
+        return None  # the same failure: no write at those lines was the one
     return replay
 
 
@@ -554,8 +555,8 @@ def _unfrozen_by_a_blanket(
         for leaf in before.get("leaves") or ()
         if leaf.get("made_frozen")
         and leaf.get("unfrozen_by") in blankets
-        and names_b.get(str(leaf["index"]))
-        and names_b.get(str(leaf["index"])) not in trained_names
+        and (name := names_b.get(str(leaf["index"])))
+        and name not in trained_names
     }
 
 

@@ -735,6 +735,7 @@ class Recorder:
         return stored.clone()
 
     def _called_at_changed_line(self) -> bool:
+        """Whether the running call is made at (or called from) a line the change wrote."""
         frame: FrameType | None = sys._getframe(2)
         while frame is not None:
             if frame.f_code.co_filename == self.filename and frame.f_lineno in self.changed_lines:
@@ -788,12 +789,7 @@ class Recorder:
             return False
         if next(self._leaf_args(args, kwargs), None) is None:
             return False
-        frame: FrameType | None = sys._getframe(2)
-        while frame is not None:
-            if frame.f_code.co_filename == self.filename and frame.f_lineno in self.changed_lines:
-                return True
-            frame = frame.f_back
-        return False
+        return self._called_at_changed_line()
 
     def _regroup_updated_leaves(self) -> None:
         """A leaf changed in place since its group began (an optimizer step under no_grad)
@@ -1074,13 +1070,13 @@ def _widens(func: Any, kwargs: dict[str, Any]) -> bool:
 
 
 def _widened(value: Any) -> Any:
+    """``value`` with its float32 tensors (also inside a plain list, tuple or dict) in
+    float64."""
     if isinstance(value, torch.Tensor):
         return _TO(value, torch.float64) if value.dtype == torch.float32 else value
-    if isinstance(value, (list, tuple)) and any(
-        isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in value
-    ):
-        return type(value)(_widened(v) for v in value) if type(value) in (list, tuple) else value
-    if isinstance(value, dict):
+    if type(value) in (list, tuple):
+        return type(value)(_widened(v) for v in value)
+    if type(value) is dict:
         return {key: _widened(v) for key, v in value.items()}
     return value
 
@@ -1336,10 +1332,7 @@ def _patch_module_construction() -> None:
         recorder = _ACTIVE
         if recorder is None or not recorder.dealias or recorder.internal:
             return
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename != recorder.filename:
-            frame = frame.f_back
-        if frame is not None and frame.f_lineno in recorder.dealias:
+        if recorder.script_line() in recorder.dealias:
             recorder.dealiased_modules.add(self)
 
     torch.nn.Module.__init__ = init  # type: ignore[method-assign]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from gradfix.torch_facts.curated import BACKWARD_TWICE, INPLACE_SAVED, LEAF_INPLACE
@@ -344,14 +345,11 @@ class _References(_FiniteDifferences):
         (a nonzero gradient): a value computed from it before the change. A leaf the
         replay holds is set back after each step (a new version, the same values): only
         its values count."""
-        for k, grad in (event.get("grads") or {}).items():
-            if not _nonzero(grad):
-                continue
-            for key in ("sums",) if int(k) in held else ("versions", "sums"):
-                old, new = earlier.get(key) or [], event.get(key) or []
-                if int(k) < min(len(old), len(new)) and old[int(k)] != new[int(k)]:
-                    return True
-        return False
+        return any(
+            _nonzero(grad)
+            and _moved(earlier, event, int(k), ("sums",) if int(k) in held else VERSIONS_AND_SUMS)
+            for k, grad in (event.get("grads") or {}).items()
+        )
 
     def _check_forward_reference(self) -> None:
         """AFTER's first backward call against BEFORE's forward with autograd off (see
@@ -660,14 +658,8 @@ class _References(_FiniteDifferences):
         events = self.after.get("events") or []
         if any("sums" not in event for event in events):
             return
-        changed = _stepped(self.after) or set()
-        for earlier, later in zip(events, events[1:]):
-            changed.update(  # `.data` writes move no version counter: the values' sums
-                k
-                for k, (a, b) in enumerate(zip(earlier["sums"], later["sums"]))
-                if a is not None and b is not None and a != b
-            )
-        if not changed:
+        leaves = range(len(events[-1].get("versions") or []))
+        if not any(_moved(a, b, k) for a, b in zip(events, events[1:]) for k in leaves):
             raise _Rejected(
                 f"before fails writing a leaf in place at line {outcome.get('line')} after a "
                 "backward call (an update of the parameters); after changes no leaf between "
@@ -701,47 +693,33 @@ class _References(_FiniteDifferences):
         (nothing reset it in between: ``zero_grad()`` dropped), so the next step applies
         the old gradients again, where before's matching call starts from a fresh one."""
         events_b, events_a = self.before.get("events") or [], self.after.get("events") or []
-        last: dict[int, int] = {}  # leaf -> after's latest call that gave it a gradient
         stepped = _stepped(self.after)
-        for m, ea in enumerate(events_a):
-            versions = ea.get("versions") or []
-            given = {  # the leaves this call adds a gradient to (not an all-zero one)
-                int(key) for key, grad in (ea.get("grads") or {}).items() if _nonzero(grad)
-            }
-            for k in set(ea.get("accumulated") or ()) & given:
-                previous = last.get(k)
-                if (
-                    previous is None
-                    or k >= len(versions)
-                    or (stepped is not None and k not in stepped)
-                ):
-                    continue
-                earlier = events_a[previous].get("versions") or []
-                if k >= len(earlier) or versions[k] == earlier[k]:
-                    continue  # not changed in place since: accumulation, not stale
-                if k not in (ea.get("stepped_with") or ()):
-                    continue  # no step reads the sum (reset first: a GAN's generator step)
-                if (
-                    m < len(events_b)
-                    and k in (events_b[m].get("accumulated") or ())
-                    and not self.intent.adds_gradient_reset
-                ):
-                    continue  # before adds to the same kind of gradient there (a change
-                    # that adds a reset means each step to read fresh ones: not excused)
-                raise _Rejected(
-                    f"after: backward call #{m + 1}{_at_line(ea.get('line'))} adds its "
-                    f"gradient of {self._leaf_name(k)} to the one the leaf held when it was "
-                    f"stepped after call #{previous + 1} (nothing reset it in between), so the "
-                    "next step applies old gradients again"
-                    + (
-                        " (the change adds a gradient reset, yet this step's is stale)"
-                        if self.intent.adds_gradient_reset
-                        else "; before's call starts from a fresh one"
-                    )
+        for m, k, previous in _stale_adds(events_a):
+            ea = events_a[m]
+            if previous is None or k not in (ea.get("stepped_with") or ()):
+                continue  # no earlier call's gradient, or no step reads the sum
+            if not _nonzero((ea.get("grads") or {}).get(str(k))):
+                continue  # the call adds nothing to it (an all-zero gradient)
+            if stepped is not None and k not in stepped:
+                continue
+            if (
+                m < len(events_b)
+                and k in (events_b[m].get("accumulated") or ())
+                and not self.intent.adds_gradient_reset
+            ):
+                continue  # before adds to the same kind of gradient there (a change
+                # that adds a reset means each step to read fresh ones: not excused)
+            raise _Rejected(
+                f"after: backward call #{m + 1}{_at_line(ea.get('line'))} adds its "
+                f"gradient of {self._leaf_name(k)} to the one the leaf held when it was "
+                f"stepped after call #{previous + 1} (nothing reset it in between), so the "
+                "next step applies old gradients again"
+                + (
+                    " (the change adds a gradient reset, yet this step's is stale)"
+                    if self.intent.adds_gradient_reset
+                    else "; before's call starts from a fresh one"
                 )
-            for key, grad in (ea.get("grads") or {}).items():
-                if grad is not None:
-                    last[int(key)] = m
+            )
 
     def _check_stale_gradient(
         self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
@@ -774,14 +752,13 @@ class _References(_FiniteDifferences):
         leave none). A leaf no optimizer clears (an input that requires grad) may still
         accumulate in both."""
         events = self.after.get("events") or []
-        adds = _stale_adds(events)
-        for m, k in adds:
-            if k in self.cleared:
-                stale = sorted(k2 for m2, k2 in adds if m2 == m and k2 in self.cleared)
-                raise _Rejected(
-                    f"after: backward call #{m + 1}{_at_line(events[m].get('line'))}"
-                    f" still adds to a stale gradient of {self._leaf_list(stale)}"
-                )
+        adds = [(m, k) for m, k, _ in _stale_adds(events) if k in self.cleared]
+        for m, _ in adds:
+            stale = sorted(k for m2, k in adds if m2 == m)
+            raise _Rejected(
+                f"after: backward call #{m + 1}{_at_line(events[m].get('line'))}"
+                f" still adds to a stale gradient of {self._leaf_list(stale)}"
+            )
         missing = sorted((_stepped(self.before) or set()) - (_stepped(self.after) or set()))
         if missing:
             raise _Rejected(
@@ -1082,31 +1059,45 @@ def _ratio(roots_b: list[Any], roots_a: list[Any], rtol: float) -> float | None:
     return ratio
 
 
-def _stale_adds(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """(call, leaf) pairs where the call adds its gradient to a ``.grad`` that holds an
-    earlier call's, and the leaf changed in place (an optimizer step) since that call: a
-    gradient already stepped on, never reset, and a step reads the sum. Calls that add to
-    a gradient no step has read yet (``errD_real`` then ``errD_fake`` before the
-    discriminator's step) are accumulation, not stale; a sum reset before any step reads
-    it (the generator's loss on the discriminator) trains nothing."""
-    found: list[tuple[int, int]] = []
+def _stale_adds(events: list[dict[str, Any]]) -> Iterator[tuple[int, int, int | None]]:
+    """(call, leaf, earlier call): the call adds its gradient to a ``.grad`` holding the
+    earlier call's (None: one no recorded call gave), the leaf changed in place (an
+    optimizer step) since that call, and a step reads the sum: a gradient already stepped
+    on, never reset. Calls that add to a gradient no step has read yet (``errD_real`` then
+    ``errD_fake`` before the discriminator's step) are accumulation; a sum a recorded reset
+    drops before any step reads it (the generator's loss on the discriminator) trains
+    nothing."""
     last: dict[int, int] = {}  # leaf -> the latest call that gave it a gradient
     for m, event in enumerate(events):
-        versions = event.get("versions") or []
+        read = event.get("stepped_with")
         for k in event.get("accumulated") or ():
-            if "stepped_with" in event and k not in event["stepped_with"]:
-                continue  # reset before any step read the sum: it trains nothing
-            previous = last.get(k)
-            if previous is None:
-                found.append((m, k))  # a gradient from before any recorded call
+            if read is not None and k not in read:
                 continue
-            earlier = events[previous].get("versions") or []
-            if k < len(versions) and k < len(earlier) and versions[k] != earlier[k]:
-                found.append((m, k))
+            previous = last.get(k)
+            if previous is None or _moved(events[previous], event, k, ("versions",)):
+                yield m, k, previous
         for key, grad in (event.get("grads") or {}).items():
             if grad is not None:
                 last[int(key)] = m
-    return found
+
+
+#: what tells a leaf changed in place between two calls: its version counter, and the sum
+#: of its values (which sees ``.data`` writes, which move no version counter)
+VERSIONS_AND_SUMS = ("versions", "sums")
+
+
+def _moved(
+    earlier: dict[str, Any],
+    later: dict[str, Any],
+    k: int,
+    keys: tuple[str, ...] = VERSIONS_AND_SUMS,
+) -> bool:
+    """Whether leaf ``k`` changed in place between two recorded calls (by ``keys``)."""
+    for key in keys:
+        old, new = earlier.get(key) or [], later.get(key) or []
+        if k < min(len(old), len(new)) and old[k] != new[k]:
+            return True
+    return False
 
 
 def _stepped_codes(trace: dict[str, Any]) -> dict[int, set[str]]:
