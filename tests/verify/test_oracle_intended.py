@@ -237,3 +237,51 @@ def test_a_leaf_frozen_at_a_call_expects_no_gradient_from_it_in_the_fix_s_own_ch
     )
     verdict = verify_sources(FROZEN_D, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# A critic trained on a bootstrapped target that still carries the graph: the gradient is
+# the true derivative of the squared error, but TD learning holds the target constant.
+TD_TARGET = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+critic = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.SGD(critic.parameters(), lr=1e-2)
+s, s_next, r = torch.randn(6, 3), torch.randn(6, 3), torch.randn(6, 1)
+for step in range(2):
+    target = r + 0.9 * critic(s_next)
+    loss = ((critic(s) - target) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_stop_gradient_the_change_adds_is_intent_not_evidence() -> None:
+    fixed = TD_TARGET.replace("0.9 * critic(s_next)", "0.9 * critic(s_next).detach()")
+    verdict = verify_sources(TD_TARGET, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "adds a stop-gradient (line 9: `target = r + 0.9 * critic(s_next).detach()`)" in (
+        verdict.reason
+    )
+    # the same gradient change without a stop-gradient is still evidence: rejected
+    scaled = TD_TARGET.replace("0.9 * critic(s_next)", "0.9 * critic(s_next) * 0.5")
+    wrong = verify_sources(TD_TARGET, scaled, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert wrong.status == "rejected", wrong.reason
+
+
+def test_the_added_stop_gradient_is_read_from_the_change() -> None:
+    def added(before: str, after: str) -> str:
+        return FixIntent.unknown().for_change(before, after).adds_stop_gradient
+
+    assert added("y = f(x)\n", "y = f(x.detach())\n") == "line 1: `y = f(x.detach())`"
+    assert added("y = f(x)\n", "with torch.no_grad():\n    y = f(x)\n") == (
+        "line 1: `with torch.no_grad():`"
+    )
+    # moved within a line, kept in a comment, or declared by a rule: none added
+    assert added("y = x.detach() + z\n", "y = z + x.detach()\n") == ""
+    assert added("y = f(x)\n", "y = f(x)  # not x.detach()\n") == ""
+    assert FixIntent(declared=True).for_change("y = f(x)\n", "y = f(x.detach())\n") == (
+        FixIntent(declared=True)
+    )

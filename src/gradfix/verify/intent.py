@@ -40,6 +40,11 @@ class FixIntent:
     #: mask, -inf)`` as a statement: a no-op), which the change now uses: the forward
     #: changes on purpose where that value enters (its text, or empty)
     uses_discarded: str = ""
+    #: a stop-gradient the change adds (``.detach()``, ``.data``, ``no_grad``, a
+    #: ``requires_grad_(False)``): "line N: `code`" of the first, or empty. Where before's
+    #: gradient is the true derivative of its forward, after's differs from it on purpose
+    #: (a TD target, a GAN's fake, a frozen reference) or by mistake: intent, not evidence
+    adds_stop_gradient: str = ""
 
     @classmethod
     def unknown(cls) -> FixIntent:
@@ -59,6 +64,7 @@ class FixIntent:
             differentiates_gradients=added,
             adds_gradient_reset=resets,
             uses_discarded=_discarded_result_used(before_src, after_src),
+            adds_stop_gradient=_added_stop_gradient(before_src, after_src),
         )
 
 
@@ -70,6 +76,49 @@ def _resets(source: str) -> int:
     """How many gradient resets a source spells (comments left out)."""
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     return sum(code.count(spelling) for spelling in _RESETS)
+
+
+#: the spellings of a stop-gradient: a value read past autograd, or a block or leaf it skips
+_STOP_GRADIENTS = (
+    ".detach(",
+    ".detach_(",
+    ".data",
+    "no_grad(",
+    "inference_mode(",
+    "requires_grad_(False)",
+    "requires_grad=False",
+    "requires_grad = False",
+)
+
+
+def _stop_gradients(line: str) -> int:
+    code = line.split("#", 1)[0]
+    return sum(code.count(spelling) for spelling in _STOP_GRADIENTS)
+
+
+def _added_stop_gradient(before_src: str, after_src: str) -> str:
+    """The first line the change adds or rewrites that spells more stop-gradients than
+    the lines it replaces, as "line N: `code`"; empty when the change spells no more in
+    all (a detach moved, or kept in a rewritten line, adds none).""""line N: `code`" of the first line the change adds or rewrites with more
+    stop-gradients than the source spells in all (so a detach moved within a line, or
+    one line rewritten around a detach it keeps, adds none), or empty."""
+    import difflib
+
+    if sum(map(_stop_gradients, after_src.splitlines())) <= sum(
+        map(_stop_gradients, before_src.splitlines())
+    ):
+        return ""
+    old, new = before_src.splitlines(), after_src.splitlines()
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        removed = sum(map(_stop_gradients, old[i1:i2]))
+        for j in range(j1, j2):
+            if _stop_gradients(new[j]) > removed:
+                return f"line {j + 1}: `{new[j].strip()}`"
+            removed -= min(removed, _stop_gradients(new[j]))
+    return ""
 
 
 #: a fix that declares nothing beyond the bug

@@ -39,7 +39,12 @@ with BEFORE's autograd gradient, agrees with neither, is undefined or was not co
 the gradient changed: ``rejected``. A gradient both versions agree on is never estimated,
 so an intentional ``.detach()`` kept by the fix costs nothing; but where an intentional
 detach and a repaired cut reach the same element, the estimate (which sees every path)
-agrees with neither and the fix is rejected: a conservative answer.
+agrees with neither and the fix is rejected: a conservative answer. A change made by hand
+that adds a stop-gradient (``FixIntent.adds_stop_gradient``: a ``.detach()``, ``.data``,
+``no_grad`` block or ``requires_grad_(False)`` it spells more of) means a gradient to differ
+from the derivative of the forward there (a TD target, an old policy, a buffer held
+constant), or does so by mistake: where the estimate sides with BEFORE, that is intent the
+run cannot show, and the verdict is ``unverified``, naming the line.
 
 Float32's finite differences cannot tell two gradients a few parts in 10^3 apart (the
 second-order term ``create_graph=True`` restores to a meta-gradient): where the estimate

@@ -397,12 +397,13 @@ class _FiniteDifferences(_Structure):
                         {"source": "before", "element": j, "method": "undecided"}
                     )
                     return None
-            raise _FdRejected(
+            agreement = (
                 f"{changed.message(j)}; the finite-difference derivative of "
                 f"before's forward agrees with before's autograd: {shown}"
-                + self._precise_missing(entry),
-                flat=_flat(value),
+                + self._precise_missing(entry)
             )
+            self._stopped_on_purpose(agreement)
+            raise _FdRejected(agreement, flat=_flat(value))
         if not low <= after <= high and interval is None:
             # float32's quotient says after is wrong: float64 decides where it can
             refined = self._judge_precisely(j, changed, entry)
@@ -430,6 +431,20 @@ class _FiniteDifferences(_Structure):
             "interval": None if interval is None else list(interval),
         }
 
+    def _stopped_on_purpose(self, agreement: str) -> None:
+        """Before's gradient is the true derivative of its forward and after's is not: no
+        evidence against a change that adds a stop-gradient, which means exactly that (a
+        TD target, a GAN's fake or an old policy held constant); whether the gradient
+        should stop there is intent the run cannot show: unverified, saying so."""
+        added = self.intent.adds_stop_gradient
+        if added:
+            raise _Unverifiable(
+                f"{agreement}; the change adds a stop-gradient ({added}), which makes the "
+                "gradient differ from the derivative of the forward on purpose or by "
+                "mistake: the run cannot tell which; check that no gradient should flow "
+                "there (a target, a frozen reference), or state the objective in a test"
+            )
+
     def _judge_precisely(
         self, j: int, changed: _GradientChange, entry: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -456,11 +471,12 @@ class _FiniteDifferences(_Structure):
                     f"before's forward, {_format(value)}, cannot tell the two apart"
                 )
         if d_before <= tolerance:
-            raise _FdRejected(
+            agreement = (
                 f"{changed.message(j)}; the float64 finite-difference derivative of "
-                f"before's forward agrees with before's autograd: {_format(value)}",
-                flat=_flat(value),
+                f"before's forward agrees with before's autograd: {_format(value)}"
             )
+            self._stopped_on_purpose(agreement)
+            raise _FdRejected(agreement, flat=_flat(value))
         if abs(after - value) > tolerance:
             raise _FdRejected(
                 f"gradient wrong: {changed.label} gives {changed.leaf} the gradient "
