@@ -99,9 +99,7 @@ def _stop_gradients(line: str) -> int:
 def _added_stop_gradient(before_src: str, after_src: str) -> str:
     """The first line the change adds or rewrites that spells more stop-gradients than
     the lines it replaces, as "line N: `code`"; empty when the change spells no more in
-    all (a detach moved, or kept in a rewritten line, adds none).""""line N: `code`" of the first line the change adds or rewrites with more
-    stop-gradients than the source spells in all (so a detach moved within a line, or
-    one line rewritten around a detach it keeps, adds none), or empty."""
+    all (a detach moved, or kept in a rewritten line, adds none)."""
     import difflib
 
     if sum(map(_stop_gradients, after_src.splitlines())) <= sum(
