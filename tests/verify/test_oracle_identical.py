@@ -76,3 +76,54 @@ def test_a_result_the_original_discarded_and_the_change_uses_is_unverified() -> 
     other = DROPPED_MASK.replace("attn.masked_fill(mask, 0.0)", "attn = attn * 2")
     verdict = verify_sources(DROPPED_MASK, other, timeout=60.0, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
+
+
+# The heads are kept in a plain list: they get gradients, and the optimizer built from
+# ``model.parameters()`` never holds them.
+LISTED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(6, 4)
+        self.heads = [nn.Linear(4, 1) for _ in range(2)]
+
+    def forward(self, x):
+        h = torch.tanh(self.trunk(x))
+        return torch.cat([head(h) for head in self.heads], dim=1)
+
+
+torch.manual_seed(0)
+model = Heads()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(5, 6), torch.randn(5, 2)
+for _ in range(2):
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_change_that_leaves_a_parameter_untrained_as_before_is_no_proof() -> None:
+    # wrapped after the optimizer was built: the run is the original's, heads untrained
+    late = LISTED.replace(
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model.heads = nn.ModuleList(model.heads)\n",
+    )
+    verdict = verify_sources(LISTED, late, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert verdict.reason.startswith("the change computes exactly what the original does")
+    assert "get a gradient that no optimizer step reads" in verdict.reason
+    assert "in both, #2 'model.heads.0.weight' (line 10), #3 'model.heads.0.bias'" in verdict.reason
+    # registered before the optimizer is built: the heads train, a difference proven
+    early = LISTED.replace(
+        "self.heads = [nn.Linear(4, 1) for _ in range(2)]",
+        "self.heads = nn.ModuleList([nn.Linear(4, 1) for _ in range(2)])",
+    )
+    verdict = verify_sources(LISTED, early, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

@@ -73,6 +73,20 @@ class _Comparison(_Windows):
         verdict = self._conclude()
         if verdict.verified and self.identical:
             verdict.reason = f"{self._no_difference()}; {verdict.reason}"
+            untrained = self._never_stepped()
+            if untrained:
+                # the run shows a training bug the change leaves as it was: no proof of a
+                # fix, though nothing shows the change is wrong either
+                return Verdict(
+                    "unverified",
+                    self._no_difference(
+                        f"in both, {self._leaf_list(untrained)} get a gradient that no "
+                        "optimizer step reads while the steps read other leaves': if the "
+                        "change means to train them, it does not (left out of the "
+                        "optimizer's groups, or registered after it was built)"
+                    ),
+                    self.evidence(),
+                )
         if self.held_text and verdict.verified:
             verdict.reason = (
                 f"leaves now trained: {self.held_text}; with them held at "
@@ -206,7 +220,9 @@ class _Comparison(_Windows):
             parts.append("finite differences were capped (see evidence)")
         return Verdict("verified", "; ".join(parts), self.evidence())
 
-    def _no_difference(self) -> str:
+    def _no_difference(
+        self, ending: str = "a refactor; a fix whose bug this run does not show"
+    ) -> str:
         """The change computes what the original computes: proven for a refactor; a fix
         whose bug this run does not show (a buffer for a tensor the optimizer never saw,
         a flag that was already set) is proven to change nothing here, and says so."""
@@ -218,8 +234,7 @@ class _Comparison(_Windows):
         )
         return (
             f"the change computes exactly what the original does in this run ({ran}, the "
-            "same leaves and optimizer steps): a refactor; a fix whose bug this run does "
-            "not show"
+            f"same leaves and optimizer steps): {ending}"
         )
 
     def _discarded_summary(self) -> str:

@@ -168,6 +168,21 @@ class _Structure(_State):
                 "never this one (a parameter no optimizer trains)"
             )
 
+    def _never_stepped(self) -> list[int]:
+        """Leaves that backward calls give a gradient while no optimizer step in the run
+        reads theirs, though steps after the first such call read other leaves' (a
+        parameter no optimizer holds: left out of its groups, kept in a plain list)."""
+        events = self.after.get("events") or []
+        stepped = {int(j) for e in events for j in e.get("stepped_with") or ()}
+        found = []
+        for k in range(len(self.after.get("leaves") or [])):
+            if k in stepped:
+                continue
+            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
+            if first is not None and any(e.get("stepped_with") for e in events[first:]):
+                found.append(k)
+        return found
+
     def _check_untrained_siblings(self) -> None:
         """The change makes the optimizer train leaves it never trained (held in the
         replay), yet a leaf made by the same statement (the bias of a layer whose weight
