@@ -5,7 +5,7 @@ symptom: silent
 rule: ?
 shape: attribution library canonizer (register/merge/remove that rewrites a Linear and the following BatchNorm) applied to a small classifier, gradient of the class score with respect to the parameters
 wrong: detach
-why: keeps the originals for remove() but installs the merged weight and bias as new nn.Parameters, which are leaves: the linear layer's original parameters get no gradient at all and the batch-norm weight only the part through the identity batch norm
+why: keeps the originals for remove() but installs the merged weight and bias as new nn.Parameters, which are leaves: the gradient lands on these temporary copies and the original linear and batch-norm parameters keep .grad None
 """
 import torch
 from torch import nn
