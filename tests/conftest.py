@@ -25,30 +25,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-#: the modules whose tests run programs or whole projects (the longest of the suite, from
-#: ``--durations``): collected first, so that the two workers start on them and the short
-#: tests fill the end instead of a long test running alone there
-HEAVY_FIRST = (
-    "test_incremental.py",
-    "test_fix_verifies.py",
-    "test_quality.py",
-    "test_bench_recall.py",
-    "test_ray_cluster.py",
-    "test_ray_verify.py",
-    "test_trace.py",
-    "test_ray_executor.py",
-    "test_ray_output.py",
-    "test_trace_cuts.py",
-    "test_trace_rule_fixes.py",
-    "test_progress.py",
-)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heavy modules first (same order in every worker: a stable sort); tests marked
-    ``slow`` (minutes: the sweep of the whole corpus) run only on demand."""
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    """Tests marked ``slow`` (minutes: the sweep of the whole corpus) run only on demand."""
     if config.getoption("--run-slow") or os.environ.get("GRADFIX_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: run with --run-slow or GRADFIX_SLOW=1")

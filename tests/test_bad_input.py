@@ -459,15 +459,26 @@ def test_ctrl_c_during_write_leaves_no_half_written_file(tmp_path: Path, jobs: s
 def _wait_for_a_written_file(
     directory: Path, originals: dict[str, str], process: subprocess.Popen[bytes]
 ) -> None:
+    """Returns once a file is written: its size changed, or the folder changed twice (a
+    write makes its temporary file there, then renames it over the file). One stat a poll
+    is fast enough on a loaded machine, where scanning the files one by one could miss
+    the whole burst of writes."""
     deadline = time.monotonic() + 120
+    listed, changes = directory.stat().st_mtime_ns, 0
+    sizes = [(directory / name, len(text.encode())) for name, text in originals.items()]
+    polls = 0
     while time.monotonic() < deadline:
-        for name, text in originals.items():
-            path = directory / name
-            if path.stat().st_size != len(text.encode()):
+        now = directory.stat().st_mtime_ns
+        if now != listed:
+            listed, changes = now, changes + 1
+            if changes >= 2:
                 return
+        polls += 1
+        if polls % 200 == 0 and any(path.stat().st_size != size for path, size in sizes):
+            return
         if process.poll() is not None:
             pytest.fail(f"gradfix ended before any file was written: {process.returncode}")
-        time.sleep(0.02)
+        time.sleep(0.001)
     pytest.fail("no file was written within 120 s")
 
 

@@ -327,10 +327,12 @@ def test_a_wrong_fix_at_a_discontinuity_is_still_rejected_on_the_converged_eleme
     tmp_path: Path,
 ) -> None:
     """The element at the jump decides nothing; the others' converged quotients show that
-    a detached reciprocal loses the gradient."""
+    a reciprocal of a copy out of the graph loses the gradient (a copy, not a ``.detach()``:
+    a stop-gradient a change adds may be meant, and is unverified)."""
     with_term = RECIPROCAL_WHERE.replace("r.sum()", "(r.sum() + n.sum())")
     bug = write(tmp_path / "bug.py", with_term)
-    wrong = write(tmp_path / "wrong.py", with_term.replace("1.0 / n", "1.0 / n.detach()"))
+    copied = with_term.replace("1.0 / n", "1.0 / n.new_tensor(n.tolist())")
+    wrong = write(tmp_path / "wrong.py", copied)
     code, out, _ = invoke("verify", "--baseline", str(bug), str(wrong))
     assert code == 1 and "rejected" in out
     assert "at element 1" in out or "at element 2" in out
