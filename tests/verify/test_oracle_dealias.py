@@ -80,3 +80,49 @@ def test_an_in_place_activation_made_at_a_rewritten_line_runs_out_of_place() -> 
     verdict = verify_sources(SHORTCUT, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "made out of place" in verdict.reason
+
+
+# An inplace ReLU first in a residual block overwrites the block's input, which the skip
+# connection then adds: no error, but the forward adds relu(input) (silent).
+SKIP_READS_RELU_INPUT = """\
+import torch
+import torch.nn as nn
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.ReLU(inplace=True), nn.Linear(c, c), nn.ReLU(), nn.Linear(c, c)
+        )
+
+    def forward(self, input):
+        out = self.conv(input)
+        out += input
+        return out
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), ResBlock(6), nn.Linear(6, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range(2):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_silent_inplace_write_another_name_reads_is_judged_out_of_place() -> None:
+    fixed = SKIP_READS_RELU_INPUT.replace("nn.ReLU(inplace=True), ", "nn.ReLU(), ")
+    verdict = verify_sources(SKIP_READS_RELU_INPUT, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith(
+        "against before with its in-place writes at the lines the change rewrote made out "
+        "of place (another name read the written tensor"
+    )
+    # another forward at the same line is still a forward changed
+    tanh = SKIP_READS_RELU_INPUT.replace("nn.ReLU(inplace=True), ", "nn.Tanh(), ")
+    verdict = verify_sources(SKIP_READS_RELU_INPUT, tanh, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert verdict.reason.startswith("forward changed"), verdict.reason

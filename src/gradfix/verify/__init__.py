@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -188,15 +189,21 @@ def _verify(
                         f"before's (the change draws other initial values): {second.reason}"
                     )
                     verdict, fd, after = second, second_fd, synced
-        if verdict.status == "rejected" and _inplace_error(before):
+        silent = _rewrites_an_inplace_write(before, verdict, before_src, limits)
+        if verdict.status == "rejected" and (_inplace_error(before) or silent):
             dealiased = _dealiased(before_proc, before, limits)
             if dealiased is not None:
                 second, second_fd = judge(dealiased, after)
                 if second.status != "rejected":  # the forward the in-place write changed
+                    why = (
+                        "another name read the written tensor, so before's forward used "
+                        "the written values"
+                        if silent
+                        else "the repair its error asks for; other names held the written tensor"
+                    )
                     second.reason = (
                         "against before with its in-place writes at the lines the change "
-                        "rewrote made out of place (the repair its error asks for; other "
-                        f"names held the written tensor): {second.reason}"
+                        f"rewrote made out of place ({why}): {second.reason}"
                     )
                     verdict, fd, before = second, second_fd, dealiased
     if reference is not None:
@@ -516,6 +523,33 @@ def _inplace_error(trace: dict[str, Any]) -> bool:
     return outcome.get("category") == "code" and INPLACE_SAVED in str(outcome.get("message"))
 
 
+#: an in-place write spelled on a line: an augmented assignment, an ``inplace=True``
+#: module or call, a trailing-underscore tensor method
+_INPLACE_SPELLED = re.compile(
+    r"(?<![=!<>])(?:\+|-|\*|/|//|%|\*\*|@|&|\||\^|<<|>>)=(?!=)"  # x += y
+    r"|inplace\s*=\s*True"  # F.relu(x, inplace=True), nn.ReLU(inplace=True)
+    r"|\b[A-Z]\w*\((?:[^()]*,\s*)?True\)"  # nn.ReLU(True), nn.LeakyReLU(0.2, True)
+    r"|\.[a-z][a-z0-9]*_\("  # x.add_(y)
+)
+
+
+def _rewrites_an_inplace_write(
+    before: dict[str, Any], verdict: Verdict, before_src: str, limits: dict[str, Any]
+) -> bool:
+    """BEFORE ran to the end, the change rewrote a line that writes in place, and the
+    forward changed: where another name reads the written tensor (an inplace ReLU's input
+    kept by a skip connection) its out-of-place repair changes the forward on purpose."""
+    if (before.get("outcome") or {}).get("status") != "ok":
+        return False
+    if not verdict.reason.startswith("forward changed"):
+        return False
+    lines = before_src.splitlines()
+    return any(
+        0 < n <= len(lines) and _INPLACE_SPELLED.search(lines[n - 1].split("#", 1)[0])
+        for n in limits["changed_lines"]["before"]
+    )
+
+
 def _dealiased(
     proc: RunnerProcess, before: dict[str, Any], limits: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -532,6 +566,8 @@ def _dealiased(
     if "runner_error" in replay:
         return None
     outcome, original = replay.get("outcome") or {}, before.get("outcome") or {}
+    if original.get("status") == "ok":  # a silent write: the replay must run to the end too
+        return replay if outcome.get("status") == "ok" else None
     if (outcome.get("message"), outcome.get("line")) == (
         original.get("message"),
         original.get("line"),
