@@ -236,3 +236,30 @@ def test_a_recomputation_that_stops_reusing_a_freed_graph_is_verified() -> None:
     )
     verdict = verify_sources(CACHE, retained, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
+
+
+# A library turns autograd off for the whole program on import; its training turns it on
+# for itself, and the user's own model then backpropagates a loss that does not require
+# grad ("element 0 of tensors does not require grad").
+GRAD_OFF_ON_IMPORT = """\
+import torch
+
+torch.set_grad_enabled(False)
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+x = torch.randn(5, 3)
+with torch.enable_grad():
+    (x @ w).pow(2).mean().backward()
+w.grad = None
+h = torch.tanh(x @ w)
+(h.sum() * w.sum()).backward()
+"""
+
+
+def test_reads_under_a_grad_off_mode_the_change_removed_are_followed() -> None:
+    """Before's finite differences (its second backward raised, so they are the reference)
+    follow the reads made while autograd is off by the statement the change removed; held,
+    as under a ``no_grad`` both versions keep, they would make the gradient zero."""
+    fixed = GRAD_OFF_ON_IMPORT.replace("torch.set_grad_enabled(False)\n", "")
+    verdict = verify_sources(GRAD_OFF_ON_IMPORT, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

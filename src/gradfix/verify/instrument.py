@@ -215,6 +215,13 @@ class Recorder:
         #: values there (a ``no_grad`` block the change adds or removes, not an optimizer
         #: step) is a use like a grad-mode one, so finite differences follow it
         self.changed_lines: frozenset[int] = frozenset()
+        #: autograd was last turned off by a statement at a line the change wrote or
+        #: removed (``torch.set_grad_enabled(False)`` run on import): the reads under it
+        #: are followed by finite differences, as those at such a line
+        self.grad_off_by_change = False
+        #: grad-mode object (a ``no_grad`` block) -> ``grad_off_by_change`` when entered
+        self._grad_modes: dict[int, bool] = {}
+        self.setting_grad_mode = False
         self.in_optimizer_step = 0
         self.in_function = 0  # inside an ``autograd.Function``'s apply (its forward)
         #: what of the program's own makes gradients other than the derivative of the
@@ -736,7 +743,9 @@ class Recorder:
 
     def _called_at_changed_line(self) -> bool:
         """Whether the running call is made at (or called from) a line the change wrote."""
-        frame: FrameType | None = sys._getframe(2)
+        return self._called_from_changed_line(sys._getframe(2))
+
+    def _called_from_changed_line(self, frame: FrameType | None) -> bool:
         while frame is not None:
             if frame.f_code.co_filename == self.filename and frame.f_lineno in self.changed_lines:
                 return True
@@ -759,7 +768,26 @@ class Recorder:
             return False
         if p.leaf not in set(self._leaf_args(args, kwargs)):
             return False
-        return not self._read_at_changed_line(func, args, kwargs)
+        return not (self.grad_off_by_change or self._read_at_changed_line(func, args, kwargs))
+
+    def grad_mode_set(self, enabled: bool) -> None:
+        """Autograd turned on or off (``set_grad_enabled``, a ``no_grad`` or
+        ``enable_grad`` block entered or left, by torch's grad-mode objects): off by a
+        statement the change wrote or removed, or not. A block left gives back what held
+        when it was entered (kept per grad-mode object)."""
+        frame: FrameType | None = sys._getframe(2)  # torch's code that set the mode
+        torch_file, owner, leaving = frame.f_code.co_filename if frame else "", None, False
+        while frame is not None and frame.f_code.co_filename == torch_file:
+            owner, leaving = frame.f_locals.get("self"), frame.f_code.co_name == "__exit__"
+            frame = frame.f_back
+        if leaving and id(owner) in self._grad_modes:
+            self.grad_off_by_change = self._grad_modes.pop(id(owner))
+            return
+        if owner is not None and len(self._grad_modes) < 1000:
+            self._grad_modes.setdefault(id(owner), self.grad_off_by_change)
+        self.grad_off_by_change = (
+            not enabled and bool(self.changed_lines) and self._called_from_changed_line(frame)
+        )
 
     def unperturbed(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``func`` with the perturbed element back at its value, then perturb it
@@ -1314,10 +1342,33 @@ def install() -> None:
     _patch_optimizer_steps()
     _patch_custom_gradients()
     _patch_module_construction()
+    _patch_grad_mode()
     for name in RANDOM_METHODS:
         setattr(torch.Tensor, name, _wrap_sampler(getattr(torch.Tensor, name)))
     for name in ("float", "to", "type"):
         setattr(torch.Tensor, name, _wrap_narrowing(name, getattr(torch.Tensor, name)))
+
+
+def _patch_grad_mode() -> None:
+    """Every change of autograd's mode goes through ``torch._C._set_grad_enabled``
+    (``set_grad_enabled``, ``no_grad`` and ``enable_grad`` blocks and decorators): the
+    recorder learns whether the statement that turned it off is one the change wrote."""
+    setter = torch._C._set_grad_enabled
+
+    @functools.wraps(setter)
+    def set_grad_enabled(mode: bool) -> None:
+        recorder = _ACTIVE
+        if recorder is None or recorder.internal or recorder.setting_grad_mode:
+            setter(mode)  # the recorder's own, or the call torch's function mode passes on
+            return
+        recorder.setting_grad_mode = True
+        try:
+            setter(mode)
+        finally:
+            recorder.setting_grad_mode = False
+        recorder.grad_mode_set(bool(mode))
+
+    torch._C._set_grad_enabled = set_grad_enabled  # type: ignore[assignment]
 
 
 def _patch_module_construction() -> None:
