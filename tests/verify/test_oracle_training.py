@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gradfix.registry import fix_intent
 from gradfix.verify import verify_sources
+from gradfix.verify.intent import FixIntent
 from gradfix.verify.oracle import newly_trained
 
 TIMEOUT = 30.0
@@ -284,3 +285,44 @@ def test_registering_modules_that_an_init_loop_then_draws_for_is_judged_in_sync(
     doubled = registered.replace("return self.out(h)", "return 2 * self.out(h)")
     verdict = verify_sources(PLAIN_BLOCKS, doubled, timeout=TIMEOUT, intent=intent)
     assert verdict.status == "rejected", verdict.reason
+
+
+# A learned initial state kept as a tensor that requires grad, not a parameter: the
+# optimizer built from ``model.parameters()`` never holds it.
+PLAIN_STATE = """\
+import torch
+import torch.nn as nn
+
+
+class Init(nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        self.val = torch.zeros((1, size), requires_grad=True)
+
+    def forward(self, x):
+        return self.val.repeat(x.shape[0], 1)
+
+
+torch.manual_seed(0)
+init, cell = Init(4), nn.GRUCell(3, 4)
+model = nn.ModuleList([init, cell])
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+x = torch.randn(6, 3)
+for step in range(3):
+    opt.zero_grad()
+    h = cell(x, init(x))
+    h.pow(2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_tensor_wrapped_as_a_parameter_over_its_storage_is_compared_as_that_tensor() -> None:
+    """``nn.Parameter(torch.zeros(..., requires_grad=True))``: the tensor before uses is
+    now the parameter's storage, and the parameter takes the gradient it took."""
+    fixed = PLAIN_STATE.replace(
+        "self.val = torch.zeros((1, size), requires_grad=True)",
+        "self.val = nn.Parameter(torch.zeros((1, size), requires_grad=True))",
+    )
+    verdict = verify_sources(PLAIN_STATE, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "leaves now trained" in verdict.reason

@@ -101,12 +101,28 @@ class _Structure(_State):
         if kept is None:
             return  # rejected by the counts
         held = set(self._held())
+        # a tensor before uses, wrapped by after as a parameter over its storage
+        # (``nn.Parameter(torch.zeros(n, requires_grad=True))``): the parameter takes its
+        # gradients, so it stands in its place
+        rewraps = {
+            k: int(m)
+            for k in kept
+            if (m := leaves_a[k].get("rewrapped_as")) is not None
+            and int(m) not in kept
+            and int(m) < len(leaves_a)
+        }
+        kept = [rewraps.get(k, k) for k in kept]
         added = [k for k in range(len(leaves_a)) if k not in kept]
         if any(self._stepped_in_after(k) and k not in held for k in added):
             return  # trained in the replay: not the values BEFORE computed with
         if any(k not in held and "Parameter" not in str(leaves_a[k].get("origin")) for k in added):
             return  # a tensor made to require grad (``out.requires_grad_()``): no parameter
         lines = ", ".join(self._short_leaf(k) for k in added)
+        for k, m in rewraps.items():
+            self.notes.append(
+                f"{self._leaf_name(k)} is wrapped as {self._leaf_name(m)}, a parameter made "
+                "over its storage: compared in its place"
+            )
         new = {old: k for k, old in enumerate(kept)}
         self.after = _with_leaves(self.after, kept)
         self.after["held"] = [new[k] for k in sorted(held) if k in new]
