@@ -835,6 +835,21 @@ def test_a_float32_disagreement_is_decided_in_float64(
     assert said in verdict.reason
 
 
+def test_every_float32_disagreement_is_asked_of_float64_in_one_round() -> None:
+    """Asked one at a time, the second disagreement has no float64 estimate once the
+    first is confirmed, and the fix stays unverified: all are asked for together."""
+    after = trace(event(1.0, {0: tensor([2.5, 0.0, 4.5])}))
+    entry = fd_entry(0, 0, [2.0, 0.0, 4.0])
+    verdict = compare_traces(RAISED, after, {"before": fd(entry)})
+    assert verdict.status == "unverified" and "to be confirmed in float64" in verdict.reason
+    assert verdict.evidence["confirm"] == [
+        {"source": "before", "event": 0, "leaf": 0, "elements": [0, 2], "precise": True}
+    ]
+    both = dict(entry, precise=[[0, 2.5, 1e-9, 1e-9], [2, 4.5, 1e-9, 1e-9]])
+    verdict = compare_traces(RAISED, after, {"before": dict(fd(both), confirmed=True)})
+    assert verdict.status == "verified", verdict.reason
+
+
 def test_undefined_estimate_is_skipped_but_after_must_be_finite() -> None:
     entry = fd_entry(0, 0, [math.nan, 1.0])
     finite = trace(event(1.0, {0: tensor([5.0, 1.0])}))

@@ -68,7 +68,9 @@ def test_a_parameter_made_over_an_old_leaf_s_storage_replaces_it() -> None:
     fixed = REWRAP.replace("b[:, 0] += 1.0", "b.data[:, 0] += 1.0")
     verdict = verify_sources(REWRAP, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
-    assert "a parameter made over its storage" in verdict.reason
+    # the parameter made over the old bias's storage is compared in its place
+    assert "#1 'conv.bias' (line 8)" in verdict.reason
+    assert any("a parameter made over its storage" in note for note in verdict.evidence["notes"])
 
 
 # A regression target made from the prediction's detached values: a constant to autograd.

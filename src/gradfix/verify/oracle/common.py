@@ -41,6 +41,8 @@ PRECISE_RTOL, PRECISE_ATOL = 1e-3, 1e-6
 #: why a program has no float64 estimate when it computes in float64 itself (its float32
 #: estimate was a float64 one already)
 OWN_FLOAT64 = "the program uses float64 itself"
+#: float32 disagreements asked of float64 in one comparison (each a few runs of it)
+CONFIRMED_AT_MOST = 24
 
 
 #: the relative rounding error of a gradient computed in float32

@@ -53,6 +53,8 @@ class _Comparison(_Windows):
             if self.stale_at is not None:
                 self._check_fix_clears()
             self._compare_globals()
+            if self.to_confirm is not None:
+                raise _Unverifiable(f"{self.to_confirm}; to be confirmed in float64")
             if self.blocked is not None:
                 raise _Unverifiable(self._blocked_reason(self.blocked))
         except _FdRejected as exc:

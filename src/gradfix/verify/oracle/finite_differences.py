@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from gradfix.verify.oracle.common import (
+    CONFIRMED_AT_MOST,
     FD_ATOL,
     FD_RTOL,
     FLOAT32_GRADIENT,
@@ -32,6 +33,8 @@ from gradfix.verify.oracle.structure import _Structure
 class _FiniteDifferences(_Structure):
     """Judges a gradient against finite differences of a forward, and before's autograd
     gradient against them where after's differs (a silent graph cut)."""
+
+    to_confirm: str | None
 
     def _compare_to_fd(
         self,
@@ -220,16 +223,28 @@ class _FiniteDifferences(_Structure):
                 f"{disagreement}, but float32's quotients are not trusted alone and "
                 f"float64 could not confirm it ({why or 'no estimate'})"
             )
-        self.confirm.append(
-            {
-                "source": source,
-                "event": event,
-                "leaf": self._runner_leaf(source, k),
-                "elements": [j],
-                "precise": True,
-            }
+        # every disagreement of the comparison is asked for in one round (at most
+        # CONFIRMED_AT_MOST elements): one asked at a time leaves the next without an
+        # estimate once the first is confirmed
+        leaf = self._runner_leaf(source, k)
+        target = next(
+            (
+                t
+                for t in self.confirm
+                if (t["source"], t["event"], t["leaf"]) == (source, event, leaf)
+            ),
+            None,
         )
-        raise _Unverifiable(f"{disagreement}; to be confirmed in float64")
+        if sum(len(t["elements"]) for t in self.confirm) >= CONFIRMED_AT_MOST:
+            pass  # enough to decide: the rest stay unconfirmed
+        elif target is None:
+            self.confirm.append(
+                {"source": source, "event": event, "leaf": leaf, "elements": [j], "precise": True}
+            )
+        elif j not in target["elements"]:
+            target["elements"].append(j)
+        if self.to_confirm is None:
+            self.to_confirm = disagreement  # unverified at the end, unless rejected first
 
     def _check_fd_interval(
         self,

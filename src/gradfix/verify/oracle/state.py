@@ -99,6 +99,8 @@ class _State:
         self.eps_guarded: list[dict[str, Any]] = []
         #: finite-difference targets whose float32 disagreement float64 must confirm
         self.confirm: list[dict[str, Any]] = []
+        #: the first disagreement waiting for them (the others are asked for together)
+        self.to_confirm: str | None = None
         #: this comparison already has the float64 answers it asked for
         self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
         #: see ``compare_traces``
