@@ -42,7 +42,7 @@ PRECISE_RTOL, PRECISE_ATOL = 1e-3, 1e-6
 #: estimate was a float64 one already)
 OWN_FLOAT64 = "the program uses float64 itself"
 #: float32 disagreements asked of float64 in one comparison (each a few runs of it)
-CONFIRMED_AT_MOST = 24
+CONFIRMED_AT_MOST = 12
 
 
 #: the relative rounding error of a gradient computed in float32
