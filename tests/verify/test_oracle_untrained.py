@@ -156,3 +156,36 @@ def test_a_parameter_registered_below_inserted_lines_is_matched_by_its_statement
     verdict = verify_sources(SLOPE, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert "a parameter no optimizer trains" in verdict.reason
+
+
+# The stem is frozen by a hard-coded rule; the optimizer is built from what trains.
+STEM_FROZEN = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1))
+model[0].requires_grad_(False)
+opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range(2):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_parameter_unfrozen_after_the_optimizer_was_built_is_still_untrained() -> None:
+    late = STEM_FROZEN.replace(
+        "x, y = torch.randn(8, 4), torch.randn(8, 1)\n",
+        "x, y = torch.randn(8, 4), torch.randn(8, 1)\nmodel[0].requires_grad_(True)\n",
+    )
+    verdict = verify_sources(STEM_FROZEN, late, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "gives leaf 0 'model.0.weight' (nn.Parameter at line 5) a gradient" in verdict.reason
+    assert "no optimizer step reads it" in verdict.reason
+    # unfrozen before the optimizer is built: it trains
+    early = STEM_FROZEN.replace("model[0].requires_grad_(False)\n", "")
+    verdict = verify_sources(STEM_FROZEN, early, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.reason.startswith("leaves now trained: #0 'model.0.weight'")

@@ -29,6 +29,7 @@ class _Comparison(_Windows):
         try:
             self._check_nonleaf_grad_reads()
             self._check_untrained_new_leaves()
+            self._check_unfrozen_untrained()
             self._check_untrained_siblings()
             self._check_runs()
             try:

@@ -199,6 +199,45 @@ class _Structure(_State):
                 found.append(k)
         return found
 
+    def _check_unfrozen_untrained(self) -> None:
+        """A leaf no backward call of before gives a gradient (frozen, or reaching no
+        loss), which after's calls do, while nothing reads that gradient (no optimizer
+        step, no statement of the program) though steps after it read other leaves': the
+        change unfreezes a parameter that no optimizer holds (``requires_grad_(True)``
+        after the optimizer was built from the trainable ones), which then never trains."""
+        before_events = self.before.get("events") or []
+        if not before_events or self.before.get("events_truncated"):
+            return
+        given_before = {
+            int(key)
+            for e in before_events
+            for key, grad in (e.get("grads") or {}).items()
+            if grad is not None
+        }
+        after = self.after_as_run
+        events = after.get("events") or []
+        stepped = {int(j) for e in events for j in e.get("stepped_with") or ()}
+        leaves_b = self.before.get("leaves") or []
+        if len(after.get("leaves") or []) != len(leaves_b):
+            return  # leaves made or dropped: their numbers need not name the same tensors
+        reads = after.get("grad_reads") or {}
+        for k in range(len(leaves_b)):
+            if k in given_before or k in stepped or reads.get(str(k)):
+                continue  # the program reads it itself: an input's gradient (saliency)
+            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
+            if first is None:
+                continue
+            steps = [e for e in events[first:] if e.get("stepped_with")]
+            if not steps:
+                continue
+            trained = len({int(j) for j in steps[0]["stepped_with"]})
+            raise _Rejected(
+                f"after's backward call #{first + 1}{_at_line(events[first].get('line'))} "
+                f"gives {self._leaf_name(k, after)} a gradient, which no call of before "
+                f"gives it, but no optimizer step reads it: the steps read {trained} other "
+                "leaf tensor(s) (the change makes it require grad, yet no optimizer holds it)"
+            )
+
     def _check_untrained_siblings(self) -> None:
         """The change makes the optimizer train leaves it never trained (held in the
         replay), yet a leaf made by the same statement (the bias of a layer whose weight
