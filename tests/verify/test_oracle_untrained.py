@@ -189,3 +189,33 @@ def test_a_parameter_unfrozen_after_the_optimizer_was_built_is_still_untrained()
     verdict = verify_sources(STEM_FROZEN, early, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert verdict.reason.startswith("leaves now trained: #0 'model.0.weight'")
+
+
+# A frozen denoiser under no_grad: the input's perturbation gets no gradient through it.
+DENOISED = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+denoiser, classifier = nn.Linear(4, 4), nn.Linear(4, 2)
+delta = torch.zeros(3, 4, requires_grad=True)
+opt = torch.optim.SGD([delta], lr=0.1)
+x = torch.randn(3, 4)
+for step in range(2):
+    opt.zero_grad()
+    with torch.no_grad():
+        clean = denoiser(x + delta)
+    classifier(clean).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_gradient_that_now_reaches_parameters_meant_to_require_it_is_no_unfreezing() -> None:
+    """The denoiser's weights required grad all along: a change that removes the
+    ``no_grad`` block lets gradients reach them (unread), which unfreezes nothing."""
+    fixed = DENOISED.replace(
+        "    with torch.no_grad():\n        clean = denoiser(x + delta)\n",
+        "    clean = denoiser(x + delta)\n",
+    )
+    verdict = verify_sources(DENOISED, fixed, intent=FixIntent.unknown())
+    assert verdict.status != "rejected", verdict.reason

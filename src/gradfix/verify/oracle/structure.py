@@ -200,8 +200,8 @@ class _Structure(_State):
         return found
 
     def _check_unfrozen_untrained(self) -> None:
-        """A leaf no backward call of before gives a gradient (frozen, or reaching no
-        loss), which after's calls do, while nothing reads that gradient (no optimizer
+        """A leaf frozen at every backward call of before (``requires_grad`` False),
+        which after's calls give a gradient, while nothing reads that gradient (no optimizer
         step, no statement of the program) though steps after it read other leaves': the
         change unfreezes a parameter that no optimizer holds (``requires_grad_(True)``
         after the optimizer was built from the trainable ones), which then never trains."""
@@ -214,6 +214,9 @@ class _Structure(_State):
             for key, grad in (e.get("grads") or {}).items()
             if grad is not None
         }
+        # frozen at every call of before: the change unfroze it (not a gradient that now
+        # merely reaches a leaf that required grad all along, a no_grad block removed)
+        frozen_before = set.intersection(*(set(e.get("frozen") or ()) for e in before_events))
         after = self.after_as_run
         events = after.get("events") or []
         stepped = {int(j) for e in events for j in e.get("stepped_with") or ()}
@@ -222,7 +225,7 @@ class _Structure(_State):
             return  # leaves made or dropped: their numbers need not name the same tensors
         reads = after.get("grad_reads") or {}
         for k in range(len(leaves_b)):
-            if k in given_before or k in stepped or reads.get(str(k)):
+            if k in given_before or k not in frozen_before or k in stepped or reads.get(str(k)):
                 continue  # the program reads it itself: an input's gradient (saliency)
             first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
             if first is None:
