@@ -126,3 +126,28 @@ def test_a_silent_inplace_write_another_name_reads_is_judged_out_of_place() -> N
     verdict = verify_sources(SKIP_READS_RELU_INPUT, tanh, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert verdict.reason.startswith("forward changed"), verdict.reason
+
+
+# sigmoid saves its output, which the program then doubles in place (raises).
+SAVED_OUTPUT_DOUBLED = """\
+import torch
+
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+x = torch.randn(5, 3)
+h = torch.sigmoid(x * w)
+h *= 2
+h.sum().backward()
+"""
+
+
+def test_a_stop_gradient_left_undecided_by_the_replay_does_not_undo_a_rejection() -> None:
+    """``h.data *= 2`` silences the error and corrupts sigmoid's backward: rejected against
+    before's finite differences; the out-of-place replay of before, against which the
+    added ``.data`` is only undecided intent, does not turn that into unverified."""
+    wrong = SAVED_OUTPUT_DOUBLED.replace("h *= 2", "h.data *= 2")
+    verdict = verify_sources(SAVED_OUTPUT_DOUBLED, wrong, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    fixed = SAVED_OUTPUT_DOUBLED.replace("h *= 2", "h = h * 2")
+    verdict = verify_sources(SAVED_OUTPUT_DOUBLED, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

@@ -183,7 +183,9 @@ def _verify(
             synced = _synchronised(before_proc, after_proc, after, limits)
             if synced is not None:
                 second, second_fd = judge(before, synced)
-                if second.status != "rejected":  # the forward parted only by its init
+                # the forward parted only by its init (a stop-gradient left undecided
+                # against the replay does not undo the first rejection)
+                if second.status != "rejected" and not second.evidence.get("stop_gradient_intent"):
                     second.reason = (
                         "with the leaves' values at their first use synchronised to "
                         f"before's (the change draws other initial values): {second.reason}"
@@ -194,7 +196,9 @@ def _verify(
             dealiased = _dealiased(before_proc, before, limits)
             if dealiased is not None:
                 second, second_fd = judge(dealiased, after)
-                if second.status != "rejected":  # the forward the in-place write changed
+                # the forward the in-place write changed; a stop-gradient the change adds
+                # left undecided against the replay does not undo the first rejection
+                if second.status != "rejected" and not second.evidence.get("stop_gradient_intent"):
                     why = (
                         "another name read the written tensor, so before's forward used "
                         "the written values"

@@ -323,6 +323,7 @@ class _Comparison(_Windows):
             "now_trained": self._held(),
             "stopped_leaks": self.stopped_leaks,
             "identical_to_before": self.identical,
+            "stop_gradient_intent": self.stop_gradient_intent,
             "rescaled": {
                 "factor": self.objective_scales[0] if self.objective_scales else None,
                 "calls": self.rescaled_calls,

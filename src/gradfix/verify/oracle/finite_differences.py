@@ -35,6 +35,7 @@ class _FiniteDifferences(_Structure):
     gradient against them where after's differs (a silent graph cut)."""
 
     to_confirm: str | None
+    stop_gradient_intent: str
 
     def _compare_to_fd(
         self,
@@ -453,6 +454,7 @@ class _FiniteDifferences(_Structure):
         should stop there is intent the run cannot show: unverified, saying so."""
         added = self.intent.adds_stop_gradient
         if added:
+            self.stop_gradient_intent = added
             raise _Unverifiable(
                 f"{agreement}; the change adds a stop-gradient ({added}), which makes the "
                 "gradient differ from the derivative of the forward on purpose or by "

@@ -101,6 +101,8 @@ class _State:
         self.confirm: list[dict[str, Any]] = []
         #: the first disagreement waiting for them (the others are asked for together)
         self.to_confirm: str | None = None
+        #: the stop-gradient the change adds that left the verdict unverified (its line)
+        self.stop_gradient_intent = ""
         #: this comparison already has the float64 answers it asked for
         self.confirmed = any(result.get("confirmed") for result in (fd or {}).values())
         #: see ``compare_traces``
