@@ -170,13 +170,10 @@ class _Structure(_State):
         for k, leaf in enumerate(after.get("leaves") or []):
             if leaf.get("line") not in lines or reads.get(str(k)):
                 continue
-            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
-            if first is None:
+            untrained = _untrained_since(events, k)
+            if untrained is None:
                 continue
-            steps = [e for e in events[first:] if e.get("stepped_with")]
-            if not steps:
-                continue  # no optimizer step after it: nothing shows what trains
-            trained = len({int(j) for j in steps[0]["stepped_with"]})
+            first, trained = untrained
             raise _Rejected(
                 f"the change makes {self._leaf_name(k, after)}, which gets a gradient at "
                 f"backward call #{first + 1}{_at_line(events[first].get('line'))}, but "
@@ -190,14 +187,11 @@ class _Structure(_State):
         parameter no optimizer holds: left out of its groups, kept in a plain list)."""
         events = self.after.get("events") or []
         stepped = {int(j) for e in events for j in e.get("stepped_with") or ()}
-        found = []
-        for k in range(len(self.after.get("leaves") or [])):
-            if k in stepped:
-                continue
-            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
-            if first is not None and any(e.get("stepped_with") for e in events[first:]):
-                found.append(k)
-        return found
+        return [
+            k
+            for k in range(len(self.after.get("leaves") or []))
+            if k not in stepped and _untrained_since(events, k) is not None
+        ]
 
     def _check_unfrozen_untrained(self) -> None:
         """A leaf frozen at every backward call of before (``requires_grad`` False),
@@ -227,13 +221,10 @@ class _Structure(_State):
         for k in range(len(leaves_b)):
             if k in given_before or k not in frozen_before or k in stepped or reads.get(str(k)):
                 continue  # the program reads it itself: an input's gradient (saliency)
-            first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
-            if first is None:
+            untrained = _untrained_since(events, k)
+            if untrained is None:
                 continue
-            steps = [e for e in events[first:] if e.get("stepped_with")]
-            if not steps:
-                continue
-            trained = len({int(j) for j in steps[0]["stepped_with"]})
+            first, trained = untrained
             raise _Rejected(
                 f"after's backward call #{first + 1}{_at_line(events[first].get('line'))} "
                 f"gives {self._leaf_name(k, after)} a gradient, which no call of before "
@@ -400,6 +391,19 @@ class _Structure(_State):
             )
         if leaf_b.get("dtype") != leaf_a.get("dtype"):
             self.notes.append(f"leaf {k} dtype {leaf_b.get('dtype')} -> {leaf_a.get('dtype')}")
+
+
+def _untrained_since(events: list[dict[str, Any]], k: int) -> tuple[int, int] | None:
+    """The first backward call that gives leaf ``k`` a gradient and how many leaves the
+    first optimizer step after it reads, or None (no call gives it one, or no step
+    follows: nothing shows what trains)."""
+    first = next((i for i, e in enumerate(events) if _gives(e, k)), None)
+    if first is None:
+        return None
+    steps = [e for e in events[first:] if e.get("stepped_with")]
+    if not steps:
+        return None
+    return first, len({int(j) for j in steps[0]["stepped_with"]})
 
 
 def _gives(event: dict[str, Any], k: int) -> bool:
