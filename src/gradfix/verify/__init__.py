@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -527,16 +526,6 @@ def _inplace_error(trace: dict[str, Any]) -> bool:
     return outcome.get("category") == "code" and INPLACE_SAVED in str(outcome.get("message"))
 
 
-#: an in-place write spelled on a line: an augmented assignment, an ``inplace=True``
-#: module or call, a trailing-underscore tensor method
-_INPLACE_SPELLED = re.compile(
-    r"(?<![=!<>])(?:\+|-|\*|/|//|%|\*\*|@|&|\||\^|<<|>>)=(?!=)"  # x += y
-    r"|inplace\s*=\s*True"  # F.relu(x, inplace=True), nn.ReLU(inplace=True)
-    r"|\b[A-Z]\w*\((?:[^()]*,\s*)?True\)"  # nn.ReLU(True), nn.LeakyReLU(0.2, True)
-    r"|\.[a-z][a-z0-9]*_\("  # x.add_(y)
-)
-
-
 def _rewrites_an_inplace_write(
     before: dict[str, Any], verdict: Verdict, before_src: str, limits: dict[str, Any]
 ) -> bool:
@@ -547,11 +536,42 @@ def _rewrites_an_inplace_write(
         return False
     if not verdict.reason.startswith("forward changed"):
         return False
-    lines = before_src.splitlines()
-    return any(
-        0 < n <= len(lines) and _INPLACE_SPELLED.search(lines[n - 1].split("#", 1)[0])
-        for n in limits["changed_lines"]["before"]
-    )
+    return _writes_in_place(before_src, set(limits["changed_lines"]["before"]))
+
+
+def _writes_in_place(source: str, lines: set[int]) -> bool:
+    """A statement of ``source`` at one of ``lines`` writes a tensor in place, by torch's
+    facts: an augmented assignment (``x += y``), an in-place method (``x.add_(y)``), a
+    call with ``inplace=True``, or an ``nn`` module that has an ``inplace`` flag built
+    with a literal ``True`` (``nn.ReLU(True)``, ``nn.LeakyReLU(0.2, True)``)."""
+    import ast
+
+    from gradfix.torch_facts import functional_of_module, is_inplace_method
+
+    def true(node: ast.expr) -> bool:
+        return isinstance(node, ast.Constant) and node.value is True
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) not in lines:
+            continue
+        if isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.MatMult):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if is_inplace_method(name) or any(
+            k.arg == "inplace" and true(k.value) for k in node.keywords
+        ):
+            return True
+        module = functional_of_module(name)
+        if module is not None and module[1] and any(map(true, node.args)):
+            return True
+    return False
 
 
 def _dealiased(

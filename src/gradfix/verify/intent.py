@@ -72,10 +72,15 @@ class FixIntent:
 _RESETS = ("zero_grad(", ".grad = None", ".grad.zero_()")
 
 
+def _spelled(line: str, spellings: tuple[str, ...]) -> int:
+    """How many of ``spellings`` a line's code spells (its comment left out)."""
+    code = line.split("#", 1)[0]
+    return sum(code.count(spelling) for spelling in spellings)
+
+
 def _resets(source: str) -> int:
     """How many gradient resets a source spells (comments left out)."""
-    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
-    return sum(code.count(spelling) for spelling in _RESETS)
+    return sum(_spelled(line, _RESETS) for line in source.splitlines())
 
 
 #: the spellings of a stop-gradient: a value read past autograd, or a block or leaf it skips
@@ -92,8 +97,7 @@ _STOP_GRADIENTS = (
 
 
 def _stop_gradients(line: str) -> int:
-    code = line.split("#", 1)[0]
-    return sum(code.count(spelling) for spelling in _STOP_GRADIENTS)
+    return _spelled(line, _STOP_GRADIENTS)
 
 
 def _added_stop_gradient(before_src: str, after_src: str) -> str:

@@ -119,6 +119,11 @@ def _stepped(trace: dict[str, Any]) -> set[int] | None:
     return changed
 
 
+def _read_by_steps(events: list[dict[str, Any]]) -> set[int]:
+    """The leaves whose gradient some optimizer step reads (the calls' ``stepped_with``)."""
+    return {int(k) for event in events for k in event.get("stepped_with") or ()}
+
+
 def _kept_leaves(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[int] | None:
     """The leaves of BEFORE that AFTER still creates, in order (AFTER's leaves matched to a
     subsequence of BEFORE's by line, shape and dtype), or None when they do not match."""

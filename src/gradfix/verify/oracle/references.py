@@ -30,6 +30,7 @@ from gradfix.verify.oracle.common import (
     _no_path_to_any_leaf,
     _non_finite_gradient,
     _nonzero,
+    _read_by_steps,
     _Rejected,
     _reran_freed_graph,
     _same_gradient,
@@ -499,7 +500,7 @@ class _References(_FiniteDifferences):
         if i == 0 or k >= len(events_b[i - 1].get("versions") or []):
             return False
         stepped = (_stepped(self.before) or set()) | (_stepped(self.after) or set())
-        if k in stepped or any(k in (e.get("stepped_with") or ()) for e in events_b):
+        if k in stepped or k in _read_by_steps(events_b):
             return False
         self.not_compared.setdefault(
             k,

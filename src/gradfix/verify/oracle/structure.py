@@ -15,6 +15,7 @@ from gradfix.verify.oracle.common import (
     _kept_leaves,
     _nonzero,
     _outcome_text,
+    _read_by_steps,
     _Rejected,
     _Unverifiable,
     _with_leaves,
@@ -186,7 +187,7 @@ class _Structure(_State):
         reads theirs, though steps after the first such call read other leaves' (a
         parameter no optimizer holds: left out of its groups, kept in a plain list)."""
         events = self.after.get("events") or []
-        stepped = {int(j) for e in events for j in e.get("stepped_with") or ()}
+        stepped = _read_by_steps(events)
         return [
             k
             for k in range(len(self.after.get("leaves") or []))
@@ -213,7 +214,7 @@ class _Structure(_State):
         frozen_before = set.intersection(*(set(e.get("frozen") or ()) for e in before_events))
         after = self.after_as_run
         events = after.get("events") or []
-        stepped = {int(j) for e in events for j in e.get("stepped_with") or ()}
+        stepped = _read_by_steps(events)
         leaves_b = self.before.get("leaves") or []
         if len(after.get("leaves") or []) != len(leaves_b):
             return  # leaves made or dropped: their numbers need not name the same tensors
