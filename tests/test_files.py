@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,38 @@ def test_write_replaces_atomically_and_keeps_the_mode(tmp_path: Path) -> None:
     assert path.read_bytes() == b"# coding: latin-1\nb = '\xe9'\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o751
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.py"]  # no temporary left
+
+
+@pytest.mark.parametrize("when", ["after_mkstemp", "after_replace"])
+def test_ctrl_c_anywhere_in_a_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """Ctrl-C is a signal, raised as ``KeyboardInterrupt`` at whatever line runs: landing
+    just after ``mkstemp`` created the temporary file (before any cleanup could know its
+    name) or just after the rename, the file is whole (original or fixed, here fixed: the
+    interrupt is held until the write ends), no temporary file is left, and the interrupt
+    still reaches the caller."""
+    path = touch(tmp_path / "m.py", b"a = 1\n")
+    source = read_source(str(path))
+    real_mkstemp, real_replace = tempfile.mkstemp, os.replace
+
+    def interrupted_mkstemp(*args: object, **kwargs: object) -> tuple[int, str]:
+        made = real_mkstemp(*args, **kwargs)  # type: ignore[call-overload]
+        if when == "after_mkstemp":
+            os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    def interrupted_replace(*args: str) -> None:
+        real_replace(*args)
+        if when == "after_replace":
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(tempfile, "mkstemp", interrupted_mkstemp)
+    monkeypatch.setattr(os, "replace", interrupted_replace)
+    with pytest.raises(KeyboardInterrupt):
+        write_source(source, "a = 2\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]
+    assert path.read_bytes() == b"a = 2\n"
 
 
 def test_a_file_changed_on_disk_is_not_clobbered(tmp_path: Path) -> None:

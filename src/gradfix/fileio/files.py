@@ -29,12 +29,15 @@ source without blocking: FIFOs, sockets and devices, broken links, link loops.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import hashlib
 import io
 import os
+import signal
 import stat
 import tempfile
+import threading
 import tokenize
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -327,6 +330,12 @@ def write_source(source: SourceFile, text: str, *, tree: Sequence[str] = ()) -> 
     _check_writable(source, target)
     _check_one_name(target)
     directory = os.path.dirname(target) or "."
+    with _interrupts_deferred():
+        _replace_atomically(target, directory, data, source.mode)
+    _fsync_directory(directory)
+
+
+def _replace_atomically(target: str, directory: str, data: bytes, mode: int) -> None:
     try:
         handle, temporary = tempfile.mkstemp(
             dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".gradfix-tmp"
@@ -338,15 +347,35 @@ def write_source(source: SourceFile, text: str, *, tree: Sequence[str] = ()) -> 
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.chmod(temporary, source.mode)
+        os.chmod(temporary, mode)
         os.replace(temporary, target)
     except OSError as error:
         _remove_quietly(temporary)
         raise FileError(f"cannot write: {error.strerror or error}") from None
-    except BaseException:  # Ctrl-C: the original stays, no temporary file is left
+    except BaseException:  # an exception from outside (a signal handler that raises)
         _remove_quietly(temporary)
         raise
-    _fsync_directory(directory)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the write is whole: a ``KeyboardInterrupt`` raised between
+    ``mkstemp`` and the ``try`` that cleans up (or inside ``mkstemp`` after it created the
+    file) would leave the temporary file behind. The handler can only be swapped on the
+    main thread; elsewhere Python raises no ``KeyboardInterrupt`` anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        if received and callable(previous):
+            previous(signal.SIGINT, None)
+        elif received and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
 
 
 def check_write_target(path: str, tree: Sequence[str]) -> None:
