@@ -209,6 +209,11 @@ def _verify(
                         f"rewrote made out of place ({why}): {second.reason}"
                     )
                     verdict, fd, before = second, second_fd, dealiased
+        if _may_take_updates(verdict, limits["intent"]):
+            taken = _updates_taken(before_proc, after_proc, after, limits)
+            if taken is not None:
+                second, _ = judge(before, taken)
+                verdict = _updates_only(verdict, second, taken)
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     # last: whatever the comparison says, a run that tried to change the project proves nothing
@@ -317,6 +322,103 @@ def _synchronised(
     )
     synced = failed or _receive(after_proc, time.monotonic() + timeout, timeout)
     return None if "runner_error" in synced else synced
+
+
+def _may_take_updates(verdict: Verdict, intent: FixIntent) -> bool:
+    """A change made by hand (a rule's fix declares what it changes, and an update is
+    not among it) rejected because a forward after the first parts from before's, with
+    the calls before it equal: the change may alter only what is written into the leaves
+    between calls (an optimizer step's update, a target network's copy), which is
+    replayed with those writes taken from before's run (:func:`_updates_taken`)."""
+    parted = verdict.evidence.get("forward_parted_at")
+    return (
+        intent.changes_training
+        and not intent.declared
+        and verdict.status == "rejected"
+        and isinstance(parted, int)
+        and parted >= 1
+        and not verdict.evidence.get("stop_gradient_intent")
+    )
+
+
+def _updates_taken(
+    before_proc: RunnerProcess,
+    after_proc: RunnerProcess,
+    after: dict[str, Any],
+    limits: dict[str, Any],
+) -> dict[str, Any] | None:
+    """AFTER replayed with every leaf set, at each first read after a write (and at its
+    first read), to BEFORE's values there; None when BEFORE's values are not all had (past
+    ``SYNC_MAX_VALUES``) or the replay fails."""
+    timeout, max_steps = limits["timeout"], limits["max_steps"]
+    failed = _send(before_proc, "trace", timeout, max_steps=max_steps, record_group_values=True)
+    recorded = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
+    values = recorded.get("group_values") or {}
+    if not values or recorded.get("group_values_truncated"):
+        return None
+    failed = _send(
+        after_proc,
+        "trace",
+        timeout,
+        max_steps=max_steps,
+        hold=after.get("held") or [],
+        sync_groups=values,
+    )
+    taken = failed or _receive(after_proc, time.monotonic() + timeout, timeout)
+    return None if "runner_error" in taken else taken
+
+
+def _updates_only(verdict: Verdict, second: Verdict, taken: dict[str, Any]) -> Verdict:
+    """``verdict`` (a forward parted after the first call), unless the replay that takes
+    before's writes into the leaves agrees with before (``second`` not rejected) and shows
+    the change wrote other values there: then the change alters updates, not gradients,
+    and the oracle, which proves gradients, leaves it undecided."""
+    written = [d for d in taken.get("sync_diverged") or [] if not d.get("first")]
+    if any(not d.get("written", True) for d in written):
+        # before wrote a leaf where after does not: what trains changed, not an update
+        return verdict
+    if second.status == "rejected" and written and not second.reason.startswith("forward"):
+        # what the replay shows once the updates are before's (steps that never read a
+        # gradient): positive evidence the first rejection only hinted at
+        second.reason = (
+            "with every leaf given before's values wherever a write changed them (the "
+            f"change writes other values into them): {second.reason}"
+        )
+        second.evidence["first_judgement"] = {"status": verdict.status, "reason": verdict.reason}
+        return second
+    if second.status == "rejected" or not written:
+        return verdict
+    names = taken.get("parameter_names") or {}
+    leaves = taken.get("leaves") or []
+
+    def label(k: int) -> str:
+        if str(k) in names:
+            return f"'{names[str(k)]}'"
+        line = leaves[k].get("line") if k < len(leaves) else None
+        return f"leaf {k}" + (f" (made at line {line})" if line else "")
+
+    calls = (second.evidence.get("backward_events") or {}).get("after")
+    agreed = (
+        f"the forward results and gradients agree at each of its {calls} backward call(s)"
+        if second.verified
+        else f"nothing shows its forward results or gradients wrong ({second.reason})"
+    )
+    shown = list(dict.fromkeys(label(d["leaf"]) for d in written))
+    more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+    first = written[0]
+    reason = (
+        f"{verdict.reason}, but only through what the change writes into the "
+        f"leaves between backward calls: {', '.join(shown[:3])}{more} hold other values "
+        f"than before's from before backward call #{first['before_call'] + 1} on (an "
+        "optimizer step's update, a copy into a target network). Replayed with every leaf "
+        f"given before's values wherever a write changed them, {agreed}. The oracle proves "
+        "gradients, not what an update does with them: check the training itself (run it "
+        "longer and compare the losses)"
+    )
+    evidence = dict(second.evidence)
+    evidence["updates_differ"] = written
+    evidence["first_judgement"] = {"status": verdict.status, "reason": verdict.reason}
+    return Verdict("unverified", reason, evidence)
 
 
 def _confirmed(

@@ -200,6 +200,21 @@ class Recorder:
         self.first_values: dict[int, list[float]] = {}
         self.value_used: set[int] = set()
         self.sync: dict[int, list[float]] = {}
+        #: the same at the first read of each group of a leaf's values (every write the
+        #: program makes between reads starts a group: an optimizer step, a target
+        #: network's ``load_state_dict``): keyed ``"k:g"`` (``group_values``), set from
+        #: ``sync_groups`` (a replay that takes the updates of another run), and each group
+        #: whose values the replay found other than the run it takes them from
+        #: (``sync_diverged``: what the change writes differently)
+        self.record_group_values = False
+        self.group_values: dict[str, list[float]] = {}
+        self.group_values_truncated = False
+        self._group_values_count = 0
+        self.sync_groups: dict[str, list[float]] = {}
+        self.sync_diverged: list[dict[str, int]] = []
+        self._value_tokens: dict[int, tuple[int, int]] = {}
+        self._value_groups: dict[int, tuple[int, int]] = {}
+        self._sync_index: dict[int, list[tuple[int, int]]] | None = None
         self._held_values: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.held_steps = 0
         #: Finite differences differentiate what autograd does, and autograd never goes
@@ -679,6 +694,9 @@ class Recorder:
             return
         if self._watched:
             self._read_watched(args, kwargs)
+        if (self.record_group_values or self.sync_groups) and not self.in_optimizer_step:
+            if _reads_values(func):
+                self._values_at_groups(args, kwargs)
         if not torch.is_grad_enabled() and not self._read_at_changed_line(func, args, kwargs):
             return
         if _computes(func, args, kwargs):
@@ -831,6 +849,27 @@ class Recorder:
             if self.leaves[k]._version != token[0]:
                 self._count_use(k)
 
+    def _values_at_groups(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """At a call that reads values (in any grad mode): each leaf written since its
+        values were last taken (its version or ``.data`` epoch moved), and each leaf among
+        the arguments read for the first time, starts its next group; its values there are
+        recorded, or set from the run this one is synchronised to (see ``sync_groups``)."""
+        window = self.event_count
+        moved = [k for k, token in self._value_tokens.items() if self._value_token(k) != token]
+        for k in dict.fromkeys([*moved, *self._leaf_args(args, kwargs)]):
+            token = self._value_token(k)
+            last = self._value_groups.get(k)
+            if self._value_tokens.get(k) == token and last is not None and last[0] == window:
+                continue
+            written = self._value_tokens.get(k) != token
+            self._value_tokens[k] = token
+            group = (window, last[1] + 1 if last is not None and last[0] == window else 0)
+            self._value_groups[k] = group
+            _group_values(self, k, group, written, first=last is None)
+
+    def _value_token(self, k: int) -> tuple[int, int]:
+        return self.leaves[k]._version, self.data_epoch.get(k, 0)
+
     def _leaf_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[int]:
         for value in (*args, *kwargs.values()):
             items = value if isinstance(value, (list, tuple)) else (value,)
@@ -850,6 +889,8 @@ class Recorder:
         p = self.perturbation
         if p is not None and p.leaf == k and p.use == use and p.step is None:
             _apply_perturbation(leaf, p)
+            if k in self._value_tokens:  # the perturbation is no write of the program's
+                self._value_tokens[k] = self._value_token(k)
 
 
 class _GradHook:
@@ -1008,6 +1049,77 @@ def _first_use_values(recorder: Recorder, k: int, leaf: torch.Tensor) -> None:
         if values is not None and len(values) == leaf.numel():
             source = torch.tensor(values, dtype=torch.float64).view(leaf.shape)
             leaf.data.copy_(source.to(leaf.dtype))
+
+
+#: a synchronised value counts as different from the one it replaces beyond these
+SYNC_DIVERGED_RTOL, SYNC_DIVERGED_ATOL = 1e-5, 1e-6
+
+
+def _group_values(
+    recorder: Recorder, k: int, group: tuple[int, int], written: bool, first: bool
+) -> None:
+    """Record, or set from the synchronised run, leaf ``k``'s values at the first read of a
+    ``group`` (the backward calls made so far, and the writes since in that window):
+    through ``.data``, so the version counter does not move. A run records a group only
+    where the leaf was written (or first read); a replay takes the same group's values,
+    or at a window's first read, the last values the other run had before that window
+    (it wrote the leaf where this run did not: an optimizer step this run skipped). A set
+    value that differs from the one the run had is noted in ``sync_diverged``."""
+    leaf = recorder.leaves[k]
+    if not leaf.is_floating_point():
+        return
+    key = f"{k}:{group[0]}:{group[1]}"
+    with torch.no_grad():
+        if recorder.record_group_values and (written or first):
+            _record_group(recorder, key, leaf)
+        if not recorder.sync_groups:
+            return
+        values = recorder.sync_groups.get(key)
+        if values is None and group[1] == 0:
+            values = _latest_before(recorder, k, group[0])
+        if values is None or len(values) != leaf.numel():
+            return
+        source = torch.tensor(values, dtype=torch.float64).view(leaf.shape).to(leaf.dtype)
+        current = leaf.detach()
+        if len(recorder.sync_diverged) < 20 and not torch.allclose(
+            current, source, rtol=SYNC_DIVERGED_RTOL, atol=SYNC_DIVERGED_ATOL, equal_nan=True
+        ):
+            recorder.sync_diverged.append(
+                {
+                    "leaf": k,
+                    "before_call": group[0],
+                    "write": group[1],
+                    "first": first,
+                    "written": written,  # by this run (else only by the other one)
+                }
+            )
+        leaf.data.copy_(source)
+
+
+def _record_group(recorder: Recorder, key: str, leaf: torch.Tensor) -> None:
+    if recorder.group_values_truncated:
+        return
+    flat = leaf.detach().reshape(-1)
+    if recorder._group_values_count + leaf.numel() > SYNC_MAX_VALUES:
+        recorder.group_values_truncated = True
+    elif bool(flat.isfinite().all()):
+        recorder.group_values[key] = [float(v) for v in flat.tolist()]  # strict JSON
+        recorder._group_values_count += leaf.numel()
+
+
+def _latest_before(recorder: Recorder, k: int, window: int) -> list[float] | None:
+    """The values of leaf ``k``'s last group the synchronised run recorded before backward
+    call ``window`` (the groups indexed per leaf once)."""
+    if recorder._sync_index is None:
+        index: dict[int, list[tuple[int, int]]] = {}
+        for key in recorder.sync_groups:
+            leaf, n, j = (int(part) for part in key.split(":"))
+            index.setdefault(leaf, []).append((n, j))
+        recorder._sync_index = {leaf: sorted(groups) for leaf, groups in index.items()}
+    earlier = [group for group in recorder._sync_index.get(k, ()) if group[0] < window]
+    if not earlier:
+        return None
+    return recorder.sync_groups.get(f"{k}:{earlier[-1][0]}:{earlier[-1][1]}")
 
 
 def _apply_perturbation(leaf: torch.Tensor, p: Perturbation) -> None:

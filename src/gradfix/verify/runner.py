@@ -248,6 +248,9 @@ class Session:
         self.dealias: frozenset[int] = frozenset()
         #: leaf -> values set at its first use in every later run (a synchronised replay)
         self.sync: dict[int, list[float]] = {}
+        #: ``"k:g"`` -> values set at each group's first read (a replay that takes every
+        #: write another run made to its leaves: see ``Recorder.sync_groups``)
+        self.sync_groups: dict[str, list[float]] = {}
         self.code: types.CodeType | None = None
         try:
             self.code = compile(self.source, self.path, "exec")
@@ -261,6 +264,9 @@ class Session:
             self.hold = frozenset(int(k) for k in request.get("hold") or ())
             # likewise a replay with the leaves' first values synchronised to another run's
             self.sync = {int(k): list(v) for k, v in (request.get("sync") or {}).items()}
+            self.sync_groups = {
+                str(k): list(v) for k, v in (request.get("sync_groups") or {}).items()
+            }
             # a replay with the in-place writes at these lines made out of place (every
             # later run of this session too, as for ``hold``)
             if "dealias" in request:
@@ -270,6 +276,7 @@ class Session:
                 grad_enabled=request.get("grad_enabled", True),
                 skip_backward=bool(request.get("skip_backward")),
                 record_first=bool(request.get("record_first_values")),
+                record_groups=bool(request.get("record_group_values")),
                 float64=bool(request.get("float64")),
             )
         if request["mode"] == "fd":
@@ -302,6 +309,7 @@ class Session:
         recorder.hold = self.hold
         recorder.dealias = self.dealias
         recorder.sync = self.sync
+        recorder.sync_groups = self.sync_groups
         self.instrument.activate(recorder)
         try:
             with contextlib.ExitStack() as stack:
@@ -356,6 +364,7 @@ class Session:
         grad_enabled: bool = True,
         skip_backward: bool = False,
         record_first: bool = False,
+        record_groups: bool = False,
         float64: bool = False,
     ) -> dict[str, Any]:
         """One instrumented run; stopped at backward call ``max_steps + 1`` if any.
@@ -368,10 +377,15 @@ class Session:
         recorder.max_events = max_steps or None
         recorder.skip_backward = skip_backward
         recorder.record_first_values = record_first
+        recorder.record_group_values = record_groups
         outcome, namespace = self.execute(
             recorder,
             grad_enabled=grad_enabled,
-            track_uses=record_first or bool(self.sync) or bool(self.dealias),
+            track_uses=record_first
+            or record_groups
+            or bool(self.sync)
+            or bool(self.sync_groups)
+            or bool(self.dealias),
             float64=float64,
         )
         if outcome["status"] == "stopped":
@@ -405,6 +419,15 @@ class Session:
                 else {}
             ),
             **({"synced": sorted(self.sync)} if self.sync else {}),
+            **(
+                {
+                    "group_values": recorder.group_values,
+                    "group_values_truncated": recorder.group_values_truncated,
+                }
+                if record_groups
+                else {}
+            ),
+            **({"sync_diverged": recorder.sync_diverged} if self.sync_groups else {}),
             "torch_version": self.torch.__version__,
             "duration_s": round(time.monotonic() - started, 3),
         }

@@ -46,6 +46,7 @@ class _Comparison(_Windows):
             self._check_forward_reference()
             self._check_stale_accumulation()
             self._check_stepped_objectives()
+            self._check_steps_read_nothing()
             self._check_dropped_terms()
             self._check_lost_update()
             self._check_stale_roots()
@@ -323,6 +324,7 @@ class _Comparison(_Windows):
             "now_trained": self._held(),
             "stopped_leaks": self.stopped_leaks,
             "identical_to_before": self.identical,
+            "forward_parted_at": self.forward_parted_at,
             "stop_gradient_intent": self.stop_gradient_intent,
             "rescaled": {
                 "factor": self.objective_scales[0] if self.objective_scales else None,

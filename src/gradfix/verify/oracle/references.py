@@ -118,6 +118,7 @@ class _References(_FiniteDifferences):
                 "is meant is for you to check"
             )
         if self.broken_at is None:
+            self.forward_parted_at = i
             raise _Rejected(mismatch)
         # Before stepped with a broken gradient (error/None/nan) at `broken_at`: its later
         # trajectory is not what the fixed code should reproduce.
@@ -641,6 +642,37 @@ class _References(_FiniteDifferences):
                 f"backward call #{calls[0]['index'] + 1}{_at_line(calls[0].get('line'))} "
                 f"(`{extra[0]}`), a loss whose gradient before's steps never apply to it "
                 f"(they apply {', '.join(f'`{c}`' for c in sorted(read_b[k]))})"
+            )
+
+    def _check_steps_read_nothing(self) -> None:
+        """After's optimizer steps read a leaf's gradient only once it was reset (every
+        step's window of backward calls is empty), though its backward calls still give
+        it a nonzero one, reset unread, and before's steps apply them: after throws each
+        gradient away before its step (``zero_grad()`` moved between ``backward()`` and
+        ``step()``), and the leaf never trains."""
+        windows_b = self.before.get("step_windows") or {}
+        for key, steps in sorted((self.after.get("step_windows") or {}).items()):
+            k = int(key)
+            if not steps or any(steps):
+                continue
+            kb = self._runner_leaf("before", k)
+            if not any(windows_b.get(str(kb)) or ()):
+                continue
+            thrown = sorted(_discarded_codes(self.after, k))
+            if not thrown:
+                continue
+            call = next(
+                event
+                for event in self.after.get("events") or ()
+                if event.get("code") == thrown[0] and _discarded(event, k)
+            )
+            applied = sorted(_stepped_codes(self.before).get(kb, set())) or thrown
+            raise _Rejected(
+                f"after's optimizer steps read the gradient of {self._leaf_name(k)} only "
+                f"once it was reset: backward call #{call['index'] + 1}"
+                f"{_at_line(call.get('line'))} (`{thrown[0]}`) gives it one that is reset "
+                "before any step reads it, at every step, so the leaf never trains "
+                f"(before's steps apply {', '.join(f'`{c}`' for c in applied)})"
             )
 
     def _check_lost_update(self) -> None:

@@ -84,6 +84,8 @@ class _State:
         self.before_held_text = ""
         self.broken_at: int | None = None  # first event where before's gradient is broken
         self.diverged_at: int | None = None  # first event whose forward parts from before's
+        #: the call a rejection for a changed forward names (its index)
+        self.forward_parted_at: int | None = None
         self._determinism_checked: set[tuple[str, int]] = set()
         self.fd_consulted = False
         self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
