@@ -234,8 +234,12 @@ class Recorder:
         #: removed (``torch.set_grad_enabled(False)`` run on import): the reads under it
         #: are followed by finite differences, as those at such a line
         self.grad_off_by_change = False
-        #: grad-mode object (a ``no_grad`` block) -> ``grad_off_by_change`` when entered
-        self._grad_modes: dict[int, bool] = {}
+        #: autograd was last turned off by a reentrant checkpoint for its forward (which
+        #: backward runs again with autograd on): the reads under it are the forward's own,
+        #: uses like grad-mode ones, and finite differences follow them
+        self.grad_off_by_checkpoint = False
+        #: grad-mode object (a ``no_grad`` block) -> both flags above when entered
+        self._grad_modes: dict[int, tuple[bool, bool]] = {}
         self.setting_grad_mode = False
         self.in_optimizer_step = 0
         self.in_function = 0  # inside an ``autograd.Function``'s apply (its forward)
@@ -291,6 +295,10 @@ class Recorder:
                 "declared": _declared_by_the_program(),
             }
         )
+        if self.depth:
+            # made while a recorded backward call runs (a reentrant checkpoint's detached
+            # inputs): autograd's own machinery, not a leaf of the program's
+            self.leaf_info[-1]["in_backward"] = True
         self._note_shared_storage(len(self.leaves) - 1, tensor)
         made = self._made_frozen.get(id(tensor))
         if made is not None and made[0] is tensor:
@@ -697,7 +705,11 @@ class Recorder:
         if (self.record_group_values or self.sync_groups) and not self.in_optimizer_step:
             if _reads_values(func):
                 self._values_at_groups(args, kwargs)
-        if not torch.is_grad_enabled() and not self._read_at_changed_line(func, args, kwargs):
+        if (
+            not torch.is_grad_enabled()
+            and not self.grad_off_by_checkpoint
+            and not self._read_at_changed_line(func, args, kwargs)
+        ):
             return
         if _computes(func, args, kwargs):
             self._regroup_updated_leaves()
@@ -733,11 +745,13 @@ class Recorder:
             return plain, kwargs
         return func, kwargs
 
-    def detach(self, result: Any) -> Any:
+    def detach(self, result: Any, in_place: bool = False) -> Any:
         """A ``.detach()`` the program made: a probe keeps its value, a perturbed run
         whose perturbation is applied gets the probe's back (the detached value is a
         constant to autograd). One the change wrote is followed, as a grad-off read there
-        is (a stray ``.detach()`` the fix removes is the cut finite differences must see)."""
+        is (a stray ``.detach()`` the fix removes is the cut finite differences must see).
+        ``in_place``: ``t.detach_()`` (learn2learn's ``detach_module``) is given the
+        probe's values back in ``t`` itself."""
         n = self._detach_calls
         self._detach_calls += 1
         if not isinstance(result, torch.Tensor) or self.in_optimizer_step:
@@ -755,13 +769,26 @@ class Recorder:
         stored = replay[n]
         if stored is None or stored.shape != result.shape or stored.dtype != result.dtype:
             return result
-        if self._called_at_changed_line():
+        if self._made_at_changed_line():
+            return result
+        if in_place:
+            result.data.copy_(stored)
             return result
         return stored.clone()
 
     def _called_at_changed_line(self) -> bool:
         """Whether the running call is made at (or called from) a line the change wrote."""
         return self._called_from_changed_line(sys._getframe(2))
+
+    def _made_at_changed_line(self) -> bool:
+        """Whether the script's innermost frame of the running call is at a line the change
+        wrote: a ``.detach()`` the program's own helper makes at a line the change left is
+        the program's stop-gradient, even when a changed line calls the helper (a call
+        given a new argument, ``detach_module(clone, keep_requires_grad=True)``)."""
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename != self.filename:
+            frame = frame.f_back
+        return frame is not None and frame.f_lineno in self.changed_lines
 
     def _called_from_changed_line(self, frame: FrameType | None) -> bool:
         while frame is not None:
@@ -786,7 +813,11 @@ class Recorder:
             return False
         if p.leaf not in set(self._leaf_args(args, kwargs)):
             return False
-        return not (self.grad_off_by_change or self._read_at_changed_line(func, args, kwargs))
+        return not (
+            self.grad_off_by_change
+            or self.grad_off_by_checkpoint
+            or self._read_at_changed_line(func, args, kwargs)
+        )
 
     def grad_mode_set(self, enabled: bool) -> None:
         """Autograd turned on or off (``set_grad_enabled``, a ``no_grad`` or
@@ -799,12 +830,17 @@ class Recorder:
             owner, leaving = frame.f_locals.get("self"), frame.f_code.co_name == "__exit__"
             frame = frame.f_back
         if leaving and id(owner) in self._grad_modes:
-            self.grad_off_by_change = self._grad_modes.pop(id(owner))
+            self.grad_off_by_change, self.grad_off_by_checkpoint = self._grad_modes.pop(id(owner))
             return
         if owner is not None and len(self._grad_modes) < 1000:
-            self._grad_modes.setdefault(id(owner), self.grad_off_by_change)
+            self._grad_modes.setdefault(
+                id(owner), (self.grad_off_by_change, self.grad_off_by_checkpoint)
+            )
         self.grad_off_by_change = (
             not enabled and bool(self.changed_lines) and self._called_from_changed_line(frame)
+        )
+        self.grad_off_by_checkpoint = (
+            not enabled and frame is not None and frame.f_code.co_filename.endswith(_CHECKPOINT)
         )
 
     def unperturbed(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -983,6 +1019,8 @@ def _rounding_unit(roots: list[Any]) -> float:
     return max(eps) if eps else torch.finfo(torch.float32).eps
 
 
+#: torch's reentrant checkpoint, whose forward runs with autograd off
+_CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
 #: at most this many leaf values are recorded for a synchronised replay
 SYNC_MAX_VALUES = 2_000_000
 #: calls that read a tensor's metadata, not its values (``nn.init`` asks a weight its
@@ -1190,8 +1228,9 @@ class UseTracker(TorchFunctionMode):
             recorder.observe_call(func, args, kwargs)
             if recorder.reads_perturbed_off_grad(func, args, kwargs):
                 return recorder.unperturbed(func, args, kwargs)
-            if getattr(func, "__name__", "") == "detach" and not recorder.depth:
-                return recorder.detach(func(*args, **kwargs))
+            name = getattr(func, "__name__", "")
+            if name in ("detach", "detach_") and not recorder.depth:
+                return recorder.detach(func(*args, **kwargs), in_place=name == "detach_")
         return func(*args, **kwargs)
 
 

@@ -17,6 +17,7 @@ reset) and demands no restored gradient.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 
@@ -84,20 +85,18 @@ def _resets(source: str) -> int:
 
 
 #: the spellings of a stop-gradient: a value read past autograd, or a block or leaf it skips
-_STOP_GRADIENTS = (
-    ".detach(",
-    ".detach_(",
-    ".data",
-    "no_grad(",
-    "inference_mode(",
-    "requires_grad_(False)",
-    "requires_grad=False",
-    "requires_grad = False",
+#: (whole names: ``keep_requires_grad=False`` or ``loader.dataset`` spell none)
+_STOP_GRADIENTS = re.compile(
+    r"\.detach_?\("
+    r"|\.data(?!\w)"
+    r"|(?<!\w)(?:no_grad|inference_mode)\("
+    r"|(?<!\w)requires_grad_\(\s*False\s*\)"
+    r"|(?<!\w)requires_grad\s*=\s*False"
 )
 
 
 def _stop_gradients(line: str) -> int:
-    return _spelled(line, _STOP_GRADIENTS)
+    return len(_STOP_GRADIENTS.findall(line.split("#", 1)[0]))
 
 
 def _added_stop_gradient(before_src: str, after_src: str) -> str:

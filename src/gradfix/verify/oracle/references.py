@@ -436,6 +436,24 @@ class _References(_FiniteDifferences):
         self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
     ) -> None:
         for k in self._event_keys(eb, ea):
+            if self._new_input_leaf(k):
+                leaves_a = self.after.get("leaves") or []
+                if leaves_a[k].get("in_backward"):
+                    self.not_compared.setdefault(
+                        k, "made inside a backward call (autograd's own, a checkpoint's input)"
+                    )
+                    continue
+                # no gradient of it in before: the derivative of after's own forward
+                grad_a = (ea.get("grads") or {}).get(str(k))
+                if k not in self.new_inputs:
+                    self.new_inputs.append(k)
+                    self.notes.append(
+                        f"{self._leaf_name(k)} is an input the change makes require grad, "
+                        "not a cut (its gradient is read, or it lets backward reach leaves "
+                        "before gave none): compared with after's own finite differences"
+                    )
+                self._compare_to_fd("after", i, k, grad_a, None, label)
+                continue
             self._require_leaf(k, label)
             key = str(k)
             if key not in ea.get("grads", {}) and k in (eb.get("unread") or ()):

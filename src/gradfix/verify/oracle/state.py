@@ -9,6 +9,7 @@ from typing import Any
 from gradfix.verify.intent import NO_INTENT, FixIntent
 from gradfix.verify.oracle.common import (
     _at_line,
+    _nonzero,
     _Rejected,
     _Stats,
     _stepped,
@@ -86,6 +87,8 @@ class _State:
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         #: the call a rejection for a changed forward names (its index)
         self.forward_parted_at: int | None = None
+        #: after's leaves past before's that are inputs of their own (``_new_input_leaf``)
+        self.new_inputs: list[int] = []
         self._determinism_checked: set[tuple[str, int]] = set()
         self.fd_consulted = False
         self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
@@ -192,6 +195,37 @@ class _State:
         name = (trace.get("parameter_names") or {}).get(str(k))
         return f" '{name}'" if name else ""
 
+    def _new_input_leaf(self, k: int) -> bool:
+        """After's leaf ``k``, past before's, is a tensor a hand-made change made require
+        grad (``requires_grad_()``: no parameter) that is an input of its own, not a cut:
+        the program reads its gradient (a clone it trains, learn2learn's
+        ``detach_module(keep_requires_grad=True)``), or with it backward reaches leaves
+        before gave no gradient at all (an embedding output made to require grad so that
+        a reentrant checkpoint passes gradients to the adapters inside it). A cut made a
+        leaf (``x.detach().requires_grad_()``: a change that adds a stop-gradient) is
+        none, nor a leaf whose gradient goes nowhere new."""
+        if k < len(self.before.get("leaves") or []) or self.intent.declared:
+            return False
+        if self.intent.adds_stop_gradient:
+            return False  # ``x.detach().requires_grad_()``: the leaf of a cut it makes
+        leaves_a = self.after.get("leaves") or []
+        if k >= len(leaves_a) or "requires_grad" not in str(leaves_a[k].get("origin")):
+            return False
+        if leaves_a[k].get("in_backward"):
+            return True  # autograd's own (a reentrant checkpoint's detached input)
+        reads = self.after.get("grad_reads") or {}
+        made = (leaves_a[k].get("origin"), leaves_a[k].get("line"))
+        if any(
+            reads.get(str(m)) and (leaf.get("origin"), leaf.get("line")) == made
+            for m, leaf in enumerate(leaves_a)
+            if m >= len(self.before.get("leaves") or [])
+        ):
+            return True  # the program reads the gradient one of them (made alike) gets
+        count = len(self.before.get("leaves") or [])
+        return bool(
+            {j for j in _given_gradients(self.after) if j < count} - _given_gradients(self.before)
+        )
+
     def _require_leaf(self, k: int, label: str) -> None:
         if k >= len(self.before.get("leaves", [])):
             raise _Rejected(
@@ -237,3 +271,13 @@ class _State:
         if source == "before" and self.before_leaves is not None:
             return self.before_leaves[k]
         return k
+
+
+def _given_gradients(trace: dict[str, Any]) -> set[int]:
+    """The leaves some backward call of ``trace`` gives a nonzero gradient."""
+    return {
+        int(key)
+        for event in trace.get("events") or ()
+        for key, grad in (event.get("grads") or {}).items()
+        if _nonzero(grad)
+    }

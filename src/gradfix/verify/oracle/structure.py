@@ -171,6 +171,8 @@ class _Structure(_State):
         for k, leaf in enumerate(after.get("leaves") or []):
             if leaf.get("line") not in lines or reads.get(str(k)):
                 continue
+            if after is self.after and self._new_input_leaf(k):
+                continue  # an input it makes require grad, which no optimizer is to hold
             untrained = _untrained_since(events, k)
             if untrained is None:
                 continue
