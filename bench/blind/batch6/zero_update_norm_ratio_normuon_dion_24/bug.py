@@ -1,4 +1,4 @@
-"""NorMuon rescales the row-normalised update by norm_U / norm_U_new without a floor on the denominator, so a weight matrix whose gradient is all zero (zero-initialised output projection) gets 0/0 = nan in its update and every weight turns nan.
+"""NorMuon rescales the row-normalised update by norm_U / norm_U_new without a floor on the denominator, so a weight matrix whose gradient is all zero (the layer feeding a zero-initialised output projection) gets 0/0 = nan in its update and every weight turns nan.
 
 source: https://github.com/microsoft/dion/pull/24
 symptom: nan-grad
