@@ -265,3 +265,22 @@ def test_reads_under_a_grad_off_mode_the_change_removed_are_followed() -> None:
     fixed = GRAD_OFF_ON_IMPORT.replace("torch.set_grad_enabled(False)\n", "")
     verdict = verify_sources(GRAD_OFF_ON_IMPORT, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+def test_a_model_read_only_under_the_removed_grad_off_mode_is_followed() -> None:
+    """No read of the weights happens with autograd on in before (the whole program runs
+    under the mode the change removed): those reads are the uses finite differences
+    perturb, else before's derivative would be zero and the fix's gradient 'wrong'."""
+    before = """\
+import torch
+import torch.nn as nn
+
+torch.set_grad_enabled(False)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
+loss = model(torch.randn(6, 4)).pow(2).mean()
+loss.backward()
+"""
+    fixed = before.replace("torch.set_grad_enabled(False)\n", "")
+    verdict = verify_sources(before, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

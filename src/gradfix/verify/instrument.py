@@ -708,6 +708,7 @@ class Recorder:
         if (
             not torch.is_grad_enabled()
             and not self.grad_off_by_checkpoint
+            and not (self.grad_off_by_change and not self.in_optimizer_step)
             and not self._read_at_changed_line(func, args, kwargs)
         ):
             return
