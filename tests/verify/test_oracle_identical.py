@@ -127,3 +127,27 @@ def test_a_change_that_leaves_a_parameter_untrained_as_before_is_no_proof() -> N
     )
     verdict = verify_sources(LISTED, early, timeout=60.0, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+def test_a_change_that_leaves_a_nonleaf_grad_read_as_it_was_is_unverified() -> None:
+    """The run still reads ``.grad`` of a non-leaf (None) at the same statement: the
+    change computes what the original does, and the bug it means to fix is still there."""
+    before = """\
+import torch
+
+torch.manual_seed(0)
+x = torch.randn(3, requires_grad=True).double()
+loss = (x ** 2).sum()
+loss.backward()
+print(x.grad)
+"""
+    wrong = before.replace(".double()\n", ".double()\nx.requires_grad_()\n")
+    verdict = verify_sources(before, wrong, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "reads `.grad` of a tensor that is not a leaf" in verdict.reason
+    fixed = before.replace(
+        "x = torch.randn(3, requires_grad=True).double()",
+        "x = torch.randn(3).double().requires_grad_()",
+    )
+    verdict = verify_sources(before, fixed, intent=FixIntent.unknown())
+    assert verdict.status != "rejected", verdict.reason

@@ -91,6 +91,19 @@ class _Comparison(_Windows):
                     ),
                     self.evidence(),
                 )
+            reads = self._nonleaf_grad_reads_kept()
+            if reads:
+                return Verdict(
+                    "unverified",
+                    self._no_difference(
+                        f"in both, {reads[0]} reads `.grad` of a tensor that is not a leaf "
+                        "(always None: autograd fills it only for leaves), so the run still "
+                        "shows the bug a change that reads it means to fix: make the value "
+                        "a leaf where it is created (requires grad after any `.to()` / "
+                        "arithmetic), or call `retain_grad()` on it"
+                    ),
+                    self.evidence(),
+                )
         if self.held_text and verdict.verified:
             verdict.reason = (
                 f"leaves now trained: {self.held_text}; with them held at "
@@ -98,6 +111,15 @@ class _Comparison(_Windows):
                 f"step(s), {verdict.reason}"
             )
         return verdict
+
+    def _nonleaf_grad_reads_kept(self) -> list[str]:
+        """The places (``file:line `code```) where both runs read ``.grad`` of a non-leaf."""
+        before = {read.get("code") for read in self.before.get("nonleaf_grad_reads") or ()}
+        return [
+            f"{read.get('where')} `{read.get('code')}`"
+            for read in self.after.get("nonleaf_grad_reads") or ()
+            if read.get("code") in before
+        ]
 
     def _conclude(self) -> Verdict:
         unknown = self._unknown_forward()
