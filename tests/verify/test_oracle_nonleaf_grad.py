@@ -63,8 +63,10 @@ print(y.grad)
 """
     after = before.replace("y = x * 2\n", "y = x * 2.0\n")
     verdict = verify_sources(before, after, timeout=TIMEOUT, intent=FixIntent.unknown())
-    assert "not a leaf" not in verdict.reason
-    assert verdict.status == "verified", verdict.reason
+    # no rejection for the original's own read; a change that computes what the original
+    # does while that read stays is no proven fix either (the bug it may mean is there)
+    assert verdict.status == "unverified", verdict.reason
+    assert "in both, snippet.py:7 `print(y.grad)` reads `.grad`" in verdict.reason
 
 
 def test_rebound_names_are_the_targets_of_the_changed_statements() -> None:

@@ -120,3 +120,48 @@ def test_steps_that_read_only_reset_gradients_are_rejected() -> None:
     assert verdict.status == "rejected", verdict.reason
     assert "only once it was reset" in verdict.reason
     assert "never trains" in verdict.reason
+
+
+# A custom optimizer normalising each gradient by its norm: 0/0 for a zero gradient.
+NORMALISED = """\
+import torch
+import torch.nn as nn
+
+
+def normalise(g):
+    return g / g.norm()
+
+
+class NormSGD(torch.optim.Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(normalise(p.grad), alpha=-group["lr"])
+
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+opt = NormSGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range(3):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+print(model.weight)
+"""
+
+
+def test_a_change_to_the_code_an_optimizer_step_runs_is_unverified() -> None:
+    """An eps guard in the optimizer's normalisation: the norm is never that small here,
+    so the runs are the same, yet the change is to the update, which the oracle does not
+    prove (a clamp at 1.0 there would change it where no gradient shows)."""
+    clamped = NORMALISED.replace("g / g.norm()", "g / g.norm().clamp(min=1e-8)")
+    verdict = verify_sources(NORMALISED, clamped, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "rewrites code an optimizer step runs (line 6)" in verdict.reason
+    assert verdict.evidence["update_rewritten"] == {"after": [6], "before": [6]}

@@ -214,6 +214,7 @@ def _verify(
             if taken is not None:
                 second, _ = judge(before, taken)
                 verdict = _updates_only(verdict, second, taken)
+        verdict = _rewrites_the_update(verdict, before, after, limits)
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     # last: whatever the comparison says, a run that tried to change the project proves nothing
@@ -419,6 +420,33 @@ def _updates_only(verdict: Verdict, second: Verdict, taken: dict[str, Any]) -> V
     evidence["updates_differ"] = written
     evidence["first_judgement"] = {"status": verdict.status, "reason": verdict.reason}
     return Verdict("unverified", reason, evidence)
+
+
+def _rewrites_the_update(
+    verdict: Verdict, before: dict[str, Any], after: dict[str, Any], limits: dict[str, Any]
+) -> Verdict:
+    """A verified change that rewrites lines an optimizer step runs (a custom optimizer's
+    ``step``, the script's helpers it calls: the runner's ``step_lines``) is unverified:
+    what it changes is the update made from the gradients, which the gradients and the
+    forward of the steps compared do not show (a norm clamped in an optimizer's
+    normalisation, a rescale dropped from its update)."""
+    if not verdict.verified:
+        return verdict
+    changed = limits["changed_lines"]
+    rewritten = sorted(set(changed["after"]) & set(after.get("step_lines") or ()))
+    removed = sorted(set(changed["before"]) & set(before.get("step_lines") or ()))
+    if not rewritten and not removed:
+        return verdict
+    where = f"line {rewritten[0]}" if rewritten else f"the original's line {removed[0]}"
+    evidence = dict(verdict.evidence)
+    evidence["update_rewritten"] = {"after": rewritten, "before": removed}
+    return Verdict(
+        "unverified",
+        f"the change rewrites code an optimizer step runs ({where}): the update it makes "
+        "from the gradients, which the oracle does not prove (it proves gradients); check "
+        f"the training itself. As far as gradients go: {verdict.reason}",
+        evidence,
+    )
 
 
 def _confirmed(

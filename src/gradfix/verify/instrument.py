@@ -260,6 +260,8 @@ class Recorder:
         self.grad_reads: dict[int, int] = {}
         #: statements of the program that read ``.grad`` of a non-leaf (see grad_read)
         self.nonleaf_grad_reads: list[dict[str, Any]] = []
+        #: lines of the script run inside optimizer steps (see ``_StepLines``)
+        self.step_lines: set[int] = set()
         self.record_steps = False
         self.step_values: list[dict[int, torch.Tensor] | None] = []
         #: each new leaf's value at its creation (a probe), and the probe's (a replay)
@@ -1556,6 +1558,8 @@ def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     recorder = _ACTIVE
     if recorder is not None:
         recorder.in_optimizer_step += 1
+        if recorder.in_optimizer_step == 1 and sys.gettrace() is None:
+            sys.settrace(_StepLines(recorder))
     if recorder is None or not recorder.hold:
         return
     recorder._held_values = [
@@ -1570,6 +1574,8 @@ def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     if recorder is None:
         return
     recorder.in_optimizer_step = max(0, recorder.in_optimizer_step - 1)
+    if not recorder.in_optimizer_step and isinstance(sys.gettrace(), _StepLines):
+        sys.settrace(None)
     _hold_step(recorder, optimizer)
     if not recorder._held_values:
         return
@@ -1578,6 +1584,30 @@ def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:
             leaf.detach().copy_(value)
     recorder._held_values = []
     recorder.held_steps += 1
+
+
+#: at most this many lines of the script are noted as run inside optimizer steps
+STEP_LINES_MAX = 2000
+
+
+class _StepLines:
+    """A trace function while an optimizer step runs: the lines of the script it runs
+    (a custom optimizer's ``step`` and the script's helpers it calls) go to the recorder's
+    ``step_lines``: a change there rewrites the update, which no gradient shows."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != self.recorder.filename:
+            return None  # torch's own step: no line events
+        return self._line
+
+    def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
+        lines = self.recorder.step_lines
+        if event == "line" and self.recorder.in_optimizer_step and len(lines) < STEP_LINES_MAX:
+            lines.add(frame.f_lineno)
+        return self._line
 
 
 def _statement_text(line: str) -> str:

@@ -410,6 +410,7 @@ class Session:
             "freezes": recorder.freezes,
             "unfreezes": {code: len(ids) for code, ids in recorder.unfreezes.items()},
             "step_windows": {str(k): w for k, w in sorted(recorder.step_windows.items())},
+            "step_lines": sorted(recorder.step_lines),
             "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
             **({"dealiased": sorted(self.dealias)} if self.dealias else {}),
