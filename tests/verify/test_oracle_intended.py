@@ -285,3 +285,37 @@ def test_the_added_stop_gradient_is_read_from_the_change() -> None:
     assert FixIntent(declared=True).for_change("y = f(x)\n", "y = f(x.detach())\n") == (
         FixIntent(declared=True)
     )
+
+
+# ``module.requires_grad = False`` sets an attribute, which freezes nothing: the head
+# the program asks to freeze still trains.
+MODULE_ATTRIBUTE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+model[2].requires_grad = False
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+for step in range(3):
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_freeze_asked_as_a_module_attribute_and_made_by_the_optimizer_is_kept() -> None:
+    """The fix leaves the head out of the optimizer: it stops training, as the program's
+    statement asked, so before is replayed with the head held (not a changed forward)."""
+    fixed = MODULE_ATTRIBUTE.replace("model[2].requires_grad = False\n", "").replace(
+        "torch.optim.SGD(model.parameters(), lr=0.5)",
+        "torch.optim.SGD(model[0].parameters(), lr=0.5)",
+    )
+    verdict = verify_sources(MODULE_ATTRIBUTE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    # a change that leaves the attribute and the training as they were is no fix
+    same = MODULE_ATTRIBUTE.replace("opt.zero_grad()\n", "opt.zero_grad(set_to_none=True)\n")
+    verdict = verify_sources(MODULE_ATTRIBUTE, same, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "sets `requires_grad` as an attribute of a module" in verdict.reason

@@ -639,6 +639,7 @@ def _hold_frozen_on_purpose(
             }
             - trained_after  # frozen there for a while only (a first stage), as in before
             | _unfrozen_by_a_blanket(before, after, trained_after)
+            | _frozen_as_a_module_attribute(before, trained_after)
         )
         & (stepped_leaves(before) or set())
     )
@@ -648,6 +649,17 @@ def _hold_frozen_on_purpose(
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=frozen)
     replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
     return before if "runner_error" in replay else replay
+
+
+def _frozen_as_a_module_attribute(before: dict[str, Any], trained_after: set[int]) -> set[int]:
+    """Leaves BEFORE asked to freeze with ``module.requires_grad = False`` (an attribute,
+    which freezes nothing) that AFTER does not train: the freeze the program meant, made
+    another way (the optimizer given every parameter but that module's)."""
+    return {
+        int(f["leaf"])
+        for f in before.get("module_freezes") or ()
+        if f.get("leaf") is not None and int(f["leaf"]) not in trained_after
+    }
 
 
 def _inplace_error(trace: dict[str, Any]) -> bool:

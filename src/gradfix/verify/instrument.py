@@ -248,6 +248,8 @@ class Recorder:
         self.custom_gradients: set[str] = set()
         #: where the program set ``requires_grad`` to False, and on which leaf (see _frozen)
         self.freezes: list[dict[str, Any]] = []
+        #: where the program set ``requires_grad = False`` on a module, and its leaves
+        self.module_freezes: list[dict[str, Any]] = []
         #: tensors made frozen on purpose (``nn.Parameter(x, requires_grad=False)``):
         #: id -> (the tensor, kept alive so its id stays its own; the statement)
         self._made_frozen: dict[int, tuple[torch.Tensor, str]] = {}
@@ -1541,6 +1543,32 @@ def _patch_module_construction() -> None:
             recorder.dealiased_modules.add(self)
 
     torch.nn.Module.__init__ = init  # type: ignore[method-assign]
+    module_setattr = torch.nn.Module.__setattr__
+
+    @functools.wraps(module_setattr)
+    def setattr_(self: Any, name: str, value: Any) -> None:
+        module_setattr(self, name, value)
+        if name == "requires_grad" and value is False and _ACTIVE is not None:
+            _module_frozen(self)
+
+    torch.nn.Module.__setattr__ = setattr_  # type: ignore[method-assign]
+
+
+def _module_frozen(module: torch.nn.Module) -> None:
+    """The program sets ``requires_grad = False`` as an attribute of a module (no
+    tensor's flag: its parameters still train): the statement asks to freeze them, which
+    a fix may then do another way (leaving them out of the optimizer)."""
+    recorder = _listening()
+    if recorder is None or len(recorder.module_freezes) >= 50:
+        return
+    statement = _program_statement()
+    if statement is None:
+        return
+    code, line = statement
+    for parameter in module.parameters():
+        k = recorder.leaf_index(parameter)
+        if k is not None and len(recorder.module_freezes) < 50:
+            recorder.module_freezes.append({"leaf": k, "code": code, "line": line})
 
 
 def _patch_optimizer_steps() -> None:

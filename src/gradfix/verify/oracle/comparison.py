@@ -13,6 +13,7 @@ from gradfix.verify.oracle.common import (
     _flat,
     _format,
     _outcome_text,
+    _read_by_steps,
     _Rejected,
     _short_outcome,
     _Stats,
@@ -88,6 +89,19 @@ class _Comparison(_Windows):
                         "optimizer step reads while the steps read other leaves': if the "
                         "change means to train them, it does not (left out of the "
                         "optimizer's groups, or registered after it was built)"
+                    ),
+                    self.evidence(),
+                )
+            trained = _read_by_steps(self.after.get("events") or [])
+            asked = [f for f in self.before.get("module_freezes") or () if f.get("leaf") in trained]
+            if asked:
+                return Verdict(
+                    "unverified",
+                    self._no_difference(
+                        f"in both, line {asked[0].get('line')} `{asked[0].get('code')}` sets "
+                        "`requires_grad` as an attribute of a module, which freezes nothing: "
+                        f"{self._leaf_list(sorted({int(f['leaf']) for f in asked}))} still "
+                        "train (`module.requires_grad_(False)` freezes its parameters)"
                     ),
                     self.evidence(),
                 )
