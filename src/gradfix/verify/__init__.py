@@ -307,11 +307,33 @@ def _synchronised(
 ) -> dict[str, Any] | None:
     """AFTER replayed with each leaf set, at its first use, to BEFORE's values there (and
     the leaves it was held with held again); None when BEFORE's values are not had."""
+    return _replayed_with_befores_values(before_proc, after_proc, after, limits, "first")
+
+
+#: what a replay synchronised to BEFORE records there, and how AFTER is given it: at each
+#: leaf's first use, or at every write and window (see ``Recorder.sync_groups``)
+_SYNCHRONISED = {
+    "first": ("record_first_values", "first_values", "sync"),
+    "groups": ("record_group_values", "group_values", "sync_groups"),
+}
+
+
+def _replayed_with_befores_values(
+    before_proc: RunnerProcess,
+    after_proc: RunnerProcess,
+    after: dict[str, Any],
+    limits: dict[str, Any],
+    kind: str,
+) -> dict[str, Any] | None:
+    """BEFORE run recording its leaves' values (``kind``), then AFTER replayed given them
+    (the leaves it was held with held again); None when they are not all had or the
+    replay fails."""
+    record, recorded_key, sync_key = _SYNCHRONISED[kind]
     timeout, max_steps = limits["timeout"], limits["max_steps"]
-    failed = _send(before_proc, "trace", timeout, max_steps=max_steps, record_first_values=True)
+    failed = _send(before_proc, "trace", timeout, max_steps=max_steps, **{record: True})
     recorded = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
-    values = recorded.get("first_values") or {}
-    if not values:
+    values = recorded.get(recorded_key) or {}
+    if not values or recorded.get(f"{recorded_key}_truncated"):
         return None
     failed = _send(
         after_proc,
@@ -319,10 +341,10 @@ def _synchronised(
         timeout,
         max_steps=max_steps,
         hold=after.get("held") or [],
-        sync=values,
+        **{sync_key: values},
     )
-    synced = failed or _receive(after_proc, time.monotonic() + timeout, timeout)
-    return None if "runner_error" in synced else synced
+    replay = failed or _receive(after_proc, time.monotonic() + timeout, timeout)
+    return None if "runner_error" in replay else replay
 
 
 def _may_take_updates(verdict: Verdict, intent: FixIntent) -> bool:
@@ -351,22 +373,7 @@ def _updates_taken(
     """AFTER replayed with every leaf set, at each first read after a write (and at its
     first read), to BEFORE's values there; None when BEFORE's values are not all had (past
     ``SYNC_MAX_VALUES``) or the replay fails."""
-    timeout, max_steps = limits["timeout"], limits["max_steps"]
-    failed = _send(before_proc, "trace", timeout, max_steps=max_steps, record_group_values=True)
-    recorded = failed or _receive(before_proc, time.monotonic() + timeout, timeout)
-    values = recorded.get("group_values") or {}
-    if not values or recorded.get("group_values_truncated"):
-        return None
-    failed = _send(
-        after_proc,
-        "trace",
-        timeout,
-        max_steps=max_steps,
-        hold=after.get("held") or [],
-        sync_groups=values,
-    )
-    taken = failed or _receive(after_proc, time.monotonic() + timeout, timeout)
-    return None if "runner_error" in taken else taken
+    return _replayed_with_befores_values(before_proc, after_proc, after, limits, "groups")
 
 
 def _updates_only(verdict: Verdict, second: Verdict, taken: dict[str, Any]) -> Verdict:
