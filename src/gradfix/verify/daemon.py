@@ -61,6 +61,8 @@ def fork_daemon(address: str, idle: float) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(address):
         os.unlink(address)  # a dead server's (the caller holds the start lock)
+    # the short socket directory a server that went idle may just have removed
+    os.makedirs(os.path.dirname(address) or ".", mode=0o700, exist_ok=True)
     listener.bind(address)
     os.chmod(address, 0o600)
     inode = os.stat(address).st_ino
@@ -83,7 +85,21 @@ def fork_daemon(address: str, idle: float) -> int:
     for path in outputs:
         with contextlib.suppress(OSError):
             os.unlink(path)
+    _remove_short_directory(address)
     return 0
+
+
+def _remove_short_directory(address: str) -> None:
+    """The short private directory ``/tmp/gradfix-<uid>-<hash>`` made for a socket whose
+    path was too long (see ``process._socket_path``) goes with its server, once empty:
+    a temporary directory per test run would otherwise leave one behind each."""
+    directory = os.path.dirname(address)
+    if os.path.basename(address) != "forkserver.sock":
+        return
+    if not os.path.basename(directory).startswith(f"gradfix-{os.getuid()}-"):
+        return
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)  # not empty: a newer server's
 
 
 def _serve_request(
