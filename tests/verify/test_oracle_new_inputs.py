@@ -1,9 +1,8 @@
 """A hand-made change that makes a graph-free tensor require grad: an input of its own
 (a detached clone the program trains, an embedding output a reentrant checkpoint needs)
 is compared with after's own finite differences, while a cut (a tensor detached from
-the graph and made a leaf whose gradient goes nowhere) stays rejected. And a stop-gradient
-the program's own helper makes in place (``detach_()``) is held by finite differences
-even when the changed line is the helper's call."""
+the graph and made a leaf whose gradient goes nowhere) stays rejected. A stop-gradient
+the program's own helper makes in place (``detach_()``) is held by finite differences."""
 
 from __future__ import annotations
 
@@ -41,17 +40,16 @@ loss = (clone(torch.randn(4, 5)) ** 2).mean()
 loss.backward()
 print(clone.weight.grad)
 """
-KEPT = (
-    CLONE.replace(
-        "def detach_module(module):", "def detach_module(module, keep_requires_grad=False):"
-    )
-    .replace(
-        "            module._parameters[key].detach_()\n",
-        "            module._parameters[key].detach_()\n"
-        "            if keep_requires_grad:\n"
-        "                module._parameters[key].requires_grad_()\n",
-    )
-    .replace("detach_module(clone)\n", "detach_module(clone, keep_requires_grad=True)\n")
+# the library's fix, made the helper's default here (so the line calling it stays: a
+# stop-gradient a changed line calls, even inside a helper, is one finite differences
+# follow, as the cut a fix removes)
+KEPT = CLONE.replace(
+    "def detach_module(module):", "def detach_module(module, keep_requires_grad=True):"
+).replace(
+    "            module._parameters[key].detach_()\n",
+    "            module._parameters[key].detach_()\n"
+    "            if keep_requires_grad:\n"
+    "                module._parameters[key].requires_grad_()\n",
 )
 
 

@@ -754,9 +754,9 @@ class Recorder:
         """A ``.detach()`` the program made: a probe keeps its value, a perturbed run
         whose perturbation is applied gets the probe's back (the detached value is a
         constant to autograd). One the change wrote is followed, as a grad-off read there
-        is (a stray ``.detach()`` the fix removes is the cut finite differences must see).
-        ``in_place``: ``t.detach_()`` (learn2learn's ``detach_module``) is given the
-        probe's values back in ``t`` itself."""
+        is (a stray ``.detach()`` the fix removes is the cut finite differences must see,
+        also inside a helper or torch's ``state_dict()`` that a changed line calls).
+        ``in_place``: ``t.detach_()`` is given the probe's values back in ``t`` itself."""
         n = self._detach_calls
         self._detach_calls += 1
         if not isinstance(result, torch.Tensor) or self.in_optimizer_step:
@@ -774,7 +774,7 @@ class Recorder:
         stored = replay[n]
         if stored is None or stored.shape != result.shape or stored.dtype != result.dtype:
             return result
-        if self._made_at_changed_line():
+        if self._called_at_changed_line():
             return result
         if in_place:
             result.data.copy_(stored)
@@ -784,16 +784,6 @@ class Recorder:
     def _called_at_changed_line(self) -> bool:
         """Whether the running call is made at (or called from) a line the change wrote."""
         return self._called_from_changed_line(sys._getframe(2))
-
-    def _made_at_changed_line(self) -> bool:
-        """Whether the script's innermost frame of the running call is at a line the change
-        wrote: a ``.detach()`` the program's own helper makes at a line the change left is
-        the program's stop-gradient, even when a changed line calls the helper (a call
-        given a new argument, ``detach_module(clone, keep_requires_grad=True)``)."""
-        frame: FrameType | None = sys._getframe(2)
-        while frame is not None and frame.f_code.co_filename != self.filename:
-            frame = frame.f_back
-        return frame is not None and frame.f_lineno in self.changed_lines
 
     def _called_from_changed_line(self, frame: FrameType | None) -> bool:
         while frame is not None:
