@@ -284,3 +284,41 @@ loss.backward()
     fixed = before.replace("torch.set_grad_enabled(False)\n", "")
     verdict = verify_sources(before, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# A sign binarizer whose backward returns one value for two inputs: backward raises.
+BINARIZER = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Sign(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, training):
+        return x.sign()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output
+
+
+encoder = nn.Linear(6, 4)
+decoder = nn.Linear(4, 6)
+x = torch.randn(5, 6)
+code = Sign.apply(torch.tanh(encoder(x)), True)
+loss = (decoder(code) - x).pow(2).mean()
+loss.backward()
+"""
+
+
+def test_no_gradient_through_a_flat_custom_function_is_no_proof() -> None:
+    """A backward that returns None for the input too makes the error go away and agrees
+    with finite differences (sign is flat), yet a straight-through gradient was as
+    likely meant: unverified, naming the leaves left without gradient."""
+    dropped = BINARIZER.replace("return grad_output\n", "return None, None\n")
+    verdict = verify_sources(BINARIZER, dropped, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "no gradient where before raised" in verdict.reason
+    assert "'encoder.weight'" in verdict.reason

@@ -154,6 +154,17 @@ class _Comparison(_Windows):
                 "differences decide nothing about them",
                 self.evidence(),
             )
+        if custom and self.none_where_flat:
+            return Verdict(
+                "unverified",
+                f"after gives {self._leaf_list(self.none_where_flat)} no gradient where "
+                "before raised, and finite differences of before's forward agree (it is "
+                f"flat there); but the program makes gradients of its own "
+                f"({', '.join(custom[:3])}): where its forward is flat, finite differences "
+                "cannot tell a gradient meant to pass (a straight-through estimator) from "
+                "none, so no gradient there is no proof either",
+                self.evidence(),
+            )
         missing = sum(len(t) for t in self.needs.values())
         if missing:
             return Verdict(

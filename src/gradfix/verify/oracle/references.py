@@ -471,6 +471,8 @@ class _References(_FiniteDifferences):
                 if self._only_through_a_freed_graph(i, eb, k, grad_a):
                     continue
                 self._compare_to_fd("before", i, k, grad_a, None, label)
+                if not _nonzero(grad_a) and k not in self.none_where_flat:
+                    self.none_where_flat.append(k)  # agreed with: see _conclude
                 continue
             bound = self._bound_value(eb, ea, k)
             if bound is not None:

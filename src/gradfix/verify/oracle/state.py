@@ -89,6 +89,8 @@ class _State:
         self.forward_parted_at: int | None = None
         #: after's leaves past before's that are inputs of their own (``_new_input_leaf``)
         self.new_inputs: list[int] = []
+        #: leaves after gives no (or a zero) gradient at a call before raised at
+        self.none_where_flat: list[int] = []
         self._determinism_checked: set[tuple[str, int]] = set()
         self.fd_consulted = False
         self.silent_cuts: list[dict[str, Any]] = []  # elements where before's autograd is wrong
