@@ -5,7 +5,7 @@ symptom: error
 rule: ?
 shape: library GNN layer (GCNConv-style MessagePassing nn.Module with Linear and bias Parameter), node regression loss, one backward
 wrong: detach
-why: adds the bias through out.data, which silences the version check but leaves the bias out of the graph, so bias.grad stays None and the bias never trains
+why: adds the bias through out.data, which silences the version check but leaves the bias out of the graph (bias.grad stays None), and amax's backward, comparing against the shifted result, returns nan for the linear weight
 """
 import torch
 import torch.nn as nn
