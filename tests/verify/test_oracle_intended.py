@@ -319,3 +319,13 @@ def test_a_freeze_asked_as_a_module_attribute_and_made_by_the_optimizer_is_kept(
     verdict = verify_sources(MODULE_ATTRIBUTE, same, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert "sets `requires_grad` as an attribute of a module" in verdict.reason
+
+
+def test_a_freeze_asked_as_a_module_attribute_and_made_on_its_parameters_is_kept() -> None:
+    """The fix freezes the head's parameters themselves: their gradient is None where
+    before's is not, which is the freeze the program's statement asked for."""
+    fixed = MODULE_ATTRIBUTE.replace(
+        "model[2].requires_grad = False\n", "model[2].requires_grad_(False)\n"
+    )
+    verdict = verify_sources(MODULE_ATTRIBUTE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

@@ -576,7 +576,18 @@ class _References(_FiniteDifferences):
             self.not_compared.setdefault(
                 k, f"frozen by `{codes[0]}`, a statement before runs too (its own freeze)"
             )
-        return bool(codes)
+            return True
+        # a freeze before asked for as a module's attribute (which froze nothing), made
+        # by after on the module's parameters: the program's freeze, now effective
+        kb = self._runner_leaf("before", k)
+        asked = [f for f in self.before.get("module_freezes") or () if f.get("leaf") == kb]
+        if asked:
+            self.not_compared.setdefault(
+                k,
+                f"frozen as `{asked[0].get('code')}` (line {asked[0].get('line')}) asked "
+                "of its module in before, where the attribute froze nothing",
+            )
+        return bool(asked)
 
     def _check_restored_accumulation(self, i: int) -> None:
         """Gradient accumulation the change restores: before resets a leaf's gradient
