@@ -322,3 +322,33 @@ def test_no_gradient_through_a_flat_custom_function_is_no_proof() -> None:
     assert verdict.status == "unverified", verdict.reason
     assert "no gradient where before raised" in verdict.reason
     assert "'encoder.weight'" in verdict.reason
+
+
+def test_a_data_read_the_change_removes_is_followed() -> None:
+    """A custom layer reads ``weight.data`` in its forward (the weight gets no gradient);
+    the fix reads the weight. Finite differences of before follow the `.data` read at
+    the line the change rewrote, as they follow a `.detach()` there, so before's
+    derivative is the forward's, and the fix's gradient equals it."""
+    before = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class MyLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 3))
+
+    def forward(self, x):
+        return torch.tanh(x @ self.weight.data)
+
+
+layer = MyLinear()
+x = torch.randn(5, 4, requires_grad=True)
+layer(x).pow(2).sum().backward()
+"""
+    fixed = before.replace("x @ self.weight.data", "x @ self.weight")
+    verdict = verify_sources(before, fixed, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

@@ -703,6 +703,11 @@ class Recorder:
                 k = self.leaf_index(args[0])
                 if k is not None:
                     self.data_epoch[k] = self.data_epoch.get(k, 0) + 1
+                    if len(args) == 1 and self._data_read_at_changed_line():
+                        # a `.data` read at a line the change wrote or removed (the cut a
+                        # fix removes, `x @ w.data`): a use finite differences follow,
+                        # as they follow a `.detach()` there
+                        self._count_use(k)
             return
         if self._watched:
             self._read_watched(args, kwargs)
@@ -784,6 +789,13 @@ class Recorder:
     def _called_at_changed_line(self) -> bool:
         """Whether the running call is made at (or called from) a line the change wrote."""
         return self._called_from_changed_line(sys._getframe(2))
+
+    def _data_read_at_changed_line(self) -> bool:
+        """Whether a ``.data`` read (not a write) is made at a line the change wrote, in
+        grad mode, outside an optimizer step (``p.data -= lr * g`` there is an update)."""
+        if not self.changed_lines or self.in_optimizer_step or not torch.is_grad_enabled():
+            return False
+        return self._called_at_changed_line()
 
     def _called_from_changed_line(self, frame: FrameType | None) -> bool:
         while frame is not None:
