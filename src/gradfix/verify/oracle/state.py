@@ -206,7 +206,8 @@ class _State:
         a reentrant checkpoint passes gradients to the adapters inside it). A cut made a
         leaf (``x.detach().requires_grad_()``: a change that adds a stop-gradient) is
         none, nor a leaf whose gradient goes nowhere new."""
-        if k < len(self.before.get("leaves") or []) or self.intent.declared:
+        count = len(self.before.get("leaves") or [])
+        if k < count or self.intent.declared:
             return False
         if self.intent.adds_stop_gradient:
             return False  # ``x.detach().requires_grad_()``: the leaf of a cut it makes
@@ -220,10 +221,9 @@ class _State:
         if any(
             reads.get(str(m)) and (leaf.get("origin"), leaf.get("line")) == made
             for m, leaf in enumerate(leaves_a)
-            if m >= len(self.before.get("leaves") or [])
+            if m >= count
         ):
             return True  # the program reads the gradient one of them (made alike) gets
-        count = len(self.before.get("leaves") or [])
         return bool(
             {j for j in _given_gradients(self.after) if j < count} - _given_gradients(self.before)
         )
