@@ -43,6 +43,9 @@ from gradfix.verify.oracle.common import (
 from gradfix.verify.oracle.finite_differences import _FiniteDifferences
 
 #: the saved tensor an in-place error names: ``[torch.FloatTensor [1, 8, 4, 4]]``
+#: leaves whose gradient a change leaves as before's, at before's first cut, checked
+#: against finite differences of before's forward (three elements each)
+AGREED_LEAVES_CHECKED = 6
 _SAVED_SHAPE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
 
 
@@ -435,6 +438,8 @@ class _References(_FiniteDifferences):
     def _compare_event_grads(
         self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str
     ) -> None:
+        first_cut = self.broken_at is None and not eb.get("error")
+        agreed: list[int] = []
         for k in self._event_keys(eb, ea):
             if self._new_input_leaf(k):
                 leaves_a = self.after.get("leaves") or []
@@ -507,7 +512,31 @@ class _References(_FiniteDifferences):
                     f"after: {label} leaves the gradient of {self._leaf_name(k)} "
                     "None where before computes one"
                 )
-            self._compare_to_autograd(i, k, grad_b, grad_a, label)
+            if self._compare_to_autograd(i, k, grad_b, grad_a, label) and _nonzero(grad_a):
+                agreed.append(k)
+        if first_cut and self.broken_at == i:
+            self._check_agreed_past_a_cut(i, ea, agreed, label)
+
+    def _check_agreed_past_a_cut(
+        self, i: int, ea: dict[str, Any], agreed: list[int], label: str
+    ) -> None:
+        """Before's call ``i`` is the first with a gradient the change gives anew or
+        differently (a cut in before). The leaves whose gradient the change leaves as it
+        was may sit behind the same cut (a stop-gradient moved, not removed: the
+        generator's gradient still without the adversarial term): a few elements of each
+        are checked against finite differences of before's forward too (where the runner
+        estimated them: a check no other verdict waits on)."""
+        estimated = {
+            (entry.get("event"), entry.get("leaf"))
+            for entry in ((self.fd or {}).get("before") or {}).get("entries", [])
+        }
+        for k in agreed[:AGREED_LEAVES_CHECKED]:
+            grad_a = (ea.get("grads") or {}).get(str(k))
+            n = len(_values(grad_a))
+            key = (self._runner_event("before", i), self._runner_leaf("before", k))
+            if n and (self.planning or key in estimated):
+                elements = sorted({0, n // 2, n - 1})
+                self._compare_to_fd("before", i, k, grad_a, elements, label)
 
     def _only_through_a_freed_graph(self, i: int, eb: dict[str, Any], k: int, grad_a: Any) -> bool:
         """Before's call ``i`` raised "backward through the graph a second time": its
@@ -996,7 +1025,8 @@ class _References(_FiniteDifferences):
     # ----------------------------------------------------------- references
     def _compare_to_autograd(
         self, i: int, k: int, grad_b: dict[str, Any], grad_a: dict[str, Any], label: str
-    ) -> None:
+    ) -> bool:
+        """Judge after's gradient against before's; True when they agree everywhere."""
         expected, actual = _values(grad_b), _values(grad_a)
         undefined, mismatched = [], []
         for j, (e, a) in enumerate(zip(expected, actual)):
@@ -1010,7 +1040,7 @@ class _References(_FiniteDifferences):
         if not mismatched:
             if undefined:
                 self._compare_to_fd("before", i, k, grad_a, undefined, label)
-            return
+            return not undefined
         # Before's autograd gradient is the reference unless finite differences of its
         # forward disprove it (a silent graph cut); its trajectory is then no reference
         # either. Marked now so that the planning run also plans the later calls.
@@ -1026,7 +1056,7 @@ class _References(_FiniteDifferences):
                 f"before's forward could not check it: {exc}"
             ) from None
         if entry is None and self.planning:
-            return  # decided once the estimates are there
+            return False  # decided once the estimates are there
         if entry is None and not self.estimable:
             # no harness can estimate here (``--cmd``): a changed gradient is neither
             # proven nor disproven (GF103's fix moves the leaf past a scale on purpose)
@@ -1042,6 +1072,7 @@ class _References(_FiniteDifferences):
         self._check_silent_cut(i, k, entry, mismatched, changed)
         if undefined:
             self._check_fd_entry("before", i, k, grad_a, entry, undefined, label)
+        return False
 
     # --------------------------------------------------------------- globals
     def _compare_globals(self) -> None:
