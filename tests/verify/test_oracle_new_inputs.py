@@ -129,3 +129,66 @@ def test_an_embedding_output_made_to_require_grad_for_a_checkpoint_is_an_input()
     assert verdict.status == "verified", verdict.reason
     assert "'layer.adapter'" in verdict.reason
     assert len(verdict.evidence["new_inputs"]) == 1
+
+
+# flashtorch's saliency maps: the input's gradient is taken by a backward hook on the
+# first layer, which gets None while the image does not require grad.
+SALIENCY = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Backprop:
+    def __init__(self, model):
+        self.model = model
+        self.gradients = None
+        first = model[0]
+        first.register_full_backward_hook(self._record)
+
+    def _record(self, module, grad_in, grad_out):
+        self.gradients = grad_in[0]
+
+    def calculate_gradients(self, input_, target):
+        self.model.zero_grad()
+        output = self.model(input_)
+        output[0, target].backward()
+        return self.gradients
+
+
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+saliency = Backprop(model).calculate_gradients(torch.randn(1, 6), 1)
+print(saliency)
+"""
+SALIENCY_FIXED = SALIENCY.replace(
+    "        output = self.model(input_)\n",
+    "        input_.requires_grad = True\n        output = self.model(input_)\n",
+)
+# the graph's own value detached and made a leaf: a cut, though every leaf before gave a
+# gradient still gets one
+ADJACENCY = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+theta, gc = nn.Linear(4, 4), nn.Linear(4, 2)
+inp = torch.randn(5, 4)
+adj = torch.softmax(theta(inp) @ inp.t(), dim=-1).detach()
+loss = gc(adj @ inp).pow(2).sum()
+loss.backward()
+print(round(loss.item(), 4), theta.weight.grad)
+"""
+ADJACENCY_LEAF = ADJACENCY.replace(".detach()\n", ".detach().requires_grad_()\n")
+
+
+def test_an_input_made_to_require_grad_whose_gradient_a_hook_reads_is_an_input() -> None:
+    verdict = verify_sources(SALIENCY, SALIENCY_FIXED, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert verdict.evidence["new_inputs"] == [4]  # the image, past the two layers' leaves
+
+
+def test_a_detached_graph_value_made_a_leaf_stays_a_cut() -> None:
+    verdict = verify_sources(ADJACENCY, ADJACENCY_LEAF, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "leaf tensor(s) that require grad" in verdict.reason

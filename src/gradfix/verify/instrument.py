@@ -282,6 +282,10 @@ class Recorder:
         #: ``out_of_place``)
         self.dealias: frozenset[int] = frozenset()
         self.dealiased_modules: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        #: the results of ``.detach()`` calls on tensors that required grad: a leaf made
+        #: of one (``x.detach().requires_grad_()``) is a cut, not an input of its own
+        #: (by id; weak, as tensors compare element by element)
+        self.cuts: dict[int, weakref.ReferenceType[torch.Tensor]] = {}
 
     # ----------------------------------------------------------------- leaves
     def add_leaf(self, tensor: torch.Tensor, origin: str) -> None:
@@ -299,6 +303,9 @@ class Recorder:
                 "declared": _declared_by_the_program(),
             }
         )
+        cut = self.cuts.get(id(tensor))
+        if cut is not None and cut() is tensor:
+            self.leaf_info[-1]["from_cut"] = True
         if self.depth:
             # made while a recorded backward call runs (a reentrant checkpoint's detached
             # inputs): autograd's own machinery, not a leaf of the program's
@@ -1765,6 +1772,19 @@ def _patch_leaf_marking() -> None:
         return result
 
     torch.Tensor.requires_grad_ = mark_requires_grad  # type: ignore[assignment,method-assign]
+
+    detach = torch.Tensor.detach
+
+    @functools.wraps(detach)  # named ``detach``, as the use tracker knows it
+    def detach_noting_cuts(self: torch.Tensor) -> torch.Tensor:
+        result = detach(self)
+        recorder = _ACTIVE
+        if recorder is not None and not recorder.internal and _BASE_REQUIRES_GRAD.__get__(self):
+            # a graph value cut off: a leaf made of it later is a cut, not an input
+            recorder.cuts[id(result)] = weakref.ref(result)
+        return result
+
+    torch.Tensor.detach = detach_noting_cuts  # type: ignore[assignment,method-assign]
 
     def get_requires_grad(self: torch.Tensor) -> bool:
         return bool(_BASE_REQUIRES_GRAD.__get__(self))

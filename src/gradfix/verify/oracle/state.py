@@ -224,8 +224,17 @@ class _State:
             if m >= count
         ):
             return True  # the program reads the gradient one of them (made alike) gets
-        return bool(
-            {j for j in _given_gradients(self.after) if j < count} - _given_gradients(self.before)
+        given_a, given_b = _given_gradients(self.after), _given_gradients(self.before)
+        if {j for j in given_a if j < count} - given_b:
+            return True
+        # an input made to require grad where every leaf before trains still gets its
+        # gradient (a saliency map's image): it cuts nothing off, as a cut made a leaf
+        # (``x.detach().requires_grad_()``) does the leaves before it
+        return (
+            k in given_a
+            and not leaves_a[k].get("from_cut")
+            and bool(given_b)
+            and given_b <= given_a
         )
 
     def _require_leaf(self, k: int, label: str) -> None:

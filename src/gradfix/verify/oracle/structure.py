@@ -362,7 +362,7 @@ class _Structure(_State):
         if na > nb and not before_died:
             raise differs(f"after makes {na} backward call(s), before only {nb}{suffix}")
         lb, la = len(self.before.get("leaves", [])), len(self.after.get("leaves", []))
-        if la > lb and not before_died:
+        if la > lb and not before_died and not all(self._new_input_leaf(k) for k in range(lb, la)):
             # leaves after makes that before does not, and that are no parameters it now
             # trains (held and dropped above): fresh tensors asking for grad, cut off from
             # the model (`torch.tensor(loss.item(), requires_grad=True)`), whatever the intent
