@@ -151,3 +151,45 @@ print(x.grad)
     )
     verdict = verify_sources(before, fixed, intent=FixIntent.unknown())
     assert verdict.status != "rejected", verdict.reason
+
+
+# A meta-learning step: the inner gradient taken without create_graph is a constant to
+# the outer backward (first order); the fix is create_graph=True.
+META = """\
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+w = torch.randn(3, 1, requires_grad=True)
+meta_opt = torch.optim.SGD([w], lr=0.1)
+for _ in range(2):
+    x_s, y_s, x_q, y_q = torch.randn(4, 3), torch.randn(4, 1), torch.randn(4, 3), torch.randn(4, 1)
+    inner = F.mse_loss(x_s @ w, y_s)
+    (grad,) = torch.autograd.grad(inner, [w])
+    fast = w - 0.5 * grad
+    outer = F.mse_loss(x_q @ fast, y_q)
+    meta_opt.zero_grad()
+    outer.backward()
+    meta_opt.step()
+    print(round(outer.item(), 4))
+"""
+
+
+def test_a_change_to_a_first_order_inner_gradient_that_stays_first_order_is_unverified() -> None:
+    retained = META.replace("grad(inner, [w])", "grad(inner, [w], retain_graph=True)")
+    verdict = verify_sources(META, retained, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "without `create_graph`" in verdict.reason and "line 10" in verdict.reason
+
+
+def test_a_refactor_elsewhere_of_a_first_order_program_stays_verified() -> None:
+    # first-order MAML on purpose: a change that does not touch the gradient call
+    renamed = META.replace("fast = w - 0.5 * grad", "fast = w - grad * 0.5")
+    verdict = verify_sources(META, renamed, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+def test_the_second_order_fix_is_verified() -> None:
+    fixed = META.replace("grad(inner, [w])", "grad(inner, [w], create_graph=True)")
+    verdict = verify_sources(META, fixed, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

@@ -431,6 +431,8 @@ class Recorder:
             raise StopScript
         constant = kind == "grad" and self.next_grad_is_constant
         self.next_grad_is_constant = False
+        if record is not None and constant:
+            record["constant"] = True  # ``autograd.grad`` without ``create_graph``
         replayed = self.replay_constant_grads
         if constant and replayed is not None and index in replayed:
             stored = replayed[index]

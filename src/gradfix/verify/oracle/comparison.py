@@ -112,6 +112,21 @@ class _Comparison(_Windows):
                     ),
                     self.evidence(),
                 )
+            first_order = self._first_order_grads_kept() if by_hand else None
+            if first_order is not None:
+                return Verdict(
+                    "unverified",
+                    self._no_difference(
+                        f"in both, line {first_order[0].get('line')} "
+                        f"`{first_order[0].get('code')}` takes gradients without "
+                        f"`create_graph` ({first_order[1]}), and "
+                        "a later backward call differentiates what is computed from them as "
+                        "constants (first order): if the change means the second-order term "
+                        "(a meta-gradient, a gradient penalty), it does not give it "
+                        "(`create_graph=True` on every `autograd.grad` feeding the loss)"
+                    ),
+                    self.evidence(),
+                )
             reads = self._nonleaf_grad_reads_kept() if by_hand else []
             if reads:
                 return Verdict(
@@ -132,6 +147,33 @@ class _Comparison(_Windows):
                 f"step(s), {verdict.reason}"
             )
         return verdict
+
+    def _first_order_grads_kept(self) -> tuple[dict[str, Any], str] | None:
+        """An ``autograd.grad`` call at a line the change wrote, where after (still) takes
+        constant gradients (no ``create_graph``) followed by a backward call, or any such
+        call when the change wrote one that does create a graph: the result's derivative
+        is first order in both runs. The call, and what the change wrote; None when there
+        is none."""
+        events = self.after.get("events") or []
+        wrote = [
+            e
+            for e in events
+            if e.get("kind") == "grad"
+            and any(str(c).endswith(f":{e.get('line')}") for c in self.changed)
+        ]
+        if not wrote:
+            return None
+        for i, event in enumerate(events):
+            if event.get("kind") != "grad" or not event.get("constant"):
+                continue
+            if any(e.get("kind") == "backward" for e in events[i + 1 :]):
+                written = (
+                    "a call the change wrote"
+                    if event in wrote
+                    else (f"the change wrote line {wrote[0].get('line')}'s `autograd.grad` call")
+                )
+                return event, written
+        return None
 
     def _nonleaf_grad_reads_kept(self) -> list[str]:
         """The places (``file:line `code```) where both runs read ``.grad`` of a non-leaf."""
