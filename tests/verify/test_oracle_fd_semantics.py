@@ -352,3 +352,40 @@ layer(x).pow(2).sum().backward()
     fixed = before.replace("x @ self.weight.data", "x @ self.weight")
     verdict = verify_sources(before, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# Truncated BPTT over chunks with one optimizer step per sequence: the state carried into
+# the next chunk went through the previous backward call. The fix detaches it there (a
+# changed line); finite differences hold that detach, since differentiating through a
+# graph already backpropagated is what no program without retain_graph means.
+CHUNKS = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+cell = nn.RNNCell(3, 4)
+head = nn.Linear(4, 1)
+opt = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=0.1)
+xs, ys = torch.randn(6, 2, 3), torch.randn(6, 2, 1)
+h = torch.zeros(2, 4)
+opt.zero_grad()
+for start in range(0, 6, 2):
+    loss = 0.0
+    for t in range(start, start + 2):
+        h = cell(xs[t], h)
+        loss = loss + ((head(h) - ys[t]) ** 2).mean()
+    loss.backward()
+    h.detach_()
+opt.step()
+print(round(loss.item(), 4))
+"""
+
+
+def test_finite_differences_hold_a_detach_of_state_an_earlier_backward_went_through() -> None:
+    # before fails the way OpenNMT's decoder state did: the state is a view of the
+    # cell's output, which cannot be detached in place
+    before = CHUNKS.replace("        h = cell(xs[t], h)\n", "        h = cell(xs[t], h)[:]\n")
+    fixed = before.replace("    h.detach_()\n", "    h = h.detach()\n")
+    verdict = verify_sources(before, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "the fix's own finite differences over 2 backward call(s)" in verdict.reason

@@ -284,6 +284,10 @@ class Recorder:
         self.dealiased_modules: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         #: the results of ``.detach()`` calls on tensors that required grad: a leaf made
         #: of one (``x.detach().requires_grad_()``) is a cut, not an input of its own
+        #: the graph roots of the latest backward call, and the ids of the nodes they
+        #: reach (built when first asked, see ``_backpropagated``)
+        self._backpropagated_roots: list[Any] = []
+        self._backpropagated_ids: set[int] | None = None
         #: (by id; weak, as tensors compare element by element)
         self.cuts: dict[int, weakref.ReferenceType[torch.Tensor]] = {}
 
@@ -393,6 +397,10 @@ class Recorder:
             raise StopScript  # both versions stop after the same number of calls
         index = self.event_count
         self.event_count += 1
+        self._backpropagated_roots = [
+            r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None
+        ]
+        self._backpropagated_ids = None
         self.internal = True
         try:
             self.objectives[index] = objective_value(roots, grad_outputs)
@@ -764,13 +772,17 @@ class Recorder:
             return plain, kwargs
         return func, kwargs
 
-    def detach(self, result: Any, in_place: bool = False) -> Any:
+    def detach(self, result: Any, in_place: bool = False, source_fn: Any = None) -> Any:
         """A ``.detach()`` the program made: a probe keeps its value, a perturbed run
         whose perturbation is applied gets the probe's back (the detached value is a
         constant to autograd). One the change wrote is followed, as a grad-off read there
         is (a stray ``.detach()`` the fix removes is the cut finite differences must see,
         also inside a helper or torch's ``state_dict()`` that a changed line calls).
-        ``in_place``: ``t.detach_()`` is given the probe's values back in ``t`` itself."""
+        ``in_place``: ``t.detach_()`` is given the probe's values back in ``t`` itself.
+        ``source_fn``: the detached tensor's ``grad_fn``; a value an earlier backward call
+        went through (recurrent state carried into the next window, truncated BPTT) is
+        held even at a changed line: differentiating through it again is what no program
+        without ``retain_graph`` can mean."""
         n = self._detach_calls
         self._detach_calls += 1
         if not isinstance(result, torch.Tensor) or self.in_optimizer_step:
@@ -788,12 +800,29 @@ class Recorder:
         stored = replay[n]
         if stored is None or stored.shape != result.shape or stored.dtype != result.dtype:
             return result
-        if self._called_at_changed_line():
+        if self._called_at_changed_line() and not self._backpropagated(source_fn):
             return result
         if in_place:
             result.data.copy_(stored)
             return result
         return stored.clone()
+
+    def _backpropagated(self, fn: Any) -> bool:
+        """Whether autograd node ``fn`` is in the graph the latest backward call went
+        through."""
+        if fn is None or not self._backpropagated_roots:
+            return False
+        if self._backpropagated_ids is None:
+            seen: set[int] = set()
+            stack = list(self._backpropagated_roots)
+            while stack and len(seen) < BACKPROPAGATED_NODES:
+                node = stack.pop()
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                stack.extend(next_fn for next_fn, _ in getattr(node, "next_functions", ()))
+            self._backpropagated_ids = seen
+        return id(fn) in self._backpropagated_ids
 
     def _called_at_changed_line(self) -> bool:
         """Whether the running call is made at (or called from) a line the change wrote."""
@@ -1246,9 +1275,16 @@ class UseTracker(TorchFunctionMode):
                 return recorder.unperturbed(func, args, kwargs)
             name = getattr(func, "__name__", "")
             if name in ("detach", "detach_") and not recorder.depth:
-                return recorder.detach(func(*args, **kwargs), in_place=name == "detach_")
+                source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                source_fn = source.grad_fn if source is not None else None
+                return recorder.detach(
+                    func(*args, **kwargs), in_place=name == "detach_", source_fn=source_fn
+                )
         return func(*args, **kwargs)
 
+
+#: how many autograd nodes of the latest backward call's graph ``_backpropagated`` visits
+BACKPROPAGATED_NODES = 200_000
 
 #: calls that make, convert or write a tensor: the float64 run leaves their arguments be
 _NOT_WIDENED = frozenset({"to", "type", "float", "half", "bfloat16", "copy_", "set_", "__set__"})
