@@ -389,3 +389,52 @@ def test_finite_differences_hold_a_detach_of_state_an_earlier_backward_went_thro
     verdict = verify_sources(before, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "the fix's own finite differences over 2 backward call(s)" in verdict.reason
+
+
+# A gradient reversal layer written as an nn.Module with a `backward` method autograd never
+# calls (an identity); the fix makes it an autograd.Function. The gradients it declares are
+# no derivative of the forward: finite differences can neither prove nor disprove them.
+REVERSAL = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class GradientReversal(nn.Module):
+    def forward(self, x):
+        return x
+
+    def backward(self, grad_output):
+        return -grad_output
+
+
+encoder, task, domain = nn.Linear(4, 3), nn.Linear(3, 2), nn.Linear(3, 2)
+x, y, d = torch.randn(5, 4), torch.randint(0, 2, (5,)), torch.randint(0, 2, (5,))
+features = encoder(x)
+loss = nn.functional.cross_entropy(task(features), y) + nn.functional.cross_entropy(
+    domain(GradientReversal()(features)), d
+)
+loss.backward()
+print(round(loss.item(), 4))
+"""
+REVERSAL_FIXED = REVERSAL.replace(
+    """class GradientReversal(nn.Module):
+    def forward(self, x):
+        return x
+
+    def backward(self, grad_output):""",
+    """class GradientReversal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):""",
+).replace("GradientReversal()(features)", "GradientReversal.apply(features)")
+
+
+def test_a_gradient_the_change_declares_with_its_own_function_is_unverified() -> None:
+    verdict = verify_sources(REVERSAL, REVERSAL_FIXED, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "GradientReversal.apply, which before does not have" in verdict.reason

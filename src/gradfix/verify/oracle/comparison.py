@@ -62,6 +62,16 @@ class _Comparison(_Windows):
                 raise _Unverifiable(self._blocked_reason(self.blocked))
         except _FdRejected as exc:
             custom = self._custom_gradients()
+            introduced = self._custom_gradients_introduced()
+            if introduced:
+                return Verdict(
+                    "unverified",
+                    f"{self._held_prefix()}{exc}; but the change makes gradients of its own "
+                    f"({', '.join(introduced[:3])}, which before does not have): they are "
+                    "what it declares, no derivative of the forward, so finite differences "
+                    "are no evidence for or against them",
+                    self.evidence(),
+                )
             if not custom or not exc.flat:
                 return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
             return Verdict(
@@ -465,6 +475,14 @@ class _Comparison(_Windows):
             "change's forward should compute (its gradients match its own finite "
             f"differences over {self.self_checked_events} backward call(s)); check that it "
             "computes what you meant, or let a rule's fix declare it"
+        )
+
+    def _custom_gradients_introduced(self) -> list[str]:
+        """What after defines its own gradients with and before does not (a gradient
+        reversal made an ``autograd.Function``)."""
+        return sorted(
+            set(self.after.get("custom_gradients") or ())
+            - set(self.before.get("custom_gradients") or ())
         )
 
     def _custom_gradients(self) -> list[str]:
