@@ -92,18 +92,88 @@ def newly_trained(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
     if before.get("event_count") != after.get("event_count"):
         return []
     leaves_b, leaves_a = before.get("leaves") or [], after.get("leaves") or []
-    kept = list(range(len(leaves_a)))  # AFTER's leaf of each of BEFORE's
-    if len(leaves_a) != len(leaves_b):
+    kept: dict[int, int] = {k: k for k in range(len(leaves_a))}  # BEFORE's leaf -> AFTER's
+    if len(leaves_a) > len(leaves_b):
         # a fix that makes a plain tensor an ``nn.Parameter`` (GF109) adds leaves: BEFORE's
         # must still be there, in order, with AFTER's others the tensors it made leaves
-        matched = _kept_leaves(leaves_a, leaves_b) if len(leaves_a) > len(leaves_b) else None
+        matched = _kept_leaves(leaves_a, leaves_b)
         if matched is None:
             return []
-        kept = matched
+        kept = dict(enumerate(matched))
+    elif len(leaves_a) < len(leaves_b):
+        # a fix that no longer replaces a parameter (fills the one the optimizer holds):
+        # BEFORE's leaves AFTER still makes, by the name the model binds them to
+        named = kept_by_name(before, after)
+        if named is None:
+            return []
+        kept = {old: k for k, old in enumerate(named)}
     trained_b, trained_a = _stepped(before), _stepped(after)
     if trained_b is None or trained_a is None:
         return []
-    return sorted(trained_a - {kept[k] for k in trained_b})
+    return sorted(trained_a - {kept[k] for k in trained_b if k in kept})
+
+
+def kept_by_name(before: dict[str, Any], after: dict[str, Any]) -> list[int] | None:
+    """BEFORE's leaves that AFTER still makes, in AFTER's order: a leaf the model binds to a
+    name in both (``model.quantizer.scale``) is BEFORE's leaf of that name, which may not
+    be the one made at the same line (BEFORE replaced it by a new parameter the model
+    reads, leaving the first one unnamed); the others by line, shape and dtype, in order
+    (:func:`_kept_leaves`). None when they do not line up."""
+    leaves_b, leaves_a = before.get("leaves") or [], after.get("leaves") or []
+    by_line = _kept_leaves(leaves_b, leaves_a)
+    names_b = {str(v): int(k) for k, v in (before.get("parameter_names") or {}).items()}
+    names_a = {int(k): str(v) for k, v in (after.get("parameter_names") or {}).items()}
+    by_name = {k: names_b[name] for k, name in names_a.items() if name in names_b}
+    named = _kept_by_name(leaves_b, leaves_a, by_name) if by_name else None
+    if named is None or by_line is None or named == by_line:
+        return by_line if by_line is not None else named
+    # the name decides only where it shows the leaf the program uses: after's leaf gets
+    # a gradient, as before's leaf of that name does, and not the one made at its line
+    # (a parameter left unread since it was replaced)
+    given_b, given_a = _given(before), _given(after)
+    differs = [k for k in range(len(leaves_a)) if named[k] != by_line[k]]
+    if all(k in given_a and named[k] in given_b and by_line[k] not in given_b for k in differs):
+        return named
+    return by_line
+
+
+def _given(trace: dict[str, Any]) -> set[int]:
+    """The leaves some backward call of ``trace`` gives a nonzero gradient."""
+    return {
+        int(key)
+        for event in trace.get("events") or ()
+        for key, grad in (event.get("grads") or {}).items()
+        if _nonzero(grad)
+    }
+
+
+def _kept_by_name(
+    leaves_b: list[dict[str, Any]], leaves_a: list[dict[str, Any]], by_name: dict[int, int]
+) -> list[int] | None:
+    """AFTER's leaves matched to BEFORE's: by name where ``by_name`` has one, else by
+    line, shape and dtype, in order; None when they do not line up."""
+    kept: list[int] = []
+    for k, leaf in enumerate(leaves_a):
+        if k in by_name:
+            old = by_name[k]
+            if _leaf_key(leaves_b[old])[1:] != _leaf_key(leaf)[1:]:
+                return None  # the same name, another shape or dtype
+        else:
+            start = kept[-1] + 1 if kept else 0
+            old = next(
+                (
+                    j
+                    for j in range(start, len(leaves_b))
+                    if j not in by_name.values() and _leaf_key(leaves_b[j]) == _leaf_key(leaf)
+                ),
+                -1,
+            )
+            if old < 0:
+                return None
+        if kept and old <= kept[-1]:
+            return None  # out of order
+        kept.append(old)
+    return kept
 
 
 def _stepped(trace: dict[str, Any]) -> set[int] | None:

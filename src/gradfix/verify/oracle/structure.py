@@ -19,6 +19,7 @@ from gradfix.verify.oracle.common import (
     _Rejected,
     _Unverifiable,
     _with_leaves,
+    kept_by_name,
 )
 from gradfix.verify.oracle.state import _State
 
@@ -81,7 +82,7 @@ class _Structure(_State):
         leaves_b, leaves_a = self.before.get("leaves", []), self.after.get("leaves", [])
         if len(leaves_a) >= len(leaves_b) or not self.intent.drops_leaves:
             return
-        kept = _kept_leaves(leaves_b, leaves_a)
+        kept = kept_by_name(self.before, self.after)
         if kept is None:
             return  # rejected by the counts
         dropped = [leaves_b[k].get("line") for k in range(len(leaves_b)) if k not in kept]
