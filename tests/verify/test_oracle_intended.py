@@ -329,3 +329,35 @@ def test_a_freeze_asked_as_a_module_attribute_and_made_on_its_parameters_is_kept
     )
     verdict = verify_sources(MODULE_ATTRIBUTE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# the freeze loop of a fine-tuning snippet with `requires_grad` misspelt: a plain Python
+# attribute on each parameter, which freezes nothing
+MISSPELT = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+for param in model[0].parameters():
+    param.require_grad = False
+opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+for step in range(3):
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_freeze_asked_with_a_misspelt_flag_and_made_with_the_flag_is_kept() -> None:
+    fixed = MISSPELT.replace("param.require_grad = False", "param.requires_grad = False")
+    verdict = verify_sources(MISSPELT, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+def test_a_change_that_misspells_the_flag_again_is_no_fix() -> None:
+    again = MISSPELT.replace("param.require_grad = False", "param.requires_grad_ = False")
+    verdict = verify_sources(MISSPELT, again, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "sets `requires_grad_` on a tensor, an attribute autograd never reads" in verdict.reason

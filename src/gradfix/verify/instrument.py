@@ -37,6 +37,7 @@ import inspect
 import linecache
 import math
 import os
+import re
 import sys
 import sysconfig
 import weakref
@@ -1599,6 +1600,33 @@ def _patch_module_construction() -> None:
             _module_frozen(self)
 
     torch.nn.Module.__setattr__ = setattr_  # type: ignore[method-assign]
+    tensor_setattr = torch.Tensor.__setattr__
+
+    def setattr_tensor(self: Any, name: str, value: Any) -> None:
+        tensor_setattr(self, name, value)
+        if value is False and _ACTIVE is not None and _FREEZE_TYPO.match(name):
+            _tensor_freeze_asked(self, name)
+
+    torch.Tensor.__setattr__ = setattr_tensor  # type: ignore[method-assign,assignment]
+
+
+#: an attribute name that asks for a freeze but is not the flag (``param.require_grad``,
+#: ``param.requires_grad_ = False``): a plain Python attribute, which freezes nothing
+_FREEZE_TYPO = re.compile(r"(?i)(?!requires_grad$)(?=.*req)(?=.*grad)\w+$")
+
+
+def _tensor_freeze_asked(tensor: torch.Tensor, name: str) -> None:
+    """The program sets ``name = False`` on a leaf, a misspelt ``requires_grad``: the
+    statement asks to freeze it (recorded with the modules' attribute freezes)."""
+    recorder = _listening()
+    if recorder is None or len(recorder.module_freezes) >= 50:
+        return
+    k = recorder.leaf_index(tensor)
+    statement = _program_statement()
+    if k is None or statement is None:
+        return
+    code, line = statement
+    recorder.module_freezes.append({"leaf": k, "code": code, "line": line, "attribute": name})
 
 
 def _module_frozen(module: torch.nn.Module) -> None:

@@ -108,17 +108,28 @@ class _Comparison(_Windows):
             trained = _read_by_steps(self.after.get("events") or [])
             asked = [
                 f
-                for f in self.before.get("module_freezes") or ()
+                for f in self.after.get("module_freezes") or self.before.get("module_freezes") or ()
                 if by_hand and f.get("leaf") in trained
-            ]
+            ]  # after's own statement where it has one (the runs are the same run)
             if asked:
+                attribute = asked[0].get("attribute")
+                what = (
+                    f"`{attribute}` on a tensor, an attribute autograd never reads"
+                    if attribute
+                    else "`requires_grad` as an attribute of a module"
+                )
+                how = (
+                    "the flag is `requires_grad`"
+                    if attribute
+                    else "`module.requires_grad_(False)` freezes its parameters"
+                )
                 return Verdict(
                     "unverified",
                     self._no_difference(
                         f"in both, line {asked[0].get('line')} `{asked[0].get('code')}` sets "
-                        "`requires_grad` as an attribute of a module, which freezes nothing: "
+                        f"{what}, which freezes nothing: "
                         f"{self._leaf_list(sorted({int(f['leaf']) for f in asked}))} still "
-                        "train (`module.requires_grad_(False)` freezes its parameters)"
+                        f"train ({how})"
                     ),
                     self.evidence(),
                 )
