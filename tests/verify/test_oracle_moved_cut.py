@@ -84,3 +84,45 @@ def test_the_discriminator_steps_cut_moved_onto_the_fake_is_not_rejected() -> No
         DISCRIMINATOR_STEP, DISCRIMINATOR_FIXED, timeout=TIMEOUT, intent=FixIntent.unknown()
     )
     assert verdict.status == "verified", verdict.reason
+
+
+# Both losses computed before the steps: the discriminator's backward then reaches the
+# generator's graph, freed by the generator's own backward, and raises. The fix detaches
+# the fake in the discriminator's loss; a call made for the discriminator (its optimizer
+# zeroed just before it) gives the generator nothing, on purpose.
+BOTH_LOSSES = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 4))
+D = nn.Sequential(nn.Linear(4, 6), nn.LeakyReLU(0.2), nn.Linear(6, 1))
+opt_g = torch.optim.Adam(G.parameters(), lr=1e-3)
+opt_d = torch.optim.Adam(D.parameters(), lr=1e-3)
+bce = nn.BCEWithLogitsLoss()
+for step in range(3):
+    fake = G(torch.randn(8, 3))
+    real = torch.randn(8, 4) + 1.0
+    loss_g = bce(D(fake), torch.ones(8, 1))
+    loss_d = bce(D(real), torch.ones(8, 1)) + bce(D(fake), torch.zeros(8, 1))
+    opt_g.zero_grad()
+    loss_g.backward()
+    opt_g.step()
+    opt_d.zero_grad()
+    loss_d.backward()
+    opt_d.step()
+print(round(loss_d.item(), 4))
+"""
+
+
+def test_a_discriminator_loss_detached_from_the_generator_where_before_raised_is_verified() -> None:
+    fixed = BOTH_LOSSES.replace("bce(D(fake), torch.zeros", "bce(D(fake.detach()), torch.zeros")
+    verdict = verify_sources(BOTH_LOSSES, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+def test_the_generators_own_loss_detached_where_before_raised_is_rejected() -> None:
+    # the cut on the generator's own loss (a call made for it): no leak stopped
+    wrong = BOTH_LOSSES.replace("loss_g = bce(D(fake),", "loss_g = bce(D(fake.detach()),")
+    verdict = verify_sources(BOTH_LOSSES, wrong, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason

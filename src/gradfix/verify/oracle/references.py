@@ -475,6 +475,8 @@ class _References(_FiniteDifferences):
                 self._mark_broken(i)
                 if self._only_through_a_freed_graph(i, eb, k, grad_a):
                     continue
+                if self._not_its_loss(i, ea, k, grad_a):
+                    continue
                 self._compare_to_fd("before", i, k, grad_a, None, label)
                 if not _nonzero(grad_a) and k not in self.none_where_flat:
                     self.none_where_flat.append(k)  # agreed with: see _conclude
@@ -994,8 +996,34 @@ class _References(_FiniteDifferences):
             if not _nonzero(grad_a) and self._leak_stopped_by_statement(ea, k):
                 self.stopped_leaks.append({"event": i, "leaf": k})
                 continue
+            if self._not_its_loss(i, ea, k, grad_a):
+                continue
             self._compare_to_fd("after", i, k, grad_a, None, label)
         self.self_checked_events += 1
+
+    def _not_its_loss(self, i: int, ea: dict[str, Any], k: int, grad_a: Any) -> bool:
+        """After's call ``i`` is made for other leaves (the ones reset just before it: a
+        discriminator's loss after its optimizer's ``zero_grad()``) and gives leaf ``k``
+        nothing, while another of after's calls, made for ``k``, gives it its gradient
+        (the generator's own loss). Where before has no reference (it raised: the
+        discriminator's backward reached the generator's freed or stepped graph), the
+        path finite differences see from this loss to ``k`` is the one the change stops
+        on purpose (``fake.detach()``): not compared."""
+        owns = ea.get("owns")
+        if owns is None or k in owns or _nonzero(grad_a):
+            return False
+        if not any(
+            k in (event.get("owns") or ()) and _nonzero((event.get("grads") or {}).get(str(k)))
+            for event in self.after.get("events") or ()
+        ):
+            return False
+        self.not_compared.setdefault(
+            k,
+            f"backward call #{i + 1} is made for the leaves reset just before it, and the "
+            "change gives this one nothing from it: its gradient comes from a call made "
+            "for it",
+        )
+        return True
 
     def _leak_stopped_by_statement(self, ea: dict[str, Any], k: int) -> bool:
         """Whether after's call ``ea`` is made by a statement whose leak into leaf ``k``
