@@ -438,3 +438,45 @@ def test_a_gradient_the_change_declares_with_its_own_function_is_unverified() ->
     verdict = verify_sources(REVERSAL, REVERSAL_FIXED, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert "GradientReversal.apply, which before does not have" in verdict.reason
+
+
+# The Annotated Transformer's chunked loss: each chunk of the encoder's output is cut off
+# as a leaf, its loss backpropagated alone, and the chunks' gradients sent through the
+# encoder at once with `out.backward(gradient=...)`. The bug took `.item()` of each chunk's
+# loss (no graph: backward raises).
+CHUNKED = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+encoder = nn.Sequential(nn.Linear(4, 6), nn.Tanh())
+head = nn.Linear(6, 3)
+opt = torch.optim.SGD(list(encoder.parameters()) + list(head.parameters()), lr=0.1)
+x, y = torch.randn(5, 4), torch.randint(0, 3, (5, 2))
+for step in range(2):
+    out = torch.stack([encoder(x), encoder(x * 0.5)], dim=1)
+    grads = []
+    for i in range(2):
+        column = out[:, i].detach()CLONE.requires_grad_()
+        loss = nn.functional.cross_entropy(head(column), y[:, i])
+        l = loss.item() / torch.tensor(2.0)
+        l.backward()
+        grads.append(column.grad.clone())
+    out.backward(gradient=torch.stack(grads, dim=1))
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_finite_differences_hold_the_gradient_a_backward_call_is_given() -> None:
+    before = CHUNKED.replace("CLONE", ".clone()")
+    fixed = before.replace("loss.item() / torch", "loss / torch")
+    verdict = verify_sources(before, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+
+
+def test_a_leaf_sharing_a_cut_values_storage_is_not_judged_where_it_gets_nothing() -> None:
+    before = CHUNKED.replace("CLONE", "")
+    fixed = before.replace("loss.item() / torch", "loss / torch")
+    verdict = verify_sources(before, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

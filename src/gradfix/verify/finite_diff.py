@@ -94,6 +94,7 @@ def _run(
     replay_steps: list[Any] | None = None,
     replay_initial: dict[int, Any] | None = None,
     replay_detached: list[Any] | None = None,
+    replay_grad_outputs: dict[int, list[Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """One run of the script up to event ``stop_after``; ``float64``: in double precision;
     ``keep``: keep the gradients of ``autograd.grad`` calls without ``create_graph``
@@ -108,6 +109,7 @@ def _run(
     recorder.replay_steps = replay_steps
     recorder.replay_initial = replay_initial
     recorder.replay_detached = replay_detached
+    recorder.replay_grad_outputs = replay_grad_outputs
     recorder.stop_after_event = stop_after
     recorder.perturbation = perturbation
     recorder.keep_constant_grads = keep
@@ -309,6 +311,7 @@ class _Estimator:
             replay_steps=self.probe.step_values,
             replay_initial=self.probe.initial_values,
             replay_detached=self.probe.detached,
+            replay_grad_outputs=self.probe.kept_grad_outputs,
         )
         value = recorder.objectives.get(entry.event)
         if value is None or perturbation.step is None or perturbation.step == 0.0:

@@ -266,6 +266,12 @@ class Recorder:
         #: lines of the script run inside optimizer steps (see ``_StepLines``)
         self.step_lines: set[int] = set()
         self.record_steps = False
+        #: each backward call's ``gradient=`` weights (constants to autograd): a probe run
+        #: keeps them (``record_steps``), a perturbed run weighs its roots by the probe's,
+        #: so finite differences differentiate what autograd does (an ``out.backward(
+        #: gradient=g)`` whose ``g`` the program computed from the leaves)
+        self.kept_grad_outputs: dict[int, list[Any]] = {}
+        self.replay_grad_outputs: dict[int, list[Any]] | None = None
         self.step_values: list[dict[int, torch.Tensor] | None] = []
         #: each new leaf's value at its creation (a probe), and the probe's (a replay)
         self.initial_values: dict[int, torch.Tensor] = {}
@@ -404,7 +410,14 @@ class Recorder:
         self._backpropagated_ids = None
         self.internal = True
         try:
-            self.objectives[index] = objective_value(roots, grad_outputs)
+            weights = grad_outputs
+            if self.replay_grad_outputs is not None and index in self.replay_grad_outputs:
+                weights = self.replay_grad_outputs[index]
+            elif self.record_steps and any(isinstance(g, torch.Tensor) for g in grad_outputs):
+                self.kept_grad_outputs[index] = [
+                    g.detach().clone() if isinstance(g, torch.Tensor) else g for g in grad_outputs
+                ]
+            self.objectives[index] = objective_value(roots, weights)
             self.root_eps[index] = _rounding_unit(roots)
             self.leaf_counts[index] = len(self.leaves)
             self.first_uses[index] = dict(self._group_first_use)

@@ -55,6 +55,8 @@ class _FiniteDifferences(_Structure):
             return
         if grad_a is None and self._rewrapped(k):
             return
+        if not _nonzero(grad_a) and self._aliases_a_cut_value(k):
+            return
         self._require_finite(grad_a, k, label)
         claims = _values(grad_a) if grad_a is not None else None
         entry = self._fd_entry(source, i, k, elements, claims=claims)
@@ -62,6 +64,21 @@ class _FiniteDifferences(_Structure):
             return
         self.leaves_compared.add(k)
         self._check_fd_entry(source, i, k, grad_a, entry, elements, label)
+
+    def _aliases_a_cut_value(self, k: int) -> bool:
+        """After's leaf ``k`` is a graph value detached and made a leaf (``out[:, i:j]
+        .detach().requires_grad_()``, a chunked loss's input): it shares that value's
+        storage, so perturbing it perturbs the value too, a path autograd rightly does not
+        have. Where a call gives it nothing, finite differences cannot say otherwise."""
+        leaves = self.after.get("leaves") or []
+        if k >= len(leaves) or not leaves[k].get("from_cut"):
+            return False
+        self.not_compared.setdefault(
+            k,
+            "made of a detached graph value, whose storage it shares: perturbing it "
+            "perturbs that value too (no gradient from this call to compare)",
+        )
+        return True
 
     def _rewrapped(self, k: int) -> bool:
         """After's leaf ``k`` was replaced by a later leaf over its storage (``m.bias =
