@@ -124,6 +124,9 @@ def kept_by_name(before: dict[str, Any], after: dict[str, Any]) -> list[int] | N
     names_b = {str(v): int(k) for k, v in (before.get("parameter_names") or {}).items()}
     names_a = {int(k): str(v) for k, v in (after.get("parameter_names") or {}).items()}
     by_name = {k: names_b[name] for k, name in names_a.items() if name in names_b}
+    events_b = before.get("events") or []
+    if events_b and len(events_b[0].get("versions") or ()) != len(leaves_b):
+        by_name = {}  # leaves made while training (layers built in each forward): by line
     named = _kept_by_name(leaves_b, leaves_a, by_name) if by_name else None
     if named is None or by_line is None or named == by_line:
         return by_line if by_line is not None else named
