@@ -165,3 +165,40 @@ def test_a_change_to_the_code_an_optimizer_step_runs_is_unverified() -> None:
     assert verdict.status == "unverified", verdict.reason
     assert "rewrites code an optimizer step runs (line 6)" in verdict.reason
     assert verdict.evidence["update_rewritten"] == {"after": [6], "before": [6]}
+
+
+# Gradient accumulation with the step condition inverted: the steps follow 3 of every 4
+# micro-batches. The fix steps on the 4th; moving `zero_grad()` to the top of the loop as
+# well throws the first three micro-batches' gradients away.
+ACCUMULATION = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+batches = [(torch.randn(3, 4), torch.randn(3, 2)) for _ in range(8)]
+for i, (x, y) in enumerate(batches):
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    if i % 4:
+        opt.step()
+        opt.zero_grad()
+print(round(loss.item(), 4))
+"""
+
+
+def test_the_accumulation_condition_fixed_is_a_change_of_updates_not_rejected() -> None:
+    fixed = ACCUMULATION.replace("if i % 4:", "if i % 4 == 3:")
+    verdict = verify_sources(ACCUMULATION, fixed, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "only through what the change writes into the leaves" in verdict.reason
+
+
+def test_micro_batch_gradients_reset_unread_are_rejected() -> None:
+    wrong = ACCUMULATION.replace("if i % 4:", "if i % 4 == 3:").replace(
+        "    loss = ((model", "    opt.zero_grad()\n    loss = ((model"
+    )
+    verdict = verify_sources(ACCUMULATION, wrong, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "before anything reads it" in verdict.reason

@@ -382,8 +382,10 @@ def _updates_only(verdict: Verdict, second: Verdict, taken: dict[str, Any]) -> V
     the change wrote other values there: then the change alters updates, not gradients,
     and the oracle, which proves gradients, leaves it undecided."""
     written = [d for d in taken.get("sync_diverged") or [] if not d.get("first")]
-    if any(not d.get("written", True) for d in written):
-        # before wrote a leaf where after does not: what trains changed, not an update
+    stepped = stepped_leaves(taken) or set()
+    if any(not d.get("written", True) and d.get("leaf") not in stepped for d in written):
+        # before wrote a leaf after never writes: what trains changed, not an update (a
+        # leaf after writes between other calls is stepped on another schedule)
         return verdict
     if second.status == "rejected" and written and not second.reason.startswith("forward"):
         # what the replay shows once the updates are before's (steps that never read a

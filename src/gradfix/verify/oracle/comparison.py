@@ -49,6 +49,7 @@ class _Comparison(_Windows):
             self._check_stepped_objectives()
             self._check_steps_read_nothing()
             self._check_dropped_terms()
+            self._check_lost_accumulation()
             self._check_lost_update()
             self._check_stale_roots()
             for i in range(len(self.after.get("events", []))):

@@ -761,6 +761,38 @@ class _References(_FiniteDifferences):
                 f"its {self.after.get('event_count')} backward calls: the update is lost"
             )
 
+    def _check_lost_accumulation(self) -> None:
+        """A change made by hand after which a backward call's gradient of a leaf is reset
+        before anything reads it, where before's call made by the same statement gives
+        that leaf a gradient its optimizer step reads (accumulated micro-batches): a
+        ``zero_grad()`` moved to the top of the loop throws away all but the last
+        micro-batch's gradient of each step."""
+        if self.intent.declared:
+            return
+        events_b, events_a = self.before.get("events") or [], self.after.get("events") or []
+        applied_a = _stepped_codes(self.after)  # what after's steps do read, by statement
+        for i, (eb, ea) in enumerate(zip(events_b, events_a)):
+            if eb.get("error") or ea.get("error") or eb.get("code") != ea.get("code"):
+                continue
+            for key, grad in (ea.get("grads") or {}).items():
+                k = int(key)
+                if not _discarded(ea, k) or _discarded(eb, k) or not _nonzero(grad):
+                    continue
+                if not _nonzero((eb.get("grads") or {}).get(key)):
+                    continue
+                if ea.get("code") not in applied_a.get(k, set()):
+                    continue  # a statement after's steps never read (a leak it stops)
+                if not any(k in (later.get("stepped_with") or ()) for later in events_b[i:]):
+                    continue
+                raise _Rejected(
+                    f"after resets the gradient backward call #{i + 1}"
+                    f"{_at_line(ea.get('line'))} gives {self._leaf_name(k)} before anything "
+                    "reads it, where before's optimizer steps read it; after's steps read "
+                    f"what the same statement (`{ea.get('code')}`) gives at other calls: "
+                    "gradients of micro-batches thrown away, each step sees only part of "
+                    "them"
+                )
+
     def _check_dropped_terms(self) -> None:
         """Where every optimizer step of before applies to a leaf the gradient of some
         statement (a discriminator stepped on ``errD_real.backward()``'s and
