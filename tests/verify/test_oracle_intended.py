@@ -161,13 +161,15 @@ def test_a_parameter_made_frozen_stays_frozen_against_a_blanket_unfreeze() -> No
     assert verdict.status == "verified", verdict.reason
     assert "before replayed" not in verdict.reason
     # dropping the frozen projection's Parameter wrapper alone does not make the first
-    # linear layer stop training: freezing it too is a change the program never asked for
+    # linear layer stop training: freezing it too is a change the program never asked
+    # for, the change's own intent, which the run cannot prove (nor disprove)
     frozen = buffer.replace(
         "model.requires_grad_(True)\n",
         "model.requires_grad_(True)\nmodel[0].requires_grad_(False)\n",
     )
     verdict = verify_sources(STAGES, frozen, timeout=TIMEOUT, intent=FixIntent.unknown())
-    assert verdict.status == "rejected", verdict.reason
+    assert verdict.status == "unverified", verdict.reason
+    assert verdict.reason.startswith("the change freezes 2 leaf tensor(s) before trains")
 
 
 # An evolved weight re-wrapped in a fresh nn.Parameter in forward: the GRU and the
@@ -361,3 +363,28 @@ def test_a_change_that_misspells_the_flag_again_is_no_fix() -> None:
     verdict = verify_sources(MISSPELT, again, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert "sets `requires_grad_` on a tensor, an attribute autograd never reads" in verdict.reason
+
+
+FINETUNE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+backbone, head = nn.Linear(4, 6), nn.Linear(6, 2)
+model = nn.Sequential(backbone, nn.Tanh(), head)
+opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+for step in range(3):
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_freeze_the_change_writes_is_its_intent_not_a_rejection() -> None:
+    frozen = FINETUNE.replace(
+        "opt = torch.optim", "backbone.weight.requires_grad = False\nopt = torch.optim"
+    )
+    verdict = verify_sources(FINETUNE, frozen, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert verdict.reason.startswith("the change freezes 1 leaf tensor(s) before trains")

@@ -215,6 +215,7 @@ def _verify(
                 second, _ = judge(before, taken)
                 verdict = _updates_only(verdict, second, taken)
         verdict = _rewrites_the_update(verdict, before, after, limits)
+        verdict = _frozen_for_the_change(verdict, before)
     if reference is not None:
         verdict = _against_autograd_off(verdict, raised)
     # last: whatever the comparison says, a run that tried to change the project proves nothing
@@ -354,6 +355,8 @@ def _may_take_updates(verdict: Verdict, intent: FixIntent) -> bool:
     between calls (an optimizer step's update, a target network's copy), which is
     replayed with those writes taken from before's run (:func:`_updates_taken`)."""
     parted = verdict.evidence.get("forward_parted_at")
+    if parted is None and verdict.reason.startswith("gradient changed"):
+        parted = verdict.evidence.get("gradient_parted_at")
     return (
         intent.changes_training
         and not intent.declared
@@ -637,6 +640,22 @@ def _hold_frozen_on_purpose(
     # a statement that froze the same leaf in before too is no freeze before missed
     pairs = {(f.get("code"), f.get("leaf")) for f in before.get("freezes") or ()}
     trained_after = stepped_leaves(after) or set()
+    meant = (
+        {int(f["leaf"]) for f in before.get("module_freezes") or () if f.get("leaf") is not None}
+        | _unfrozen_by_a_blanket(before, after, trained_after)
+        | {
+            int(f["leaf"])
+            for f in after.get("freezes") or ()
+            if f.get("code") in own
+            and f.get("leaf") is not None
+            and (f.get("code"), f.get("leaf")) not in pairs
+        }
+    )
+    by_change = {
+        k: f
+        for k, f in _frozen_by_the_change(after, trained_after, limits).items()
+        if k not in meant  # a freeze before asked for (a misspelt flag, an attribute)
+    }
     frozen = sorted(
         (
             {
@@ -651,13 +670,57 @@ def _hold_frozen_on_purpose(
             | _frozen_as_a_module_attribute(before, trained_after)
         )
         & (stepped_leaves(before) or set())
+        # the change's own freeze: held whatever writes them in before (`.data` too)
+        | set(by_change)
     )
     if not frozen or "runner_error" in before:
         return before
     timeout = limits["timeout"]
     failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=frozen)
     replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
-    return before if "runner_error" in replay else replay
+    if "runner_error" in replay:
+        return before
+    held = [by_change[k] for k in frozen if k in by_change]
+    if held:
+        replay["frozen_by_change"] = held
+    return replay
+
+
+def _frozen_by_the_change(
+    after: dict[str, Any], trained_after: set[int], limits: dict[str, Any]
+) -> dict[int, dict[str, Any]]:
+    """Leaves a change made by hand freezes with a statement it wrote (``p.requires_grad =
+    False``) and AFTER then never steps: what trains is the change's to decide, so BEFORE
+    is replayed with them held, and a verdict that agrees says what it cannot prove."""
+    if limits["intent"].declared:
+        return {}
+    changed = set(limits["changed_lines"]["after"])
+    return {
+        int(f["leaf"]): f
+        for f in after.get("freezes") or ()
+        if f.get("leaf") is not None
+        and f.get("line") in changed
+        and int(f["leaf"]) not in trained_after
+    }
+
+
+def _frozen_for_the_change(verdict: Verdict, before: dict[str, Any]) -> Verdict:
+    """A verdict reached with BEFORE's leaves held that the change freezes (see
+    :func:`_frozen_by_the_change`) proves the rest, not the freeze: unverified."""
+    held = before.get("frozen_by_change") or []
+    if not verdict.verified or not held:
+        return verdict
+    first = held[0]
+    evidence = dict(verdict.evidence)
+    evidence["frozen_by_change"] = held
+    return Verdict(
+        "unverified",
+        f"the change freezes {len(held)} leaf tensor(s) before trains (line "
+        f"{first.get('line')} `{first.get('code')}`): whether they should train is its "
+        "intent, which a run cannot show. With them held in before as well: "
+        f"{verdict.reason}",
+        evidence,
+    )
 
 
 def _frozen_as_a_module_attribute(before: dict[str, Any], trained_after: set[int]) -> set[int]:

@@ -443,6 +443,7 @@ class _Comparison(_Windows):
             "stopped_leaks": self.stopped_leaks,
             "identical_to_before": self.identical,
             "forward_parted_at": self.forward_parted_at,
+            "gradient_parted_at": self.gradient_parted_at,
             "new_inputs": list(self.new_inputs),
             "stop_gradient_intent": self.stop_gradient_intent,
             "rescaled": {

@@ -608,6 +608,14 @@ class _References(_FiniteDifferences):
                 k, f"frozen by `{codes[0]}`, a statement before runs too (its own freeze)"
             )
             return True
+        by_change = [f for f in self.before.get("frozen_by_change") or () if f.get("leaf") == k]
+        if by_change:
+            # a freeze the change writes: before was replayed with the leaf held (see
+            # ``verify._frozen_by_the_change``), and the verdict says it proves the rest
+            self.not_compared.setdefault(
+                k, f"frozen by the change (line {by_change[0].get('line')})"
+            )
+            return True
         # a freeze before asked for as a module's attribute (which froze nothing), made
         # by after on the module's parameters: the program's freeze, now effective
         kb = self._runner_leaf("before", k)
@@ -1104,6 +1112,8 @@ class _References(_FiniteDifferences):
         # Before's autograd gradient is the reference unless finite differences of its
         # forward disprove it (a silent graph cut); its trajectory is then no reference
         # either. Marked now so that the planning run also plans the later calls.
+        if self.broken_at is None and i >= 1:
+            self.gradient_parted_at = i  # the calls before it agree: perhaps updates only
         self._mark_broken(i)
         changed = _GradientChange(label, self._leaf_name(k), expected, actual)
         try:

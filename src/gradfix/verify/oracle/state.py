@@ -87,6 +87,8 @@ class _State:
         self.diverged_at: int | None = None  # first event whose forward parts from before's
         #: the call a rejection for a changed forward names (its index)
         self.forward_parted_at: int | None = None
+        #: the first call whose gradient differs from before's, where earlier ones agree
+        self.gradient_parted_at: int | None = None
         #: after's leaves past before's that are inputs of their own (``_new_input_leaf``)
         self.new_inputs: list[int] = []
         #: leaves after gives no (or a zero) gradient at a call before raised at
