@@ -388,3 +388,44 @@ def test_a_freeze_the_change_writes_is_its_intent_not_a_rejection() -> None:
     verdict = verify_sources(FINETUNE, frozen, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert verdict.reason.startswith("the change freezes 1 leaf tensor(s) before trains")
+
+
+# A layer frozen after a first stage, with `zero_grad(set_to_none=False)`: its `.grad`
+# stays a zero tensor, and Adam's momentum keeps moving the frozen layer.
+DRIFT = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+for stage in range(2):
+    if stage == 1:
+        for p in model[0].parameters():
+            p.requires_grad = False
+    for step in range(3):
+        opt.zero_grad(set_to_none=False)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+"""
+
+
+def test_a_freeze_made_effective_against_momentum_is_verified() -> None:
+    fixed = DRIFT.replace(
+        "            p.requires_grad = False\n",
+        "            p.requires_grad = False\n            p.grad = None\n",
+    )
+    verdict = verify_sources(DRIFT, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason
+    assert "held at the optimizer steps made while they do not require grad" in verdict.reason
+
+
+def test_a_change_that_leaves_a_frozen_layer_moving_is_no_fix() -> None:
+    zeroed = DRIFT.replace(
+        "            p.requires_grad = False\n",
+        "            p.requires_grad = False\n            p.grad.zero_()\n",
+    )
+    verdict = verify_sources(DRIFT, zeroed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "frozen, they still move" in verdict.reason

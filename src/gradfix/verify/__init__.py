@@ -37,6 +37,7 @@ from gradfix.verify.intent import FixIntent
 from gradfix.verify.oracle import (
     Verdict,
     compare_traces,
+    moved_while_frozen,
     newly_trained,
     plan_fd,
     stepped_leaves,
@@ -673,10 +674,20 @@ def _hold_frozen_on_purpose(
         # the change's own freeze: held whatever writes them in before (`.data` too)
         | set(by_change)
     )
-    if not frozen or "runner_error" in before:
+    # leaves before's optimizer moves while they are frozen (momentum on a stale
+    # `.grad`) where after's does not: held in before at those steps only
+    while_frozen = sorted(moved_while_frozen(before) - moved_while_frozen(after))
+    if (not frozen and not while_frozen) or "runner_error" in before:
         return before
     timeout = limits["timeout"]
-    failed = _send(proc, "trace", timeout, max_steps=limits["max_steps"], hold=frozen)
+    failed = _send(
+        proc,
+        "trace",
+        timeout,
+        max_steps=limits["max_steps"],
+        hold=frozen,
+        **({"hold_frozen": while_frozen} if while_frozen else {}),
+    )
     replay = failed or _receive(proc, time.monotonic() + timeout, timeout)
     if "runner_error" in replay:
         return before

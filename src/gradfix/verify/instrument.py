@@ -195,6 +195,9 @@ class Recorder:
         #: leaves an optimizer step must not change (restored after each step, see
         #: :func:`_hold_step`): a fix that makes them train is replayed without it
         self.hold: frozenset[int] = frozenset()
+        #: leaves held like ``hold`` at the optimizer steps made while they do not
+        #: require grad (a frozen layer an optimizer with momentum still moves)
+        self.hold_frozen: frozenset[int] = frozenset()
         #: record each leaf's values at its first grad-mode use (``first_values``), and
         #: set them at that use from ``sync`` (a replay synchronised to another run's)
         self.record_first_values = False
@@ -1676,12 +1679,12 @@ def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
         recorder.in_optimizer_step += 1
         if recorder.in_optimizer_step == 1 and sys.gettrace() is None:
             sys.settrace(_StepLines(recorder))
-    if recorder is None or not recorder.hold:
+    if recorder is None or not (recorder.hold or recorder.hold_frozen):
         return
     recorder._held_values = [
         (leaf, leaf.detach().clone())
         for k, leaf in enumerate(recorder.leaves)
-        if k in recorder.hold
+        if k in recorder.hold or (k in recorder.hold_frozen and not leaf.requires_grad)
     ]
 
 

@@ -245,6 +245,7 @@ class Session:
         instrument.install()
         self.compile_error: dict[str, Any] | None = None
         self.hold: frozenset[int] = frozenset()
+        self.hold_frozen: frozenset[int] = frozenset()
         self.dealias: frozenset[int] = frozenset()
         #: leaf -> values set at its first use in every later run (a synchronised replay)
         self.sync: dict[int, list[float]] = {}
@@ -262,6 +263,7 @@ class Session:
             # a fix that makes more leaves train is replayed with them held (every later
             # run of this session too: the finite differences see the same program)
             self.hold = frozenset(int(k) for k in request.get("hold") or ())
+            self.hold_frozen = frozenset(int(k) for k in request.get("hold_frozen") or ())
             # likewise a replay with the leaves' first values synchronised to another run's
             self.sync = {int(k): list(v) for k, v in (request.get("sync") or {}).items()}
             self.sync_groups = {
@@ -307,6 +309,7 @@ class Session:
         sys.modules["__main__"], sys.argv = module, [self.path]
         recorder.namespace = module.__dict__
         recorder.hold = self.hold
+        recorder.hold_frozen = self.hold_frozen
         recorder.dealias = self.dealias
         recorder.sync = self.sync
         recorder.sync_groups = self.sync_groups
@@ -414,6 +417,7 @@ class Session:
             "step_lines": sorted(recorder.step_lines),
             "script": os.path.relpath(self.path) if os.path.isabs(self.path) else self.path,
             **({"held": sorted(self.hold), "held_steps": recorder.held_steps} if self.hold else {}),
+            **({"held_while_frozen": sorted(self.hold_frozen)} if self.hold_frozen else {}),
             **({"dealiased": sorted(self.dealias)} if self.dealias else {}),
             **(
                 {"first_values": {str(k): v for k, v in recorder.first_values.items()}}

@@ -176,6 +176,7 @@ from gradfix.verify.oracle.common import (
     TOLERANCES,
     Verdict,
     _stepped,
+    moved_while_frozen,
     newly_trained,
 )
 from gradfix.verify.oracle.comparison import _Comparison
@@ -192,6 +193,7 @@ __all__ = [
     "TOLERANCES",
     "Verdict",
     "compare_traces",
+    "moved_while_frozen",
     "newly_trained",
     "plan_fd",
     "stepped_leaves",

@@ -192,6 +192,19 @@ def _stepped(trace: dict[str, Any]) -> set[int] | None:
     return changed
 
 
+def moved_while_frozen(trace: dict[str, Any]) -> set[int]:
+    """Leaves that change in place between two backward calls at both of which they do
+    not require grad (an optimizer with momentum stepping a frozen layer on the stale
+    `.grad` that ``zero_grad(set_to_none=False)`` leaves): by the calls' version counters."""
+    events = trace.get("events") or []
+    moved: set[int] = set()
+    for earlier, later in zip(events, events[1:]):
+        old, new = earlier.get("versions") or [], later.get("versions") or []
+        frozen = set(earlier.get("frozen") or ()) & set(later.get("frozen") or ())
+        moved.update(k for k in frozen if k < min(len(old), len(new)) and old[k] != new[k])
+    return moved
+
+
 def _read_by_steps(events: list[dict[str, Any]]) -> set[int]:
     """The leaves whose gradient some optimizer step reads (the calls' ``stepped_with``)."""
     return {int(k) for event in events for k in event.get("stepped_with") or ()}

@@ -18,6 +18,7 @@ from gradfix.verify.oracle.common import (
     _short_outcome,
     _Stats,
     _Unverifiable,
+    moved_while_frozen,
 )
 from gradfix.verify.oracle.windows import _Windows
 
@@ -131,6 +132,18 @@ class _Comparison(_Windows):
                         f"{what}, which freezes nothing: "
                         f"{self._leaf_list(sorted({int(f['leaf']) for f in asked}))} still "
                         f"train ({how})"
+                    ),
+                    self.evidence(),
+                )
+            drifting = sorted(moved_while_frozen(self.after)) if by_hand else []
+            if drifting:
+                return Verdict(
+                    "unverified",
+                    self._no_difference(
+                        f"in both, {self._leaf_list(drifting)} change at optimizer steps "
+                        "made while they do not require grad: frozen, they still move (an "
+                        "optimizer with momentum or weight decay steps on the `.grad` a "
+                        "freeze leaves behind; set it to None when freezing)"
                     ),
                     self.evidence(),
                 )
@@ -261,6 +274,13 @@ class _Comparison(_Windows):
                 f"backward call(s) and {len(self._compared())} leaf tensor(s)"
             )
         parts += self._leaf_summary()
+        while_frozen = [int(k) for k in self.before.get("held_while_frozen") or ()]
+        if while_frozen:
+            parts.append(
+                f"before replayed with {self._leaf_list(while_frozen)} held at the optimizer "
+                "steps made while they do not require grad (its optimizer moved them on a "
+                "stale `.grad`), as after's freeze keeps them"
+            )
         if self.before_held_text:
             parts.append(
                 f"before replayed with {self.before_held_text} held at their values across "
