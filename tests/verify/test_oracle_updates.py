@@ -202,3 +202,37 @@ def test_micro_batch_gradients_reset_unread_are_rejected() -> None:
     verdict = verify_sources(ACCUMULATION, wrong, timeout=60.0, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert "before anything reads it" in verdict.reason
+
+
+# A GAN whose discriminator step calls the generator's optimizer again: the generator is
+# stepped twice on the same gradients and the discriminator never trains.
+TWICE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+g, d = nn.Linear(3, 4), nn.Linear(4, 1)
+opt_g = torch.optim.Adam(g.parameters(), lr=1e-2)
+opt_d = torch.optim.Adam(d.parameters(), lr=1e-2)
+bce = nn.BCEWithLogitsLoss()
+for step in range(3):
+    opt_g.zero_grad()
+    fake = g(torch.randn(8, 3))
+    bce(d(fake), torch.ones(8, 1)).backward()
+    opt_g.step()
+    opt_d.zero_grad()
+    loss_d = bce(d(torch.randn(8, 4)), torch.ones(8, 1)) + bce(d(fake.detach()), torch.zeros(8, 1))
+    loss_d.backward()
+    opt_g.step()
+"""
+
+
+def test_a_change_that_keeps_a_second_step_on_the_same_gradients_is_no_proof() -> None:
+    head, tail = TWICE.rsplit("    opt_g.step()\n", 1)
+    both = head + "    opt_g.step()\n    opt_d.step()\n" + tail  # the D step added, G's kept
+    verdict = verify_sources(TWICE, both, timeout=60.0, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "the same gradients stepped on twice" in verdict.reason
+    fixed = head + "    opt_d.step()\n" + tail
+    verdict = verify_sources(TWICE, fixed, timeout=60.0, intent=FixIntent.unknown())
+    assert "stepped on twice" not in verdict.reason

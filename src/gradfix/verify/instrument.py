@@ -254,6 +254,10 @@ class Recorder:
         self.freezes: list[dict[str, Any]] = []
         #: where the program set ``requires_grad = False`` on a module, and its leaves
         self.module_freezes: list[dict[str, Any]] = []
+        #: optimizer steps made again on the gradients of that optimizer's last step (the
+        #: same gradients stepped on twice)
+        self.resteps: list[dict[str, Any]] = []
+        self._last_step_grads: dict[int, tuple[Any, ...]] = {}
         #: tensors made frozen on purpose (``nn.Parameter(x, requires_grad=False)``):
         #: id -> (the tensor, kept alive so its id stays its own; the statement)
         self._made_frozen: dict[int, tuple[torch.Tensor, str]] = {}
@@ -1675,6 +1679,8 @@ def _patch_optimizer_steps() -> None:
 
 def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     recorder = _ACTIVE
+    if recorder is not None and not recorder.in_optimizer_step:
+        _note_restep(recorder, optimizer)
     if recorder is not None:
         recorder.in_optimizer_step += 1
         if recorder.in_optimizer_step == 1 and sys.gettrace() is None:
@@ -1686,6 +1692,23 @@ def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
         for k, leaf in enumerate(recorder.leaves)
         if k in recorder.hold or (k in recorder.hold_frozen and not leaf.requires_grad)
     ]
+
+
+def _note_restep(recorder: Recorder, optimizer: Any) -> None:
+    """An optimizer stepping again on gradients no backward call or reset touched since
+    its last step (the same ``.grad`` tensors at the same versions), some of them there:
+    it steps twice on the same gradients (a second ``step`` of the generator's optimizer
+    where the discriminator's was meant)."""
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+    seen = tuple((id(g), g._version) if g is not None else None for g in grads)
+    last = recorder._last_step_grads.get(id(optimizer))
+    recorder._last_step_grads[id(optimizer)] = seen
+    if last != seen or all(g is None for g in grads) or len(recorder.resteps) >= 20:
+        return
+    statement = _program_statement()
+    if statement is not None:
+        code, line = statement
+        recorder.resteps.append({"code": code, "line": line, "after_call": recorder.event_count})
 
 
 def _restore_held(optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -412,6 +412,7 @@ class Session:
             "grad_reads": {str(k): n for k, n in sorted(recorder.grad_reads.items())},
             "freezes": recorder.freezes,
             "module_freezes": recorder.module_freezes,
+            "resteps": recorder.resteps,
             "unfreezes": {code: len(ids) for code, ids in recorder.unfreezes.items()},
             "step_windows": {str(k): w for k, w in sorted(recorder.step_windows.items())},
             "step_lines": sorted(recorder.step_lines),

@@ -181,7 +181,26 @@ class _Comparison(_Windows):
                 f"their values across the optimizer's {self.after.get('held_steps', 0)} "
                 f"step(s), {verdict.reason}"
             )
+        restep = self._resteps_kept() if verdict.verified else None
+        if restep is not None:
+            return Verdict(
+                "unverified",
+                f"in both, line {restep.get('line')} `{restep.get('code')}` steps an optimizer "
+                "again on the gradients of its last step (no backward call or reset changed "
+                "them since): the same gradients stepped on twice, which the change keeps "
+                f"({verdict.reason})",
+                self.evidence(),
+            )
         return verdict
+
+    def _resteps_kept(self) -> dict[str, Any] | None:
+        """A step made again on unchanged gradients (see ``instrument._note_restep``) by
+        the same statement in both runs, after a hand-made change: the run still shows
+        a bug the change may mean to fix."""
+        if self.intent.declared:
+            return None
+        codes = {r.get("code") for r in self.before.get("resteps") or ()}
+        return next((r for r in self.after.get("resteps") or () if r.get("code") in codes), None)
 
     def _first_order_grads_kept(self) -> tuple[dict[str, Any], str] | None:
         """An ``autograd.grad`` call at a line the change wrote, where after (still) takes
