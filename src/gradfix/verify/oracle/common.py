@@ -133,14 +133,14 @@ def kept_by_name(before: dict[str, Any], after: dict[str, Any]) -> list[int] | N
     # the name decides only where it shows the leaf the program uses: after's leaf gets
     # a gradient, as before's leaf of that name does, and not the one made at its line
     # (a parameter left unread since it was replaced)
-    given_b, given_a = _given(before), _given(after)
+    given_b, given_a = given_gradients(before), given_gradients(after)
     differs = [k for k in range(len(leaves_a)) if named[k] != by_line[k]]
     if all(k in given_a and named[k] in given_b and by_line[k] not in given_b for k in differs):
         return named
     return by_line
 
 
-def _given(trace: dict[str, Any]) -> set[int]:
+def given_gradients(trace: dict[str, Any]) -> set[int]:
     """The leaves some backward call of ``trace`` gives a nonzero gradient."""
     return {
         int(key)

@@ -9,11 +9,11 @@ from typing import Any
 from gradfix.verify.intent import NO_INTENT, FixIntent
 from gradfix.verify.oracle.common import (
     _at_line,
-    _nonzero,
     _Rejected,
     _Stats,
     _stepped,
     _values,
+    given_gradients,
     identical_runs,
 )
 
@@ -226,7 +226,7 @@ class _State:
             if m >= count
         ):
             return True  # the program reads the gradient one of them (made alike) gets
-        given_a, given_b = _given_gradients(self.after), _given_gradients(self.before)
+        given_a, given_b = given_gradients(self.after), given_gradients(self.before)
         if {j for j in given_a if j < count} - given_b:
             return True
         # an input made to require grad where every leaf before trains still gets its
@@ -284,13 +284,3 @@ class _State:
         if source == "before" and self.before_leaves is not None:
             return self.before_leaves[k]
         return k
-
-
-def _given_gradients(trace: dict[str, Any]) -> set[int]:
-    """The leaves some backward call of ``trace`` gives a nonzero gradient."""
-    return {
-        int(key)
-        for event in trace.get("events") or ()
-        for key, grad in (event.get("grads") or {}).items()
-        if _nonzero(grad)
-    }
