@@ -480,3 +480,28 @@ def test_a_leaf_sharing_a_cut_values_storage_is_not_judged_where_it_gets_nothing
     fixed = before.replace("loss.item() / torch", "loss / torch")
     verdict = verify_sources(before, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# A weight initialised by an index assignment: on the parameter itself it raises (a leaf
+# that requires grad used in an in-place operation); the fix writes through `.data`. That
+# access replaces values, it reads none: no use finite differences perturb there.
+INIT_WRITE = """\
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+m = nn.Linear(3, 3)
+m.weight[0, 0] = 0.5
+x, y = torch.randn(6, 3), torch.randn(6, 3)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(2):
+    opt.zero_grad()
+    ((m(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
+
+
+def test_a_write_through_data_at_a_changed_line_is_no_use() -> None:
+    fixed = INIT_WRITE.replace("m.weight[0, 0] = 0.5", "m.weight.data[0, 0] = 0.5")
+    verdict = verify_sources(INIT_WRITE, fixed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "verified", verdict.reason

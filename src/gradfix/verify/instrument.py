@@ -851,10 +851,18 @@ class Recorder:
 
     def _data_read_at_changed_line(self) -> bool:
         """Whether a ``.data`` read (not a write) is made at a line the change wrote, in
-        grad mode, outside an optimizer step (``p.data -= lr * g`` there is an update)."""
+        grad mode, outside an optimizer step (``p.data -= lr * g`` there is an update).
+        A statement of the script's that writes through ``.data`` (``w.data[i] = v``,
+        ``w.data.copy_(v)``, ``w.data += v``) is no read: the value is replaced."""
         if not self.changed_lines or self.in_optimizer_step or not torch.is_grad_enabled():
             return False
-        return self._called_at_changed_line()
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == self.filename and frame.f_lineno in self.changed_lines:
+                text = linecache.getline(self.filename, frame.f_lineno)
+                return not _DATA_WRITE.search(text)
+            frame = frame.f_back
+        return False
 
     def _called_from_changed_line(self, frame: FrameType | None) -> bool:
         while frame is not None:
@@ -1629,6 +1637,10 @@ def _patch_module_construction() -> None:
 
     torch.Tensor.__setattr__ = setattr_tensor  # type: ignore[method-assign,assignment]
 
+
+#: a statement that writes a tensor's values through ``.data``: an assignment to it or to
+#: an index of it, an augmented assignment, or an in-place method called on it
+_DATA_WRITE = re.compile(r"\.data\s*(\[[^\]]*\])?\s*([-+*/%@&|^]|//|\*\*)?=(?!=)|\.data\.\w+_\(")
 
 #: an attribute name that asks for a freeze but is not the flag (``param.require_grad``,
 #: ``param.requires_grad_ = False``): a plain Python attribute, which freezes nothing
