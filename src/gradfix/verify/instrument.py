@@ -257,7 +257,7 @@ class Recorder:
         #: optimizer steps made again on the gradients of that optimizer's last step (the
         #: same gradients stepped on twice)
         self.resteps: list[dict[str, Any]] = []
-        self._last_step_grads: dict[int, tuple[Any, ...]] = {}
+        self._last_step_grads: dict[int, list[tuple[Any, int | None]]] = {}
         #: tensors made frozen on purpose (``nn.Parameter(x, requires_grad=False)``):
         #: id -> (the tensor, kept alive so its id stays its own; the statement)
         self._made_frozen: dict[int, tuple[torch.Tensor, str]] = {}
@@ -1712,10 +1712,17 @@ def _note_restep(recorder: Recorder, optimizer: Any) -> None:
     it steps twice on the same gradients (a second ``step`` of the generator's optimizer
     where the discriminator's was meant)."""
     grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
-    seen = tuple((id(g), g._version) if g is not None else None for g in grads)
+    # the tensors themselves, not their ids: a gradient freed by ``zero_grad()`` may leave
+    # its id to the next one
+    seen = [(g, None if g is None else g._version) for g in grads]
     last = recorder._last_step_grads.get(id(optimizer))
     recorder._last_step_grads[id(optimizer)] = seen
-    if last != seen or all(g is None for g in grads) or len(recorder.resteps) >= 20:
+    same = (
+        last is not None
+        and len(last) == len(seen)
+        and all(a is b and va == vb for (a, va), (b, vb) in zip(last, seen))
+    )
+    if not same or all(g is None for g in grads) or len(recorder.resteps) >= 20:
         return
     statement = _program_statement()
     if statement is not None:
