@@ -641,34 +641,32 @@ def _hold_frozen_on_purpose(
     # a statement that froze the same leaf in before too is no freeze before missed
     pairs = {(f.get("code"), f.get("leaf")) for f in before.get("freezes") or ()}
     trained_after = stepped_leaves(after) or set()
-    meant = (
-        {int(f["leaf"]) for f in before.get("module_freezes") or () if f.get("leaf") is not None}
-        | _unfrozen_by_a_blanket(before, after, trained_after)
-        | {
-            int(f["leaf"])
-            for f in after.get("freezes") or ()
-            if f.get("code") in own
-            and f.get("leaf") is not None
-            and (f.get("code"), f.get("leaf")) not in pairs
-        }
-    )
+    # frozen again by a statement before runs too, where before's freeze missed the leaf
+    refrozen = {
+        int(f["leaf"])
+        for f in after.get("freezes") or ()
+        if f.get("leaf") is not None
+        and f.get("code") in own
+        and (f.get("code"), f.get("leaf")) not in pairs
+    }
+    blanket = _unfrozen_by_a_blanket(before, after, trained_after)
+    asked = {
+        int(f["leaf"]) for f in before.get("module_freezes") or () if f.get("leaf") is not None
+    }
     by_change = {
         k: f
         for k, f in _frozen_by_the_change(after, trained_after, limits).items()
-        if k not in meant  # a freeze before asked for (a misspelt flag, an attribute)
+        # not a freeze before asked for (a misspelt flag, a module's attribute)
+        if k not in refrozen | blanket | asked
     }
     frozen = sorted(
         (
-            {
-                int(f["leaf"])
-                for f in after.get("freezes") or ()
-                if f.get("leaf") is not None
-                and f.get("code") in own
-                and (f.get("code"), f.get("leaf")) not in pairs
-            }
-            - trained_after  # frozen there for a while only (a first stage), as in before
-            | _unfrozen_by_a_blanket(before, after, trained_after)
-            | _frozen_as_a_module_attribute(before, trained_after)
+            # not those frozen there for a while only (a first stage), as in before
+            (refrozen - trained_after)
+            | blanket
+            # a freeze asked with ``module.requires_grad = False`` (which froze nothing),
+            # made another way (the optimizer given every parameter but that module's)
+            | (asked - trained_after)
         )
         & (stepped_leaves(before) or set())
         # the change's own freeze: held whatever writes them in before (`.data` too)
@@ -732,17 +730,6 @@ def _frozen_for_the_change(verdict: Verdict, before: dict[str, Any]) -> Verdict:
         f"{verdict.reason}",
         evidence,
     )
-
-
-def _frozen_as_a_module_attribute(before: dict[str, Any], trained_after: set[int]) -> set[int]:
-    """Leaves BEFORE asked to freeze with ``module.requires_grad = False`` (an attribute,
-    which freezes nothing) that AFTER does not train: the freeze the program meant, made
-    another way (the optimizer given every parameter but that module's)."""
-    return {
-        int(f["leaf"])
-        for f in before.get("module_freezes") or ()
-        if f.get("leaf") is not None and int(f["leaf"]) not in trained_after
-    }
 
 
 def _inplace_error(trace: dict[str, Any]) -> bool:

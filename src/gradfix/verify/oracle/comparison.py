@@ -210,10 +210,7 @@ class _Comparison(_Windows):
         is none."""
         events = self.after.get("events") or []
         wrote = [
-            e
-            for e in events
-            if e.get("kind") == "grad"
-            and any(str(c).endswith(f":{e.get('line')}") for c in self.changed)
+            e for e in events if e.get("kind") == "grad" and self._at_changed_line(e.get("line"))
         ]
         if not wrote:
             return None
@@ -223,7 +220,7 @@ class _Comparison(_Windows):
             if any(e.get("kind") == "backward" for e in events[i + 1 :]):
                 written = (
                     "a call the change wrote"
-                    if event in wrote
+                    if any(event is e for e in wrote)
                     else (f"the change wrote line {wrote[0].get('line')}'s `autograd.grad` call")
                 )
                 return event, written

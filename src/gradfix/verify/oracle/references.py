@@ -280,8 +280,7 @@ class _References(_FiniteDifferences):
         match = _BACKWARD_ROOT.match(str(ea.get("code") or ""))
         if match is not None and match.group(1) in self.rebound:
             return True
-        line = ea.get("line")
-        return line is not None and any(str(c).endswith(f":{line}") for c in self.changed)
+        return self._at_changed_line(ea.get("line"))
 
     def _judge_new_objective(
         self, i: int, eb: dict[str, Any], ea: dict[str, Any], label: str, mismatch: str

@@ -239,6 +239,10 @@ class _State:
             and given_b <= given_a
         )
 
+    def _at_changed_line(self, line: Any) -> bool:
+        """Whether after's ``line`` is one the change wrote."""
+        return line is not None and any(str(c).endswith(f":{line}") for c in self.changed)
+
     def _require_leaf(self, k: int, label: str) -> None:
         if k >= len(self.before.get("leaves", [])):
             raise _Rejected(
