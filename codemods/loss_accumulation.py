@@ -10,7 +10,7 @@ from gradfix.edits import Editor
 from gradfix.rule import Edit, FixAvailability, FixPlan, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import FACTORIES, argument, is_true
 from gradfix.semantic.grad import access_path
-from gradfix.semantic.syntax import is_backward_call, spelled_names
+from gradfix.semantic.syntax import is_backward_call
 
 #: Calls that turn their argument into something printed or logged.
 LOG_FUNCTIONS = frozenset(
@@ -604,7 +604,7 @@ class LossAccumulation(Rule):
             return None
         scope = self.analysis.scope_of(origin).node
         verdict = "logged"
-        for use in _spellings(scope, name):
+        for use in self.analysis.spellings_in(scope, name):
             if any(self.analysis.contains(stmt, use) for stmt in own):
                 continue
             if self._local_of_inner_function(use, scope, name):
@@ -813,12 +813,6 @@ def _attribute_kind(attribute: ast.Attribute) -> str | None:
 
 def _unpacked_in(mapping: ast.Dict, node: ast.AST) -> bool:
     return any(key is None and value is node for key, value in zip(mapping.keys, mapping.values))
-
-
-def _spellings(scope: ast.AST, name: str) -> list[ast.AST]:
-    """Every node under ``scope`` that spells the identifier ``name``: variables, and the
-    attributes, keywords, parameters, definitions and imports of that name."""
-    return [node for node in ast.walk(scope) if name in spelled_names(node)]
 
 
 def _calls_backward(function: ast.AST) -> bool:

@@ -6,7 +6,12 @@ import ast
 
 from gradfix.rule import FixAvailability, FixSafety, Invalid, Rule, Valid
 from gradfix.semantic import Binding
-from gradfix.semantic.syntax import argument_values, combined_values, constructs_a_class
+from gradfix.semantic.syntax import (
+    argument_values,
+    combined_values,
+    constructs_a_class,
+    source_segment,
+)
 from gradfix.torch_facts import (
     FACTORIES,
     GRAD_CUTTING_METHODS,
@@ -323,7 +328,7 @@ def _message(cut: ast.expr, root: ast.expr, source: str) -> str:
         op = f"`{_short_name(cut)}`"
     else:
         op = "the indices of a max/sort"
-    loss = ast.get_source_segment(source, root) or "the loss"
+    loss = source_segment(source, root) or "the loss"
     if len(loss) > 30 or "\n" in loss:
         loss = "the loss"
     else:

@@ -9,6 +9,7 @@ import libcst as cst
 
 from gradfix.edits import Editor
 from gradfix.rule import FixSafety, Invalid, Rule, Valid
+from gradfix.semantic.syntax import source_segment
 
 PARAMETER = "torch.nn.Parameter"
 #: what wraps a plain container of each element kind: (list wrapper, dict wrapper)
@@ -398,5 +399,5 @@ def _nn_prefix(cls: ast.ClassDef, source: str) -> str | None:
     """``nn`` for ``class Net(nn.Module)``, ``torch.nn`` for ``torch.nn.Module``."""
     for base in cls.bases:
         if type(base) is ast.Attribute and base.attr == "Module":
-            return ast.get_source_segment(source, base.value)
+            return source_segment(source, base.value)
     return None

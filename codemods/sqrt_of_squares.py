@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeGuard
 
 import libcst as cst
@@ -420,7 +420,7 @@ class SqrtOfSquares(Rule):
         return sorted(roots, key=lambda root: self.analysis.index(root[0]))  # type: ignore[arg-type]
 
     def _hoist_plan(self, roots: list[tuple[ast.expr, ast.Call]], statement: ast.stmt) -> FixPlan:
-        names = _fresh_names("mse", len(roots), self.analysis.module)
+        names = _fresh_names("mse", len(roots), self.analysis.order)
 
         def build(editor: Editor) -> list[Edit] | None:
             line = editor.statement(statement)
@@ -619,12 +619,20 @@ _NOT_ALWAYS_EVALUATED = (
 )
 
 
-def _fresh_names(wanted: str, count: int, module: ast.Module) -> list[str]:
-    """``count`` names ``wanted``, ``wanted2``, ... that the file uses for nothing."""
-    used = {n.id for n in ast.walk(module) if type(n) is ast.Name}
-    used |= {n.arg for n in ast.walk(module) if type(n) is ast.arg}
-    used |= {getattr(n, "name", None) or "" for n in ast.walk(module)}
-    used |= {a.asname or a.name.partition(".")[0] for a in ast.walk(module) if type(a) is ast.alias}
+def _fresh_names(wanted: str, count: int, nodes: Iterable[ast.AST]) -> list[str]:
+    """``count`` names ``wanted``, ``wanted2``, ... that the file (all its ``nodes``) uses
+    for nothing."""
+    used: set[str] = set()
+    for n in nodes:
+        kind = type(n)
+        if kind is ast.Name:
+            used.add(n.id)  # type: ignore[attr-defined]
+        elif kind is ast.arg:
+            used.add(n.arg)  # type: ignore[attr-defined]
+        elif kind is ast.alias:
+            used.add(n.asname or n.name.partition(".")[0])  # type: ignore[attr-defined]
+        else:
+            used.add(getattr(n, "name", None) or "")
     names: list[str] = []
     counter = 1
     while len(names) < count:

@@ -502,19 +502,22 @@ class _ReadsAndBackwards:
         self.backwards: list[ast.AST] = []
 
     def search(self, root: ast.AST) -> None:
-        stack = [root]
-        while stack:
-            node = stack.pop()
-            if self._visit(node):
-                stack.extend(ast.iter_child_nodes(node))
+        """Records the uses and backward calls under ``root``: from the analysis's index of
+        spellings (what ``_visit`` records spells the key's last name, or is a call of a
+        ``backward`` / ``step`` / ``grad`` attribute), nothing is walked."""
+        analysis = self.analysis
+        for node in analysis.spellings_in(root, self.last_attr):
+            self._visit(node)
+        for attr in ("backward", "step", "grad"):
+            for node in analysis.spellings_in(root, attr):
+                parent = analysis.parent(node)
+                if type(node) is ast.Attribute and type(parent) is ast.Call:
+                    if parent.func is node and analysis.contains(root, parent):
+                        self.backwards.append(parent)
 
-    def _visit(self, node: ast.AST) -> bool:
-        """Records ``node``; False when its children are not to be searched."""
-        if isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in ("backward", "step", "grad"):
-                self.backwards.append(node)  # ``grad``: torch.autograd.grad(...)
-        elif isinstance(node, ast.Name):
+    def _visit(self, node: ast.AST) -> None:
+        """Records ``node`` when it is a graph use of the key."""
+        if isinstance(node, ast.Name):
             if node.id == self.key and self._is_graph_use(node):
                 self.uses.append(node)
         elif isinstance(node, ast.Attribute):
@@ -524,11 +527,9 @@ class _ReadsAndBackwards:
             elif node.attr == self.last_attr and self.rule.text_of(node) == self.key:
                 if self._is_graph_use(node):
                     self.uses.append(node)
-                return False
         elif isinstance(node, (ast.keyword, ast.arg)):
             if node.arg == self.key and self._is_name_graph_use(node):
                 self.uses.append(node)
-        return True
 
     def _is_graph_use(self, node: ast.expr) -> bool:
         if _is_changed_through_index(self.analysis, node):

@@ -8,10 +8,9 @@ import bisect
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from gradfix.fileio.text import LINE
 from gradfix.semantic.collect import Collector
 from gradfix.semantic.scopes import Binding, LeafReason, Scope
-from gradfix.semantic.syntax import iterates_at_least_once
+from gradfix.semantic.syntax import iterates_at_least_once, source_segment, spelled_names
 
 _Node = TypeVar("_Node", bound=ast.AST)
 
@@ -82,7 +81,6 @@ class Navigation:
         self._reaching: dict[tuple[ast.AST, ast.AST], Binding | None] = {}
         #: a name's qualified name by (scope it is read in, spelling): the same in the scope
         self._qualified_in_scope: dict[tuple[int, str], str | None] = {}
-        self._lines: list[str] | None = None  # the source's lines with their ends
 
     @property
     def order(self) -> dict[ast.AST, int]:
@@ -91,23 +89,8 @@ class Navigation:
         return self._order
 
     def segment(self, node: ast.AST) -> str | None:
-        """``ast.get_source_segment(source, node)`` without splitting the whole source at
-        each call (it does: a rule asking it in a loop is quadratic in the file)."""
-        if self._lines is None:
-            self._lines = LINE.findall(self.source)
-        try:
-            line, end_line = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
-            col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
-        except AttributeError:
-            return None
-        if end_line is None or end_col is None:
-            return None
-        lines = self._lines
-        if line == end_line:
-            return lines[line].encode()[col:end_col].decode()
-        first = lines[line].encode()[col:].decode()
-        last = lines[end_line].encode()[:end_col].decode()
-        return "".join([first, *lines[line + 1 : end_line], last])
+        """``ast.get_source_segment(source, node)``, quickly (see ``source_segment``)."""
+        return source_segment(self.source, node)
 
     @property
     def last(self) -> dict[ast.AST, int]:
@@ -206,6 +189,23 @@ class Navigation:
         if not block:
             return False
         return self._order[block[0]] <= self._order[inner] <= self._last[block[-1]]
+
+    def spellings_in(self, root: ast.AST, name: str) -> list[ast.AST]:
+        """Every node under ``root`` (``root`` included) that spells the identifier ``name``
+        (:func:`spelled_names`: a variable, an attribute, a keyword, a parameter, a
+        definition, an import...), in source order; from an index built once per file."""
+        spelled: dict[str, list[ast.AST]] | None = self.__dict__.get("_spelled")
+        if spelled is None:
+            spelled = self.__dict__["_spelled"] = {}
+            for node in self._order:  # pre-order
+                for word in spelled_names(node):
+                    spelled.setdefault(word, []).append(node)
+        nodes = spelled.get(name)
+        if not nodes or root not in self._order:
+            return []
+        index = self._order.__getitem__
+        low = bisect.bisect_left(nodes, self._order[root], key=index)
+        return nodes[low : bisect.bisect_right(nodes, self._last[root], lo=low, key=index)]
 
     def name_nodes_in(self, root: ast.AST, name: str) -> list[ast.Name]:
         """Every ``Name`` node spelled ``name`` under ``root`` (``root`` included), in

@@ -7,10 +7,13 @@ Rules import these from :mod:`gradfix.semantic` (``argument``, ``is_true``,
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from collections.abc import Callable
 from typing import Any
+
+from gradfix.fileio.text import LINE
 
 #: Fields that hold the shared singletons ``Load()``, ``Add()``, ``Eq()``...: never visited
 #: (one object stands for every occurrence, so it has no parent nor position).
@@ -360,12 +363,35 @@ def is_backward_call(call: ast.Call) -> bool:
     return type(call.func) is ast.Attribute and call.func.attr == "backward"
 
 
+@functools.lru_cache(maxsize=4)
+def _source_lines(source: str) -> list[str]:
+    return LINE.findall(source)
+
+
+def source_segment(source: str, node: ast.AST) -> str | None:
+    """``ast.get_source_segment(source, node)`` without splitting the whole source at
+    each call (it does: a rule asking it in a loop is quadratic in the file)."""
+    try:
+        line, end_line = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+        col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        return None
+    if end_col is None:
+        return None
+    lines = _source_lines(source)
+    if line == end_line:
+        return lines[line].encode()[col:end_col].decode()
+    first = lines[line].encode()[col:].decode()
+    last = lines[end_line].encode()[:end_col].decode()
+    return "".join([first, *lines[line + 1 : end_line], last])
+
+
 def is_concatenated_string(expr: ast.AST, source: str) -> bool:
     """``"a" "b"``: string literals written side by side, one ``ast.Constant`` (LibCST's
     ``ConcatenatedString``, not a ``SimpleString``)."""
     if type(expr) is not ast.Constant or type(expr.value) not in (str, bytes):
         return False
-    text = f"({ast.get_source_segment(source, expr)})"  # in parentheses: lines join
+    text = f"({source_segment(source, expr)})"  # in parentheses: lines join
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, SyntaxError):
