@@ -91,7 +91,7 @@ maml = MetaLearingClassification(update_lr=0.1, meta_lr=3e-3, update_step=5)
 freeze_layers(4, maml)
 centers = torch.randn(5, 10) * 2
 nm0 = maml.net.vars[0].detach().clone()
-for it in range(20):
+for it in range(10):
     y_traj = torch.arange(5).repeat_interleave(2).view(5, 2)
     x_traj = centers[y_traj] + torch.randn(5, 2, 10)
     y_rand = torch.randint(0, 5, (1, 20))

@@ -91,12 +91,12 @@ for module in [model.encoder.layer[0]]:
         p.requires_grad = False
 model.train()
 
-input_ids = torch.randint(0, 50, (32, 10))
-attention_mask = torch.ones(32, 10, dtype=torch.long)
+input_ids = torch.randint(0, 50, (16, 8))
+attention_mask = torch.ones(16, 8, dtype=torch.long)
 labels = (input_ids[:, 1] > 25).long()
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
 w0 = model.encoder.layer[2].output.weight.detach().clone()
-for step in range(15):
+for step in range(8):
     opt.zero_grad()
     loss = nn.functional.cross_entropy(model(input_ids, attention_mask), labels)
     loss.backward()
