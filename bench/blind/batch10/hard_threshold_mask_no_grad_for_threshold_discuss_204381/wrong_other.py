@@ -1,0 +1,31 @@
+"""The learnable threshold is only used in a boolean comparison that selects which rows enter the loss, and a comparison is not differentiable, so threshold.grad stays None and the optimizer never moves it.
+
+source: https://discuss.pytorch.org/t/optimize-masking-parameter/204381
+symptom: none-grad
+rule: ?
+shape: flat script optimizing a point set X and a scalar threshold parameter that masks rows of X by their norm, Adam with two parameter groups, loop over several steps
+wrong: other
+why: multiplying by the comparison cast to float still has no gradient path to the threshold (the comparison is piecewise constant), so threshold.grad stays None and it never moves.
+"""
+import torch
+
+torch.manual_seed(2024)
+
+X = torch.randn(200, 3, requires_grad=True)
+threshold = torch.tensor(1.5, requires_grad=True)
+target = 1.2
+opt = torch.optim.Adam([{"params": [X], "lr": 1e-3}, {"params": [threshold], "lr": 0.05}])
+
+for step in range(30):
+    opt.zero_grad()
+    X_norm = X.norm(dim=1)
+    mask = (X_norm < threshold).float()
+    kept_mean = (mask * X_norm).sum() / mask.sum()
+    loss = (kept_mean - target) ** 2
+    loss.backward()
+    if step == 0:
+        print("threshold_grad_is_none", threshold.grad is None)
+    opt.step()
+print("loss", round(loss.item(), 4))
+print("threshold", round(threshold.item(), 4))
+print("X_norm_mean", round(X.norm(dim=1).mean().item(), 4))
