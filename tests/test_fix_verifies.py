@@ -409,20 +409,75 @@ def test_a_fix_another_fix_makes_possible_waits_for_the_next_run(tmp_path: Path)
     assert (code, err.splitlines()[-1]) == (0, "Fixed 1 finding in 1 file.")
 
 
+# A two-file project: the model's file has two bugs (GF204's in-place residual, GF107's
+# plain list of blocks); the flat script that imports it is how the user runs it.
+MODEL = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = F.relu(self.fc(x))
+        h += x  # residual
+        return h
+
+
+class Net(nn.Module):
+    def __init__(self, dim=8, n_blocks=2):
+        super().__init__()
+        self.blocks = [Block(dim) for _ in range(n_blocks)]
+        self.head = nn.Linear(dim, 1)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x)
+"""
+FLAT_TRAIN = """import torch
+
+from model import Net
+
+torch.manual_seed(0)
+net = Net()
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+for step in range(3):
+    optimizer.zero_grad()
+    loss = ((net(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+print(round(loss.item(), 4))
+"""
+
+
+def two_bug_project(root: Path) -> Path:
+    write(root / "train.py", FLAT_TRAIN)
+    return write(root / "model.py", MODEL)
+
+
+def test_a_module_is_proven_through_the_flat_script_that_imports_it(tmp_path: Path) -> None:
+    """No ``__main__`` block: a script whose top level trains is the project's entry."""
+    model = two_bug_project(tmp_path)
+    code, _, err = invoke("fix", "--write", "--unsafe-fixes", str(model))
+    assert "GF204 verified: forward results and gradients match" in err, err
+    assert "GF107 verified: verified together with the file's other fixes" in err, err
+    assert (code, err.splitlines()[-1]) == (0, "Fixed 2 findings in 1 file.")
+
+
 def test_a_fix_that_spoils_the_joint_proof_is_left_out_and_the_others_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The planted project's model.py, its two fixes refused together (the joint proof is
-    made to fail here): GF107, declared to change what trains and not verified alone, is
-    left out first, and GF204's fix is written."""
-    import shutil
-
+    """A model file's two fixes refused together (the joint proof is made to fail here),
+    none verified alone (no script runs the file): GF107, declared to change what trains,
+    is left out first, and GF204's fix is written."""
     from gradfix import proof
 
-    planted = Path(__file__).resolve().parent.parent / "bench" / "projects" / "planted"
-    project = tmp_path / "planted"
-    shutil.copytree(planted, project, ignore=shutil.ignore_patterns("EXPECTED.json"))
-    model = project / "model.py"
+    model = write(tmp_path / "model.py", MODEL)
     proven = proof.prove_change
 
     def refused_together(path: str, original: str, fixed: str, **kwargs: object) -> object:
@@ -433,8 +488,8 @@ def test_a_fix_that_spoils_the_joint_proof_is_left_out_and_the_others_written(
     monkeypatch.setattr(proof, "prove_change", refused_together)
     code, _, err = invoke("fix", "--write", "--unsafe-fixes", str(model))
     assert "the accepted fixes together are rejected" in err, err
-    assert "the accepted fixes but GF107 at line 23 are applied together" in err, err
+    assert "the accepted fixes but GF107 at line 20 are applied together" in err, err
     fixed = model.read_text(encoding="utf-8")
     assert "h = h + x  # residual" in fixed
-    assert "self.blocks = [Block(hidden) for _ in range(n_blocks)]" in fixed
+    assert "self.blocks = [Block(dim) for _ in range(n_blocks)]" in fixed
     assert code == 1  # GF107's finding stays

@@ -428,8 +428,11 @@ def _prove(path: str, source: str, single: SingleFix, limits: dict[str, Any]) ->
 
 def importing_scripts(path: str) -> list[str]:
     """The scripts beside ``path`` that import it and run as a program (an ``if __name__
-    == "__main__":`` block): the project's own entry points into that module."""
+    == "__main__":`` block, or a flat script: a call or a loop at its top level): the
+    project's own entry points into that module."""
     import re
+
+    from gradfix.verify.drive import runs_as_program
 
     directory = os.path.dirname(os.path.abspath(path))
     module = os.path.splitext(os.path.basename(path))[0]
@@ -445,36 +448,26 @@ def importing_scripts(path: str) -> list[str]:
             tree = pyast.parse(text)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
-        if imports.search(text) and any(_is_main_block(node) for node in tree.body):
+        if imports.search(text) and runs_as_program(tree):
             found.append(candidate)
     return found
-
-
-def _is_main_block(node: Any) -> bool:
-    import ast
-
-    return (
-        isinstance(node, ast.If)
-        and isinstance(node.test, ast.Compare)
-        and isinstance(node.test.left, ast.Name)
-        and node.test.left.id == "__name__"
-    )
 
 
 def _prove_through(
     script: str, path: str, fixed: str, others: dict[str, str], limits: dict[str, Any]
 ) -> Outcome:
     """Run ``script`` (which imports ``path``) as it is, and with ``path`` fixed (and the
-    project's other fixes) swapped in."""
+    project's other fixes, the script's own among them) swapped in."""
     from gradfix.verify import verify_sources
 
     directory = os.path.dirname(os.path.abspath(script))
     with open(script, encoding="utf-8") as handle:
         text = handle.read()
     patched = {**others, os.path.relpath(os.path.abspath(path), directory): fixed}
+    own = patched.pop(os.path.basename(script), text)
     verdict = verify_sources(
         text,
-        text,
+        own,
         filename=os.path.basename(script),
         source_dir=directory,
         patched=patched,

@@ -185,7 +185,10 @@ def _judge_across_files(
     harness: dict[str, Any],
 ) -> None:
     """A fix stopped by another file's bug in both versions is judged again with the
-    fixes of the project's other files in place (those with no rejected fix)."""
+    fixes of the project's other files in place (those with no rejected fix); still not
+    verified, with all of them: a fix judged alone may be rejected only for the bug
+    another file still has (its run goes through that file), and a run of all the fixes
+    together that is proven shows it was not wrong."""
     from gradfix.proof import prove_with_project
 
     sound = {
@@ -196,10 +199,17 @@ def _judge_across_files(
     for result in run.files:
         if result.path not in verdicts or result.original is None:
             continue
-        others = {path: text for path, text in sound.items() if path != result.path}
-        verdicts[result.path] = prove_with_project(
-            verdicts[result.path], result.original, candidates[result.path], others, **harness
-        )
+        found = verdicts[result.path]
+        for pool in (sound, candidates):
+            others = {path: text for path, text in pool.items() if path != result.path}
+            if all(v.status == "verified" for v in found):
+                break
+            found = prove_with_project(
+                found, result.original, candidates[result.path], others, **harness
+            )
+            if pool is sound and len(others) == len(candidates) - 1:
+                break  # every other file was in the first pool already
+        verdicts[result.path] = found
 
 
 def _applicable_left(result: FileResult, options: RunOptions) -> list[Finding]:

@@ -34,7 +34,6 @@ _CANNED = re.compile(
 _NO_BACKWARD = "neither version calls backward"
 #: files read to find the entry points, at most (a large tree is not walked further)
 MAX_FILES = 2000
-_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.MULTILINE)
 #: suggestions shown, at most
 SHOWN = 3
 
@@ -92,11 +91,34 @@ def drivers(path: str, root: str) -> tuple[str, ...]:
             continue
         if _is_test(file):
             tests.append(f'--cmd "pytest {shlex.quote(relative)}"')
-        elif _MAIN_GUARD.search(text):
+        elif _runs_as_program_text(text):
             arguments = " ARGS" if itself else ""  # as run already, it did not get there
             scripts.append(f'--cmd "python {shlex.quote(relative)}{arguments}"')
     scripts.sort(key=lambda hint: hint.endswith(' ARGS"'))  # other scripts first
     return (*scripts, *tests, *_console_scripts(root, names))
+
+
+def runs_as_program(module: ast.Module) -> bool:
+    """Whether a module is a program one runs: a ``__main__`` block, or a flat script (a
+    loop, or a call made for what it does such as ``main()`` or ``loss.backward()``, at
+    its top level), not only definitions and imports."""
+    for node in module.body:
+        if isinstance(node, (ast.For, ast.While)):
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            return True
+        test = node.test if isinstance(node, ast.If) else None
+        if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name):
+            if test.left.id == "__name__":
+                return True
+    return False
+
+
+def _runs_as_program_text(text: str) -> bool:
+    try:
+        return runs_as_program(pyast.parse(text))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
 
 
 def _module_names(path: str, root: str) -> frozenset[str]:
