@@ -10,6 +10,16 @@ import pytest
 os.environ["GRADFIX_VERIFY_DAEMON"] = "0"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per core and one more, as most tests wait on a subprocess
+    (the verifier's runs, Ray, torch imports) rather than compute."""
+    try:
+        cores = len(os.sched_getaffinity(0))  # the cores this process may run on
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return cores + 1
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-fixtures",
