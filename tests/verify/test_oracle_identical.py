@@ -193,3 +193,51 @@ def test_the_second_order_fix_is_verified() -> None:
     fixed = META.replace("grad(inner, [w])", "grad(inner, [w], create_graph=True)")
     verdict = verify_sources(META, fixed, timeout=60.0, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
+
+
+# An encoder behind `torch.round`: autograd reaches its weights with zeros only.
+ROUNDED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+encoder, decoder = nn.Linear(6, 3), nn.Linear(3, 6)
+opt = torch.optim.SGD([*encoder.parameters(), *decoder.parameters()], lr=0.1)
+x = torch.randn(8, 6)
+for _ in range(3):
+    opt.zero_grad()
+    code = torch.round(encoder(x) * 4) / 4
+    F.mse_loss(decoder(code), x).backward()
+    opt.step()
+"""
+
+
+def test_parameters_reached_only_by_zero_gradients_leave_a_change_unverified() -> None:
+    """A change that computes exactly what the original does proves nothing while the
+    encoder never trains (a hurried fix that keeps the round); with the encoder kept out
+    of the optimizer on purpose it is a proven refactor."""
+    pair = (
+        "code = torch.round(encoder(x) * 4) / 4",
+        "code = torch.round(encoder(x) * 4) * 0.25",
+    )
+    verdict = verify_sources(
+        ROUNDED, ROUNDED.replace(*pair), timeout=60.0, intent=FixIntent.unknown()
+    )
+    assert verdict.status == "unverified", verdict.reason
+    assert "are in an optimizer's groups and backward calls reach them, but with nothing " in (
+        verdict.reason
+    )
+    assert "'encoder.weight'" in verdict.reason or "#0" in verdict.reason
+    # the encoder kept out of the optimizer on purpose (a fixed random projection): the
+    # optimizer steps only what trains, and the same change is a proven refactor
+    fixed_encoder = ROUNDED.replace(
+        "[*encoder.parameters(), *decoder.parameters()]", "decoder.parameters()"
+    )
+    verdict = verify_sources(
+        fixed_encoder,
+        fixed_encoder.replace(*pair),
+        timeout=60.0,
+        intent=FixIntent.unknown(),
+    )
+    assert verdict.status == "verified", verdict.reason

@@ -257,6 +257,9 @@ class Recorder:
         #: optimizer steps made again on the gradients of that optimizer's last step (the
         #: same gradients stepped on twice)
         self.resteps: list[dict[str, Any]] = []
+        #: the leaves some optimizer's step holds (in its parameter groups), whether or not
+        #: a gradient ever reaches them
+        self.optimized: set[int] = set()
         self._last_step_grads: dict[int, list[tuple[Any, int | None]]] = {}
         #: tensors made frozen on purpose (``nn.Parameter(x, requires_grad=False)``):
         #: id -> (the tensor, kept alive so its id stays its own; the statement)
@@ -1693,6 +1696,7 @@ def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
     recorder = _ACTIVE
     if recorder is not None and not recorder.in_optimizer_step:
         _note_restep(recorder, optimizer)
+        _note_optimized(recorder, optimizer)
     if recorder is not None:
         recorder.in_optimizer_step += 1
         if recorder.in_optimizer_step == 1 and sys.gettrace() is None:
@@ -1704,6 +1708,14 @@ def _save_held(optimizer: Any, args: Any, kwargs: Any) -> None:
         for k, leaf in enumerate(recorder.leaves)
         if k in recorder.hold or (k in recorder.hold_frozen and not leaf.requires_grad)
     ]
+
+
+def _note_optimized(recorder: Recorder, optimizer: Any) -> None:
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            k = recorder.leaf_index(p)
+            if k is not None:
+                recorder.optimized.add(k)
 
 
 def _note_restep(recorder: Recorder, optimizer: Any) -> None:

@@ -413,6 +413,7 @@ class Session:
             "freezes": recorder.freezes,
             "module_freezes": recorder.module_freezes,
             "resteps": recorder.resteps,
+            "optimized": sorted(recorder.optimized),
             "unfreezes": {code: len(ids) for code, ids in recorder.unfreezes.items()},
             "step_windows": {str(k): w for k, w in sorted(recorder.step_windows.items())},
             "step_lines": sorted(recorder.step_lines),

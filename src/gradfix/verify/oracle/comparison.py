@@ -104,6 +104,19 @@ class _Comparison(_Windows):
                     ),
                     self.evidence(),
                 )
+            # reached by zeros only (not a zero input's doing alone: the runs are the same,
+            # the change made no difference where a gradient is missing)
+            starved = self._starved()
+            if starved:
+                return Verdict(
+                    "unverified",
+                    self._no_difference(
+                        f"in both, {self._leaf_list(starved)} are in an optimizer's groups "
+                        "and backward calls reach them, but with nothing other than zeros: "
+                        "they never train, and if the change means to train them, it does not"
+                    ),
+                    self.evidence(),
+                )
             # a hand-made change (a rule's fix declares which statement it fixes: another
             # bug of the file may stay, fixed by another fix)
             by_hand = not self.intent.declared

@@ -197,6 +197,22 @@ class _Structure(_State):
             if k not in stepped and _untrained_since(events, k) is not None
         ]
 
+    def _starved(self) -> list[int]:
+        """Leaves an optimizer holds that backward calls reach, but with nothing other than
+        zeros at every call (an encoder behind ``round``, a head behind ``argmax`` made
+        float): the optimizer steps them, yet they never train. (A parameter the graph
+        never reaches, unused or frozen, gets no gradient at all: not among them.)"""
+        events = self.after.get("events") or []
+        if not events or self.after.get("events_truncated"):
+            return []
+        starved = []
+        for k in self.after.get("optimized") or ():
+            grads = [(e.get("grads") or {}).get(str(k)) for e in events]
+            reached = [g for g in grads if g is not None]
+            if reached and not any(_nonzero(g) or g.get("truncated") for g in reached):
+                starved.append(int(k))
+        return starved
+
     def _check_unfrozen_untrained(self) -> None:
         """A leaf frozen at every backward call of before (``requires_grad`` False),
         which after's calls give a gradient, while nothing reads that gradient (no optimizer
