@@ -429,3 +429,41 @@ def test_a_change_that_leaves_a_frozen_layer_moving_is_no_fix() -> None:
     verdict = verify_sources(DRIFT, zeroed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert "frozen, they still move" in verdict.reason
+
+
+# A threshold that selects elements by a comparison: its gradient is None, and the loss
+# does not depend on it but in steps.
+HARD_MASK = """\
+import torch
+
+torch.manual_seed(0)
+x = torch.randn(50, requires_grad=True)
+threshold = torch.tensor(0.5, requires_grad=True)
+opt = torch.optim.SGD([x, threshold], lr=0.05)
+for _ in range(3):
+    opt.zero_grad()
+    kept = x[x < threshold].mean()
+    loss = (kept - 0.2) ** 2
+    loss.backward()
+    opt.step()
+"""
+SOFT_MASK = HARD_MASK.replace(
+    "    kept = x[x < threshold].mean()\n",
+    "    mask = torch.sigmoid(10.0 * (threshold - x))\n    kept = (mask * x).sum() / mask.sum()\n",
+)
+# The threshold read through `.detach()` into a smooth mask: the forward depends on it.
+CUT_MASK = SOFT_MASK.replace("(threshold - x)", "(threshold.detach() - x)")
+
+
+def test_a_new_objective_that_trains_a_leaf_the_forward_did_not_depend_on_is_undecided() -> None:
+    """A soft mask for a hard one: to train the threshold the forward must change."""
+    verdict = verify_sources(HARD_MASK, SOFT_MASK, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "forward changed" in verdict.reason
+    assert "before's forward does not depend on" in verdict.reason
+    # the leaf reached by the forward of the original through a cut: a fix that trains it
+    # keeps the forward, so a changed forward is evidence
+    changed = SOFT_MASK.replace("10.0 *", "12.0 *")
+    verdict = verify_sources(CUT_MASK, changed, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "rejected", verdict.reason
+    assert "forward changed" in verdict.reason

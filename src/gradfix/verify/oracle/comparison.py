@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from gradfix.verify.oracle.common import (
     MAKE_VERIFIABLE,
     TOLERANCES,
     Verdict,
+    _estimates,
+    _fd_bounds,
     _FdRejected,
     _flat,
     _format,
@@ -84,6 +87,19 @@ class _Comparison(_Windows):
                 self.evidence(),
             )
         except _Rejected as exc:
+            independent = self._held_independent_in_before(str(exc))
+            if independent == "":  # planning its finite differences: no verdict yet
+                return Verdict("unverified", str(exc), self.evidence())
+            if independent:
+                return Verdict(
+                    "unverified",
+                    f"{self._held_prefix()}{exc}; but before's forward does not depend on "
+                    f"{independent} (finite-difference derivative 0 at each element "
+                    "estimated), which the change makes train: to give it a gradient the "
+                    "change must change what the forward computes (a new objective, such as "
+                    "a soft mask for a hard one), which the run cannot judge",
+                    self.evidence(),
+                )
             return Verdict("rejected", self._held_prefix() + str(exc), self.evidence())
         except _Unverifiable as exc:
             return Verdict("unverified", self._held_prefix() + str(exc), self.evidence())
@@ -418,6 +434,40 @@ class _Comparison(_Windows):
             "not compared: gradients discarded unread (`.grad` reset before anything read "
             f"it) that backward call(s) {shown} give {self._leaf_list(leaves)}"
         )
+
+    def _held_independent_in_before(self, rejection: str) -> str | None:
+        """The leaves the change makes train (held in this replay), when the forward parted
+        at the first call and before's forward at that call gives them no gradient and
+        does not depend on them, by finite differences (a threshold behind a comparison):
+        a fix must then change the forward to train them. None otherwise; "" while the
+        estimates are being planned."""
+        held = self._held()
+        events = self.before.get("events") or []
+        if not held or self.forward_parted_at != 0 or not events:
+            return None
+        if not rejection.startswith("forward changed"):
+            return None
+        grads = events[0].get("grads") or {}
+        if any(grads.get(str(self._runner_leaf("before", k))) is not None for k in held):
+            return None  # before's forward reaches them: a cut a fix keeps the forward of
+        for k in held:
+            numel = self._leaf_numel(k)
+            elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+            try:
+                entry = self._fd_entry("before", 0, k, elements, precise=True)
+            except (_Unverifiable, _FdRejected):
+                return None
+            if entry is None:
+                return "" if self.planning else None  # judged once the estimates are in
+            estimates = _estimates(entry)
+            if not estimates:
+                return None
+            for value, _, noise, interval in estimates.values():
+                low, high = _fd_bounds(0.0, noise, None)
+                outside = value if interval is None else min(interval, key=abs)
+                if not math.isfinite(outside) or not low <= outside <= high:
+                    return None
+        return self._leaf_list(held)
 
     def _leaf_summary(self) -> list[str]:
         """Which leaves were compared and which were not, and why (one clause each)."""
