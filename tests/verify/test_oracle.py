@@ -2005,6 +2005,16 @@ def test_backward_calls_the_change_reorders_are_matched_by_their_statement() -> 
     verdict = verify_sources(BOTH_LOSSES_THEN_STEPS, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "reorders the backward calls" in json.dumps(verdict.evidence)
+    # a long run: after makes more calls than are recorded (its first ones are)
+    long_fixed = fixed.replace("range(2)", "range(26)")
+    verdict = verify_sources(
+        BOTH_LOSSES_THEN_STEPS.replace("range(2)", "range(26)"),
+        long_fixed,
+        intent=FixIntent.unknown(),
+    )
+    assert verdict.evidence["backward_events"]["after"] == 52
+    assert verdict.status == "verified", verdict.reason
+    assert "reorders the backward calls" in json.dumps(verdict.evidence)
 
 
 ANALYTIC_BACKWARD = """import torch
