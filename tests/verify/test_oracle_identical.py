@@ -180,6 +180,16 @@ def test_a_change_to_a_first_order_inner_gradient_that_stays_first_order_is_unve
     verdict = verify_sources(META, retained, timeout=60.0, intent=FixIntent.unknown())
     assert verdict.status == "unverified", verdict.reason
     assert "without `create_graph`" in verdict.reason and "line 10" in verdict.reason
+    # a run longer than the calls recorded: the same run, judged on the calls recorded
+    long = META.replace("range(2)", "range(30)")
+    verdict = verify_sources(
+        long,
+        long.replace("grad(inner, [w])", "grad(inner, [w], retain_graph=True)"),
+        timeout=60.0,
+        intent=FixIntent.unknown(),
+    )
+    assert verdict.status == "unverified", verdict.reason
+    assert "at each of the first 50 (those recorded) of its 60 backward call(s)" in verdict.reason
 
 
 def test_a_refactor_elsewhere_of_a_first_order_program_stays_verified() -> None:

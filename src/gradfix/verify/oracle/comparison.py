@@ -414,8 +414,14 @@ class _Comparison(_Windows):
         whose bug this run does not show (a buffer for a tensor the optimizer never saw,
         a flag that was already set) is proven to change nothing here, and says so."""
         calls = self.before.get("event_count") or 0
+        recorded = len(self.before.get("events") or ())
+        each = (
+            f"each of its {calls}"
+            if recorded >= calls
+            else f"each of the first {recorded} (those recorded) of its {calls}"
+        )
         ran = (
-            f"the same forward results and gradients at each of its {calls} backward call(s)"
+            f"the same forward results and gradients at {each} backward call(s)"
             if calls
             else "the same module-level values, and no backward call"
         )
