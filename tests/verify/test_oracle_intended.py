@@ -467,3 +467,37 @@ def test_a_new_objective_that_trains_a_leaf_the_forward_did_not_depend_on_is_und
     verdict = verify_sources(CUT_MASK, changed, timeout=TIMEOUT, intent=FixIntent.unknown())
     assert verdict.status == "rejected", verdict.reason
     assert "forward changed" in verdict.reason
+
+
+# A 0-1 loss made a fresh leaf: the model's parameters get no gradient.
+ZERO_ONE = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+model = nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+x = torch.randn(16, 3)
+y = (x[:, :1] > 0).float()
+for _ in range(3):
+    opt.zero_grad()
+    prob = torch.sigmoid(model(x))
+    loss = torch.tensor(((prob > 0.5).float() != y).float().mean().item(), requires_grad=True)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_new_loss_for_a_model_the_old_one_did_not_depend_on_is_undecided() -> None:
+    """Every leaf the change makes train (weight and bias) is shown independent of before's
+    forward (their estimates asked for in one round)."""
+    soft = ZERO_ONE.replace(
+        "    loss = torch.tensor(((prob > 0.5).float() != y).float().mean().item(), "
+        "requires_grad=True)\n",
+        "    loss = F.binary_cross_entropy(prob, y)\n",
+    )
+    verdict = verify_sources(ZERO_ONE, soft, timeout=TIMEOUT, intent=FixIntent.unknown())
+    assert verdict.status == "unverified", verdict.reason
+    assert "before's forward does not depend on #0 'model.weight'" in verdict.reason
+    assert "'model.bias'" in verdict.reason

@@ -456,15 +456,18 @@ class _Comparison(_Windows):
         grads = events[0].get("grads") or {}
         if any(grads.get(str(self._runner_leaf("before", k))) is not None for k in held):
             return None  # before's forward reaches them: a cut a fix keeps the forward of
-        for k in held:
+        entries = []
+        for k in held:  # every leaf's estimates asked for in one round
             numel = self._leaf_numel(k)
             elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
             try:
-                entry = self._fd_entry("before", 0, k, elements, precise=True)
+                entries.append(self._fd_entry("before", 0, k, elements, precise=True))
             except (_Unverifiable, _FdRejected):
                 return None
-            if entry is None:
-                return "" if self.planning else None  # judged once the estimates are in
+        if any(entry is None for entry in entries):
+            return "" if self.planning else None  # judged once the estimates are in
+        for entry in entries:
+            assert entry is not None
             estimates = _estimates(entry)
             if not estimates:
                 return None
