@@ -326,3 +326,34 @@ def test_a_tensor_wrapped_as_a_parameter_over_its_storage_is_compared_as_that_te
     verdict = verify_sources(PLAIN_STATE, fixed, intent=FixIntent.unknown())
     assert verdict.status == "verified", verdict.reason
     assert "leaves now trained" in verdict.reason
+
+
+# Weights made to require grad and then cast (`.type(dtype)`: a copy, no leaf).
+CAST_AFTER_REQUIRES_GRAD = """\
+import torch
+
+torch.manual_seed(0)
+dtype = torch.DoubleTensor
+x = torch.randn(5, 8, dtype=torch.float64)
+w = torch.randn(8, 4, requires_grad=True).type(dtype)
+for _ in range(2):
+    loss = (x @ w).pow(2).sum()
+    loss.backward()
+    print(w.grad)
+"""
+
+
+def test_weights_created_in_their_dtype_are_synchronised_to_the_cast_values() -> None:
+    """The fix creates the weights as float64 leaves: float64 draws other random values
+    than float32 ones cast, so the forward parts at the first call; replayed with the
+    leaves' values at their first use (the cast, a read of the values) synchronised to
+    before's, the runs agree."""
+    fixed = CAST_AFTER_REQUIRES_GRAD.replace(
+        "torch.randn(8, 4, requires_grad=True).type(dtype)",
+        "torch.randn(8, 4, requires_grad=True, dtype=torch.float64)",
+    )
+    verdict = verify_sources(
+        CAST_AFTER_REQUIRES_GRAD, fixed, timeout=60.0, intent=FixIntent.unknown()
+    )
+    assert verdict.status == "verified", verdict.reason
+    assert "synchronised to before's" in verdict.reason

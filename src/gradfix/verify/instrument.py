@@ -753,7 +753,7 @@ class Recorder:
         if self._watched:
             self._read_watched(args, kwargs)
         if (self.record_group_values or self.sync_groups) and not self.in_optimizer_step:
-            if _reads_values(func):
+            if _reads_values(func, args, kwargs):
                 self._values_at_groups(args, kwargs)
         if (
             not torch.is_grad_enabled()
@@ -765,7 +765,7 @@ class Recorder:
         if _computes(func, args, kwargs):
             self._regroup_updated_leaves()
         used = sorted(set(self._leaf_args(args, kwargs)))
-        if (self.record_first_values or self.sync) and _reads_values(func):
+        if (self.record_first_values or self.sync) and _reads_values(func, args, kwargs):
             for k in used:
                 if k not in self.value_used:
                     self.value_used.add(k)
@@ -886,7 +886,7 @@ class Recorder:
         p = self.perturbation
         if p is None or p.step is None or p.value is None or torch.is_grad_enabled():
             return False
-        if self.in_optimizer_step or self.in_function or not _reads_values(func):
+        if self.in_optimizer_step or self.in_function or not _reads_values(func, args, kwargs):
             return False
         if p.leaf not in set(self._leaf_args(args, kwargs)):
             return False
@@ -944,7 +944,11 @@ class Recorder:
     ) -> bool:
         """A grad-off call that reads a leaf's values at (or called from) a line the change
         wrote or removed, outside an optimizer step."""
-        if not self.changed_lines or self.in_optimizer_step or not _reads_values(func):
+        if (
+            not self.changed_lines
+            or self.in_optimizer_step
+            or not _reads_values(func, args, kwargs)
+        ):
             return False
         if next(self._leaf_args(args, kwargs), None) is None:
             return False
@@ -1143,12 +1147,16 @@ def _augmented_assignment(frame: FrameType) -> bool:
     )
 
 
-def _reads_values(func: Any) -> bool:
+def _reads_values(func: Any, args: Any = (), kwargs: Any = None) -> bool:
     """Whether a call reads a tensor's values: not a metadata query, not an ``nn.init``
-    function (dispatched to a torch function mode whole: it writes the values)."""
+    function (dispatched to a torch function mode whole: it writes the values). ``x.type()``
+    asks for a name, ``x.type(torch.DoubleTensor)`` casts: it reads them."""
     if getattr(func, "__module__", "") == "torch.nn.init":
         return False
-    return getattr(func, "__name__", "") not in METADATA_CALLS
+    name = getattr(func, "__name__", "")
+    if name == "type" and (len(args) > 1 or kwargs):
+        return True
+    return name not in METADATA_CALLS
 
 
 def _first_use_values(recorder: Recorder, k: int, leaf: torch.Tensor) -> None:
