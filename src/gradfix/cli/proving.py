@@ -199,16 +199,12 @@ def _judge_across_files(
     for result in run.files:
         if result.path not in verdicts or result.original is None:
             continue
-        found = verdicts[result.path]
-        for pool in (sound, candidates):
-            others = {path: text for path, text in pool.items() if path != result.path}
-            if all(v.status == "verified" for v in found):
-                break
-            found = prove_with_project(
-                found, result.original, candidates[result.path], others, **harness
-            )
-            if pool is sound and len(others) == len(candidates) - 1:
-                break  # every other file was in the first pool already
+        fixed = candidates[result.path]
+        others = {path: text for path, text in sound.items() if path != result.path}
+        found = prove_with_project(verdicts[result.path], result.original, fixed, others, **harness)
+        every = {path: text for path, text in candidates.items() if path != result.path}
+        if len(every) > len(others):  # (nothing pending: returned as they are)
+            found = prove_with_project(found, result.original, fixed, every, **harness)
         verdicts[result.path] = found
 
 

@@ -468,6 +468,19 @@ def _estimate_text(estimate: float, interval: tuple[float, float] | list[float] 
     return f"a kink with slopes {_format(interval[0])} and {_format(interval[1])}"
 
 
+def _spread_elements(numel: int | None) -> list[int] | None:
+    """Four elements spread over a leaf of ``numel`` values (first, last, two between)."""
+    return sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+
+
+def _off_zero(value: float, noise: float, interval: Any) -> float | None:
+    """The estimate (the end of its interval nearest 0) when it is not 0 within its noise
+    (a non-finite one included); None when the derivative is 0."""
+    low, high = _fd_bounds(0.0, noise, None)
+    outside = value if interval is None else min(interval, key=abs)
+    return None if math.isfinite(outside) and low <= outside <= high else outside
+
+
 def _estimates(entry: dict[str, Any]) -> dict[int, tuple[float, str, float, Any]]:
     """Element -> (estimate, method, noise, kink interval or None) of one FD entry."""
     if entry.get("unused"):  # the leaf does not reach the call: exactly zero

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from gradfix.verify.oracle.common import (
@@ -11,14 +10,15 @@ from gradfix.verify.oracle.common import (
     TOLERANCES,
     Verdict,
     _estimates,
-    _fd_bounds,
     _FdRejected,
     _flat,
     _format,
+    _off_zero,
     _outcome_text,
     _read_by_steps,
     _Rejected,
     _short_outcome,
+    _spread_elements,
     _Stats,
     _Unverifiable,
     moved_while_frozen,
@@ -458,8 +458,7 @@ class _Comparison(_Windows):
             return None  # before's forward reaches them: a cut a fix keeps the forward of
         entries = []
         for k in held:  # every leaf's estimates asked for in one round
-            numel = self._leaf_numel(k)
-            elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+            elements = _spread_elements(self._leaf_numel(k))
             try:
                 entries.append(self._fd_entry("before", 0, k, elements, precise=True))
             except (_Unverifiable, _FdRejected):
@@ -472,9 +471,7 @@ class _Comparison(_Windows):
             if not estimates:
                 return None
             for value, _, noise, interval in estimates.values():
-                low, high = _fd_bounds(0.0, noise, None)
-                outside = value if interval is None else min(interval, key=abs)
-                if not math.isfinite(outside) or not low <= outside <= high:
+                if _off_zero(value, noise, interval) is not None:
                     return None
         return self._leaf_list(held)
 

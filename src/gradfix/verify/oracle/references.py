@@ -22,7 +22,6 @@ from gradfix.verify.oracle.common import (
     _discarded,
     _estimate_text,
     _estimates,
-    _fd_bounds,
     _FdRejected,
     _first_clause,
     _format,
@@ -30,12 +29,14 @@ from gradfix.verify.oracle.common import (
     _no_path_to_any_leaf,
     _non_finite_gradient,
     _nonzero,
+    _off_zero,
     _read_by_steps,
     _Rejected,
     _reran_freed_graph,
     _same_gradient,
     _same_values,
     _short_outcome,
+    _spread_elements,
     _stepped,
     _Unverifiable,
     _values,
@@ -912,7 +913,7 @@ class _References(_FiniteDifferences):
             self.not_compared[k] = f"no gradient in either version; {why_not}"
             return
         numel = self._leaf_numel(k)
-        elements = sorted({(numel - 1) * q // 3 for q in range(4)}) if numel else None
+        elements = _spread_elements(numel)
         try:
             entry = self._fd_entry("after", i, k, elements)
         except _Unverifiable as exc:
@@ -921,9 +922,8 @@ class _References(_FiniteDifferences):
         if entry is None:
             return  # planned (or missing: the verdict says so)
         for j, (value, _, noise, interval) in sorted(_estimates(entry).items()):
-            low, high = _fd_bounds(0.0, noise, None)
-            outside = value if interval is None else min(interval, key=abs)
-            if math.isfinite(outside) and not low <= outside <= high:
+            outside = _off_zero(value, noise, interval)
+            if outside is not None and math.isfinite(outside):
                 raise _FdRejected(
                     f"gradient lost: {self._leaf_name(k)}: {label} leaves it without "
                     "gradient in both versions, but the fix's forward depends on it "
